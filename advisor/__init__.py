@@ -1,0 +1,32 @@
+"""advisor: an auto-tuning optimization advisor for PyTorch.
+
+Public API::
+
+    import advisor
+    config = advisor.load_config("best.yaml")     # an exported configuration
+    prepared = advisor.apply(model, config)       # the setup that was measured
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdvisorError", "Prepared", "TrialConfig", "TrialResult", "apply", "load_config", "__version__",
+]
+
+_LAZY = {
+    "apply": "advisor.apply", "Prepared": "advisor.apply", "TrialConfig": "advisor.config",
+    "load_config": "advisor.config", "TrialResult": "advisor.trial", "AdvisorError": "advisor.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import advisor` (and `advisor --help`) stays fast; torch loads on first use.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'advisor' has no attribute {name!r}")

@@ -1,0 +1,107 @@
+"""Text presentation of a study: the Pareto table, failure counts, number formats."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from advisor import storage as st
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}/s"
+
+
+def describe_config(config: dict[str, Any]) -> str:
+    """A short one-line description: only what differs from the plain setup."""
+    from advisor.config import TrialConfig
+
+    default = TrialConfig().to_dict()
+    parts = [f"bs={config.get('batch_size')}", str(config.get("precision", "fp32"))]
+    for key, value in config.items():
+        if key in ("batch_size", "precision") or value == default.get(key):
+            continue
+        if key == "compile_mode" and not config.get("compile"):
+            continue
+        parts.append(key if value is True else f"{key}={value}")
+    return " ".join(parts)
+
+
+def front_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The baseline and the feasible Pareto front, each with ratios to the baseline."""
+    base = st.baseline_trial(study)
+    front = st.pareto_front(study)
+    on_front = {t.number for t in front}
+    trials = front + ([base] if base is not None and base.number not in on_front else [])
+    rows = []
+    for t in sorted(trials, key=lambda t: t.number):
+        thr, mem, acc = t.values
+        row = {"trial": t.number, "baseline": bool(t.user_attrs.get("baseline")),
+               "on_front": t.number in on_front,
+               "config": t.user_attrs.get("config", {}), "throughput": thr, "peak_memory_bytes": mem,
+               "accuracy": acc, "throughput_iqr_rel": _rel_iqr(t)}
+        if base is not None:
+            b = base.values
+            row.update(throughput_ratio=thr / b[0] if b[0] else None, memory_ratio=mem / b[1] if b[1] else None,
+                       accuracy_delta=acc - b[2])
+        rows.append(row)
+    return rows
+
+
+def _rel_iqr(t: optuna.trial.FrozenTrial) -> float | None:
+    med, iqr = t.user_attrs.get("step_time_median_s"), t.user_attrs.get("step_time_iqr_s")
+    return iqr / med if med and iqr is not None else None
+
+
+def counts(study: optuna.Study) -> dict[str, Any]:
+    trials = study.get_trials(deepcopy=False)
+    ran = [t for t in trials if st.measured(t)]
+    failed = Counter(t.user_attrs.get("failure_class", "unknown") for t in ran if t.state.name == "FAIL")
+    return {"trials": len(ran), "completed": sum(1 for t in ran if t.state.name == "COMPLETE"),
+            "failed": sum(failed.values()), "failed_by_class": dict(failed),
+            "duplicates": sum(1 for t in trials if "duplicate_of" in t.user_attrs),
+            "infeasible": sum(1 for t in ran if t.state.name == "COMPLETE" and any(v > 0 for v in t.constraints.values()))}
+
+
+def front_table(study: optuna.Study) -> Any:
+    """A rich Table of the Pareto front (baseline row first, marked)."""
+    from rich.table import Table
+
+    table = Table(title=f"Pareto front of {study.study_name} (feasible trials)", title_justify="left")
+    for name, justify in (("trial", "right"), ("configuration", "left"), ("throughput", "right"),
+                          ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"),
+                          ("accuracy", "right"), ("Δ acc", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in front_rows(study):
+        label = f"{r['trial']}{' (baseline)' if r['baseline'] else ''}{'' if r['on_front'] else ' ·'}"
+        table.add_row(
+            label, describe_config(r["config"]), fmt_rate(r["throughput"]), _x(r.get("throughput_ratio")),
+            fmt_bytes(r["peak_memory_bytes"]), _x(r.get("memory_ratio")), f"{r['accuracy']:.4f}",
+            "-" if r.get("accuracy_delta") is None else f"{100 * r['accuracy_delta']:+.1f} pt")
+    return table
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def failures_text(study: optuna.Study) -> list[str]:
+    lines = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state.name == "FAIL" and st.measured(t):
+            msg = (t.user_attrs.get("failure_message") or "").strip().splitlines()
+            lines.append(f"trial {t.number} [{t.user_attrs.get('failure_class', '?')}] "
+                         f"{describe_config(t.user_attrs.get('config', {}))}: {msg[0] if msg else ''}")
+    return lines

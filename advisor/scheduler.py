@@ -1,0 +1,174 @@
+"""Ray: start or join a cluster, run each trial in a fresh worker, cancel on timeout.
+
+Each trial is a Ray task with ``max_calls=1`` (its worker process exits afterwards, so no
+state leaks between trials) and ``max_retries=0`` (a failed configuration is a result,
+not something to retry). Honest timings need exclusive resources: on CPU-only nodes a
+trial takes all of a node's CPUs (one trial per node at a time); on GPU nodes, one GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import SchedulerError
+from advisor.trial import TrialResult
+
+
+@dataclass
+class Running:
+    """A submitted trial: its Ray object ref and when it was submitted."""
+
+    number: int
+    ref: Any
+    submitted: float = field(default_factory=time.monotonic)
+
+
+def default_state_dir() -> Path:
+    """Where the embedded Ray instance keeps its state (short: Ray's sockets live there)."""
+    env = os.environ.get("ADVISOR_RAY_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"advisor-ray-{os.getuid()}"
+
+
+class RayExecutor:
+    """Runs trials as Ray tasks. ``start()`` before use, ``shutdown()`` after.
+
+    Args:
+        device: "cpu" or "cuda": what a trial needs.
+        address: join this Ray cluster instead of starting an embedded local instance.
+        state_dir: the embedded instance's temp dir (created private to the user).
+    """
+
+    def __init__(self, device: str = "cpu", address: str | None = None, state_dir: Path | None = None) -> None:
+        self.device = device
+        self.address = address
+        self.state_dir = state_dir or default_state_dir()
+        self.started_here = False
+        self.resources: dict[str, float] = {}
+        self.slots = 1
+        self.startup_s = 0.0
+
+    def start(self) -> RayExecutor:
+        import ray
+
+        t = time.perf_counter()
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level="ERROR",
+                                          log_to_driver=False, configure_logging=False)
+            if self.address:
+                try:
+                    ray.init(address=self.address, **kwargs)
+                except Exception as exc:
+                    raise SchedulerError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
+            else:
+                self._prepare_state_dir()
+                ray.init(_temp_dir=str(self.state_dir), **kwargs)
+                self.started_here = True
+        self.startup_s = time.perf_counter() - t
+        self._plan_resources(ray.nodes())
+        return self
+
+    def _prepare_state_dir(self) -> None:
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+        # Ray's token auth: keep the token with our state, not in ~/.ray, readable by us only.
+        token = self.state_dir / "auth_token"
+        if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.environ:
+            if not token.exists():
+                fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_hex(32))
+            os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+
+    def _plan_resources(self, nodes: list[dict[str, Any]]) -> None:
+        """Choose what one trial asks for; refuse up front what no node can give."""
+        alive = [n["Resources"] for n in nodes if n.get("Alive")]
+        if self.device == "cuda":
+            gpu_nodes = [r for r in alive if r.get("GPU", 0) >= 1]
+            if not gpu_nodes:
+                raise SchedulerError("trials need a CUDA GPU but no node of the Ray cluster has one "
+                                     f"(nodes: {_describe(alive)})")
+            cpus = min(r.get("CPU", 1) / r["GPU"] for r in gpu_nodes)
+            self.resources = {"num_gpus": 1, "num_cpus": max(1, int(cpus))}
+            self.slots = int(sum(r["GPU"] for r in gpu_nodes))
+        else:
+            cpu_nodes = [r for r in alive if r.get("CPU", 0) >= 1]
+            if not cpu_nodes:
+                raise SchedulerError(f"no node of the Ray cluster offers a CPU (nodes: {_describe(alive)})")
+            # All of the smallest node's CPUs: one trial per node at a time.
+            self.resources = {"num_cpus": int(min(r["CPU"] for r in cpu_nodes))}
+            self.slots = len(cpu_nodes)
+
+    @property
+    def cpus_per_trial(self) -> int:
+        return int(self.resources.get("num_cpus", 1))
+
+    def submit(self, number: int, payload: dict[str, Any]) -> Running:
+        import ray
+
+        task = ray.remote(max_calls=1, max_retries=0, **self.resources)(_trial_task)
+        return Running(number, task.remote(payload))
+
+    def wait(self, running: list[Running], timeout: float) -> list[tuple[Running, TrialResult]]:
+        """Return the trials that finished within ``timeout`` seconds, with their results."""
+        import ray
+
+        if not running:
+            return []
+        refs = [r.ref for r in running]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=True)
+        done = []
+        for r in running:
+            if r.ref in ready:
+                done.append((r, self._result(r.ref)))
+        return done
+
+    def _result(self, ref: Any) -> TrialResult:
+        import ray
+        from ray import exceptions as rex
+
+        try:
+            return TrialResult.from_dict(ray.get(ref))
+        except rex.TaskCancelledError:
+            return TrialResult.failed("cancelled", "the trial was cancelled")
+        except rex.OutOfMemoryError as exc:
+            return TrialResult.failed("oom", f"Ray's memory monitor killed the worker: {_first_line(exc)}")
+        except (rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorDiedError, rex.LocalRayletDiedError) as exc:
+            return TrialResult.failed("crash", f"the worker process died: {_first_line(exc)}")
+        except rex.RayTaskError as exc:
+            return TrialResult.failed("error", f"the trial task raised: {exc}"[-4000:])
+        except rex.RayError as exc:
+            return TrialResult.failed("crash", f"{type(exc).__name__}: {_first_line(exc)}")
+
+    def cancel(self, running: Running) -> None:
+        import ray
+
+        ray.cancel(running.ref, force=True)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.started_here and ray.is_initialized():
+            ray.shutdown()
+
+
+def _trial_task(payload: dict[str, Any]) -> dict[str, Any]:
+    from advisor.trial import run_trial
+
+    return run_trial(payload)
+
+
+def _describe(resources: list[dict[str, Any]]) -> str:
+    if not resources:
+        return "none alive"
+    return "; ".join(", ".join(f"{k}={v:g}" for k, v in sorted(r.items()) if k in ("CPU", "GPU")) or "no CPU/GPU"
+                     for r in resources)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]

@@ -1,0 +1,128 @@
+"""Optuna storage: URL checks, opening, and reading trials back as advisor records."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from advisor.errors import StudyError
+
+if TYPE_CHECKING:
+    import optuna
+
+DEFAULT_STORAGE = "sqlite:///advisor.db"
+OBJECTIVES = ("throughput", "peak_memory_bytes", "accuracy")
+DIRECTIONS = ("maximize", "minimize", "maximize")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+
+
+def storage_url(explicit: str | None) -> str:
+    """--storage, else $ADVISOR_STORAGE, else sqlite:///advisor.db in the working directory."""
+    return explicit or os.environ.get("ADVISOR_STORAGE") or DEFAULT_STORAGE
+
+
+def check_study_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise StudyError(f"study name {name!r} is invalid: use 1-128 letters, digits and . _ : + - "
+                         "(starting with a letter or digit)")
+    return name
+
+
+def open_storage(url: str, must_exist: bool = False) -> Any:
+    """Open an Optuna storage, reporting a bad URL or an unusable path before any trial runs.
+
+    ``sqlite:///path.db`` and other SQLAlchemy URLs open an RDBStorage; a path ending in
+    ``.log`` or ``.jsonl`` (or ``journal:PATH``) opens a JournalFileBackend.
+    """
+    import optuna
+
+    if url.startswith("journal:") or url.endswith((".log", ".jsonl")) and "://" not in url:
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = Path(url.removeprefix("journal:"))
+        _check_file(path, url, must_exist)
+        return JournalStorage(JournalFileBackend(str(path)))
+    if "://" not in url:
+        raise StudyError(f"storage {url!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
+                         "postgresql://user@host/db, or journal:PATH")
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        _check_file(path, url, must_exist)
+        new = not path.exists()
+    try:
+        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}}
+                                             if url.startswith("sqlite") else None)
+    except Exception as exc:
+        raise StudyError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {_first_line(exc)}") from None
+    if url.startswith("sqlite:///") and new and path.exists():
+        os.chmod(path, 0o600)  # studies may name private paths: readable by the user only
+    return storage
+
+
+def _check_file(path: Path, url: str, must_exist: bool) -> None:
+    if path.is_dir():
+        raise StudyError(f"storage {url!r}: {path} is a directory, expected a file")
+    if must_exist and not path.exists():
+        raise StudyError(f"storage {url!r}: {path} does not exist (no study has been run there yet)")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise StudyError(f"storage {url!r}: directory {parent} does not exist")
+    if not os.access(parent if not path.exists() else path, os.W_OK):
+        raise StudyError(f"storage {url!r}: {path if path.exists() else parent} is not writable")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+def study_names(storage: Any) -> list[str]:
+    import optuna
+
+    return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+
+
+def load(storage: Any, name: str | None) -> optuna.Study:
+    """Load a study by name; with no name, the only study in the storage."""
+    import optuna
+
+    names = study_names(storage)
+    if not names:
+        raise StudyError("the storage holds no study yet: run `advisor tune model.py` first")
+    if name is None:
+        if len(names) > 1:
+            raise StudyError(f"the storage holds {len(names)} studies; choose one with --study ({', '.join(names)})")
+        name = names[0]
+    if name not in names:
+        raise StudyError(f"no study named {name!r} in the storage (studies: {', '.join(names)})")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+NOT_COUNTED = ("interrupted", "cancelled")  # stopped by the user or a dead driver, not by the config
+
+
+def measured(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial that counts towards --trials: it completed, or its configuration failed.
+
+    Duplicates (answered from an earlier trial) and trials cut short by Ctrl-C, the
+    study's --timeout or a killed driver do not count; resuming runs them again.
+    """
+    if "duplicate_of" in trial.user_attrs:
+        return False
+    if trial.state.name == "FAIL":
+        return trial.user_attrs.get("failure_class") not in NOT_COUNTED
+    return trial.state.name == "COMPLETE"
+
+
+def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The completed baseline trial (trial 0 unless it had to be re-run), or None."""
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("baseline") and t.state.name == "COMPLETE":
+            return t
+    return None
+
+
+def pareto_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The feasible Pareto front (Optuna honours set_constraint), duplicates left out."""
+    return sorted((t for t in study.best_trials if "duplicate_of" not in t.user_attrs), key=lambda t: t.number)

@@ -1,0 +1,337 @@
+"""The tuning study: Optuna multi-objective study driven by trials run on Ray.
+
+Only this driver touches Optuna storage; workers return plain results. The baseline
+(the user's BASELINE on plain fp32) is trial 0 and runs alone first: its accuracy anchors
+the accuracy-drop constraint and its duration the default per-trial timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import warnings
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from advisor import storage as st
+from advisor.config import TrialConfig
+from advisor.errors import StudyError, TrialFailed, WorkloadError
+from advisor.trial import TrialResult, TrialSettings
+
+if TYPE_CHECKING:
+    import optuna
+
+    from advisor.scheduler import RayExecutor, Running
+    from advisor.space import SearchSpace
+
+BASELINE_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class TuneOptions:
+    workload_path: str
+    space: str = "default"
+    storage: str | None = None
+    study_name: str | None = None
+    trials: int = 20
+    timeout: float | None = None
+    trial_timeout: float | None = None
+    max_accuracy_drop: float = 0.01
+    memory_cap: int | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    train_samples: int | None = None
+    ray_address: str | None = None
+    skip_preflight: bool = False
+
+
+@dataclass
+class Progress:
+    """What a reporter is told as the study runs."""
+
+    study_name: str
+    storage: str
+    total: int
+    done: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+    started: float = field(default_factory=time.monotonic)
+    best_throughput: float | None = None
+    notes: list[str] = field(default_factory=list)
+    overhead: dict[str, float] = field(default_factory=dict)
+    stopped_by: str | None = None
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The sampler for a study.
+
+    TPE is the default: the space is small and categorical and a study has tens of
+    trials, where TPE's multi-objective mode is sample-efficient, handles conditional
+    (define-by-run) knobs natively, and with ``constant_liar`` spreads trials that run in
+    parallel. NSGA-II needs populations of ~50 per generation to work; random search is the
+    honest reference. ``constraints`` set with trial.set_constraint are honoured by each.
+    """
+    import optuna
+
+    if name == "tpe":
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # group=True
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True,
+                                          group=True, constant_liar=True)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise StudyError(f"--sampler {name!r} is unknown (expected tpe, nsga2 or random)")
+
+
+class Tuner:
+    """Prepares and runs one study. Use ``prepare()`` then ``run()``."""
+
+    def __init__(self, options: TuneOptions, on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.o = options
+        self.emit = on_event or (lambda kind, data: None)
+        self.executor: RayExecutor | None = None
+        self.running: dict[int, tuple[Running, optuna.Trial, TrialConfig]] = {}
+        self.stop_reason: str | None = None
+
+    # ---- preparation: everything that can fail on bad input happens before Ray starts --
+    def prepare(self) -> None:
+        from advisor.hardware import detect, fingerprint
+        from advisor.space import filter_space, load_space
+        from advisor.workload import load_workload, preflight
+
+        o = self.o
+        if o.trials < 1:
+            raise StudyError(f"--trials must be at least 1, found {o.trials}")
+        for flag, value in (("--timeout", o.timeout), ("--trial-timeout", o.trial_timeout)):
+            if value is not None and not value > 0:
+                raise StudyError(f"{flag} must be a positive number of seconds, found {value}")
+        if not 0 <= o.max_accuracy_drop < math.inf:
+            raise StudyError(f"--max-accuracy-drop must be >= 0, found {o.max_accuracy_drop}")
+        self.workload = load_workload(o.workload_path)
+        self.facts = {} if o.skip_preflight else preflight(self.workload)
+        space = load_space(o.space)
+        self.hardware = detect()
+        self.space: SearchSpace = filter_space(space, self.hardware, self.facts.get("train_size"),
+                                               self.facts.get("has_conv2d"))
+        self.baseline = TrialConfig.from_dict(self.workload.baseline, where=f"{self.workload.path}: BASELINE")
+        self.url = st.storage_url(o.storage)
+        self.storage = st.open_storage(self.url)
+        self.study_name = st.check_study_name(o.study_name or f"{self.workload.name}-{space.name}")
+        train_samples = o.train_samples or 5 * self.facts.get("train_size", 0)
+        if train_samples < 1:
+            raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
+        self.settings = TrialSettings(train_samples=train_samples, seed=o.seed, device=self.hardware.device)
+        self.fingerprint = fingerprint(self.hardware)
+
+    # ---- the study ------------------------------------------------------------------
+    def open_study(self) -> optuna.Study:
+        import optuna
+
+        attrs = {
+            "workload_path": str(self.workload.path),
+            "workload_sha256": self.workload.sha256,
+            "space_name": self.space.name,
+            "space": self.space.to_dict(),
+            "dropped_options": [[d.knob, d.value, d.reason] for d in self.space.dropped],
+            "settings": self.settings.to_dict(),
+            "hardware": self.fingerprint,
+            "max_accuracy_drop": self.o.max_accuracy_drop,
+            "memory_cap_bytes": self.o.memory_cap,
+            "objectives": list(st.OBJECTIVES),
+        }
+        exists = self.study_name in st.study_names(self.storage)
+        study = optuna.create_study(storage=self.storage, study_name=self.study_name, load_if_exists=True,
+                                    directions=list(st.DIRECTIONS), sampler=make_sampler(self.o.sampler, self.o.seed))
+        if exists:
+            self._check_resumable(study, attrs)
+        else:
+            for key, value in attrs.items():
+                study.set_user_attr(key, value)
+        self._fail_stale(study)
+        return study
+
+    def _check_resumable(self, study: optuna.Study, attrs: dict[str, Any]) -> None:
+        old = study.user_attrs
+        diffs = [k for k in ("workload_sha256", "space", "settings", "max_accuracy_drop", "memory_cap_bytes")
+                 if k in old and old[k] != attrs[k]]
+        if diffs:
+            raise StudyError(
+                f"study {self.study_name!r} in {self.url} was run with a different {', '.join(diffs)}; "
+                "its trials would not be comparable. Use --study NEW_NAME for a new study "
+                "(or run the original setup again to resume it)")
+        if old.get("hardware") != attrs["hardware"]:
+            self.emit("note", {"text": "this machine's hardware fingerprint differs from the one the study "
+                                       "started on; new trials are measured here"})
+
+    def _fail_stale(self, study: optuna.Study) -> None:
+        """RUNNING trials left by a driver that was killed are marked failed ('interrupted')."""
+        import optuna
+
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            study._storage.set_trial_user_attr(t._trial_id, "failure_class", "interrupted")
+            study._storage.set_trial_user_attr(t._trial_id, "failure_message",
+                                               "the driver stopped while this trial ran (marked failed on resume)")
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            self.emit("note", {"text": f"trial {t.number} was left running by an earlier run: marked failed"})
+
+    # ---- running ---------------------------------------------------------------------
+    def run(self) -> optuna.Study:
+        from advisor.scheduler import RayExecutor
+
+        study = self.open_study()
+        self.deadline = time.monotonic() + self.o.timeout if self.o.timeout else math.inf
+        self.executor = RayExecutor(self.hardware.device, self.o.ray_address).start()
+        self.emit("ray", {"startup_s": self.executor.startup_s, "slots": self.executor.slots,
+                          "resources": self.executor.resources})
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        try:
+            base = self._ensure_baseline(study)
+            if base is not None and self.stop_reason is None:
+                self._search(study, base)
+        finally:
+            self._cancel_all(study, self.stop_reason or "the study stopped")
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self.executor.shutdown()
+        return study
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.stop_reason is not None:  # a second Ctrl-C: stop at once
+            raise KeyboardInterrupt
+        self.stop_reason = "interrupted by " + signal.Signals(signum).name
+        self.emit("note", {"text": f"{signal.Signals(signum).name}: stopping, cancelling running trials "
+                                   "(press Ctrl-C again to abort at once)"})
+
+    def _payload(self, config: TrialConfig) -> dict[str, Any]:
+        return {"workload_path": str(self.workload.path), "workload_source": self.workload.source,
+                "workload_sha256": self.workload.sha256, "config": config.to_dict(),
+                "settings": self.settings.to_dict()}
+
+    def _ensure_baseline(self, study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+        base = st.baseline_trial(study)
+        if base is not None:
+            return base
+        study.enqueue_trial(self.space.enqueue_params(self.baseline), user_attrs={"baseline": True})
+        trial = study.ask()
+        config = self.space.sample(trial, base=self.baseline)
+        timeout = self.o.trial_timeout or BASELINE_TIMEOUT_S
+        self._submit(trial, config)
+        while self.running and self.stop_reason is None:
+            self._collect(study, timeout)
+        base = st.baseline_trial(study)
+        if base is None and self.stop_reason is None:
+            failed = study.trials[-1].user_attrs
+            message = (f"the baseline trial ({self.baseline.to_dict()}) failed "
+                       f"[{failed.get('failure_class')}]: {failed.get('failure_message')}")
+            if self.o.skip_preflight and failed.get("failure_class") == "error":
+                raise WorkloadError(f"{self.workload.path}: {message} (preflight was skipped; this is "
+                                    "most likely a model.py contract problem)")
+            raise TrialFailed(message)
+        return base
+
+    def _search(self, study: optuna.Study, base: optuna.trial.FrozenTrial) -> None:
+        wall = base.user_attrs.get("wall_s", 60.0)
+        self.trial_timeout = self.o.trial_timeout or max(120.0, 10.0 * wall)
+        self.emit("timeout", {"trial_timeout_s": self.trial_timeout})
+        seen = {t.user_attrs["config_key"]: t for t in study.get_trials(deepcopy=False)
+                if st.measured(t) and "config_key" in t.user_attrs}
+        space_size, dups_in_row = self.space.size(), 0
+        while self.stop_reason is None:
+            done = sum(1 for t in study.get_trials(deepcopy=False) if st.measured(t))
+            while (len(self.running) < self.executor.slots and done + len(self.running) < self.o.trials
+                   and time.monotonic() < self.deadline and len(seen) < space_size):
+                trial = study.ask()
+                config = self.space.sample(trial)
+                if config.key() in seen:
+                    self._tell_duplicate(study, trial, seen[config.key()])
+                    dups_in_row += 1
+                    if dups_in_row >= 50:
+                        self.stop_reason = "the sampler proposed only already-measured configurations 50 times in a row"
+                        break
+                    continue
+                dups_in_row = 0
+                seen[config.key()] = trial  # placeholder until it finishes
+                self._submit(trial, config)
+            if not self.running:
+                if len(seen) >= space_size and done < self.o.trials:
+                    self.emit("note", {"text": f"every configuration of the space ({space_size}) has been measured"})
+                break
+            if time.monotonic() >= self.deadline:
+                self.stop_reason = "the study's --timeout was reached"
+                break
+            for trial in self._collect(study, self.trial_timeout):
+                seen[trial.user_attrs["config_key"]] = trial
+
+    def _submit(self, trial: optuna.Trial, config: TrialConfig) -> None:
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("config_key", config.key())
+        running = self.executor.submit(trial.number, self._payload(config))
+        self.running[trial.number] = (running, trial, config)
+        self.emit("submitted", {"number": trial.number, "config": config.to_dict()})
+
+    def _collect(self, study: optuna.Study, timeout: float) -> list[optuna.trial.FrozenTrial]:
+        """Wait briefly for results; record finished and timed-out trials."""
+        finished = []
+        runs = [r for r, _, _ in self.running.values()]
+        for running, result in self.executor.wait(runs, timeout=0.5):
+            finished.append(self._record(study, running.number, result, time.monotonic() - running.submitted))
+        now = time.monotonic()
+        for number, (running, _, _) in list(self.running.items()):
+            if now - running.submitted > timeout:
+                self.executor.cancel(running)
+                result = TrialResult.failed("timeout", f"the trial ran longer than the trial timeout ({timeout:.0f} s)")
+                finished.append(self._record(study, number, result, now - running.submitted))
+        return finished
+
+    def _record(self, study: optuna.Study, number: int, result: TrialResult, wall: float) -> optuna.trial.FrozenTrial:
+        import optuna
+
+        _, trial, config = self.running.pop(number)
+        attrs = result.to_dict()
+        attrs.pop("ok")
+        for key, value in attrs.items():
+            if value is not None:
+                trial.set_user_attr(key, value)
+        trial.set_user_attr("wall_s", wall)
+        if result.ok:
+            base = st.baseline_trial(study)
+            base_acc = result.accuracy if base is None else base.user_attrs["accuracy"]
+            trial.set_constraint("accuracy_drop", (base_acc - result.accuracy) - self.o.max_accuracy_drop)
+            if self.o.memory_cap is not None:
+                trial.set_constraint("memory_cap", result.peak_memory_bytes - self.o.memory_cap)
+            frozen = study.tell(trial, [result.throughput, result.peak_memory_bytes, result.accuracy])
+        else:
+            frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.emit("finished", {"number": number, "config": config.to_dict(), "result": result, "wall_s": wall,
+                               "trial": frozen})
+        return frozen
+
+    def _tell_duplicate(self, study: optuna.Study, trial: optuna.Trial, earlier: Any) -> None:
+        """A configuration already measured: answer from the earlier trial, run nothing."""
+        import optuna
+
+        trial.set_user_attr("duplicate_of", earlier.number)
+        if isinstance(earlier, optuna.Trial) or earlier.state.name != "COMPLETE":
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)  # still running, or it failed
+        else:
+            for key, value in earlier.constraints.items():
+                trial.set_constraint(key, value)
+            study.tell(trial, list(earlier.values))
+        self.emit("duplicate", {"number": trial.number, "of": earlier.number})
+
+    def _cancel_all(self, study: optuna.Study, reason: str) -> None:
+        """Cancel what still runs and record it, so storage holds no RUNNING trial."""
+        import optuna
+
+        for number, (running, trial, _) in list(self.running.items()):
+            self.executor.cancel(running)
+            self.running.pop(number)
+            trial.set_user_attr("failure_class", "cancelled")
+            trial.set_user_attr("failure_message", f"cancelled: {reason}")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.emit("cancelled", {"number": number})
+

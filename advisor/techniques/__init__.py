@@ -1,0 +1,64 @@
+"""One module per knob. Each technique answers three questions:
+
+* ``unavailable(value, hw)``: can this hardware do it? ``None`` if so, else the reason in
+  words a user understands;
+* ``apply(value, prepared)``: change the model / step setup (called by ``advisor.apply``);
+* ``snippet(value)``: the plain-PyTorch lines a user would write instead.
+
+Adding a knob: write a module with a ``Technique`` subclass, add it to ``TECHNIQUES``
+and give ``TrialConfig`` a field of the same name. The space, the capability table,
+``advisor hardware`` and export pick it up from here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+    from advisor.hardware import Hardware
+
+
+class Technique:
+    """Base of every knob. Subclasses set ``key`` and ``values`` (or override ``check``)."""
+
+    key: ClassVar[str]
+    description: ClassVar[str]
+    values: ClassVar[tuple[Any, ...]] = ()
+    order: ClassVar[int] = 50  # apply order: lower first (compile comes last)
+
+    def check(self, value: Any) -> str | None:
+        """Is ``value`` a valid setting at all? ``None`` if so, else what is expected."""
+        if value not in self.values or isinstance(value, bool) != isinstance(self.values[0], bool):
+            return f"expected one of {list(self.values)}, found {value!r}"
+        return None
+
+    def candidate_values(self, hw: Hardware) -> list[Any]:
+        """Values listed in the capability table for this hardware."""
+        return list(self.values)
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        """Why ``value`` cannot run on ``hw``; ``None`` when it can."""
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        """Apply ``value`` to the prepared model and step. No-op by default."""
+
+    def snippet(self, value: Any) -> str | None:
+        """Plain PyTorch equivalent of ``value``, or ``None`` when nothing is needed."""
+        return None
+
+
+def _registry() -> dict[str, Technique]:
+    from advisor.techniques.channels_last import ChannelsLast
+    from advisor.techniques.compile import Compile, CompileMode
+    from advisor.techniques.precision import Precision
+    from advisor.techniques.threads import Threads
+
+    techniques: list[Technique] = [Precision(), Threads(), ChannelsLast(), Compile(), CompileMode()]
+    return {t.key: t for t in sorted(techniques, key=lambda t: t.order)}
+
+
+TECHNIQUES: dict[str, Technique] = _registry()
+
+__all__ = ["TECHNIQUES", "Technique"]

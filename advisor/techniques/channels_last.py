@@ -1,0 +1,34 @@
+"""channels_last memory format for convolutional models (NHWC)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from advisor.errors import UnsupportedError
+from advisor.techniques import Technique
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+
+
+class ChannelsLast(Technique):
+    key = "channels_last"
+    description = "NHWC memory format for the model and its 4-D inputs"
+    values = (False, True)
+    order = 30
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        import torch
+
+        if not value:
+            return
+        if not any(isinstance(m, torch.nn.Conv2d) for m in prepared.module.modules()):
+            raise UnsupportedError("channels_last needs a model with 2-D convolutions; this one has none")
+        prepared.module.to(memory_format=torch.channels_last)
+        prepared.memory_format = torch.channels_last
+
+    def snippet(self, value: Any) -> str | None:
+        if not value:
+            return None
+        return ("model = model.to(memory_format=torch.channels_last)\n"
+                "x = x.to(memory_format=torch.channels_last)  # each 4-D input batch")

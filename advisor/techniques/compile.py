@@ -1,0 +1,57 @@
+"""torch.compile, and its mode (a conditional knob: only sampled when compile is on)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from advisor.techniques import Technique
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+    from advisor.hardware import Hardware
+
+
+class Compile(Technique):
+    key = "compile"
+    description = "torch.compile the model (compile time is recorded apart from throughput)"
+    values = (False, True)
+    order = 90
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if not value:
+            return None
+        import torch._dynamo
+
+        if not torch._dynamo.is_dynamo_supported():
+            return "torch.compile does not support this Python version"
+        if hw.device == "cpu" and not hw.compiler:
+            return "torch.compile on CPU needs a C++ compiler (c++, g++ or clang++) on PATH; none found"
+        if hw.device == "cuda" and not hw.triton:
+            return "torch.compile on GPU needs triton, which is not installed"
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        import torch
+
+        if value:
+            mode = prepared.config.compile_mode
+            prepared.model = torch.compile(prepared.module, mode=None if mode == "default" else mode)
+            prepared.compiled = True
+
+    def snippet(self, value: Any) -> str | None:
+        return "model = torch.compile(model)" if value else None
+
+
+class CompileMode(Technique):
+    key = "compile_mode"
+    description = "torch.compile mode (used only when compile is true)"
+    values = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+    order = 89
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value in ("reduce-overhead", "max-autotune") and hw.device != "cuda":
+            return f"mode {value!r} uses CUDA graphs, which need a CUDA GPU"
+        return None
+
+    def snippet(self, value: Any) -> str | None:
+        return None if value == "default" else f"model = torch.compile(model, mode={value!r})"

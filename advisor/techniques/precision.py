@@ -1,0 +1,63 @@
+"""Numeric precision: strict fp32, TF32 matmuls, bf16 or fp16 autocast (AMP)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from advisor.techniques import Technique
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+    from advisor.hardware import Hardware
+
+AMPERE = (8, 0)
+
+
+class Precision(Technique):
+    key = "precision"
+    description = "numeric precision of the training step"
+    values = ("fp32", "tf32", "bf16", "fp16")
+    order = 10
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value == "fp32":
+            return None
+        if hw.device == "cpu":
+            if value == "tf32":
+                return "TF32 is a tensor-core format of NVIDIA GPUs (compute capability >= 8.0); this machine has no CUDA GPU"
+            if value == "bf16" and not hw.cpu.native_bf16:
+                return "this CPU has no native bf16 instructions (avx512_bf16 or amx_bf16); bf16 autocast would be emulated and slow"
+            if value == "fp16" and not hw.cpu.native_fp16:
+                return "this CPU has no native fp16 arithmetic (avx512_fp16 or amx_fp16); fp16 autocast falls back to very slow kernels"
+            return None
+        cap = hw.min_capability()
+        if value in ("tf32", "bf16") and cap is not None and cap < AMPERE:
+            return f"{value} needs compute capability >= 8.0 (Ampere); this machine has {hw.gpu_names()}"
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        import torch
+
+        if prepared.device.type == "cuda":
+            # "fp32" means strict fp32: cuDNN would otherwise use TF32 for convolutions.
+            torch.backends.cuda.matmul.allow_tf32 = value == "tf32"
+            torch.backends.cudnn.allow_tf32 = value == "tf32"
+        if value == "bf16":
+            prepared.amp_dtype = torch.bfloat16
+        elif value == "fp16":
+            prepared.amp_dtype = torch.float16
+            prepared.scaler = torch.amp.GradScaler(prepared.device.type)
+
+    def snippet(self, value: Any) -> str | None:
+        if value == "tf32":
+            return ("torch.backends.cuda.matmul.allow_tf32 = True\n"
+                    "torch.backends.cudnn.allow_tf32 = True")
+        if value == "bf16":
+            return ("with torch.autocast(device_type, dtype=torch.bfloat16):\n"
+                    "    loss = loss_fn(model(x), y)")
+        if value == "fp16":
+            return ("scaler = torch.amp.GradScaler(device_type)\n"
+                    "with torch.autocast(device_type, dtype=torch.float16):\n"
+                    "    loss = loss_fn(model(x), y)\n"
+                    "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()")
+        return None

@@ -1,0 +1,56 @@
+"""Shared fixtures: one real local Ray instance per test session, with its state in a temp dir."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A real local Ray instance shared by every test that schedules trials.
+
+    Its temp state and auth token live in a throw-away directory, not in ~ or /tmp/ray.
+    """
+    import ray
+
+    from advisor.scheduler import RayExecutor
+
+    state = Path(tempfile.mkdtemp(prefix="advr-"))  # short: Ray puts unix sockets there
+    executor = RayExecutor("cpu", state_dir=state)
+    executor.start()
+    yield ray
+    ray.shutdown()
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """Run in a fresh directory so the default ./advisor.db lands there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ADVISOR_STORAGE", raising=False)
+    return tmp_path
+
+
+def write_model(tmp_path: Path, body: str, name: str = "model.py") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+@pytest.fixture
+def quiet_optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

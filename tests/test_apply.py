@@ -1,0 +1,254 @@
+"""advisor/apply.py: apply() turns a TrialConfig into a prepared model and training step.
+
+Real torch models; the loss test trains on scikit-learn's bundled digits data.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import advisor
+from advisor.apply import Prepared, apply, default_device
+from advisor.config import TrialConfig
+from advisor.errors import ConfigError, UnsupportedError
+
+CPU = torch.device("cpu")
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def cnn(in_channels: int = 3) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 16, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+    )
+
+
+def batch(n: int = 8, shape=(64,)) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def sgd(prepared: Prepared, lr: float = 0.05) -> torch.optim.Optimizer:
+    return torch.optim.SGD(prepared.module.parameters(), lr=lr)
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(d.target, dtype=torch.long)
+    return x[:1400], y[:1400], x[1400:], y[1400:]
+
+
+# ---- precision ------------------------------------------------------------------------
+
+def test_fp32_has_no_autocast_and_no_scaler():
+    prepared = apply(mlp(), TrialConfig(), device="cpu")
+    assert prepared.amp_dtype is None and prepared.scaler is None
+    x, _ = batch()
+    with prepared.autocast():
+        assert prepared.model(x).dtype == torch.float32
+
+
+def test_bf16_autocasts_forward_to_bfloat16():
+    prepared = apply(mlp(), TrialConfig(precision="bf16"), device="cpu")
+    assert prepared.amp_dtype == torch.bfloat16
+    assert prepared.scaler is None  # bf16 needs no loss scaling
+    x, y = batch()
+    with prepared.autocast():
+        assert prepared.model(x).dtype == torch.bfloat16
+    assert prepared.model(x).dtype == torch.float32  # outside the region: fp32 again
+    with torch.inference_mode():
+        assert prepared.predict(x).dtype == torch.bfloat16
+    # Parameters stay fp32 (autocast, not a cast of the model) and training works.
+    assert all(p.dtype == torch.float32 for p in prepared.module.parameters())
+    loss = prepared.train_step(x, y, nn.functional.cross_entropy, sgd(prepared))
+    assert math.isfinite(loss.item()) and not loss.requires_grad
+
+
+def test_fp16_uses_a_grad_scaler_on_cpu():
+    prepared = apply(mlp(), TrialConfig(precision="fp16"), device="cpu")
+    assert prepared.amp_dtype == torch.float16
+    assert isinstance(prepared.scaler, torch.amp.GradScaler)
+    x, y = batch()
+    before = [p.detach().clone() for p in prepared.module.parameters()]
+    loss = prepared.train_step(x, y, nn.functional.cross_entropy, sgd(prepared))
+    assert math.isfinite(loss.item())
+    assert any(not torch.equal(b, p) for b, p in zip(before, prepared.module.parameters()))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fp16_on_cuda_scales_the_loss_and_trains():
+    """Runs on a REAL CUDA GPU: fp16 autocast with a GradScaler, the model on the GPU."""
+    model = mlp()
+    prepared = apply(model, TrialConfig(precision="fp16"), device="cuda")
+    assert prepared.device.type == "cuda"
+    assert isinstance(prepared.scaler, torch.amp.GradScaler)
+    assert prepared.amp_dtype == torch.float16
+    assert all(p.device.type == "cuda" for p in model.parameters())
+    x, y = batch()
+    with prepared.autocast():
+        assert prepared.model(x.cuda()).dtype == torch.float16
+    opt = sgd(prepared)
+    losses = [prepared.train_step(x, y, nn.functional.cross_entropy, opt).item() for _ in range(20)]
+    prepared.synchronize()
+    assert all(math.isfinite(v) for v in losses)
+    assert prepared.scaler.get_scale() > 0
+    assert losses[-1] < losses[0]
+    # "fp32" on CUDA means strict fp32: TF32 switched off again.
+    apply(mlp(), TrialConfig(precision="fp32"), device="cuda")
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+# ---- channels_last --------------------------------------------------------------------
+
+def test_channels_last_converts_conv_weights_and_4d_inputs():
+    model = cnn(in_channels=3)
+    prepared = apply(model, TrialConfig(channels_last=True), device="cpu")
+    assert prepared.memory_format == torch.channels_last
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    for conv in convs:
+        assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+        assert not conv.weight.is_contiguous()
+    x, y = batch(4, (3, 8, 8))
+    assert x.is_contiguous()
+    moved = prepared.to_device(x)
+    assert moved.is_contiguous(memory_format=torch.channels_last) and not moved.is_contiguous()
+    assert torch.equal(moved, x)  # same values, different layout
+    assert torch.equal(prepared.to_device(y), y)  # 1-D targets untouched
+    loss = prepared.train_step(x, y, nn.functional.cross_entropy, sgd(prepared))
+    assert math.isfinite(loss.item())
+
+
+def test_without_channels_last_inputs_keep_their_layout():
+    prepared = apply(cnn(), TrialConfig(), device="cpu")
+    assert prepared.memory_format is None
+    x, _ = batch(4, (3, 8, 8))
+    assert prepared.to_device(x).is_contiguous()
+
+
+def test_channels_last_refuses_a_model_without_conv2d():
+    with pytest.raises(UnsupportedError, match="2-D convolutions"):
+        apply(mlp(), TrialConfig(channels_last=True), device="cpu")
+
+
+def test_to_device_handles_nested_batches():
+    prepared = apply(cnn(), TrialConfig(channels_last=True), device="cpu")
+    img, y = batch(2, (3, 4, 4))
+    out = prepared.to_device({"image": img, "extra": (y, [img]), "name": "keep"})
+    assert out["name"] == "keep"
+    assert isinstance(out["extra"], tuple) and isinstance(out["extra"][1], list)
+    assert out["image"].is_contiguous(memory_format=torch.channels_last)
+    assert out["extra"][1][0].is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out["extra"][0], y)
+
+
+# ---- threads --------------------------------------------------------------------------
+
+def test_threads_sets_torch_thread_count(restore_threads):
+    target = 1 if restore_threads != 1 else 2
+    apply(mlp(), TrialConfig(threads=target), device="cpu")
+    assert torch.get_num_threads() == target
+
+
+def test_threads_none_keeps_the_current_count(restore_threads):
+    apply(mlp(), TrialConfig(threads=None), device="cpu")
+    assert torch.get_num_threads() == restore_threads
+
+
+# ---- compile --------------------------------------------------------------------------
+
+def test_compile_wraps_the_model_and_trains():
+    """One tiny model: torch.compile costs ~10 s on a CPU."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 2)
+    prepared = apply(model, TrialConfig(compile=True), device="cpu")
+    assert prepared.compiled
+    assert prepared.module is model
+    assert prepared.model is not model
+    assert isinstance(prepared.model, torch._dynamo.eval_frame.OptimizedModule)
+    x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+    before = model.weight.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = [prepared.train_step(x, y, nn.functional.cross_entropy, opt).item() for _ in range(5)]
+    assert all(math.isfinite(v) for v in losses)
+    assert not torch.equal(before, model.weight)  # the optimizer updates the wrapped module
+    assert losses[-1] < losses[0]
+
+
+def test_no_compile_calls_the_module_itself():
+    model = mlp()
+    prepared = apply(model, TrialConfig(), device="cpu")
+    assert prepared.model is model and not prepared.compiled
+
+
+# ---- apply() itself -------------------------------------------------------------------
+
+def test_train_step_reduces_loss_on_digits(digits):
+    x_train, y_train, x_val, y_val = digits
+    prepared = apply(mlp(), {"batch_size": 64}, device="cpu")
+    opt = torch.optim.AdamW(prepared.module.parameters(), lr=1e-2)
+    loss_fn = nn.functional.cross_entropy
+
+    def val_loss() -> float:
+        with torch.inference_mode():
+            return loss_fn(prepared.predict(x_val), y_val).item()
+
+    start = val_loss()
+    g = torch.Generator().manual_seed(0)
+    bs = prepared.config.batch_size
+    for _ in range(4):
+        order = torch.randperm(len(x_train), generator=g)
+        for i in range(0, len(order), bs):
+            idx = order[i:i + bs]
+            prepared.train_step(x_train[idx], y_train[idx], loss_fn, opt)
+    assert val_loss() < 0.25 * start  # ~2.3 (chance) -> ~0.4
+    with torch.inference_mode():
+        accuracy = (prepared.predict(x_val).argmax(-1) == y_val).float().mean().item()
+    assert accuracy > 0.8  # chance is 0.1
+
+
+def test_apply_accepts_a_mapping_and_validates_it():
+    prepared = apply(mlp(), {"precision": "bf16", "batch_size": 32}, device="cpu")
+    assert prepared.config == TrialConfig(precision="bf16", batch_size=32)
+    with pytest.raises(ConfigError, match="precision"):
+        apply(mlp(), {"precision": "fp64"}, device="cpu")
+
+
+def test_apply_defaults_to_the_current_device():
+    prepared = apply(mlp(), TrialConfig())
+    assert prepared.device == default_device()
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert prepared.device.type == expected
+    assert all(p.device.type == expected for p in prepared.module.parameters())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: `advisor.apply` resolves to the submodule advisor/apply.py, not the function, "
+    "once that submodule has been imported (import machinery sets the package attribute), "
+    "so the documented `advisor.apply(model, cfg)` raises TypeError: 'module' object is not callable"))
+def test_public_apply_is_the_function():
+    importlib.import_module("advisor.apply")  # as anything that uses apply (trial.py) does
+    prepared = advisor.apply(mlp(), TrialConfig(precision="bf16"), device="cpu")
+    assert isinstance(prepared, Prepared) and prepared.amp_dtype == torch.bfloat16

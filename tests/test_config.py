@@ -1,0 +1,212 @@
+"""advisor/config.py: TrialConfig, value validation, the export file format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+import advisor
+from advisor.config import FORMAT_VERSION, TrialConfig, dump_export, load_config, validate_values
+from advisor.errors import AdvisorError, ConfigError
+
+
+def export_document(config: TrialConfig) -> dict:
+    return {
+        "advisor_config": FORMAT_VERSION,
+        "config": config.to_dict(),
+        "source": {"study": "digits_cnn-default", "trial": 7, "workload": "/x/model.py"},
+        "measured": {"throughput": 5123.0, "peak_memory": 41943040, "accuracy": 0.97},
+    }
+
+
+# ---- TrialConfig ----------------------------------------------------------------------
+
+def test_defaults_are_plain_fp32_eager():
+    assert TrialConfig().to_dict() == {
+        "batch_size": 64, "precision": "fp32", "threads": None,
+        "channels_last": False, "compile": False, "compile_mode": "default",
+    }
+    assert TrialConfig.keys() == list(TrialConfig().to_dict())
+
+
+def test_from_dict_fills_defaults_and_round_trips():
+    cfg = TrialConfig.from_dict({"batch_size": 128, "precision": "bf16"})
+    assert cfg == TrialConfig(batch_size=128, precision="bf16")
+    assert TrialConfig.from_dict(cfg.to_dict()) == cfg
+    full = TrialConfig(batch_size=8, precision="fp16", threads=2, channels_last=True,
+                       compile=True, compile_mode="max-autotune")
+    assert TrialConfig.from_dict(full.to_dict()) == full
+
+
+def test_from_dict_reports_every_problem_at_once():
+    with pytest.raises(ConfigError) as info:
+        TrialConfig.from_dict({
+            "batch_size": 0, "precision": "fp64", "threads": -1, "channels_last": "yes",
+            "compile": 1, "compile_mode": "turbo", "learning_rate": 0.1,
+        }, where="best.yaml: config")
+    msg = str(info.value)
+    for key in ("batch_size", "precision", "threads", "channels_last", "compile", "compile_mode", "learning_rate"):
+        assert f"best.yaml: config.{key}:" in msg, key
+    assert "unknown key" in msg and "fp64" in msg and "'turbo'" in msg
+    assert isinstance(info.value, AdvisorError) and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("value", [True, 64.0, "64", -8, None])
+def test_batch_size_must_be_a_positive_integer(value):
+    with pytest.raises(ConfigError, match="batch_size: expected a positive integer"):
+        TrialConfig.from_dict({"batch_size": value})
+
+
+def test_from_dict_rejects_non_mapping():
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        TrialConfig.from_dict(["batch_size", 64])
+
+
+def test_key_is_canonical():
+    a = TrialConfig.from_dict({"precision": "bf16", "batch_size": 32})
+    b = TrialConfig.from_dict({"batch_size": 32, "precision": "bf16"})
+    assert a.key() == b.key()
+    assert a.key() != a.replace(batch_size=64).key()
+    assert a.key() != a.replace(channels_last=True).key()
+    assert json.loads(a.key()) == a.to_dict()
+    # Usable to find duplicates.
+    assert len({c.key() for c in (a, b, TrialConfig())}) == 2
+
+
+def test_replace_returns_a_new_validated_config():
+    base = TrialConfig()
+    changed = base.replace(batch_size=256, compile=True)
+    assert (changed.batch_size, changed.compile) == (256, True)
+    assert base == TrialConfig()  # frozen: the original is untouched
+    with pytest.raises(ConfigError, match="precision"):
+        base.replace(precision="fp64")
+    with pytest.raises(ConfigError, match="unknown key"):
+        base.replace(learning_rate=0.1)
+
+
+def test_trial_config_is_immutable():
+    with pytest.raises(AttributeError):
+        TrialConfig().batch_size = 1  # type: ignore[misc]
+
+
+def test_validate_values():
+    assert validate_values({"batch_size": 16, "threads": None, "compile": True}, "x") == []
+    problems = validate_values({"batch_size": "big", "foo": 1}, "space.when")
+    assert len(problems) == 2
+    assert problems[0].startswith("space.when.batch_size:") and "'big'" in problems[0]
+    assert problems[1].startswith("space.when.foo: unknown key")
+    assert validate_values("fp32", "x") == ["x: expected a mapping of knob: value, found str"]
+
+
+# ---- dump_export / load_config ---------------------------------------------------------
+
+@pytest.mark.parametrize("fmt,name", [("yaml", "best.yaml"), ("json", "best.json")])
+def test_export_round_trip(tmp_path, fmt, name):
+    cfg = TrialConfig(batch_size=128, precision="bf16", threads=2, channels_last=True)
+    path = tmp_path / name
+    text = dump_export(export_document(cfg), path, fmt)
+    assert path.read_text() == text
+    assert load_config(path) == cfg
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # no temporary file left behind
+
+
+def test_export_yaml_is_readable_and_keeps_order(tmp_path):
+    text = dump_export(export_document(TrialConfig()), None, "yaml")
+    assert text.splitlines()[0] == f"advisor_config: {FORMAT_VERSION}"
+    assert list(yaml.safe_load(text)) == ["advisor_config", "config", "source", "measured"]
+
+
+def test_export_json_is_json():
+    doc = export_document(TrialConfig(precision="fp16"))
+    assert json.loads(dump_export(doc, None, "json")) == doc
+
+
+def test_export_without_path_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dump_export(export_document(TrialConfig()), None, "yaml")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_overwrites_existing_file(tmp_path):
+    path = tmp_path / "best.yaml"
+    dump_export(export_document(TrialConfig(batch_size=16)), path)
+    dump_export(export_document(TrialConfig(batch_size=512)), path)
+    assert load_config(path).batch_size == 512
+
+
+def test_export_unknown_format(tmp_path):
+    with pytest.raises(ConfigError, match="unknown export format 'toml'"):
+        dump_export(export_document(TrialConfig()), tmp_path / "x.toml", "toml")
+    assert not (tmp_path / "x.toml").exists()
+
+
+def test_load_bare_mapping(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("batch_size: 32\nprecision: bf16\n")
+    assert load_config(path) == TrialConfig(batch_size=32, precision="bf16")
+
+
+def test_public_load_config(tmp_path):
+    path = tmp_path / "cfg.json"
+    path.write_text('{"compile": true, "compile_mode": "max-autotune-no-cudagraphs"}')
+    assert advisor.load_config(str(path)) == TrialConfig(compile=True, compile_mode="max-autotune-no-cudagraphs")
+
+
+def test_load_missing_file(tmp_path):
+    path = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "cannot read" in str(info.value)
+
+
+def test_load_invalid_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("batch_size: [64\n")
+    with pytest.raises(ConfigError, match="not valid YAML or JSON"):
+        load_config(path)
+
+
+def test_load_empty_file(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(path)
+
+
+def test_load_wrong_format_version(tmp_path):
+    path = tmp_path / "future.yaml"
+    doc = export_document(TrialConfig()) | {"advisor_config": 2}
+    dump_export(doc, path)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "advisor_config is 2" in str(info.value) and f"version {FORMAT_VERSION}" in str(info.value)
+
+
+def test_load_export_without_config_section(tmp_path):
+    path = tmp_path / "noconfig.yaml"
+    path.write_text("advisor_config: 1\nmeasured: {throughput: 1.0}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_load_reports_bad_values_with_file_and_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    doc = export_document(TrialConfig())
+    doc["config"]["precision"] = "fp8"
+    doc["config"]["batch_size"] = -1
+    dump_export(doc, path)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert f"{path}: config.precision" in msg and "'fp8'" in msg
+    assert f"{path}: config.batch_size" in msg
+
+
+def test_load_uses_safe_yaml(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("!!python/object/apply:os.system ['echo hacked']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)

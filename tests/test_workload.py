@@ -1,0 +1,113 @@
+"""The model.py contract: each violation is a clear message, exit status 2, and no study."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.cli import main
+from advisor.errors import WorkloadError
+from advisor.workload import load_workload, preflight
+from conftest import EXAMPLES, WORKLOADS, write_model
+
+GOOD_DATA = """
+import torch
+from torch.utils.data import TensorDataset
+def datasets():
+    x = torch.randn(64, 4); y = torch.randint(0, 2, (64,))
+    return TensorDataset(x, y), TensorDataset(x, y)
+"""
+GOOD_MODEL = """
+def model():
+    return torch.nn.Linear(4, 2)
+"""
+
+# (id, model.py text, what the message must say)
+VIOLATIONS = [
+    ("syntax", "def model(:\n", "not valid Python"),
+    ("not-python", "\x00\x01binary garbage ]]]\n", "not valid Python"),
+    ("import-error", "import not_a_module_anywhere\n", "ModuleNotFoundError"),
+    ("raises-on-import", "raise RuntimeError('boom at import')\n", "boom at import"),
+    ("no-model", GOOD_DATA, "model() is missing"),
+    ("no-datasets", "import torch\n" + GOOD_MODEL, "datasets() is missing"),
+    ("model-not-module", GOOD_DATA + "def model():\n    return 42\n", "must return a torch.nn.Module, found int"),
+    ("model-no-params", GOOD_DATA + "def model():\n    return torch.nn.ReLU()\n", "no trainable parameters"),
+    ("model-raises", GOOD_DATA + "def model():\n    raise ValueError('bad init')\n", "model() raised ValueError: bad init"),
+    ("datasets-single", "import torch\n" + GOOD_MODEL + "def datasets():\n    return [1, 2, 3]\n",
+     "must return (train, validation)"),
+    ("datasets-not-dataset", "import torch\n" + GOOD_MODEL + "def datasets():\n    return 1, 2\n",
+     "map-style Dataset"),
+    ("empty-train", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
+     "def datasets():\n    e = TensorDataset(torch.zeros(0, 4), torch.zeros(0))\n    return e, e\n", "train dataset is empty"),
+    ("empty-validation", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
+     "def datasets():\n    x = TensorDataset(torch.zeros(4, 4), torch.zeros(4, dtype=torch.long))\n"
+     "    return x, TensorDataset(torch.zeros(0, 4), torch.zeros(0))\n", "validation dataset is empty"),
+    ("item-not-pair", "import torch\n" + GOOD_MODEL + "def datasets():\n    d = [torch.zeros(4)] * 4\n    return d, d\n",
+     "must be an (input, target) pair"),
+    ("inconsistent-shapes", "import torch\n" + GOOD_MODEL +
+     "def datasets():\n    d = [(torch.zeros(4), 0), (torch.zeros(5), 1)]\n    return d, d\n", "inconsistent shapes"),
+    ("forward-raises", GOOD_DATA + "def model():\n    return torch.nn.Linear(3, 2)\n",
+     "forward raised RuntimeError on a batch of 2"),
+    ("loss-not-scalar", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return o.sum(1)\n", "must return a scalar tensor"),
+    ("loss-no-grad", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return torch.tensor(1.0)\n", "does not require grad"),
+    ("metric-not-number", GOOD_DATA + GOOD_MODEL + "def metric(o, t):\n    return 'high'\n", "must return a number, found str"),
+    ("metric-nan", GOOD_DATA + GOOD_MODEL + "def metric(o, t):\n    return float('nan')\n", "expected a finite number"),
+    ("optimizer-wrong", GOOD_DATA + GOOD_MODEL + "def optimizer(p):\n    return None\n", "must return a torch.optim.Optimizer"),
+    ("loss-not-callable", GOOD_DATA + GOOD_MODEL + "loss = 3\n", "loss must be a function"),
+    ("baseline-not-dict", GOOD_DATA + GOOD_MODEL + "BASELINE = 64\n", "BASELINE must be a dict"),
+    ("baseline-unknown-key", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batchsize': 64}\n", "batchsize: unknown key"),
+    ("baseline-bad-value", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batch_size': 0}\n", "expected a positive integer"),
+]
+
+
+@pytest.mark.parametrize("body,expected", [v[1:] for v in VIOLATIONS], ids=[v[0] for v in VIOLATIONS])
+def test_contract_violation_exits_2_with_message_and_writes_nothing(workdir, capsys, body, expected):
+    path = write_model(workdir, body)
+    code = main(["tune", str(path), "--trials", "2"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err
+    assert str(path) in err  # the message names the file
+    assert not (workdir / "advisor.db").exists()  # no study created
+
+
+def test_missing_file(workdir, capsys):
+    assert main(["tune", str(workdir / "nope.py")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not (workdir / "advisor.db").exists()
+
+
+def test_directory_instead_of_file(workdir, capsys):
+    assert main(["tune", str(workdir)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_preflight_facts_of_examples():
+    for name, conv in (("digits_mlp.py", False), ("digits_cnn.py", True)):
+        facts = preflight(load_workload(EXAMPLES / name))
+        assert facts["train_size"] + facts["val_size"] == 1797  # sklearn's digits
+        assert facts["parameters"] > 1000
+        assert facts["has_conv2d"] is conv
+
+
+def test_independent_workload_with_dict_inputs_and_own_metric():
+    """A model.py written to the contract outside the examples (dict inputs, tensor metric)."""
+    wl = load_workload(WORKLOADS / "valid.py")
+    assert wl.baseline == {"batch_size": 32}
+    assert preflight(wl)["train_size"] == 512
+
+
+def test_load_from_source_when_file_is_absent(tmp_path):
+    """Workers on another node load model.py from the source the driver shipped."""
+    text = (WORKLOADS / "valid.py").read_text()
+    wl = load_workload(tmp_path / "elsewhere" / "model.py", source=text)
+    assert wl.sha256 == load_workload(WORKLOADS / "valid.py").sha256
+    assert callable(wl.model)
+
+
+def test_error_names_function_and_keeps_traceback_tail(tmp_path):
+    path = write_model(tmp_path, GOOD_DATA + "def model():\n    return helper()\ndef helper():\n    raise KeyError('deep')\n")
+    wl = load_workload(path)
+    with pytest.raises(WorkloadError) as info:
+        preflight(wl)
+    text = str(info.value)
+    assert "model() raised KeyError" in text and "helper" in text
