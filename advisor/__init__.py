@@ -17,8 +17,12 @@ __all__ = [
     "AdvisorError", "Prepared", "TrialConfig", "TrialResult", "apply", "load_config", "__version__",
 ]
 
+# Bound eagerly: the submodule advisor.apply shares the function's name, and a lazy
+# lookup would be shadowed by the module once anything imports advisor.apply.
+from advisor.apply import Prepared, apply  # noqa: E402  (light: torch loads on first use)
+
 _LAZY = {
-    "apply": "advisor.apply", "Prepared": "advisor.apply", "TrialConfig": "advisor.config",
+    "TrialConfig": "advisor.config",
     "load_config": "advisor.config", "TrialResult": "advisor.trial", "AdvisorError": "advisor.errors",
 }
 

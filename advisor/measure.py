@@ -2,8 +2,8 @@
 
 Timing: warm-up steps are excluded (the first steps, where torch.compile compiles, are
 timed apart as compile time); every timed step ends with a device synchronisation; steps
-are pooled into blocks of at least ``block_s`` seconds (so timer noise does not dominate
-short steps) and timed until the interquartile range of the per-step block times is within
+are pooled into blocks of equal step count lasting about ``block_s`` seconds (so timer
+noise does not dominate short steps) and timed until the interquartile range of the per-step block times is within
 ``target_rel_iqr`` of their median (at least ``min_steps`` steps and ``min_blocks`` blocks) or
 ``max_seconds`` of timed steps have run. Median and IQR are kept.
 
@@ -14,7 +14,9 @@ plus NVML device-level samples; on CPU, the process's peak resident set (``VmHWM
 
 from __future__ import annotations
 
+import math
 import statistics
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -66,18 +68,22 @@ class StepTimer:
         self.steps = 0
         self.total_s = 0.0
         self._block = [0.0, 0]
+        self._per_block = 0
 
     def step(self) -> _TimedStep:
         return _TimedStep(self)
 
     def add(self, seconds: float) -> None:
-        """Record one step. Steps shorter than ``block_s`` are pooled into blocks so that
-        timer and scheduler noise does not dominate a sample."""
+        """Record one step. Short steps are pooled into blocks of equal step count (sized
+        from the first timed step to last about ``block_s``) so that timer and scheduler
+        noise does not dominate a sample; the median is over the blocks' mean step time."""
+        if self._per_block == 0:
+            self._per_block = max(1, math.ceil(self.block_s / max(seconds, 1e-9)))
         self.steps += 1
         self.total_s += seconds
         self._block[0] += seconds
         self._block[1] += 1
-        if self._block[0] >= self.block_s:
+        if self._block[1] >= self._per_block:
             self.samples.append(self._block[0] / self._block[1])
             self._block = [0.0, 0]
 
@@ -150,7 +156,8 @@ class CpuPeakMemory:
             import resource
 
             self.exact = False
-            hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            return max(0, (maxrss if sys.platform == "darwin" else maxrss * 1024) - self.baseline)  # macOS: bytes
         return max(0, hwm * 1024 - self.baseline)
 
 

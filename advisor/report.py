@@ -21,7 +21,7 @@ def fmt_bytes(n: float | None) -> str:
 
 
 def fmt_rate(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}/s"
+    return "-" if x is None else f"{x:,.0f}"
 
 
 def describe_config(config: dict[str, Any]) -> str:
@@ -80,7 +80,7 @@ def front_table(study: optuna.Study) -> Any:
     from rich.table import Table
 
     table = Table(title=f"Pareto front of {study.study_name} (feasible trials)", title_justify="left")
-    for name, justify in (("trial", "right"), ("configuration", "left"), ("throughput", "right"),
+    for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
                           ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"),
                           ("accuracy", "right"), ("Δ acc", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]

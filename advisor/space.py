@@ -239,6 +239,10 @@ def filter_space(space: SearchSpace, hw: Hardware, max_batch_size: int | None = 
     dropped: list[Dropped] = []
     problems: list[str] = []
     for knob in space.knobs:
+        not_here = TECHNIQUES[knob.name].applies(hw) if knob.name in TECHNIQUES else None
+        if not_here:  # the knob means nothing on this hardware: remove it, keep its default
+            dropped.extend(Dropped(knob.name, value, not_here) for value in knob.choices)
+            continue
         keep = []
         for value in knob.choices:
             if knob.name == "batch_size":

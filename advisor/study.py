@@ -116,14 +116,15 @@ class Tuner:
         self.space: SearchSpace = filter_space(space, self.hardware, self.facts.get("train_size"),
                                                self.facts.get("has_conv2d"))
         self.baseline = TrialConfig.from_dict(self.workload.baseline, where=f"{self.workload.path}: BASELINE")
-        self.url = st.storage_url(o.storage)
-        self.storage = st.open_storage(self.url)
         self.study_name = st.check_study_name(o.study_name or f"{self.workload.name}-{space.name}")
+        make_sampler(o.sampler, o.seed)  # an unknown sampler is refused before storage is touched
         train_samples = o.train_samples or 5 * self.facts.get("train_size", 0)
         if train_samples < 1:
             raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
         self.settings = TrialSettings(train_samples=train_samples, seed=o.seed, device=self.hardware.device)
         self.fingerprint = fingerprint(self.hardware)
+        self.url = st.storage_url(o.storage)
+        self.storage = st.open_storage(self.url)  # last: it creates the SQLite file
 
     # ---- the study ------------------------------------------------------------------
     def open_study(self) -> optuna.Study:

@@ -85,7 +85,7 @@ class TuneOutput:
         if r.ok:
             if self.best is None or r.throughput > self.best:
                 self.best = r.throughput
-            text = (f"{report.fmt_rate(r.throughput)} samples, {report.fmt_bytes(r.peak_memory_bytes)}, "
+            text = (f"{r.throughput:,.0f} samples/s, {report.fmt_bytes(r.peak_memory_bytes)}, "
                     f"accuracy {r.accuracy:.4f}")
         else:
             text = f"FAILED [{r.failure_class}] {(r.failure_message or '').strip().splitlines()[0][:100]}"

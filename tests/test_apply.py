@@ -244,10 +244,6 @@ def test_apply_defaults_to_the_current_device():
     assert all(p.device.type == expected for p in prepared.module.parameters())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: `advisor.apply` resolves to the submodule advisor/apply.py, not the function, "
-    "once that submodule has been imported (import machinery sets the package attribute), "
-    "so the documented `advisor.apply(model, cfg)` raises TypeError: 'module' object is not callable"))
 def test_public_apply_is_the_function():
     importlib.import_module("advisor.apply")  # as anything that uses apply (trial.py) does
     prepared = advisor.apply(mlp(), TrialConfig(precision="bf16"), device="cpu")

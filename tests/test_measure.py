@@ -97,16 +97,19 @@ def test_capped_stops_at_max_seconds():
     assert 2 <= result.steps <= 15  # 0.3 s of 0.02 s steps (fewer if sleeps overrun)
 
 
-def test_short_steps_are_pooled_into_blocks():
+def test_short_steps_are_pooled_into_blocks_of_equal_count():
+    """The first timed step sizes the blocks (ceil(0.1 / 0.03) = 4 steps); every block then
+    has that many steps, so one slow step cannot become a sample of its own."""
     timer = StepTimer(block_s=0.1)
     for _ in range(3):
         timer.add(0.03)
-    assert timer.samples == []  # 0.09 s: the block is not full yet
+    assert timer.samples == []  # 3 of 4 steps: the block is not full yet
     timer.add(0.03)
     assert timer.samples == [pytest.approx(0.03)]  # one block of 4 steps, per-step time
-    timer.add(0.5)  # a long step is a block on its own
-    assert timer.samples == [pytest.approx(0.03), pytest.approx(0.5)]
-    assert timer.steps == 5 and timer.total_s == pytest.approx(0.62)
+    for seconds in (0.5, 0.03, 0.03, 0.03):
+        timer.add(seconds)
+    assert timer.samples == [pytest.approx(0.03), pytest.approx(0.59 / 4)]
+    assert timer.steps == 8 and timer.total_s == pytest.approx(0.71)
 
 
 def test_converged_needs_enough_steps_blocks_and_a_small_spread():

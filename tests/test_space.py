@@ -308,10 +308,6 @@ def test_a100_keeps_every_precision():
     assert not dropped(filtered, "precision")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: filter_space raises SpaceError for the default preset on any GPU node: every "
-    "threads value is refused there, and a knob left with no option is an error, so "
-    "`advisor tune` cannot run on a GPU machine"))
 def test_a100_default_preset_drops_threads():
     """The A100 is DECLARED (Hardware built by hand), not a real GPU.
 

@@ -37,6 +37,11 @@ class Technique:
         """Values listed in the capability table for this hardware."""
         return list(self.values)
 
+    def applies(self, hw: Hardware) -> str | None:
+        """``None`` if this knob means anything on ``hw``; else why not. A knob that does
+        not apply is removed from the space (its default is used), not an error."""
+        return None
+
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         """Why ``value`` cannot run on ``hw``; ``None`` when it can."""
         return None

@@ -28,11 +28,16 @@ class Threads(Technique):
             n *= 2
         return values + [hw.cpu.cores]
 
+    def applies(self, hw: Hardware) -> str | None:
+        if hw.device != "cpu":
+            return "the thread count is tuned only for CPU trials; this node runs trials on its GPU"
+        return None
+
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value is None:
             return None
-        if hw.device != "cpu":
-            return "the thread count is tuned only for CPU trials; this node runs trials on its GPU"
+        if self.applies(hw):
+            return self.applies(hw)
         if value > hw.cpu.cores:
             return f"this machine has {hw.cpu.cores} cores available to a trial"
         return None

@@ -1,0 +1,119 @@
+"""The command line: help and examples, light imports, hardware, spaces, init; layering."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from advisor.cli import main, parse_size
+from advisor.errors import StudyError
+from advisor.workload import load_workload, preflight
+
+COMMANDS = ("tune", "hardware", "spaces", "export", "init")
+
+
+def run_py(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_help_imports_no_heavy_module():
+    out = run_py("import sys\nfrom advisor.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+                 "print('LOADED', sorted(m for m in ('torch', 'ray', 'optuna', 'textual') if m in sys.modules))")
+    assert "tune" in out and "LOADED []" in out
+
+
+def test_engine_never_imports_the_tui():
+    """advisor/ must not pull in textual or tui/, whatever part of it is imported."""
+    code = ("import sys, pkgutil, importlib, advisor\n"
+            "for m in pkgutil.walk_packages(advisor.__path__, 'advisor.'):\n"
+            "    if m.name != 'advisor.__main__':\n        importlib.import_module(m.name)\n"
+            "print(sorted(n for n in sys.modules if n == 'textual' or n.startswith(('textual.', 'tui'))))")
+    assert run_py(code).strip() == "[]"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_help_ends_with_examples(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out.rstrip()
+    assert "examples:" in out
+    assert out.splitlines()[-1].strip().startswith("advisor ")
+
+
+def test_hardware_json_lists_every_option_with_reason(capsys):
+    assert main(["hardware", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fingerprint"]["cpu_cores"] >= 1 and data["fingerprint"]["torch_version"]
+    options = {(o["knob"], json.dumps(o["value"])): o for o in data["options"]}
+    assert options[("precision", '"fp32"')]["available"] is True
+    assert all(o["reason"] for o in data["options"] if not o["available"])
+    if not data["fingerprint"]["gpus"]:
+        assert "no CUDA GPU" in options[("precision", '"tf32"')]["reason"]
+
+
+def test_hardware_table(capsys):
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    assert "precision" in out and "compile" in out and "Trials run on" in out
+
+
+def test_spaces_lists_presets_and_shows_one(capsys):
+    assert main(["spaces"]) == 0
+    out = capsys.readouterr().out
+    assert "default" in out and "configurations" in out
+    assert main(["spaces", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "batch_size" in out and "[16, 32, 64, 128, 256, 512]" in out
+
+
+def test_spaces_unknown_is_exit_2(capsys):
+    assert main(["spaces", "no-such-space"]) == 2
+    assert "not a shipped preset" in capsys.readouterr().err
+
+
+def test_init_writes_a_template_that_passes_preflight(tmp_path, capsys):
+    path = tmp_path / "model.py"
+    assert main(["init", str(path)]) == 0
+    facts = preflight(load_workload(path))
+    assert facts["train_size"] == 1600
+    assert main(["init", str(path)]) == 2  # no silent overwrite
+    assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--trials", "0"], "--trials must be at least 1"),
+    (["--timeout", "-5"], "--timeout must be a positive number"),
+    (["--trial-timeout", "0"], "--trial-timeout must be a positive number"),
+    (["--storage", "not a url"], "is not a storage URL"),
+    (["--storage", "sqlite:////nonexistent-dir/x.db"], "does not exist"),
+    (["--study", "bad name!"], "study name 'bad name!' is invalid"),
+    (["--memory-cap", "lots"], "is not a size"),
+    (["--sampler", "magic"], "--sampler 'magic' is unknown"),
+    (["--space", "missing.yaml"], "no such file"),
+])
+def test_bad_tune_arguments_exit_2_before_any_study(args, message, tmp_path, monkeypatch, capsys):
+    from conftest import EXAMPLES
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", str(EXAMPLES / "digits_mlp.py"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "advisor.db").exists()
+
+
+def test_export_on_empty_or_missing_storage(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "--pick", "fastest"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "advisor.db").exists()
+
+
+def test_parse_size():
+    assert parse_size("2GiB") == 2 * 2**30
+    assert parse_size("500MiB") == 500 * 2**20
+    assert parse_size("1.5g") == int(1.5 * 2**30)
+    assert parse_size("1000") == 1000
+    with pytest.raises(StudyError):
+        parse_size("-1GiB")
