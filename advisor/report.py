@@ -79,7 +79,9 @@ def front_table(study: optuna.Study) -> Any:
     """A rich Table of the Pareto front (baseline row first, marked)."""
     from rich.table import Table
 
-    table = Table(title=f"Pareto front of {study.study_name} (feasible trials)", title_justify="left")
+    table = Table(title=f"Pareto front of {study.study_name} (feasible trials)", title_justify="left",
+                  caption="· marks the baseline when it is not itself on the front; ratios are to the baseline",
+                  caption_justify="left")
     for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
                           ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"),
                           ("accuracy", "right"), ("Δ acc", "right")):
