@@ -125,3 +125,35 @@ def test_gpu_request_on_cpu_cluster_is_refused_up_front(ray_session):
 
     with pytest.raises(SchedulerError, match="no node of the Ray cluster has one"):
         RayExecutor("cuda").start()
+
+
+def test_ctrl_c_cancels_and_records_running_trial(workdir):
+    """SIGINT to a real `advisor tune` process: the running trial is cancelled and recorded,
+    the front so far is printed, exit status 130, no RUNNING trial left in storage."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    env = {**os.environ, "ADVISOR_RAY_DIR": tempfile.mkdtemp(prefix="advs-")}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager",
+         "--trials", "10", *FAST], cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("trial   1"):  # trial 2 is submitted right after; give it a second
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    out = "".join(lines) + rest
+    assert proc.returncode == 130, out
+    assert "interrupted by SIGINT" in out and "Pareto front" in out
+    study = load(workdir / "advisor.db", "digits_mlp-eager")
+    states = [t.state.name for t in study.trials]
+    assert "RUNNING" not in states
+    assert any(t.user_attrs.get("failure_class") == "cancelled" for t in study.trials)
