@@ -12,7 +12,7 @@ setup that was measured::
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from advisor.config import TrialConfig
@@ -40,7 +40,6 @@ class Prepared:
     scaler: Any = None
     memory_format: Any = None
     compiled: bool = False
-    notes: list[str] = field(default_factory=list)
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:

@@ -172,9 +172,9 @@ def cmd_spaces(args: argparse.Namespace) -> int:
 
     if not args.name:
         for name in search_spaces.names():
+            space = load_space(name)
             text = search_spaces.read(name) or ""
             first = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")), "")
-            space = load_space(name)
             print(f"{name:10s} {space.size():6d} configurations  {first}")
         return 0
     from advisor.hardware import detect

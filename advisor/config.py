@@ -98,8 +98,12 @@ def dump_export(document: dict[str, Any], path: str | Path | None, fmt: str = "y
     if path is not None:
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
     return text
 
 

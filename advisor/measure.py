@@ -39,6 +39,7 @@ class Timing:
         return asdict(self) | {"rel_iqr": self.rel_iqr}
 
 
+
 def median_iqr(samples: list[float]) -> tuple[float, float]:
     if len(samples) < 2:
         return (samples[0] if samples else 0.0), 0.0

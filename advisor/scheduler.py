@@ -57,6 +57,8 @@ class RayExecutor:
         import ray
 
         t = time.perf_counter()
+        if self.address:
+            _check_reachable(self.address)
         if not ray.is_initialized():
             kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level="ERROR",
                                           log_to_driver=False, configure_logging=False)
@@ -103,10 +105,6 @@ class RayExecutor:
             # All of the smallest node's CPUs: one trial per node at a time.
             self.resources = {"num_cpus": int(min(r["CPU"] for r in cpu_nodes))}
             self.slots = len(cpu_nodes)
-
-    @property
-    def cpus_per_trial(self) -> int:
-        return int(self.resources.get("num_cpus", 1))
 
     def submit(self, number: int, payload: dict[str, Any]) -> Running:
         import ray
@@ -155,6 +153,20 @@ class RayExecutor:
 
         if self.started_here and ray.is_initialized():
             ray.shutdown()
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse an unreachable HOST:PORT at once (ray.init would retry for minutes)."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" and other forms: left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise SchedulerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc} "
+                             "(is `ray start --head` running there?)") from None
 
 
 def _trial_task(payload: dict[str, Any]) -> dict[str, Any]:

@@ -225,10 +225,9 @@ def _order_by_dependencies(knobs: list[Knob]) -> list[Knob]:
     return ordered
 
 
-def filter_space(space: SearchSpace, hw: Hardware, max_batch_size: int | None = None,
-                 has_conv2d: bool | None = None) -> SearchSpace:
-    """Drop the options ``hw`` cannot run, and those the workload rules out: batch sizes
-    over the training set, channels_last for a model without 2-D convolutions.
+def filter_space(space: SearchSpace, hw: Hardware, facts: dict[str, Any] | None = None) -> SearchSpace:
+    """Drop the options ``hw`` cannot run, and those the workload (``facts`` from the
+    preflight) rules out: batch sizes over the training set, a technique's pointless values.
 
     Raises SpaceError when a knob would be left with no option at all: the user is
     told what cannot run here instead of getting a silently empty space.
@@ -238,6 +237,8 @@ def filter_space(space: SearchSpace, hw: Hardware, max_batch_size: int | None = 
     kept: list[Knob] = []
     dropped: list[Dropped] = []
     problems: list[str] = []
+    facts = facts or {}
+    max_batch_size = facts.get("train_size")
     for knob in space.knobs:
         not_here = TECHNIQUES[knob.name].applies(hw) if knob.name in TECHNIQUES else None
         if not_here:  # the knob means nothing on this hardware: remove it, keep its default
@@ -248,10 +249,9 @@ def filter_space(space: SearchSpace, hw: Hardware, max_batch_size: int | None = 
             if knob.name == "batch_size":
                 reason = (f"larger than the training set ({max_batch_size} samples)"
                           if max_batch_size is not None and value > max_batch_size else None)
-            elif knob.name == "channels_last" and value and has_conv2d is False:
-                reason = "the model has no 2-D convolutions, so the memory format changes nothing"
             else:
-                reason = TECHNIQUES[knob.name].unavailable(value, hw)
+                technique = TECHNIQUES[knob.name]
+                reason = technique.unavailable(value, hw) or technique.pointless(value, facts)
             if reason:
                 dropped.append(Dropped(knob.name, value, reason))
             else:

@@ -30,34 +30,60 @@ def check_study_name(name: str) -> str:
     return name
 
 
+def _journal_path(url: str) -> Path | None:
+    if url.startswith("journal:") or ("://" not in url and url.endswith((".log", ".jsonl"))):
+        return Path(url.removeprefix("journal:"))
+    return None
+
+
+def check_storage(url: str, must_exist: bool = False) -> None:
+    """Report a bad URL, an unusable path or an unreachable database, writing nothing.
+
+    A SQLite or journal file is only checked (its directory exists and is writable);
+    another database URL is connected to once.
+    """
+    journal = _journal_path(url)
+    if journal is not None:
+        _check_file(journal, url, must_exist)
+        return
+    if "://" not in url:
+        raise StudyError(f"storage {url!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
+                         "postgresql://user@host/db, or journal:PATH")
+    if url.startswith("sqlite:///"):
+        _check_file(Path(url.removeprefix("sqlite:///")), url, must_exist)
+        return
+    import sqlalchemy
+
+    try:
+        with sqlalchemy.create_engine(url).connect():
+            pass
+    except Exception as exc:
+        raise StudyError(f"storage {url!r} cannot be reached: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
 def open_storage(url: str, must_exist: bool = False) -> Any:
-    """Open an Optuna storage, reporting a bad URL or an unusable path before any trial runs.
+    """Open an Optuna storage after ``check_storage``.
 
     ``sqlite:///path.db`` and other SQLAlchemy URLs open an RDBStorage; a path ending in
     ``.log`` or ``.jsonl`` (or ``journal:PATH``) opens a JournalFileBackend.
     """
     import optuna
 
-    if url.startswith("journal:") or url.endswith((".log", ".jsonl")) and "://" not in url:
+    check_storage(url, must_exist)
+    journal = _journal_path(url)
+    if journal is not None:
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-        path = Path(url.removeprefix("journal:"))
-        _check_file(path, url, must_exist)
-        return JournalStorage(JournalFileBackend(str(path)))
-    if "://" not in url:
-        raise StudyError(f"storage {url!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
-                         "postgresql://user@host/db, or journal:PATH")
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        _check_file(path, url, must_exist)
-        new = not path.exists()
+        return JournalStorage(JournalFileBackend(str(journal)))
+    sqlite = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    new = sqlite is not None and not sqlite.exists()
     try:
         storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}}
                                              if url.startswith("sqlite") else None)
     except Exception as exc:
         raise StudyError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {_first_line(exc)}") from None
-    if url.startswith("sqlite:///") and new and path.exists():
-        os.chmod(path, 0o600)  # studies may name private paths: readable by the user only
+    if new and sqlite.exists():
+        os.chmod(sqlite, 0o600)  # studies may name private paths: readable by the user only
     return storage
 
 

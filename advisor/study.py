@@ -11,7 +11,7 @@ import math
 import signal
 import warnings
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from advisor import storage as st
@@ -46,23 +46,6 @@ class TuneOptions:
     skip_preflight: bool = False
 
 
-@dataclass
-class Progress:
-    """What a reporter is told as the study runs."""
-
-    study_name: str
-    storage: str
-    total: int
-    done: int = 0
-    failed: dict[str, int] = field(default_factory=dict)
-    duplicates: int = 0
-    started: float = field(default_factory=time.monotonic)
-    best_throughput: float | None = None
-    notes: list[str] = field(default_factory=list)
-    overhead: dict[str, float] = field(default_factory=dict)
-    stopped_by: str | None = None
-
-
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     """The sampler for a study.
 
@@ -94,6 +77,7 @@ class Tuner:
         self.executor: RayExecutor | None = None
         self.running: dict[int, tuple[Running, optuna.Trial, TrialConfig]] = {}
         self.stop_reason: str | None = None
+        self.baseline_accuracy: float | None = None
 
     # ---- preparation: everything that can fail on bad input happens before Ray starts --
     def prepare(self) -> None:
@@ -113,18 +97,19 @@ class Tuner:
         self.facts = {} if o.skip_preflight else preflight(self.workload)
         space = load_space(o.space)
         self.hardware = detect()
-        self.space: SearchSpace = filter_space(space, self.hardware, self.facts.get("train_size"),
-                                               self.facts.get("has_conv2d"))
+        self.space: SearchSpace = filter_space(space, self.hardware, self.facts)
         self.baseline = TrialConfig.from_dict(self.workload.baseline, where=f"{self.workload.path}: BASELINE")
         self.study_name = st.check_study_name(o.study_name or f"{self.workload.name}-{space.name}")
         make_sampler(o.sampler, o.seed)  # an unknown sampler is refused before storage is touched
+        if o.train_samples is not None and o.train_samples < 1:
+            raise StudyError(f"--train-samples must be at least 1, found {o.train_samples}")
         train_samples = o.train_samples or 5 * self.facts.get("train_size", 0)
         if train_samples < 1:
             raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
         self.settings = TrialSettings(train_samples=train_samples, seed=o.seed, device=self.hardware.device)
         self.fingerprint = fingerprint(self.hardware)
         self.url = st.storage_url(o.storage)
-        self.storage = st.open_storage(self.url)  # last: it creates the SQLite file
+        st.check_storage(self.url)  # checked now; opened (and a SQLite file created) in run()
 
     # ---- the study ------------------------------------------------------------------
     def open_study(self) -> optuna.Study:
@@ -181,15 +166,23 @@ class Tuner:
     def run(self) -> optuna.Study:
         from advisor.scheduler import RayExecutor
 
-        study = self.open_study()
-        self.deadline = time.monotonic() + self.o.timeout if self.o.timeout else math.inf
+        # Ray first: if no node can run a trial, say so before any study is written.
         self.executor = RayExecutor(self.hardware.device, self.o.ray_address).start()
+        try:
+            self.storage = st.open_storage(self.url)
+            study = self.open_study()
+        except BaseException:
+            self.executor.shutdown()
+            raise
+        self.deadline = math.inf
         self.emit("ray", {"startup_s": self.executor.startup_s, "slots": self.executor.slots,
                           "resources": self.executor.resources})
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
             signal.signal(s, self._on_signal)
         try:
+            if self.o.timeout:  # the budget counts from here, after Ray has started
+                self.deadline = time.monotonic() + self.o.timeout
             base = self._ensure_baseline(study)
             if base is not None and self.stop_reason is None:
                 self._search(study, base)
@@ -215,6 +208,7 @@ class Tuner:
     def _ensure_baseline(self, study: optuna.Study) -> optuna.trial.FrozenTrial | None:
         base = st.baseline_trial(study)
         if base is not None:
+            self.baseline_accuracy = base.user_attrs["accuracy"]
             return base
         study.enqueue_trial(self.space.enqueue_params(self.baseline), user_attrs={"baseline": True})
         trial = study.ask()
@@ -238,11 +232,11 @@ class Tuner:
         wall = base.user_attrs.get("wall_s", 60.0)
         self.trial_timeout = self.o.trial_timeout or max(120.0, 10.0 * wall)
         self.emit("timeout", {"trial_timeout_s": self.trial_timeout})
-        seen = {t.user_attrs["config_key"]: t for t in study.get_trials(deepcopy=False)
-                if st.measured(t) and "config_key" in t.user_attrs}
+        trials = study.get_trials(deepcopy=False)
+        seen = {t.user_attrs["config_key"]: t for t in trials if st.measured(t) and "config_key" in t.user_attrs}
+        done = sum(1 for t in trials if st.measured(t))
         space_size, dups_in_row = self.space.size(), 0
         while self.stop_reason is None:
-            done = sum(1 for t in study.get_trials(deepcopy=False) if st.measured(t))
             while (len(self.running) < self.executor.slots and done + len(self.running) < self.o.trials
                    and time.monotonic() < self.deadline and len(seen) < space_size):
                 trial = study.ask()
@@ -266,6 +260,7 @@ class Tuner:
                 break
             for trial in self._collect(study, self.trial_timeout):
                 seen[trial.user_attrs["config_key"]] = trial
+                done += st.measured(trial)
 
     def _submit(self, trial: optuna.Trial, config: TrialConfig) -> None:
         trial.set_user_attr("config", config.to_dict())
@@ -299,9 +294,9 @@ class Tuner:
                 trial.set_user_attr(key, value)
         trial.set_user_attr("wall_s", wall)
         if result.ok:
-            base = st.baseline_trial(study)
-            base_acc = result.accuracy if base is None else base.user_attrs["accuracy"]
-            trial.set_constraint("accuracy_drop", (base_acc - result.accuracy) - self.o.max_accuracy_drop)
+            if self.baseline_accuracy is None:  # this is the baseline
+                self.baseline_accuracy = result.accuracy
+            trial.set_constraint("accuracy_drop", (self.baseline_accuracy - result.accuracy) - self.o.max_accuracy_drop)
             if self.o.memory_cap is not None:
                 trial.set_constraint("memory_cap", result.peak_memory_bytes - self.o.memory_cap)
             frozen = study.tell(trial, [result.throughput, result.peak_memory_bytes, result.accuracy])

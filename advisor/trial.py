@@ -6,6 +6,7 @@ for a failure of the configuration: that is a result with a failure class.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -78,6 +79,7 @@ class TrialResult:
 
     @classmethod
     def failed(cls, failure_class: str, message: str, **extra: Any) -> TrialResult:
+        assert failure_class in FAILURE_CLASSES, failure_class
         return cls(ok=False, failure_class=failure_class, failure_message=message, **extra)
 
 
@@ -155,12 +157,9 @@ def _measure(payload: dict[str, Any]) -> TrialResult:
     timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize)
 
     def step(timed: bool) -> Any:
-        if timed:
-            with timer.step():
-                x, y = next(batches)
-                return prepared.train_step(x, y, workload.loss, optimizer)
-        x, y = next(batches)
-        return prepared.train_step(x, y, workload.loss, optimizer)
+        with timer.step() if timed else contextlib.nullcontext():  # data loading is timed too
+            x, y = next(batches)
+            return prepared.train_step(x, y, workload.loss, optimizer)
 
     # 1. Train for the study's fixed number of samples; warm-up steps are untimed.
     t = time.perf_counter()
@@ -205,6 +204,7 @@ def _measure(payload: dict[str, Any]) -> TrialResult:
     if hasattr(memory, "reserved_bytes"):
         telemetry["reserved_peak_bytes"] = memory.reserved_bytes()
     telemetry["peak_memory_exact"] = getattr(memory, "exact", True)
+    telemetry["timing"] = timing.to_dict()  # the measurement's spread, for a reader to judge
     return TrialResult(
         ok=True,
         throughput=bs / timing.median_s,

@@ -93,6 +93,8 @@ def test_init_writes_a_template_that_passes_preflight(tmp_path, capsys):
     (["--memory-cap", "lots"], "is not a size"),
     (["--sampler", "magic"], "--sampler 'magic' is unknown"),
     (["--space", "missing.yaml"], "no such file"),
+    (["--train-samples", "0"], "--train-samples must be at least 1"),
+    (["--ray-address", "127.0.0.1:1"], "cannot reach the Ray cluster at '127.0.0.1:1'"),
 ])
 def test_bad_tune_arguments_exit_2_before_any_study(args, message, tmp_path, monkeypatch, capsys):
     from conftest import EXAMPLES
@@ -108,6 +110,15 @@ def test_export_on_empty_or_missing_storage(tmp_path, monkeypatch, capsys):
     assert main(["export", "--pick", "fastest"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "advisor.db").exists()
+
+
+def test_export_to_unwritable_path_is_exit_2(tmp_path, capsys):
+    from advisor.config import dump_export
+    from advisor.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot write"):
+        dump_export({"advisor_config": 1, "config": {}}, tmp_path / "missing-dir" / "best.yaml")
+    assert not (tmp_path / "missing-dir").exists()
 
 
 def test_parse_size():

@@ -400,7 +400,7 @@ def test_knob_with_no_option_left_is_an_error():
 
 def test_batch_sizes_over_training_set_dropped():
     """A DECLARED CPU node; the training set size is given as max_batch_size."""
-    filtered = filter_space(space_of("batch_size: {low: 16, high: 512}"), cpu_node(), max_batch_size=100)
+    filtered = filter_space(space_of("batch_size: {low: 16, high: 512}"), cpu_node(), {"train_size": 100})
     assert choices(filtered, "batch_size") == (16, 32, 64)
     reasons = dropped(filtered, "batch_size")
     assert set(reasons) == {128, 256, 512}
@@ -410,9 +410,9 @@ def test_batch_sizes_over_training_set_dropped():
 def test_channels_last_dropped_without_conv2d():
     """A DECLARED CPU node; has_conv2d comes from the workload's preflight."""
     space = space_of("channels_last: {choices: [false, true]}")
-    assert choices(filter_space(space, cpu_node(), has_conv2d=True), "channels_last") == (False, True)
+    assert choices(filter_space(space, cpu_node(), {"has_conv2d": True}), "channels_last") == (False, True)
     assert choices(filter_space(space, cpu_node()), "channels_last") == (False, True)  # unknown: kept
-    filtered = filter_space(space, cpu_node(), has_conv2d=False)
+    filtered = filter_space(space, cpu_node(), {"has_conv2d": False})
     assert choices(filtered, "channels_last") == (False,)
     assert "convolution" in dropped(filtered, "channels_last")[True]
 
@@ -420,10 +420,10 @@ def test_channels_last_dropped_without_conv2d():
 def test_filtering_shrinks_size_and_keeps_earlier_drops():
     """A DECLARED CPU node without bf16/fp16 units, filtered twice."""
     space = load_space("eager")
-    once = filter_space(space, cpu_node(cores=2), max_batch_size=1000)
+    once = filter_space(space, cpu_node(cores=2), {"train_size": 1000})
     assert once.size() < space.size()
     assert once.size() == 6 * 1 * 2 * 2  # batch 16..512, fp32 only, threads 1/2, both layouts
-    twice = filter_space(once, cpu_node(cores=2), max_batch_size=50)
+    twice = filter_space(once, cpu_node(cores=2), {"train_size": 50})
     assert set(once.dropped) <= set(twice.dropped)
     assert {d.value for d in twice.dropped if d.knob == "batch_size"} == {64, 128, 256, 512}
 

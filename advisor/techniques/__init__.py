@@ -46,6 +46,11 @@ class Technique:
         """Why ``value`` cannot run on ``hw``; ``None`` when it can."""
         return None
 
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        """Why ``value`` cannot help this workload (``facts`` from the preflight); ``None``
+        when it may. Used to drop options before the search, never to guess a speedup."""
+        return None
+
     def apply(self, value: Any, prepared: Prepared) -> None:
         """Apply ``value`` to the prepared model and step. No-op by default."""
 

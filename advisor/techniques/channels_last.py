@@ -17,6 +17,11 @@ class ChannelsLast(Technique):
     values = (False, True)
     order = 30
 
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        if value and facts.get("has_conv2d") is False:
+            return "the model has no 2-D convolutions, so the memory format changes nothing"
+        return None
+
     def apply(self, value: Any, prepared: Prepared) -> None:
         import torch
 

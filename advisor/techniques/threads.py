@@ -36,8 +36,9 @@ class Threads(Technique):
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value is None:
             return None
-        if self.applies(hw):
-            return self.applies(hw)
+        not_here = self.applies(hw)
+        if not_here:
+            return not_here
         if value > hw.cpu.cores:
             return f"this machine has {hw.cpu.cores} cores available to a trial"
         return None
