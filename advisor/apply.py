@@ -5,17 +5,19 @@ setup that was measured::
 
     prepared = advisor.apply(model, advisor.load_config("best.yaml"))
     optimizer = torch.optim.AdamW(prepared.module.parameters())
-    for x, y in loader:                      # batch size: prepared.config.batch_size
+    for x, y in prepared.loader(train_set, shuffle=True):   # the configured batch / workers
         prepared.train_step(x, y, loss_fn, optimizer)
+    prepared.finish()                        # make pruning permanent, convert QAT to int8
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from advisor.config import TrialConfig
+from advisor.errors import UnsupportedError
 from advisor.workload import forward
 
 
@@ -30,6 +32,16 @@ class Prepared:
         amp_dtype: autocast dtype, or None for no autocast.
         scaler: a GradScaler for fp16, else None.
         memory_format: ``torch.channels_last`` for 4-D inputs, else None.
+        workload: "train" or "inference".
+        rank, world: this process's rank and the number of ranks (1 without parallelism).
+        accumulation: micro-steps per optimizer step.
+        input_dtype: floating-point inputs are cast to it (bf16_full), else None.
+        no_sync: context manager that skips the gradient all-reduce (DDP/FSDP), else None.
+        eval_model: what ``predict`` calls when it differs from ``model`` (the module
+            inside DDP: replicas are identical, evaluation needs no collective).
+        loader_options: DataLoader keyword arguments from the data knobs.
+        finishers: run by ``finish()`` after training (pruning made permanent, QAT convert).
+        stats: what techniques report about the model (e.g. quantized layers).
     """
 
     model: Any
@@ -40,6 +52,16 @@ class Prepared:
     scaler: Any = None
     memory_format: Any = None
     compiled: bool = False
+    workload: str = "train"
+    rank: int = 0
+    world: int = 1
+    accumulation: int = 1
+    input_dtype: Any = None
+    no_sync: Any = None
+    eval_model: Any = None
+    loader_options: dict[str, Any] = field(default_factory=dict)
+    finishers: list[Callable[[], None]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
@@ -58,6 +80,8 @@ class Prepared:
 
         if isinstance(batch, torch.Tensor):
             batch = batch.to(self.device, non_blocking=True)
+            if self.input_dtype is not None and batch.is_floating_point():
+                batch = batch.to(self.input_dtype)
             if self.memory_format is not None and batch.dim() == 4:
                 batch = batch.contiguous(memory_format=self.memory_format)
             return batch
@@ -68,24 +92,59 @@ class Prepared:
         return batch
 
     def train_step(self, inputs: Any, target: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any) -> Any:
-        """One optimisation step on a batch; returns the (detached) loss."""
-        inputs, target = self.to_device(inputs), self.to_device(target)
+        """One optimisation step on a (per-rank) batch, in ``accumulation`` micro-steps
+        (gradients all-reduced once, on the last); returns the (detached) mean loss."""
         optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = loss_fn(forward(self.model, inputs), target)
+        k = self.accumulation
+        parts = list(zip(split(inputs, k), split(target, k))) if k > 1 else [(inputs, target)]
+        total = None
+        for i, (x, y) in enumerate(parts):
+            x, y = self.to_device(x), self.to_device(y)
+            last = i == len(parts) - 1
+            sync = contextlib.nullcontext() if last or self.no_sync is None else self.no_sync()
+            with sync:
+                with self.autocast():
+                    loss = loss_fn(forward(self.model, x), y)
+                scaled = loss / len(parts) if len(parts) > 1 else loss
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+            total = scaled.detach() if total is None else total + scaled.detach()
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
             self.scaler.step(optimizer)
             self.scaler.update()
         else:
-            loss.backward()
             optimizer.step()
-        return loss.detach()
+        return total
+
+    def loader(self, dataset: Any, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+               per_rank: bool = True) -> Any:
+        """A DataLoader with the configured batch size and data knobs. With several ranks
+        and ``per_rank``, each rank loads its shard (DistributedSampler) and its share of
+        the global batch."""
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        split_ranks = per_rank and self.world > 1
+        batch = self.config.batch_size // self.world if split_ranks else self.config.batch_size
+        sampler = (DistributedSampler(dataset, num_replicas=self.world, rank=self.rank, shuffle=shuffle,
+                                      seed=seed, drop_last=drop_last) if split_ranks else None)
+        generator = torch.Generator().manual_seed(seed) if shuffle and sampler is None else None
+        return DataLoader(dataset, batch_size=batch, shuffle=shuffle and sampler is None, sampler=sampler,
+                          drop_last=drop_last, generator=generator, **self.loader_options)
+
+    def finish(self) -> None:
+        """End of training: run the techniques' finishing steps once (pruning made
+        permanent, QAT converted to int8). Evaluate after this."""
+        finishers, self.finishers = self.finishers, []
+        for fn in finishers:
+            fn()
 
     def predict(self, inputs: Any) -> Any:
         """Forward pass for evaluation (call under torch.inference_mode / no_grad)."""
         with self.autocast():
-            return forward(self.model, self.to_device(inputs))
+            return forward(self.model if self.eval_model is None else self.eval_model, self.to_device(inputs))
 
     def synchronize(self) -> None:
         import torch
@@ -100,13 +159,31 @@ def default_device() -> Any:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None) -> Prepared:
-    """Prepare ``model`` for ``config``: threads, precision, device, memory format, compile.
+def split(batch: Any, parts: int) -> list[Any]:
+    """Split a (nested) batch into ``parts`` micro-batches along the first dimension."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return list(batch.chunk(parts))
+    if isinstance(batch, dict):
+        pieces = {k: split(v, parts) for k, v in batch.items()}
+        return [{k: v[i] for k, v in pieces.items()} for i in range(parts)]
+    if isinstance(batch, (tuple, list)):
+        pieces_t = [split(v, parts) for v in batch]
+        return [type(batch)(p[i] for p in pieces_t) for i in range(parts)]
+    return [batch] * parts
+
+
+def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str = "train") -> Prepared:
+    """Prepare ``model`` for ``config``: threads, precision, device, memory format, pruning,
+    quantization, checkpointing, data parallelism, compile, in that order.
 
     Args:
         model: the user's ``nn.Module`` (moved to ``device`` in place).
         config: a TrialConfig, or a mapping of knob values (validated).
         device: defaults to the current CUDA device when there is one, else the CPU.
+        workload: "train", or "inference" (the model is put in eval mode; inference-only
+            options such as int8_dynamic or bf16_full are allowed, training ones refused).
 
     Returns:
         A Prepared whose ``train_step`` / ``predict`` run the configured step.
@@ -121,9 +198,21 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None) 
     if not isinstance(config, TrialConfig):
         config = TrialConfig.from_dict(dict(config))
     device = torch.device(device) if device is not None else default_device()
-    prepared = Prepared(model=model, module=model, device=device, config=config)
+    if workload not in ("train", "inference"):
+        raise ValueError(f"workload must be 'train' or 'inference', found {workload!r}")
     values = config.to_dict()
+    for key, technique in TECHNIQUES.items():
+        reason = technique.wrong_workload(values[key], workload)
+        if reason:
+            raise UnsupportedError(reason)
+    per_step = config.devices * config.grad_accumulation
+    if config.batch_size % per_step:
+        raise UnsupportedError(f"batch_size {config.batch_size} does not split evenly into devices={config.devices} "
+                               f"x grad_accumulation={config.grad_accumulation} micro-batches")
+    prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload)
     model.to(device)
+    if workload == "inference":
+        model.eval()
     for key, technique in TECHNIQUES.items():  # ordered: threads, precision, ..., compile
         technique.apply(values[key], prepared)
     return prepared

@@ -13,6 +13,8 @@ EPILOGS = {
     "tune": """examples:
   advisor tune examples/digits_cnn.py                      # 20 trials, default space, ./advisor.db
   advisor tune model.py --trials 50 --space eager --timeout 3600
+  advisor tune examples/digits_cnn.py --space cpu          # + DDP/FSDP, pruning, QAT on this CPU
+  advisor tune examples/digits_inference.py --workload inference
   advisor tune model.py --storage postgresql://me@db/advisor --ray-address auto
   advisor tune model.py --max-accuracy-drop 0.005 --memory-cap 2GiB --json""",
     "hardware": """examples:
@@ -41,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 
     t = add("tune", "Search for the configurations that make model.py fastest, smallest and accurate.")
     t.add_argument("model", help="path to a model.py that follows the contract (see README)")
-    t.add_argument("--space", default="default", help="preset name or YAML file (default: default)")
+    t.add_argument("--workload", default="train", choices=("train", "inference"),
+                   help="train (default): time training steps, accuracy after a fixed number of samples; "
+                        "inference: time forward passes of the trained model, no training")
+    t.add_argument("--space", help="preset name or YAML file (default: default, or inference with --workload inference)")
     t.add_argument("--trials", type=int, default=20, help="the study's total number of measured trials (default 20)")
     t.add_argument("--storage", help="Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)")
     t.add_argument("--study", help="study name (default: MODEL-SPACE); re-running resumes it")
@@ -127,7 +132,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from advisor.tune_output import TuneOutput
 
     options = TuneOptions(
-        workload_path=args.model, space=args.space, storage=args.storage, study_name=args.study,
+        workload_path=args.model, space=args.space, workload=args.workload, storage=args.storage, study_name=args.study,
         trials=args.trials, timeout=args.timeout, trial_timeout=args.trial_timeout,
         max_accuracy_drop=args.max_accuracy_drop, memory_cap=parse_size(args.memory_cap),
         sampler=args.sampler, seed=args.seed, train_samples=args.train_samples,
@@ -147,21 +152,24 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     rows = capability_table(hw)
     if args.json:
         print(json.dumps({"fingerprint": fingerprint(hw), "notes": list(hw.notes), "options": [
-            {"knob": r.key, "value": r.value, "available": r.available, "reason": r.reason} for r in rows]}, indent=2))
+            {"knob": r.key, "value": r.value, "available": r.available, "reason": r.reason,
+             "workloads": r.workloads.split(", ")} for r in rows]}, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     gpus = hw.gpu_names() or "none"
     console.print(f"CPU: {hw.cpu.model}, {hw.cpu.cores} cores, flags: {' '.join(sorted(hw.cpu.flags)) or 'unknown'}")
-    console.print(f"GPUs: {gpus}; driver {hw.driver_version or '-'}; torch {hw.torch_version}, CUDA {hw.cuda_version or '-'}")
+    console.print(f"GPUs: {gpus}; driver {hw.driver_version or '-'}; torch {hw.torch_version}, CUDA {hw.cuda_version or '-'}, "
+                  f"torchao {hw.torchao or 'not installed'}")
     console.print(f"Trials run on: {hw.device}")
     for note in hw.notes:
         console.print(f"note: {note}")
-    table = Table("knob", "option", "offered", "why not")
+    table = Table("knob", "option", "for", "offered", "why not")
     for r in rows:
-        table.add_row(r.key, json.dumps(r.value), "yes" if r.available else "no", r.reason)
+        for_ = "both" if r.workloads == "train, inference" else r.workloads
+        table.add_row(r.key, json.dumps(r.value), for_, "yes" if r.available else "no", r.reason)
     console.print(table)
     return 0
 
@@ -185,7 +193,7 @@ def cmd_spaces(args: argparse.Namespace) -> int:
     print(f"space {space.name}: {space.size()} configurations, {filtered.size()} on this machine")
     for knob in filtered.knobs:
         cond = f"   (when {', '.join(f'{k}={json.dumps(v)}' for k, v in knob.when)})" if knob.when else ""
-        print(f"  {knob.name:14s} {json.dumps(list(knob.choices))}{cond}")
+        print(f"  {knob.name:24s} {json.dumps(list(knob.choices))}{cond}")
     for d in filtered.dropped:
         print(f"  dropped {d.knob}={json.dumps(d.value)}: {d.reason}")
     return 0

@@ -32,7 +32,12 @@ def _check_batch_size(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """One configuration of the knobs. Defaults are the plain fp32 eager setup.
+    """One configuration of the knobs. Defaults are the plain fp32 eager setup on one device.
+
+    ``batch_size`` is the global batch of one optimizer step: with ``devices`` ranks and
+    ``grad_accumulation`` micro-steps each rank runs ``batch_size / (devices *
+    grad_accumulation)`` samples per forward pass. Configs stored by older versions (fewer
+    fields) load with the defaults for the new fields.
 
     Example:
         >>> TrialConfig(batch_size=128, precision="bf16").to_dict()["precision"]
@@ -45,6 +50,17 @@ class TrialConfig:
     channels_last: bool = False
     compile: bool = False
     compile_mode: str = "default"
+    parallelism: str = "single"
+    devices: int = 1
+    comm_hook: str = "none"
+    bucket_mb: int = 25
+    pruning: str = "none"
+    prune_amount: float = 0.5
+    quantization: str = "none"
+    activation_checkpointing: bool = False
+    grad_accumulation: int = 1
+    num_workers: int = 0
+    pin_memory: bool = False
 
     @classmethod
     def keys(cls) -> list[str]:

@@ -6,7 +6,7 @@ import datetime as _dt
 from typing import TYPE_CHECKING, Any
 
 from advisor import storage as st
-from advisor.config import FORMAT_VERSION
+from advisor.config import FORMAT_VERSION, TrialConfig
 from advisor.errors import StudyError
 
 if TYPE_CHECKING:
@@ -78,12 +78,13 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dic
                                    "accuracy_delta": trial.values[2] - b[2]}
     return {
         "advisor_config": FORMAT_VERSION,
-        "config": u["config"],
+        "config": {**TrialConfig().to_dict(), **u["config"]},  # every knob, also for older studies
         "source": {
             "study": study.study_name,
             "trial": trial.number,
             "workload": study.user_attrs.get("workload_path"),
             "workload_sha256": study.user_attrs.get("workload_sha256"),
+            "workload_kind": study.user_attrs.get("workload", "train"),  # apply(..., workload=this)
             "train_samples": study.user_attrs.get("settings", {}).get("train_samples"),
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },

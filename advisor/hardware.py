@@ -57,6 +57,7 @@ class Hardware:
     driver_version: str | None = None
     compiler: str | None = None  # the C++ compiler torch.compile's CPU backend needs
     triton: bool = False
+    torchao: str | None = None  # torchao's version when installed (quantization needs it)
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -91,6 +92,7 @@ def detect() -> Hardware:
         except ImportError:
             notes.append("triton is not installed: torch.compile cannot generate GPU kernels")
     return Hardware(
+        torchao=_package_version("torchao"),
         cpu=_cpu_info(),
         gpus=tuple(gpus),
         torch_version=torch.__version__,
@@ -100,6 +102,16 @@ def detect() -> Hardware:
         triton=triton,
         notes=tuple(notes),
     )
+
+
+def _package_version(name: str) -> str | None:
+    """An installed distribution's version, without importing it (torchao's import is slow)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def _cpu_info() -> CpuInfo:
@@ -147,6 +159,7 @@ class Capability:
     value: Any
     available: bool
     reason: str = ""
+    workloads: str = "train, inference"  # which workloads the option is for
 
 
 def capability_table(hw: Hardware, keys: list[str] | None = None) -> list[Capability]:
@@ -159,7 +172,8 @@ def capability_table(hw: Hardware, keys: list[str] | None = None) -> list[Capabi
             continue
         for value in tech.candidate_values(hw):
             reason = tech.unavailable(value, hw)
-            rows.append(Capability(key, value, reason is None, reason or ""))
+            workloads = ", ".join(w for w in ("train", "inference") if tech.wrong_workload(value, w) is None)
+            rows.append(Capability(key, value, reason is None, reason or "", workloads))
     return rows
 
 
@@ -172,6 +186,7 @@ def fingerprint(hw: Hardware) -> dict[str, Any]:
         "gpus": [asdict(g) | {"capability": list(g.capability)} for g in hw.gpus],
         "driver_version": hw.driver_version,
         "torch_version": hw.torch_version,
+        "torchao_version": hw.torchao,
         "cuda_version": hw.cuda_version,
         "python_version": platform.python_version(),
         "platform": f"{sys.platform}-{platform.machine()}",

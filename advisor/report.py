@@ -25,17 +25,29 @@ def fmt_rate(x: float | None) -> str:
 
 
 def describe_config(config: dict[str, Any]) -> str:
-    """A short one-line description: only what differs from the plain setup."""
+    """A short one-line description: only what differs from the plain setup.
+
+    Example:
+        >>> describe_config({"batch_size": 64, "parallelism": "ddp", "devices": 2, "pruning": "l1_unstructured"})
+        'bs=64 fp32 ddp x2 l1_unstructured:0.5'
+    """
     from advisor.config import TrialConfig
 
     default = TrialConfig().to_dict()
-    parts = [f"bs={config.get('batch_size')}", str(config.get("precision", "fp32"))]
+    config = {**default, **config}
+    parts = [f"bs={config['batch_size']}", str(config["precision"])]
+    folded = {"batch_size", "precision", "devices", "prune_amount", "compile_mode", "parallelism", "pruning"}
+    if config["parallelism"] != "single":
+        parts.append(f"{config['parallelism']} x{config['devices']}")
+    if config["pruning"] != "none":
+        amount = "" if config["pruning"] == "semi_structured_2_4" else f":{config['prune_amount']:g}"
+        parts.append(f"{config['pruning']}{amount}")
     for key, value in config.items():
-        if key in ("batch_size", "precision") or value == default.get(key):
-            continue
-        if key == "compile_mode" and not config.get("compile"):
+        if key in folded or value == default.get(key):
             continue
         parts.append(key if value is True else f"{key}={value}")
+    if config["compile"] and config["compile_mode"] != "default":
+        parts.append(f"compile_mode={config['compile_mode']}")
     return " ".join(parts)
 
 

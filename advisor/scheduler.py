@@ -27,6 +27,7 @@ class Running:
     number: int
     ref: Any
     submitted: float = field(default_factory=time.monotonic)
+    refused: TrialResult | None = None  # answered without running (no node can host it)
 
 
 def default_state_dir() -> Path:
@@ -51,6 +52,7 @@ class RayExecutor:
         self.started_here = False
         self.resources: dict[str, float] = {}
         self.slots = 1
+        self.max_gpus_per_node = 0
         self.startup_s = 0.0
 
     def start(self) -> RayExecutor:
@@ -98,6 +100,7 @@ class RayExecutor:
             cpus = min(r.get("CPU", 1) / r["GPU"] for r in gpu_nodes)
             self.resources = {"num_gpus": 1, "num_cpus": max(1, int(cpus))}
             self.slots = int(sum(r["GPU"] for r in gpu_nodes))
+            self.max_gpus_per_node = int(max(r["GPU"] for r in gpu_nodes))
         else:
             cpu_nodes = [r for r in alive if r.get("CPU", 0) >= 1]
             if not cpu_nodes:
@@ -107,22 +110,32 @@ class RayExecutor:
             self.slots = len(cpu_nodes)
 
     def submit(self, number: int, payload: dict[str, Any]) -> Running:
+        """Start a trial. A data-parallel GPU trial asks for all its GPUs on one node at once;
+        one that no node could host is answered at once instead of waiting forever."""
         import ray
 
-        task = ray.remote(max_calls=1, max_retries=0, **self.resources)(_trial_task)
+        resources = dict(self.resources)
+        devices = int(payload["config"].get("devices", 1))
+        if self.device == "cuda" and devices > 1:
+            if devices > self.max_gpus_per_node:
+                return Running(number, None, refused=TrialResult.failed(
+                    "unsupported", f"devices={devices} needs {devices} GPUs on one node; the largest node has "
+                                   f"{self.max_gpus_per_node}"))
+            resources = {"num_gpus": devices, "num_cpus": resources["num_cpus"] * devices}
+        task = ray.remote(max_calls=1, max_retries=0, **resources)(_trial_task)
         return Running(number, task.remote(payload))
 
     def wait(self, running: list[Running], timeout: float) -> list[tuple[Running, TrialResult]]:
         """Return the trials that finished within ``timeout`` seconds, with their results."""
         import ray
 
-        if not running:
-            return []
-        refs = [r.ref for r in running]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=True)
-        done = []
+        done = [(r, r.refused) for r in running if r.refused is not None]
+        refs = [r.ref for r in running if r.refused is None]
+        if not refs:
+            return done
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0 if done else timeout, fetch_local=True)
         for r in running:
-            if r.ref in ready:
+            if r.refused is None and r.ref in ready:
                 done.append((r, self._result(r.ref)))
         return done
 
@@ -146,7 +159,8 @@ class RayExecutor:
     def cancel(self, running: Running) -> None:
         import ray
 
-        ray.cancel(running.ref, force=True)
+        if running.ref is not None:
+            ray.cancel(running.ref, force=True)
 
     def shutdown(self) -> None:
         import ray

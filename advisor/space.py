@@ -6,6 +6,7 @@ A space file maps knob names (the fields of TrialConfig) to one of::
     knob: {low: 16, high: 512}            # the powers of two in [low, high] (integer knobs)
     knob: value                           # fixed
     knob: {choices: [...], when: {other: value}}   # conditional: sampled only if other == value
+    knob: {choices: [...], when: {other: [a, b]}}  # ... or if other is one of the listed values
 
 Every problem in a file is reported at once (SpaceError.problems).
 """
@@ -37,7 +38,7 @@ class Knob:
     when: tuple[tuple[str, Any], ...] = ()
 
     def active(self, values: dict[str, Any]) -> bool:
-        return all(values.get(k) == v for k, v in self.when)
+        return all(values.get(k) in v if isinstance(v, tuple) else values.get(k) == v for k, v in self.when)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class SearchSpace:
         for k in self.knobs:
             spec: dict[str, Any] = {"choices": list(k.choices)}
             if k.when:
-                spec["when"] = dict(k.when)
+                spec["when"] = {o: list(v) if isinstance(v, tuple) else v for o, v in k.when}
             out[k.name] = spec
         return out
 
@@ -102,7 +103,26 @@ class SearchSpace:
         return [TrialConfig.from_dict(p) for p in points[:limit]]
 
     def size(self) -> int:
-        return len(self.configs())
+        """The number of distinct configurations, counted without listing them: the knobs
+        that conditions refer to are enumerated, the others multiply in."""
+        import itertools
+        import math
+
+        parents = {o for k in self.knobs for o, _ in k.when}
+        parent_knobs = [k for k in self.knobs if k.name in parents]
+        total = 0
+        defaults = TrialConfig().to_dict()
+        for combo in itertools.product(*(k.choices for k in parent_knobs)):
+            values, skip = dict(defaults), False
+            for knob, value in zip(parent_knobs, combo):  # in dependency order
+                if knob.active(values):
+                    values[knob.name] = value
+                elif value != knob.choices[0]:  # an inactive parent keeps its default: count once
+                    skip = True
+                    break
+            if not skip:
+                total += math.prod(len(k.choices) for k in self.knobs if k.name not in parents and k.active(values))
+        return total
 
 
 def load_space(name_or_path: str) -> SearchSpace:
@@ -153,7 +173,8 @@ def parse_space(data: Any, name: str, source: str) -> SearchSpace:
             elif other == knob.name:
                 problems.append(f"{knob.name}.when: a knob cannot depend on itself")
             else:
-                problems.extend(validate_values({other: value}, f"{knob.name}.when"))
+                for v in value if isinstance(value, tuple) else (value,):
+                    problems.extend(validate_values({other: v}, f"{knob.name}.when"))
     if problems:
         raise SpaceError(source, problems)
     return SearchSpace(name, tuple(_order_by_dependencies(knobs)))
@@ -185,8 +206,13 @@ def _parse_knob(key: str, spec: Any, problems: list[str]) -> Knob | None:
         problems.extend(bad)
         if len({repr(c) for c in choices}) != len(choices):
             problems.append(f"{key}.choices: has duplicate values {choices}")
-        return None if bad else Knob(key, tuple(choices), tuple(when.items()))
+        return None if bad else Knob(key, tuple(choices), _when(when))
     return _parse_range(key, spec, when, problems)
+
+
+def _when(when: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Conditions as hashable pairs; a list of accepted values becomes a tuple."""
+    return tuple((str(k), tuple(v) if isinstance(v, list) else v) for k, v in when.items())
 
 
 def _parse_range(key: str, spec: dict[str, Any], when: dict[str, Any], problems: list[str]) -> Knob | None:
@@ -208,7 +234,7 @@ def _parse_range(key: str, spec: dict[str, Any], when: dict[str, Any], problems:
     if not values:
         problems.append(f"{key}: no power of two lies in [{low}, {high}]")
         return None
-    return Knob(key, tuple(values), tuple(when.items()))
+    return Knob(key, tuple(values), _when(when))
 
 
 def _order_by_dependencies(knobs: list[Knob]) -> list[Knob]:
@@ -238,20 +264,30 @@ def filter_space(space: SearchSpace, hw: Hardware, facts: dict[str, Any] | None 
     dropped: list[Dropped] = []
     problems: list[str] = []
     facts = facts or {}
-    max_batch_size = facts.get("train_size")
-    for knob in space.knobs:
+    workload = facts.get("workload", "train")
+    data = "validation" if workload == "inference" else "training"
+    max_batch_size = facts.get("val_size" if workload == "inference" else "train_size")
+    removed: set[str] = set()
+    for knob in space.knobs:  # dependency order: a condition's knob is filtered first
+        unmet = _unmet_condition(knob, {k.name: k for k in kept}, removed)
+        if unmet:  # its condition can no longer hold: the knob keeps its default
+            dropped.extend(Dropped(knob.name, value, unmet) for value in knob.choices)
+            removed.add(knob.name)
+            continue
         not_here = TECHNIQUES[knob.name].applies(hw) if knob.name in TECHNIQUES else None
         if not_here:  # the knob means nothing on this hardware: remove it, keep its default
             dropped.extend(Dropped(knob.name, value, not_here) for value in knob.choices)
+            removed.add(knob.name)
             continue
         keep = []
         for value in knob.choices:
             if knob.name == "batch_size":
-                reason = (f"larger than the training set ({max_batch_size} samples)"
+                reason = (f"larger than the {data} set ({max_batch_size} samples)"
                           if max_batch_size is not None and value > max_batch_size else None)
             else:
                 technique = TECHNIQUES[knob.name]
-                reason = technique.unavailable(value, hw) or technique.pointless(value, facts)
+                reason = (technique.unavailable(value, hw) or technique.wrong_workload(value, workload)
+                          or technique.pointless(value, facts))
             if reason:
                 dropped.append(Dropped(knob.name, value, reason))
             else:
@@ -263,4 +299,16 @@ def filter_space(space: SearchSpace, hw: Hardware, facts: dict[str, Any] | None 
     if problems:
         raise SpaceError(f"{space.name!r} on this machine", problems)
     return SearchSpace(space.name, tuple(kept), space.dropped + tuple(dropped))
+
+
+def _unmet_condition(knob: Knob, kept: dict[str, Knob], removed: set[str]) -> str | None:
+    """Why ``knob``'s condition can never hold after filtering, or None if it still can."""
+    defaults = TrialConfig().to_dict()
+    for other, wanted in knob.when:
+        accepted = wanted if isinstance(wanted, tuple) else (wanted,)
+        possible = kept[other].choices if other in kept else (defaults[other],)
+        if not set(map(repr, accepted)) & set(map(repr, possible)):
+            shown = list(accepted) if len(accepted) > 1 else accepted[0]
+            return f"only used when {other} is {shown}, which cannot run here"
+    return None
 

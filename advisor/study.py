@@ -31,7 +31,8 @@ BASELINE_TIMEOUT_S = 1800.0
 @dataclass
 class TuneOptions:
     workload_path: str
-    space: str = "default"
+    space: str | None = None  # None: "default" for training, "inference" for inference
+    workload: str = "train"
     storage: str | None = None
     study_name: str | None = None
     trials: int = 20
@@ -83,6 +84,7 @@ class Tuner:
     def prepare(self) -> None:
         from advisor.hardware import detect, fingerprint
         from advisor.space import filter_space, load_space
+        from advisor.techniques import TECHNIQUES
         from advisor.workload import load_workload, preflight
 
         o = self.o
@@ -93,20 +95,29 @@ class Tuner:
                 raise StudyError(f"{flag} must be a positive number of seconds, found {value}")
         if not 0 <= o.max_accuracy_drop < math.inf:
             raise StudyError(f"--max-accuracy-drop must be >= 0, found {o.max_accuracy_drop}")
+        if o.workload not in ("train", "inference"):
+            raise StudyError(f"--workload must be train or inference, found {o.workload!r}")
         self.workload = load_workload(o.workload_path)
-        self.facts = {} if o.skip_preflight else preflight(self.workload)
-        space = load_space(o.space)
+        self.facts = {"workload": o.workload} | ({} if o.skip_preflight else preflight(self.workload))
+        space = load_space(o.space or ("inference" if o.workload == "inference" else "default"))
         self.hardware = detect()
         self.space: SearchSpace = filter_space(space, self.hardware, self.facts)
         self.baseline = TrialConfig.from_dict(self.workload.baseline, where=f"{self.workload.path}: BASELINE")
+        for key, technique in TECHNIQUES.items():
+            reason = technique.wrong_workload(getattr(self.baseline, key), o.workload)
+            if reason:
+                raise WorkloadError(f"{self.workload.path}: BASELINE: {reason}")
         self.study_name = st.check_study_name(o.study_name or f"{self.workload.name}-{space.name}")
         make_sampler(o.sampler, o.seed)  # an unknown sampler is refused before storage is touched
         if o.train_samples is not None and o.train_samples < 1:
             raise StudyError(f"--train-samples must be at least 1, found {o.train_samples}")
         train_samples = o.train_samples or 5 * self.facts.get("train_size", 0)
+        if o.workload == "inference":
+            train_samples = o.train_samples or 1  # not used: inference trials do not train
         if train_samples < 1:
             raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
-        self.settings = TrialSettings(train_samples=train_samples, seed=o.seed, device=self.hardware.device)
+        self.settings = TrialSettings(train_samples=train_samples, seed=o.seed, device=self.hardware.device,
+                                      workload=o.workload)
         self.fingerprint = fingerprint(self.hardware)
         self.url = st.storage_url(o.storage)
         st.check_storage(self.url)  # checked now; opened (and a SQLite file created) in run()
@@ -118,6 +129,7 @@ class Tuner:
         attrs = {
             "workload_path": str(self.workload.path),
             "workload_sha256": self.workload.sha256,
+            "workload": self.o.workload,
             "space_name": self.space.name,
             "space": self.space.to_dict(),
             "dropped_options": [[d.knob, d.value, d.reason] for d in self.space.dropped],

@@ -6,8 +6,6 @@ for a failure of the configuration: that is a result with a failure class.
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 import socket
 import time
@@ -15,7 +13,6 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from advisor.config import TrialConfig
 from advisor.errors import UnsupportedError, WorkloadError
 
 FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted")
@@ -33,6 +30,7 @@ class TrialSettings:
     max_timing_s: float = 5.0
     warmup_s: float = 0.25
     device: str = "cpu"
+    workload: str = "train"  # or "inference": forward passes only, no training
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,7 +38,7 @@ class TrialSettings:
 
 # Phases of a trial that are the configuration's own work (the rest is per-trial overhead:
 # process start, imports, loading the workload and its data).
-COMPUTE_PHASES = ("build", "train", "eval", "extra_timing")
+COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing")
 
 
 @dataclass
@@ -83,10 +81,6 @@ class TrialResult:
         return cls(ok=False, failure_class=failure_class, failure_message=message, **extra)
 
 
-class NonFiniteLoss(Exception):
-    pass
-
-
 def classify(exc: BaseException) -> str:
     """Map an exception raised while running a configuration to a failure class."""
     import torch
@@ -108,119 +102,33 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
     """
     started = time.perf_counter()
     host, pid = socket.gethostname(), os.getpid()
+    devices = payload["config"].get("devices", 1)
+    if payload["config"].get("parallelism", "single") != "single" and devices > 1:
+        from advisor.ranks import run_ranks
+
+        result = run_ranks(payload, devices)  # one process per rank; this one supervises
+    else:
+        result = measure_here(payload, started)
+    result.phase_s["total"] = time.perf_counter() - started
+    result.host, result.pid = host, pid
+    return result.to_dict()
+
+
+def measure_here(payload: dict[str, Any], started: float) -> TrialResult:
+    """Measure in this process; a failure of the configuration comes back as a result."""
+    from advisor.steps import NonFiniteLoss, measure
+    from advisor.workload import load_workload
+
+    phases: dict[str, float] = {"import": time.perf_counter() - started}
     try:
-        result = _measure({**payload, "_t0": started})
+        return measure(payload, lambda p: _load(p, load_workload), phases)
     except Exception as exc:  # a failure of the configuration is a result, not a crash
         if isinstance(exc, (UnsupportedError, WorkloadError, NonFiniteLoss)):
             message = str(exc)
         else:
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
             message = f"{type(exc).__name__}: {exc}\n{tail}".strip()
-        result = TrialResult.failed(classify(exc), message[-4000:])
-    result.phase_s["total"] = time.perf_counter() - started
-    result.host, result.pid = host, pid
-    return result.to_dict()
-
-
-def _measure(payload: dict[str, Any]) -> TrialResult:
-    import torch
-    from torch.utils.data import DataLoader
-
-    from advisor.apply import apply
-    from advisor.measure import NvmlSampler, StepTimer, peak_memory_for
-    from advisor.workload import build_model, check_metric, load_datasets, load_workload
-
-    phases: dict[str, float] = {"import": time.perf_counter() - payload.get("_t0", time.perf_counter())}
-    t = time.perf_counter()
-    config = TrialConfig.from_dict(payload["config"])
-    settings = TrialSettings(**payload["settings"])
-    workload = _load(payload, load_workload)
-    train, val = load_datasets(workload)
-    device = torch.device("cuda", 0) if settings.device == "cuda" else torch.device("cpu")
-    phases["load"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    memory = peak_memory_for(device)
-    memory.reset()
-    torch.manual_seed(settings.seed)
-    prepared = apply(build_model(workload), config, device)
-    optimizer = workload.optimizer(prepared.module.parameters())
-    phases["build"] = time.perf_counter() - t
-    generator = torch.Generator().manual_seed(settings.seed)
-    bs = config.batch_size
-    if bs > len(train):
-        raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
-    loader = DataLoader(train, batch_size=bs, shuffle=True, drop_last=True, generator=generator,
-                        pin_memory=device.type == "cuda")
-    batches = _cycle(loader)
-    sampler = NvmlSampler(device.index or 0).start() if device.type == "cuda" else None
-    timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize)
-
-    def step(timed: bool) -> Any:
-        with timer.step() if timed else contextlib.nullcontext():  # data loading is timed too
-            x, y = next(batches)
-            return prepared.train_step(x, y, workload.loss, optimizer)
-
-    # 1. Train for the study's fixed number of samples; warm-up steps are untimed.
-    t = time.perf_counter()
-    t_warm = t
-    steps = max(1, round(settings.train_samples / bs))
-    first_step_s, loss, warm = 0.0, None, False
-    for i in range(steps):
-        t_step = time.perf_counter()
-        # Warm-up: at least warmup_steps and warmup_s of steps before timing starts.
-        warm = warm or (i >= settings.warmup_steps and t_step - t_warm >= settings.warmup_s + first_step_s)
-        loss = step(timed=warm and not timer.done())
-        if i == 0:
-            prepared.synchronize()
-            first_step_s = time.perf_counter() - t_step
-        if i % 10 == 0 or i == steps - 1:
-            _check_finite(loss, i)
-    phases["train"] = time.perf_counter() - t
-
-    # 2. Accuracy on the whole validation set.
-    t = time.perf_counter()
-    prepared.model.eval()
-    total, weighted = 0, 0.0
-    with torch.inference_mode():
-        for x, y in DataLoader(val, batch_size=bs):
-            out = prepared.predict(x)
-            n = len(y)
-            weighted += check_metric(workload, workload.metric(out, prepared.to_device(y))) * n
-            total += n
-    accuracy = weighted / total
-    phases["eval"] = time.perf_counter() - t
-
-    # 3. More timed steps if the timing has not settled yet (accuracy is already taken).
-    t = time.perf_counter()
-    prepared.model.train()
-    while not timer.done():
-        step(timed=True)
-    phases["extra_timing"] = time.perf_counter() - t
-
-    timing = timer.result()
-    telemetry = sampler.stop() if sampler else {}
-    peak = memory.peak_bytes()
-    if hasattr(memory, "reserved_bytes"):
-        telemetry["reserved_peak_bytes"] = memory.reserved_bytes()
-    telemetry["peak_memory_exact"] = getattr(memory, "exact", True)
-    telemetry["timing"] = timing.to_dict()  # the measurement's spread, for a reader to judge
-    return TrialResult(
-        ok=True,
-        throughput=bs / timing.median_s,
-        peak_memory_bytes=peak,
-        accuracy=accuracy,
-        step_time_median_s=timing.median_s,
-        step_time_iqr_s=timing.iqr_s,
-        timed_steps=timing.steps,
-        timing_converged=timing.converged,
-        first_step_s=first_step_s,
-        compile_s=max(0.0, first_step_s - timing.median_s) if prepared.compiled else 0.0,
-        train_samples=steps * bs,
-        final_loss=float(loss) if loss is not None else None,
-        phase_s=phases,
-        telemetry=telemetry,
-    )
+        return TrialResult.failed(classify(exc), message[-4000:], phase_s=phases)
 
 
 def _load(payload: dict[str, Any], load_workload: Any) -> Any:
@@ -231,14 +139,3 @@ def _load(payload: dict[str, Any], load_workload: Any) -> Any:
         raise WorkloadError(f"{path} changed since the study started (content hash differs); "
                             "start a new study (--study NAME) to tune the new version")
     return workload
-
-
-def _cycle(loader: Any) -> Any:
-    while True:
-        yield from loader
-
-
-def _check_finite(loss: Any, step: int) -> None:
-    value = float(loss)
-    if not math.isfinite(value):
-        raise NonFiniteLoss(f"loss became {value} at step {step}: this configuration diverged")

@@ -130,5 +130,9 @@ class TuneOutput:
         c.print(f"stored: study {study.study_name!r} in {tuner.url}", markup=False)
         c.print(f"next:   advisor export{storage_flag} --study {study.study_name} --pick balanced -o best.yaml", markup=False)
         c.print(f"        advisor tui{storage_flag} --study {study.study_name}   (the interactive explorer)", markup=False)
-        c.print(f"        advisor tune {tuner.o.workload_path} --trials {tuner.o.trials + 20}   (resume: run 20 more)",
+        o = tuner.o
+        again = "".join([f" --workload {o.workload}" if o.workload != "train" else "",
+                         f" --space {o.space}" if o.space else "", f" --study {o.study_name}" if o.study_name else "",
+                         storage_flag])
+        c.print(f"        advisor tune {o.workload_path}{again} --trials {o.trials + 20}   (resume: run 20 more)",
                 markup=False)

@@ -281,9 +281,15 @@ def preflight(workload: Workload) -> dict[str, Any]:
     model.eval()
     with torch.no_grad():
         check_metric(workload, call(workload, "metric", forward(model, inputs), target))
+    from advisor.techniques.memory import blocks
+    from advisor.techniques.pruning import prunable
+
     return {
         "train_size": len(train),
         "val_size": len(val),
         "parameters": sum(p.numel() for p in model.parameters()),
         "has_conv2d": any(isinstance(m, torch.nn.Conv2d) for m in model.modules()),
+        "linear_layers": sum(isinstance(m, torch.nn.Linear) for m in model.modules()),
+        "prunable_layers": len(prunable(model)),
+        "top_level_blocks": len(blocks(model)),
     }

@@ -18,6 +18,7 @@ def model() -> nn.Module:
         nn.MaxPool2d(2),                                    # 8x8 -> 4x4
         nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(128, 128), nn.ReLU(),
         nn.Linear(128, 10),
     )
 

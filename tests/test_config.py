@@ -27,6 +27,9 @@ def test_defaults_are_plain_fp32_eager():
     assert TrialConfig().to_dict() == {
         "batch_size": 64, "precision": "fp32", "threads": None,
         "channels_last": False, "compile": False, "compile_mode": "default",
+        "parallelism": "single", "devices": 1, "comm_hook": "none", "bucket_mb": 25,
+        "pruning": "none", "prune_amount": 0.5, "quantization": "none",
+        "activation_checkpointing": False, "grad_accumulation": 1, "num_workers": 0, "pin_memory": False,
     }
     assert TrialConfig.keys() == list(TrialConfig().to_dict())
 

@@ -134,7 +134,7 @@ def test_capability_table_covers_every_technique_option():
     by_key = {}
     for r in rows:
         by_key.setdefault(r.key, []).append(r.value)
-    assert by_key["precision"] == ["fp32", "tf32", "bf16", "fp16"]
+    assert by_key["precision"] == ["fp32", "tf32", "bf16", "fp16", "bf16_full"]
     assert by_key["threads"] == [1, 2, 4, 8]
     assert by_key["channels_last"] == [False, True]
     # Every refused row says why; every offered row has no reason.

@@ -26,6 +26,8 @@ class Technique:
     description: ClassVar[str]
     values: ClassVar[tuple[Any, ...]] = ()
     order: ClassVar[int] = 50  # apply order: lower first (compile comes last)
+    train_only: ClassVar[tuple[Any, ...]] = ()      # values that mean something only in training
+    inference_only: ClassVar[tuple[Any, ...]] = ()  # values that need the inference workload
 
     def check(self, value: Any) -> str | None:
         """Is ``value`` a valid setting at all? ``None`` if so, else what is expected."""
@@ -51,6 +53,14 @@ class Technique:
         when it may. Used to drop options before the search, never to guess a speedup."""
         return None
 
+    def wrong_workload(self, value: Any, workload: str) -> str | None:
+        """Why ``value`` cannot be used for ``workload`` ("train" or "inference")."""
+        if workload == "inference" and value in self.train_only:
+            return f"{self.key}={value!r} only applies to training; this is an inference workload"
+        if workload == "train" and value in self.inference_only:
+            return f"{self.key}={value!r} is for inference (--workload inference); this is a training workload"
+        return None
+
     def apply(self, value: Any, prepared: Prepared) -> None:
         """Apply ``value`` to the prepared model and step. No-op by default."""
 
@@ -59,16 +69,32 @@ class Technique:
         return None
 
 
+def check_int(value: Any, minimum: int) -> str | None:
+    """``None`` if ``value`` is an integer >= ``minimum`` (bools are not integers here)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+        return None
+    return f"expected an integer >= {minimum}, found {value!r}"
+
+
 def _registry() -> dict[str, Technique]:
     from advisor.techniques.channels_last import ChannelsLast
     from advisor.techniques.compile import Compile, CompileMode
+    from advisor.techniques.data import NumWorkers, PinMemory
+    from advisor.techniques.memory import ActivationCheckpointing, GradAccumulation
+    from advisor.techniques.parallelism import BucketMb, CommHook, Devices, Parallelism
     from advisor.techniques.precision import Precision
+    from advisor.techniques.pruning import PruneAmount, Pruning
+    from advisor.techniques.quantization import Quantization
     from advisor.techniques.threads import Threads
 
-    techniques: list[Technique] = [Precision(), Threads(), ChannelsLast(), Compile(), CompileMode()]
+    techniques: list[Technique] = [
+        Precision(), Threads(), ChannelsLast(), Compile(), CompileMode(),
+        Parallelism(), Devices(), CommHook(), BucketMb(), Pruning(), PruneAmount(), Quantization(),
+        ActivationCheckpointing(), GradAccumulation(), NumWorkers(), PinMemory(),
+    ]
     return {t.key: t for t in sorted(techniques, key=lambda t: t.order)}
 
 
 TECHNIQUES: dict[str, Technique] = _registry()
 
-__all__ = ["TECHNIQUES", "Technique"]
+__all__ = ["TECHNIQUES", "Technique", "check_int"]

@@ -35,7 +35,7 @@ class Compile(Technique):
 
         if value:
             mode = prepared.config.compile_mode
-            prepared.model = torch.compile(prepared.module, mode=None if mode == "default" else mode)
+            prepared.model = torch.compile(prepared.model, mode=None if mode == "default" else mode)  # the DDP wrapper, if any
             prepared.compiled = True
 
     def snippet(self, value: Any) -> str | None:

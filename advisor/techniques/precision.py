@@ -1,4 +1,5 @@
-"""Numeric precision: strict fp32, TF32 matmuls, bf16 or fp16 autocast (AMP)."""
+"""Numeric precision: strict fp32, TF32 matmuls, bf16 or fp16 autocast (AMP), and for
+inference ``bf16_full`` (weights and inputs stored in bf16, no autocast)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ AMPERE = (8, 0)
 class Precision(Technique):
     key = "precision"
     description = "numeric precision of the training step"
-    values = ("fp32", "tf32", "bf16", "fp16")
+    values = ("fp32", "tf32", "bf16", "fp16", "bf16_full")
+    inference_only = ("bf16_full",)
     order = 10
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
@@ -25,13 +27,13 @@ class Precision(Technique):
         if hw.device == "cpu":
             if value == "tf32":
                 return "TF32 is a tensor-core format of NVIDIA GPUs (compute capability >= 8.0); this machine has no CUDA GPU"
-            if value == "bf16" and not hw.cpu.native_bf16:
-                return "this CPU has no native bf16 instructions (avx512_bf16 or amx_bf16); bf16 autocast would be emulated and slow"
+            if value in ("bf16", "bf16_full") and not hw.cpu.native_bf16:
+                return "this CPU has no native bf16 instructions (avx512_bf16 or amx_bf16); bf16 would be emulated and slow"
             if value == "fp16" and not hw.cpu.native_fp16:
                 return "this CPU has no native fp16 arithmetic (avx512_fp16 or amx_fp16); fp16 autocast falls back to very slow kernels"
             return None
         cap = hw.min_capability()
-        if value in ("tf32", "bf16") and cap is not None and cap < AMPERE:
+        if value in ("tf32", "bf16", "bf16_full") and cap is not None and cap < AMPERE:
             return f"{value} needs compute capability >= 8.0 (Ampere); this machine has {hw.gpu_names()}"
         return None
 
@@ -47,6 +49,9 @@ class Precision(Technique):
         elif value == "fp16":
             prepared.amp_dtype = torch.float16
             prepared.scaler = torch.amp.GradScaler(prepared.device.type)
+        elif value == "bf16_full":
+            prepared.module.to(torch.bfloat16)
+            prepared.input_dtype = torch.bfloat16
 
     def snippet(self, value: Any) -> str | None:
         if value == "tf32":
@@ -60,4 +65,7 @@ class Precision(Technique):
                     "with torch.autocast(device_type, dtype=torch.float16):\n"
                     "    loss = loss_fn(model(x), y)\n"
                     "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()")
+        if value == "bf16_full":
+            return ("model = model.to(torch.bfloat16).eval()\n"
+                    "x = x.to(torch.bfloat16)  # each floating-point input batch")
         return None

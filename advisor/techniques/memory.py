@@ -1,0 +1,90 @@
+"""Memory levers of the training step: activation checkpointing of the model's top-level
+blocks, and gradient accumulation (the same global batch in smaller micro-batches)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from advisor.errors import UnsupportedError
+from advisor.techniques import Technique, check_int
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+    from advisor.hardware import Hardware
+
+
+def blocks(module: Any) -> list[Any]:
+    """The model's top-level children that hold parameters: what checkpointing wraps."""
+    return [c for c in module.children() if any(True for _ in c.parameters())]
+
+
+class ActivationCheckpointing(Technique):
+    key = "activation_checkpointing"
+    description = "recompute each top-level block's activations in backward instead of storing them"
+    values = (False, True)
+    train_only = (True,)
+    order = 50
+
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        if value and facts.get("top_level_blocks", 2) < 2:
+            return "the model has fewer than two top-level blocks with parameters: nothing to trade"
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        if not value:
+            return
+        found = blocks(prepared.module)
+        if len(found) < 2:
+            raise UnsupportedError("activation checkpointing wraps the model's top-level blocks (its children "
+                                   f"with parameters); this model has {len(found)}")
+        for block in found:
+            _checkpoint_forward(block)
+
+    def snippet(self, value: Any) -> str | None:
+        if not value:
+            return None
+        return ("from torch.utils.checkpoint import checkpoint\n"
+                "# in forward, for each top-level block:\n"
+                "x = checkpoint(self.block, x, use_reentrant=False)")
+
+
+def _checkpoint_forward(block: Any) -> None:
+    """Make ``block`` recompute its activations in backward (state_dict keys unchanged)."""
+    from torch import is_grad_enabled
+    from torch.utils.checkpoint import checkpoint
+
+    inner = block.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if block.training and is_grad_enabled():
+            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+        return inner(*args, **kwargs)
+
+    block.forward = forward
+
+
+class GradAccumulation(Technique):
+    key = "grad_accumulation"
+    description = "micro-steps per optimizer step (the global batch_size is split between them)"
+    order = 51
+
+    def check(self, value: Any) -> str | None:
+        return check_int(value, 1)
+
+    def candidate_values(self, hw: Hardware) -> list[Any]:
+        return [1, 2, 4, 8]
+
+    def wrong_workload(self, value: Any, workload: str) -> str | None:
+        if workload == "inference" and value != 1:
+            return "gradient accumulation only applies to training; this is an inference workload"
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        prepared.accumulation = value
+
+    def snippet(self, value: Any) -> str | None:
+        if value == 1:
+            return None
+        return (f"for i, (x, y) in enumerate(zip(inputs.chunk({value}), targets.chunk({value}))):\n"
+                f"    (loss_fn(model(x), y) / {value}).backward()  # DDP: under model.no_sync() but the last\n"
+                "optimizer.step(); optimizer.zero_grad()")

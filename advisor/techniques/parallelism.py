@@ -1,0 +1,200 @@
+"""Data parallelism inside one trial: DDP or FSDP2 over ``devices`` ranks, and DDP's
+communication levers (gradient compression hook, bucket size).
+
+A trial with ``devices`` > 1 runs one process per rank, launched the way ``torchrun`` does
+(RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment); ``apply`` joins the
+process group from that environment, so an exported config works under
+``torchrun --nproc-per-node=K`` unchanged. NCCL on GPUs, gloo on CPU (cores split between
+the ranks).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from advisor.errors import UnsupportedError
+from advisor.techniques import Technique, check_int
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+    from advisor.hardware import Hardware
+
+# A rank waits at most this long in a collective for the others (a dead rank must not hang
+# the trial: the trial timeout kills everything anyway, this makes the error readable).
+DIST_TIMEOUT_S = float(os.environ.get("ADVISOR_DIST_TIMEOUT", "300"))
+
+
+def device_count(hw: Hardware) -> int:
+    """How many ranks a trial can use on this node: GPUs, or CPU cores (one each at least)."""
+    return len(hw.gpus) if hw.device == "cuda" else hw.cpu.cores
+
+
+class Parallelism(Technique):
+    key = "parallelism"
+    description = "single device, DDP or FSDP2 (fully_shard) over `devices` ranks"
+    values = ("single", "ddp", "fsdp")
+    train_only = ("ddp", "fsdp")
+    order = 80
+
+    def applies(self, hw: Hardware) -> str | None:
+        if device_count(hw) < 2:
+            unit = "GPUs" if hw.device == "cuda" else "CPU cores"
+            return f"data parallelism needs at least 2 devices; this node has {device_count(hw)} {unit.rstrip('s') if device_count(hw) == 1 else unit}"
+        return None
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value == "single":
+            return None
+        return self.applies(hw)
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        devices = prepared.config.devices
+        if value == "single":
+            if devices != 1:
+                raise UnsupportedError(f"devices={devices} needs parallelism ddp or fsdp (parallelism is single)")
+            return
+        if devices < 2:
+            raise UnsupportedError(f"parallelism {value} needs devices >= 2, found devices={devices}")
+        dist = _join_process_group(prepared, devices)
+        prepared.rank, prepared.world = dist.get_rank(), dist.get_world_size()
+        if value == "ddp":
+            _wrap_ddp(prepared)
+        else:
+            _shard_fsdp(prepared)
+
+    def snippet(self, value: Any) -> str | None:
+        if value == "ddp":
+            return ("# launch: torchrun --nproc-per-node=K train.py\n"
+                    "torch.distributed.init_process_group()  # nccl on GPUs, gloo on CPU\n"
+                    "model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=BUCKET_MB)\n"
+                    "sampler = torch.utils.data.DistributedSampler(train_set)  # per-rank batch = batch_size / K")
+        if value == "fsdp":
+            return ("# launch: torchrun --nproc-per-node=K train.py\n"
+                    "torch.distributed.init_process_group()\n"
+                    "from torch.distributed.fsdp import fully_shard\n"
+                    "for block in model.children(): fully_shard(block)\n"
+                    "fully_shard(model)")
+        return None
+
+
+def _join_process_group(prepared: Prepared, devices: int) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise UnsupportedError(
+                f"parallelism {prepared.config.parallelism} runs one process per device: launch this script with "
+                f"`torchrun --nproc-per-node={devices} script.py` (advisor's trials launch their ranks themselves)")
+        if prepared.device.type == "cuda":
+            torch.cuda.set_device(prepared.device)
+        backend = "nccl" if prepared.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=DIST_TIMEOUT_S))
+    if dist.get_world_size() != devices:
+        raise UnsupportedError(f"the config asks for devices={devices} but {dist.get_world_size()} processes were launched")
+    return dist
+
+
+def _wrap_ddp(prepared: Prepared) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    cfg = prepared.config
+    device_ids = [prepared.device.index] if prepared.device.type == "cuda" else None
+    ddp = DistributedDataParallel(prepared.module, device_ids=device_ids, bucket_cap_mb=cfg.bucket_mb)
+    if cfg.comm_hook != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[cfg.comm_hook]
+        ddp.register_comm_hook(state=None, hook=hook)
+    prepared.model = ddp
+    prepared.eval_model = prepared.module
+    prepared.no_sync = ddp.no_sync
+
+
+def _shard_fsdp(prepared: Prepared) -> None:
+    import contextlib
+
+    from torch.distributed.fsdp import fully_shard
+
+    if prepared.config.comm_hook != "none":
+        raise UnsupportedError("comm_hook applies to DDP; FSDP reduce-scatters its own gradients")
+    module = prepared.module
+    for child in module.children():
+        if any(p.requires_grad for p in child.parameters()):
+            fully_shard(child)
+    fully_shard(module)
+
+    @contextlib.contextmanager
+    def no_sync() -> Any:
+        module.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            module.set_requires_gradient_sync(True)
+
+    prepared.no_sync = no_sync
+
+
+class Devices(Technique):
+    key = "devices"
+    description = "ranks of a DDP / FSDP trial: GPUs, or CPU processes sharing the cores"
+    order = 79
+
+    def check(self, value: Any) -> str | None:
+        return check_int(value, 1)
+
+    def candidate_values(self, hw: Hardware) -> list[Any]:
+        n, values = device_count(hw), []
+        k = 2
+        while k < n:
+            values.append(k)
+            k *= 2
+        return [1] + values + ([n] if n >= 2 else [])
+
+    def wrong_workload(self, value: Any, workload: str) -> str | None:
+        if workload == "inference" and value != 1:
+            return "inference trials run one replica (scale out by running replicas side by side)"
+        return None
+
+    def applies(self, hw: Hardware) -> str | None:
+        return Parallelism().applies(hw)
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        n = device_count(hw)
+        if value > n:
+            unit = "GPUs" if hw.device == "cuda" else "CPU cores"
+            return f"this node has {n} {unit}"
+        return None
+
+
+class CommHook(Technique):
+    key = "comm_hook"
+    description = "DDP gradient compression before all-reduce (none, fp16, bf16)"
+    values = ("none", "fp16", "bf16")
+    train_only = ("fp16", "bf16")
+    order = 81
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value == "bf16" and hw.device != "cuda":
+            return "the bf16 compression hook needs NCCL >= 2.10 on CUDA GPUs; gloo on CPU refuses it"
+        return None
+
+    def snippet(self, value: Any) -> str | None:
+        if value == "none":
+            return None
+        return ("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+                f"model.register_comm_hook(state=None, hook=default_hooks.{value}_compress_hook)")
+
+
+class BucketMb(Technique):
+    key = "bucket_mb"
+    description = "DDP gradient bucket size in MiB (bucket_cap_mb; torch's default is 25)"
+    order = 82
+
+    def check(self, value: Any) -> str | None:
+        return check_int(value, 1)
+
+    def candidate_values(self, hw: Hardware) -> list[Any]:
+        return [1, 5, 25, 100]

@@ -1,0 +1,175 @@
+"""Weight pruning: unstructured L1, structured (L2 over output channels), and 2:4
+semi-structured sparsity (the pattern sparse tensor cores accelerate on CUDA sm80+).
+
+Pruned weights stay zero through training (torch.nn.utils.prune masks) and are made
+permanent when the trial finishes training (``Prepared.finish``); for an inference
+workload at once. The last Linear/Conv layer (the output layer) is kept dense: pruning
+it removes whole classes. Achieved sparsity is recorded by the trial.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from advisor.errors import UnsupportedError
+from advisor.techniques import Technique
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+    from advisor.hardware import Hardware
+
+AMPERE = (8, 0)
+
+
+def prunable(module: Any) -> list[tuple[str, Any]]:
+    """(name, layer) of the Linear / Conv layers that pruning touches: all but the last."""
+    import torch.nn as nn
+
+    layers = [(n, m) for n, m in module.named_modules()
+              if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))]
+    return layers[:-1]
+
+
+class Pruning(Technique):
+    key = "pruning"
+    description = "weight pruning of Linear/Conv layers (output layer kept dense); 2:4 needs CUDA sm80+"
+    values = ("none", "l1_unstructured", "ln_structured", "semi_structured_2_4")
+    order = 40
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value != "semi_structured_2_4":
+            return None
+        if hw.device != "cuda":
+            return "2:4 sparse kernels run on NVIDIA sparse tensor cores (compute capability >= 8.0); this machine has no CUDA GPU"
+        cap = hw.min_capability()
+        if cap is not None and cap < AMPERE:
+            return f"2:4 sparsity needs compute capability >= 8.0; this machine has {hw.gpu_names()}"
+        return None
+
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        if value != "none" and facts.get("prunable_layers") == 0:
+            return "the model has at most one Linear/Conv layer, and the output layer is kept dense"
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        import torch.nn.utils.prune as prune
+
+        if value == "none":
+            return
+        layers = prunable(prepared.module)
+        if value == "semi_structured_2_4":
+            layers = [(n, m) for n, m in layers if m.weight.dim() == 2 and m.weight.shape[1] % 4 == 0]
+        if not layers:
+            raise UnsupportedError(f"pruning {value}: no layer to prune (the output layer is kept dense"
+                                   + (", and 2:4 needs Linear layers whose input size is a multiple of 4)" if value == "semi_structured_2_4" else ")"))
+        amount = prepared.config.prune_amount
+        for _, layer in layers:
+            if value == "l1_unstructured":
+                prune.l1_unstructured(layer, "weight", amount=amount)
+            elif value == "ln_structured":
+                prune.ln_structured(layer, "weight", amount=amount, n=2, dim=0)
+            else:
+                prune.custom_from_mask(layer, "weight", mask=mask_2_4(layer.weight))
+        sparse_kernels = value == "semi_structured_2_4" and prepared.device.type == "cuda"
+        if prepared.workload == "inference":  # no training: the zeros are final now
+            make_permanent(prepared.module)
+            if sparse_kernels:
+                to_semi_structured(prepared)
+            return
+        prepared.finishers.insert(0, lambda: make_permanent(prepared.module))  # before quantization converts
+        if sparse_kernels:
+            prepared.finishers.insert(1, lambda: to_semi_structured(prepared))
+
+    def snippet(self, value: Any) -> str | None:
+        if value == "none":
+            return None
+        call = {"l1_unstructured": "prune.l1_unstructured(layer, 'weight', amount=AMOUNT)",
+                "ln_structured": "prune.ln_structured(layer, 'weight', amount=AMOUNT, n=2, dim=0)",
+                "semi_structured_2_4": "prune.custom_from_mask(layer, 'weight', mask=two_of_every_four(layer.weight))"}[value]
+        return ("import torch.nn.utils.prune as prune\n"
+                "layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][:-1]\n"
+                f"for layer in layers: {call}\n"
+                "# ... train ...\n"
+                "for layer in layers: prune.remove(layer, 'weight')  # make the zeros permanent")
+
+
+def mask_2_4(weight: Any) -> Any:
+    """Keep the 2 largest-magnitude weights of every 4 consecutive inputs of each row."""
+    import torch
+
+    rows, cols = weight.shape
+    groups = weight.detach().abs().reshape(rows, cols // 4, 4)
+    keep = groups.topk(2, dim=-1).indices
+    mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True)
+    return mask.reshape(rows, cols)
+
+
+def masks(module: Any) -> dict[str, Any]:
+    """The current pruning masks by layer name (to carry them across a module swap)."""
+    return {n: m.weight_mask.detach().clone() for n, m in module.named_modules() if hasattr(m, "weight_mask")}
+
+
+def make_permanent(module: Any) -> None:
+    """Fold every pruning mask into its weight (prune.remove) so the zeros stay as data."""
+    import torch.nn.utils.prune as prune
+
+    for layer in module.modules():
+        if prune.is_pruned(layer) and hasattr(layer, "weight_orig"):
+            prune.remove(layer, "weight")
+
+
+def to_semi_structured(prepared: Prepared) -> None:
+    """On CUDA, store 2:4-pruned fp16/bf16 Linear weights as semi-structured sparse tensors
+    (torch.sparse.to_sparse_semi_structured) so matmuls use the sparse kernels. Weights in
+    fp32 stay dense (masked): the sparse kernels take half precision."""
+    import torch
+
+    converted = 0
+    for _, layer in prunable(prepared.module):
+        w = getattr(layer, "weight", None)
+        if isinstance(layer, torch.nn.Linear) and w is not None and w.dtype in (torch.float16, torch.bfloat16):
+            layer.weight = torch.nn.Parameter(torch.sparse.to_sparse_semi_structured(w.detach()), requires_grad=False)
+            converted += 1
+    prepared.stats["semi_structured_layers"] = converted
+
+
+def sparsity(module: Any) -> dict[str, Any]:
+    """Zeros among the prunable layers' weights, and the model's (non-zero) parameter count.
+    Sharded (FSDP) parameters are gathered, so every rank must call this together."""
+    total = zeros = params = nonzero = 0
+    for _, layer in prunable(module):
+        w = _dense(getattr(layer, "weight", None))
+        if w is not None:
+            total += w.numel()
+            zeros += int((w == 0).sum())
+    for p in module.parameters():
+        params += p.numel()
+        dense = _dense(p)
+        nonzero += int((dense != 0).sum()) if dense is not None else p.numel()
+    return {"sparsity": zeros / total if total else None, "parameters": params, "nonzero_parameters": nonzero}
+
+
+def _dense(t: Any) -> Any:
+    """A plain tensor of ``t``'s values (FSDP's DTensors gathered), or None for quantized
+    tensor subclasses whose zeros mean something else."""
+    import torch
+
+    if t is None:
+        return None
+    if hasattr(t, "full_tensor"):
+        t = t.full_tensor()
+    return t.detach() if type(t) in (torch.Tensor, torch.nn.Parameter) else None
+
+
+class PruneAmount(Technique):
+    key = "prune_amount"
+    description = "fraction of weights (unstructured) or output channels (structured) pruned"
+    order = 41
+
+    def check(self, value: Any) -> str | None:
+        if isinstance(value, float) and 0.0 < value < 1.0:
+            return None
+        return f"expected a fraction between 0 and 1 (exclusive), such as 0.5, found {value!r}"
+
+    def candidate_values(self, hw: Hardware) -> list[Any]:
+        return [0.25, 0.5, 0.75]

@@ -1,0 +1,173 @@
+"""Quantization through torchao's ``quantize_`` configs.
+
+Training workload: ``qat_int8`` (fake-quantized int8 activations and weights while
+training, converted to real int8 before evaluation) and ``fp8_training`` (torchao
+float8 training, CUDA compute capability >= 8.9). Inference workload: ``int8_dynamic``,
+``int8_weight_only``, and on CUDA ``int4_weight_only`` and ``fp8`` (dynamic float8).
+torchao acts on ``nn.Linear`` layers. Quantized models live only inside the trial's
+process (they cannot be pickled); the trial returns numbers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from advisor.errors import UnsupportedError
+from advisor.techniques import Technique
+
+if TYPE_CHECKING:
+    from advisor.apply import Prepared
+    from advisor.hardware import Hardware
+
+ADA = (8, 9)
+AMPERE = (8, 0)
+INT4_GROUP = 128
+
+
+class Quantization(Technique):
+    key = "quantization"
+    description = "torchao quantization: QAT int8 / fp8 training; int8, int4, fp8 inference"
+    values = ("none", "qat_int8", "fp8_training", "int8_dynamic", "int8_weight_only", "int4_weight_only", "fp8")
+    train_only = ("qat_int8", "fp8_training")
+    inference_only = ("int8_dynamic", "int8_weight_only", "int4_weight_only", "fp8")
+    order = 45  # after pruning (its masks are carried over), before checkpointing and DDP
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value == "none":
+            return None
+        if not hw.torchao:
+            return "needs torchao, which is not installed (pip install torchao)"
+        if value in ("fp8_training", "fp8"):
+            cap = hw.min_capability()
+            if hw.device != "cuda":
+                return "fp8 matmuls need an NVIDIA GPU with compute capability >= 8.9 (Ada, Hopper); this machine has no CUDA GPU"
+            if cap is not None and cap < ADA:
+                return f"fp8 needs compute capability >= 8.9 (Ada, Hopper); this machine has {hw.gpu_names()}"
+        if value == "int4_weight_only":
+            cap = hw.min_capability()
+            if hw.device != "cuda":
+                return "torchao's int4 weight-only kernels (tinygemm) are CUDA kernels; this machine has no CUDA GPU"
+            if cap is not None and cap < AMPERE:
+                return f"int4 weight-only needs compute capability >= 8.0; this machine has {hw.gpu_names()}"
+        return None
+
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        if value != "none" and facts.get("linear_layers") == 0:
+            return "torchao quantizes nn.Linear layers and the model has none"
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        if value == "none":
+            return
+        import torch
+
+        if not any(isinstance(m, torch.nn.Linear) for m in prepared.module.modules()):
+            raise UnsupportedError(f"quantization {value}: torchao quantizes nn.Linear layers and this model has none")
+        try:
+            import torchao.quantization as tq
+        except ImportError:
+            raise UnsupportedError("quantization needs torchao, which is not installed (pip install torchao)") from None
+        except Exception as exc:  # a torchao built for another torch fails in its own ways
+            raise UnsupportedError(f"torchao cannot be imported with this torch ({type(exc).__name__}: {exc})") from None
+        module = prepared.module
+        if value == "qat_int8":
+            _qat_prepare(module)
+            prepared.finishers.append(lambda: _qat_convert(module))
+        elif value == "fp8_training":
+            from torchao.float8 import convert_to_float8_training
+
+            convert_to_float8_training(module, module_filter_fn=_fp8_friendly)
+        else:
+            config = {
+                "int8_dynamic": lambda: tq.Int8DynamicActivationInt8WeightConfig(),
+                "int8_weight_only": lambda: tq.Int8WeightOnlyConfig(),
+                "int4_weight_only": lambda: tq.Int4WeightOnlyConfig(group_size=INT4_GROUP),
+                "fp8": lambda: tq.Float8DynamicActivationFloat8WeightConfig(),
+            }[value]()
+            tq.quantize_(module, config, filter_fn=_quantizable(value))
+
+    def snippet(self, value: Any) -> str | None:
+        imports = "from torchao.quantization import quantize_"
+        if value == "qat_int8":
+            return (f"{imports}, Int8DynamicActivationInt8WeightConfig\n"
+                    "from torchao.quantization.qat import QATConfig, IntxFakeQuantizeConfig\n"
+                    "act = IntxFakeQuantizeConfig(torch.int8, 'per_token', is_symmetric=False)\n"
+                    "weight = IntxFakeQuantizeConfig(torch.int8, 'per_channel', is_symmetric=True)\n"
+                    "quantize_(model, QATConfig(activation_config=act, weight_config=weight, step='prepare'))\n"
+                    "# ... train ...\n"
+                    "quantize_(model, QATConfig(step='convert'))\n"
+                    "quantize_(model, Int8DynamicActivationInt8WeightConfig())")
+        if value == "fp8_training":
+            return ("from torchao.float8 import convert_to_float8_training\n"
+                    "convert_to_float8_training(model)  # before torch.compile")
+        names = {"int8_dynamic": "Int8DynamicActivationInt8WeightConfig()", "int8_weight_only": "Int8WeightOnlyConfig()",
+                 "int4_weight_only": f"Int4WeightOnlyConfig(group_size={INT4_GROUP})",
+                 "fp8": "Float8DynamicActivationFloat8WeightConfig()"}
+        if value in names:
+            return f"{imports}, {names[value].split('(')[0]}\nquantize_(model, {names[value]})"
+        return None
+
+
+def quantized_layers(module: Any) -> int:
+    """Linear layers whose weight is a torchao quantized tensor (counted after finish())."""
+    import torch
+
+    return sum(1 for m in module.modules()
+               if isinstance(m, torch.nn.Linear) and type(m.weight) not in (torch.Tensor, torch.nn.Parameter))
+
+
+def _quantizable(value: str) -> Any:
+    """torchao's kernels need some divisibility of the Linear's input size; skip the rest."""
+    import torch
+
+    def ok(module: Any, fqn: str) -> bool:
+        if not isinstance(module, torch.nn.Linear):
+            return False
+        if value == "int4_weight_only":
+            return module.in_features % INT4_GROUP == 0
+        if value == "fp8":
+            return module.in_features % 16 == 0 and module.out_features % 16 == 0
+        return True
+
+    return ok
+
+
+def _fp8_friendly(module: Any, fqn: str) -> bool:
+    return module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+
+def _fake_quant_configs() -> tuple[Any, Any]:
+    import torch
+    from torchao.quantization.qat import IntxFakeQuantizeConfig
+
+    # Per-channel symmetric int8 weights as Int8DynamicActivationInt8WeightConfig (applied
+    # after training) stores them; per-token int8 activations, asymmetric: torchao's fake
+    # quantizer has no symmetric per-token mode (torchao 0.18).
+    act = IntxFakeQuantizeConfig(torch.int8, "per_token", is_symmetric=False)
+    weight = IntxFakeQuantizeConfig(torch.int8, "per_channel", is_symmetric=True)
+    return act, weight
+
+
+def _qat_prepare(module: Any) -> None:
+    """Swap Linear layers for fake-quantized ones; pruning masks are re-attached after the swap."""
+    import torch.nn.utils.prune as prune
+    from torchao.quantization import quantize_
+    from torchao.quantization.qat import QATConfig
+
+    from advisor.techniques.pruning import make_permanent, masks
+
+    carried = masks(module)
+    make_permanent(module)
+    act, weight = _fake_quant_configs()
+    quantize_(module, QATConfig(activation_config=act, weight_config=weight, step="prepare"))
+    layers = dict(module.named_modules())
+    for name, mask in carried.items():
+        prune.custom_from_mask(layers[name], "weight", mask=mask)
+
+
+def _qat_convert(module: Any) -> None:
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    from torchao.quantization.qat import QATConfig
+
+    quantize_(module, QATConfig(step="convert"))
+    quantize_(module, Int8DynamicActivationInt8WeightConfig())

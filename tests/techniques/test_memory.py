@@ -1,0 +1,65 @@
+"""Activation checkpointing and gradient accumulation, on real models and digits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from advisor.apply import apply
+from advisor.errors import UnsupportedError
+from technique_case import TechniqueCase, digits_batches, digits_model
+
+
+class TestActivationCheckpointing(TechniqueCase):
+    key = "activation_checkpointing"
+    apply_values = (True,)
+    invalid_values = ("yes", 1, None)
+
+    def check_applied(self, prepared, value):
+        from advisor.techniques.memory import blocks
+
+        assert all("forward" in vars(b) for b in blocks(prepared.module))  # patched per block
+
+
+def _grads(prepared, x, y):
+    prepared.module.zero_grad()
+    optimizer = torch.optim.SGD(prepared.module.parameters(), lr=0.0)  # step changes nothing
+    prepared.train_step(x, y, torch.nn.functional.cross_entropy, optimizer)
+    return [p.grad.clone() for p in prepared.module.parameters()]
+
+
+def test_checkpointing_gives_the_same_gradients():
+    (x, y), = digits_batches(count=1)
+    plain = _grads(apply(digits_model(), {}, "cpu"), x, y)
+    ckpt = _grads(apply(digits_model(), {"activation_checkpointing": True}, "cpu"), x, y)
+    for a, b in zip(plain, ckpt):
+        torch.testing.assert_close(a, b)
+
+
+def test_checkpointing_refuses_a_model_without_blocks():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 10))
+    with pytest.raises(UnsupportedError, match="top-level blocks"):
+        apply(model, {"activation_checkpointing": True}, "cpu")
+
+
+class TestGradAccumulation(TechniqueCase):
+    key = "grad_accumulation"
+    apply_values = (2, 4)
+    invalid_values = (0, -1, 1.5, "two", True)
+
+    def check_applied(self, prepared, value):
+        assert prepared.accumulation == value
+
+
+def test_accumulated_gradients_equal_the_full_batch_gradients():
+    """The MLP has no BatchNorm, so micro-batches give exactly the full batch's mean gradient."""
+    (x, y), = digits_batches("digits_mlp.py", batch_size=32, count=1)
+    full = _grads(apply(digits_model("digits_mlp.py"), {"batch_size": 32}, "cpu"), x, y)
+    accumulated = _grads(apply(digits_model("digits_mlp.py"), {"batch_size": 32, "grad_accumulation": 4}, "cpu"), x, y)
+    for a, b in zip(full, accumulated):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_batch_that_does_not_split_is_refused():
+    with pytest.raises(UnsupportedError, match="does not split evenly"):
+        apply(digits_model(), {"batch_size": 30, "grad_accumulation": 4}, "cpu")

@@ -1,0 +1,171 @@
+"""Data parallelism inside one trial: real ranks (gloo on this CPU), real digits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from advisor.apply import apply
+from advisor.errors import UnsupportedError
+from advisor.trial import TrialSettings, run_trial
+from advisor.workload import load_workload
+from conftest import EXAMPLES, WORKLOADS
+from technique_case import DECLARED, TechniqueCase, digits_model
+
+
+def _payload(path, config, **settings):
+    workload = load_workload(path)
+    return {"workload_path": str(path), "workload_source": workload.source, "workload_sha256": workload.sha256,
+            "config": config, "settings": TrialSettings(train_samples=1024, max_timing_s=1.0, **settings).to_dict()}
+
+
+class TestParallelism(TechniqueCase):
+    key = "parallelism"
+    apply_values = ("single",)
+
+    def test_offered_only_with_two_devices(self):
+        assert "at least 2" in self.technique.unavailable("ddp", DECLARED["1-core CPU"])
+        assert self.technique.unavailable("fsdp", DECLARED["8-core CPU"]) is None
+        assert "at least 2" in self.technique.unavailable("ddp", DECLARED["A100"])
+        assert self.technique.unavailable("ddp", DECLARED["8x H100"]) is None
+
+
+class TestDevices(TechniqueCase):
+    key = "devices"
+    apply_values = (1,)
+    invalid_values = (0, -1, 1.5, "two", True)
+
+    def test_no_more_ranks_than_devices(self):
+        assert "2 CPU cores" in self.technique.unavailable(4, DECLARED["8-core CPU"].__class__(
+            cpu=DECLARED["8-core CPU"].cpu.__class__("DECLARED CPU", 2)))
+        assert self.technique.candidate_values(DECLARED["8x H100"]) == [1, 2, 4, 8]
+
+
+class TestCommHook(TechniqueCase):
+    key = "comm_hook"
+
+    def test_bf16_hook_needs_nccl(self):
+        assert "NCCL" in self.technique.unavailable("bf16", DECLARED["8-core CPU"])
+        assert self.technique.unavailable("bf16", DECLARED["8x H100"]) is None
+
+
+class TestBucketMb(TechniqueCase):
+    key = "bucket_mb"
+    invalid_values = (0, -5, 2.5, "big", True)
+
+
+def test_apply_outside_a_launcher_says_how_to_launch():
+    with pytest.raises(UnsupportedError, match="torchrun --nproc-per-node=2"):
+        apply(digits_model(), {"parallelism": "ddp", "devices": 2}, "cpu")
+
+
+def test_single_with_several_devices_is_refused():
+    with pytest.raises(UnsupportedError, match="needs parallelism ddp or fsdp"):
+        apply(digits_model(), {"devices": 2}, "cpu")
+
+
+@pytest.mark.parametrize("config", [
+    {"parallelism": "ddp", "devices": 2},
+    {"parallelism": "fsdp", "devices": 2},
+    {"parallelism": "ddp", "devices": 2, "comm_hook": "fp16", "bucket_mb": 1, "grad_accumulation": 2},
+], ids=["ddp", "fsdp", "ddp-fp16-hook-accumulation"])
+def test_two_gloo_ranks_train_and_results_are_aggregated(config):
+    """digits_mlp has no BatchNorm: its accuracy does not depend on per-rank batch statistics."""
+    result = run_trial(_payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64, **config}))
+    assert result["ok"], result["failure_message"]
+    ranks = result["telemetry"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and len({r["pid"] for r in ranks}) == 2
+    peaks = [r["peak_memory_bytes"] for r in ranks]
+    assert result["peak_memory_bytes"] == max(peaks) > 0
+    assert result["telemetry"]["peak_memory_sum_bytes"] == sum(peaks)
+    assert result["throughput"] == pytest.approx(64 / result["step_time_median_s"])  # global samples/s
+    assert 0.5 < result["accuracy"] <= 1.0  # rank 0's accuracy after the same samples
+    assert ranks[0]["accuracy"] == result["accuracy"]
+    assert result["train_samples"] == 1024
+    assert result["phase_s"]["launch"] > 0
+
+
+@pytest.mark.parametrize("fault, failure_class, text", [
+    ("raise", "error", "rank 1: ValueError: rank 1 cannot go on"),
+    ("abort", "crash", "rank 1 was killed by SIGABRT"),
+])
+@pytest.mark.timeout(120)
+def test_a_failing_rank_fails_the_whole_trial(monkeypatch, fault, failure_class, text):
+    monkeypatch.setenv("ADVISOR_TEST_RANK_FAULT", fault)
+    result = run_trial(_payload(WORKLOADS / "rank_faults.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2}))
+    assert not result["ok"]
+    assert result["failure_class"] == failure_class
+    assert text in result["failure_message"]
+
+
+def _ranks_of(supervisor: int) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if f"ADVISOR_SUPERVISOR_PID={supervisor}".encode() in fh.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+@pytest.mark.timeout(120)
+def test_hung_ranks_die_with_a_killed_trial(tmp_path):
+    """What a trial timeout does: Ray kills the trial's process; its ranks must not survive."""
+    script = tmp_path / "trial.py"
+    script.write_text(
+        "import json, sys\n"
+        "from advisor.trial import run_trial\n"
+        "run_trial(json.loads(sys.argv[1]))\n")
+    payload = _payload(WORKLOADS / "rank_faults.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2})
+    env = dict(os.environ, ADVISOR_TEST_RANK_FAULT="hang")
+    import json
+
+    trial = subprocess.Popen([sys.executable, str(script), json.dumps(payload)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_ranks_of(trial.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ranks = _ranks_of(trial.pid)
+        assert len(ranks) == 2, "both ranks started"
+        time.sleep(3)  # let them reach the hang
+        trial.send_signal(signal.SIGKILL)
+        trial.wait()
+        deadline = time.monotonic() + 10
+        while _ranks_of(trial.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ranks_of(trial.pid) == []
+    finally:
+        for pid in _ranks_of(trial.pid):
+            os.kill(pid, signal.SIGKILL)
+        trial.kill()
+
+
+def test_a_gpu_trial_wider_than_any_node_is_answered_at_once():
+    """No GPU here: the executor's plan is DECLARED (set by hand) and Ray is not involved."""
+    from advisor.scheduler import RayExecutor
+
+    executor = RayExecutor("cuda")
+    executor.resources, executor.max_gpus_per_node = {"num_gpus": 1, "num_cpus": 4}, 4
+    running = executor.submit(3, {"config": {"devices": 8}})
+    [(done, result)] = executor.wait([running], timeout=0)
+    assert done is running and result.failure_class == "unsupported"
+    assert "largest node has 4" in result.failure_message
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+@pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+def test_two_gpu_ranks_over_nccl(parallelism):
+    result = run_trial(_payload(EXAMPLES / "digits_cnn.py", {"batch_size": 64, "parallelism": parallelism, "devices": 2},
+                                device="cuda"))
+    assert result["ok"], result["failure_message"]
+    assert len(result["telemetry"]["ranks"]) == 2

@@ -1,0 +1,118 @@
+"""Quantization through torchao: QAT int8 for training, int8 dynamic / weight-only for
+inference on CPU; int4 and fp8 are CUDA paths (tests skip here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from advisor.apply import apply
+from advisor.errors import UnsupportedError
+from advisor.techniques.quantization import quantized_layers
+from technique_case import DECLARED, TechniqueCase, cpu_node, digits_batches, digits_model
+
+
+def _linears(module):
+    return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def _accuracy(prepared):
+    from advisor.workload import load_datasets, load_workload
+    from conftest import EXAMPLES
+
+    _, val = load_datasets(load_workload(EXAMPLES / "digits_inference.py"))
+    x, y = val.tensors
+    with torch.inference_mode():
+        return float((prepared.predict(x).argmax(1) == y).float().mean())
+
+
+class TestInferenceQuantization(TechniqueCase):
+    key = "quantization"
+    apply_values = ("int8_dynamic", "int8_weight_only")
+    workload = "inference"
+    example = "digits_inference.py"
+
+    def check_applied(self, prepared, value):
+        linears = _linears(prepared.module)
+        assert all(type(m.weight) is not torch.nn.Parameter for m in linears)  # torchao tensors now
+        assert quantized_layers(prepared.module) == len(linears) == 4
+
+
+def test_int8_dynamic_model_still_classifies_digits():
+    fp32 = _accuracy(apply(digits_model("digits_inference.py"), {}, "cpu", workload="inference"))
+    int8 = _accuracy(apply(digits_model("digits_inference.py"), {"quantization": "int8_dynamic"}, "cpu",
+                           workload="inference"))
+    assert fp32 > 0.85
+    assert abs(int8 - fp32) < 0.03
+
+
+class TestQat(TechniqueCase):
+    key = "quantization"
+    apply_values = ("qat_int8",)
+
+    def check_applied(self, prepared, value):
+        # after finish(): fake quantization converted to real int8 weights
+        assert quantized_layers(prepared.module) == len(_linears(prepared.module)) == 2
+
+
+def test_qat_trains_with_fake_quantized_linears():
+    from torchao.quantization.qat import FakeQuantizedLinear
+
+    prepared = apply(digits_model(), {"quantization": "qat_int8"}, "cpu")
+    assert all(isinstance(m, FakeQuantizedLinear) for m in _linears(prepared.module))
+    assert len(prepared.finishers) == 1  # the conversion waits for the end of training
+
+
+def test_qat_keeps_pruning_masks():
+    from advisor.techniques.pruning import prunable
+
+    prepared = apply(digits_model(), {"quantization": "qat_int8", "pruning": "l1_unstructured"}, "cpu")
+    fc = [m for _, m in prunable(prepared.module) if isinstance(m, torch.nn.Linear)]
+    assert fc and all(hasattr(m, "weight_mask") for m in fc)  # re-attached after the QAT swap
+    optimizer = torch.optim.AdamW(prepared.module.parameters(), lr=1e-2)
+    for x, y in digits_batches(count=2):
+        prepared.train_step(x, y, torch.nn.functional.cross_entropy, optimizer)
+    masks = [m.weight_mask.clone() for m in fc]
+    prepared.finish()
+    layers = [m for _, m in prunable(prepared.module) if isinstance(m, torch.nn.Linear)]
+    assert all(type(m.weight) is not torch.nn.Parameter for m in layers)
+    assert len(masks) == len(layers)
+
+
+def test_a_model_without_linear_layers_is_refused():
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten())
+    with pytest.raises(UnsupportedError, match="nn.Linear"):
+        apply(model, {"quantization": "int8_dynamic"}, "cpu", workload="inference")
+
+
+def test_capabilities_of_cuda_only_options():
+    from advisor.techniques import TECHNIQUES
+
+    q = TECHNIQUES["quantization"]
+    for value in ("fp8", "fp8_training"):
+        assert "8.9" in q.unavailable(value, DECLARED["8-core CPU"])
+        assert "8.9" in q.unavailable(value, DECLARED["A100"])
+        assert q.unavailable(value, DECLARED["8x H100"]) is None
+    assert "CUDA" in q.unavailable("int4_weight_only", DECLARED["8-core CPU"])
+    assert q.unavailable("int4_weight_only", DECLARED["A100"]) is None
+    assert "torchao" in q.unavailable("int8_dynamic", cpu_node(torchao=None))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+                    reason="needs a CUDA GPU with compute capability >= 8.9")
+@pytest.mark.parametrize("value", ["fp8", "int4_weight_only"])
+def test_cuda_inference_quantization(value):
+    prepared = apply(digits_model("digits_inference.py"), {"quantization": value, "precision": "bf16_full"},
+                     "cuda", workload="inference")
+    assert _accuracy(prepared) > 0.8
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+                    reason="needs a CUDA GPU with compute capability >= 8.9")
+def test_fp8_training_on_cuda():
+    prepared = apply(digits_model("digits_inference.py"), {"quantization": "fp8_training", "precision": "bf16"}, "cuda")
+    optimizer = torch.optim.AdamW(prepared.module.parameters())
+    for x, y in digits_batches("digits_inference.py", batch_size=64):
+        prepared.train_step(x, y, torch.nn.functional.cross_entropy, optimizer)
