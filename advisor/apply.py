@@ -154,9 +154,15 @@ class Prepared:
 
 
 def default_device() -> Any:
+    """The current CUDA device (under torchrun: this rank's, ``cuda:$LOCAL_RANK``), else the CPU."""
+    import os
+
     import torch
 
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    local = os.environ.get("LOCAL_RANK")
+    return torch.device("cuda", int(local) if local is not None else torch.cuda.current_device())
 
 
 def split(batch: Any, parts: int) -> list[Any]:
@@ -193,7 +199,7 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     """
     import torch
 
-    from advisor.techniques import TECHNIQUES
+    from advisor.techniques import TECHNIQUES, conflicts
 
     if not isinstance(config, TrialConfig):
         config = TrialConfig.from_dict(dict(config))
@@ -205,6 +211,9 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
         reason = technique.wrong_workload(values[key], workload)
         if reason:
             raise UnsupportedError(reason)
+    conflict = conflicts(config)
+    if conflict:
+        raise UnsupportedError(conflict)
     per_step = config.devices * config.grad_accumulation
     if config.batch_size % per_step:
         raise UnsupportedError(f"batch_size {config.batch_size} does not split evenly into devices={config.devices} "

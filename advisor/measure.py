@@ -185,6 +185,15 @@ class CudaPeakMemory:
         return int(torch.cuda.max_memory_reserved(self.device))
 
 
+def nvml_sampler_for(device: Any) -> NvmlSampler:
+    """An NVML sampler for a torch CUDA device, matched by UUID when torch reports one."""
+    import torch
+
+    index = device.index or 0
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return NvmlSampler(index, uuid=str(uuid) if uuid else None)
+
+
 def peak_memory_for(device: Any) -> CpuPeakMemory | CudaPeakMemory:
     return CudaPeakMemory(device) if device.type == "cuda" else CpuPeakMemory()
 
@@ -196,8 +205,9 @@ class NvmlSampler:
     driver (or without nvidia-ml-py) it records nothing and says why in ``note``.
     """
 
-    def __init__(self, index: int, interval_s: float = 0.05) -> None:
+    def __init__(self, index: int, interval_s: float = 0.05, uuid: str | None = None) -> None:
         self.index = index
+        self.uuid = uuid  # NVML counts GPUs physically; under CUDA_VISIBLE_DEVICES, match by UUID
         self.interval_s = interval_s
         self.samples: list[dict[str, float]] = []
         self.note = ""
@@ -210,7 +220,11 @@ class NvmlSampler:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            if self.uuid:
+                uuid = self.uuid if self.uuid.startswith(("GPU-", "MIG-")) else f"GPU-{self.uuid}"
+                self._handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            else:
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
             self._nvml = pynvml
         except Exception as exc:  # ImportError or NVMLError_LibraryNotFound and kin
             self.note = f"NVML unavailable: {type(exc).__name__}"

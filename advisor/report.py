@@ -84,6 +84,7 @@ def counts(study: optuna.Study) -> dict[str, Any]:
     return {"trials": len(ran), "completed": sum(1 for t in ran if t.state.name == "COMPLETE"),
             "failed": sum(failed.values()), "failed_by_class": dict(failed),
             "duplicates": sum(1 for t in trials if "duplicate_of" in t.user_attrs),
+            "skipped": sum(1 for t in trials if t.user_attrs.get("skipped")),
             "infeasible": sum(1 for t in ran if t.state.name == "COMPLETE" and any(v > 0 for v in t.constraints.values()))}
 
 

@@ -25,7 +25,7 @@ def measure(payload: dict[str, Any], load: Any, phases: dict[str, float]) -> Any
     import torch
 
     from advisor.apply import apply
-    from advisor.measure import NvmlSampler, StepTimer, peak_memory_for
+    from advisor.measure import StepTimer, nvml_sampler_for, peak_memory_for
     from advisor.trial import TrialResult, TrialSettings
     from advisor.workload import build_model, load_datasets
 
@@ -44,7 +44,7 @@ def measure(payload: dict[str, Any], load: Any, phases: dict[str, float]) -> Any
     torch.manual_seed(settings.seed)
     prepared = apply(build_model(workload), config, device, workload=settings.workload)
     phases["build"] = time.perf_counter() - t
-    sampler = NvmlSampler(device.index or 0).start() if device.type == "cuda" else None
+    sampler = nvml_sampler_for(device).start() if device.type == "cuda" else None
     timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize)
     if settings.workload == "inference":
         figures = _inference(prepared, workload, val, settings, timer, phases, memory.peak_bytes)
@@ -110,8 +110,9 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
     #    the weights kept on the CPU, then restore, finish and evaluate.
     if prepared.finishers:
         peak = memory_peak()  # the extra steps repeat the same step: same peak
-        saved = _snapshot(prepared.module) if not timer.done() else None
-        _extra_timing(prepared, timer, step, phases)
+        more = _agree_more(prepared, not timer.done())  # every rank decides alike
+        saved = _snapshot(prepared.module) if more else None
+        _extra_timing(prepared, timer, step, phases, more)
         if saved is not None:
             prepared.module.load_state_dict(saved)
         t = time.perf_counter()
@@ -128,11 +129,15 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
             "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": peak}
 
 
-def _extra_timing(prepared: Any, timer: Any, step: Any, phases: dict[str, float]) -> None:
+def _extra_timing(prepared: Any, timer: Any, step: Any, phases: dict[str, float], more: bool | None = None) -> None:
+    """Timed steps until every rank's timer is done (``more``: already agreed for the first)."""
     t = time.perf_counter()
     prepared.model.train()
-    while _agree_more(prepared, not timer.done()):
+    if more is None:
+        more = _agree_more(prepared, not timer.done())
+    while more:
         step(timed=True)
+        more = _agree_more(prepared, not timer.done())
     phases["extra_timing"] = time.perf_counter() - t
 
 

@@ -131,10 +131,11 @@ NOT_COUNTED = ("interrupted", "cancelled")  # stopped by the user or a dead driv
 def measured(trial: optuna.trial.FrozenTrial) -> bool:
     """A trial that counts towards --trials: it completed, or its configuration failed.
 
-    Duplicates (answered from an earlier trial) and trials cut short by Ctrl-C, the
-    study's --timeout or a killed driver do not count; resuming runs them again.
+    Duplicates (answered from an earlier trial), configurations skipped without running
+    (knob values that cannot be combined) and trials cut short by Ctrl-C, the study's
+    --timeout or a killed driver do not count; resuming runs the cut-short ones again.
     """
-    if "duplicate_of" in trial.user_attrs:
+    if "duplicate_of" in trial.user_attrs or trial.user_attrs.get("skipped"):
         return False
     if trial.state.name == "FAIL":
         return trial.user_attrs.get("failure_class") not in NOT_COUNTED

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from advisor import storage as st
 from advisor.config import TrialConfig
 from advisor.errors import StudyError, TrialFailed, WorkloadError
+from advisor.techniques import conflicts
 from advisor.trial import TrialResult, TrialSettings
 
 if TYPE_CHECKING:
@@ -107,6 +108,8 @@ class Tuner:
             reason = technique.wrong_workload(getattr(self.baseline, key), o.workload)
             if reason:
                 raise WorkloadError(f"{self.workload.path}: BASELINE: {reason}")
+        if conflicts(self.baseline):
+            raise WorkloadError(f"{self.workload.path}: BASELINE: {conflicts(self.baseline)}")
         self.study_name = st.check_study_name(o.study_name or f"{self.workload.name}-{space.name}")
         make_sampler(o.sampler, o.seed)  # an unknown sampler is refused before storage is touched
         if o.train_samples is not None and o.train_samples < 1:
@@ -151,7 +154,9 @@ class Tuner:
         return study
 
     def _check_resumable(self, study: optuna.Study, attrs: dict[str, Any]) -> None:
-        old = study.user_attrs
+        old = dict(study.user_attrs)
+        if isinstance(old.get("settings"), dict):  # studies from older versions lack newer fields
+            old["settings"] = {**TrialSettings(train_samples=0).to_dict(), **old["settings"]}
         diffs = [k for k in ("workload_sha256", "space", "settings", "max_accuracy_drop", "memory_cap_bytes")
                  if k in old and old[k] != attrs[k]]
         if diffs:
@@ -245,24 +250,42 @@ class Tuner:
         self.trial_timeout = self.o.trial_timeout or max(120.0, 10.0 * wall)
         self.emit("timeout", {"trial_timeout_s": self.trial_timeout})
         trials = study.get_trials(deepcopy=False)
-        seen = {t.user_attrs["config_key"]: t for t in trials if st.measured(t) and "config_key" in t.user_attrs}
+        # Keys from the stored configs with today's defaults filled in (older studies have fewer knobs).
+        seen = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t for t in trials
+                if (st.measured(t) or t.user_attrs.get("skipped")) and "config" in t.user_attrs}
         done = sum(1 for t in trials if st.measured(t))
         space_size, dups_in_row = self.space.size(), 0
+        pending: tuple[optuna.Trial, TrialConfig] | None = None  # sampled, waiting for devices
         while self.stop_reason is None:
             while (len(self.running) < self.executor.slots and done + len(self.running) < self.o.trials
                    and time.monotonic() < self.deadline and len(seen) < space_size):
-                trial = study.ask()
-                config = self.space.sample(trial)
-                if config.key() in seen:
-                    self._tell_duplicate(study, trial, seen[config.key()])
-                    dups_in_row += 1
-                    if dups_in_row >= 50:
-                        self.stop_reason = "the sampler proposed only already-measured configurations 50 times in a row"
-                        break
-                    continue
-                dups_in_row = 0
+                if pending is None:
+                    trial = study.ask()
+                    config = self.space.sample(trial)
+                    if config.key() in seen:
+                        self._tell_duplicate(study, trial, seen[config.key()])
+                        dups_in_row += 1
+                        if dups_in_row >= 50:
+                            self.stop_reason = "the sampler proposed only already-measured configurations 50 times in a row"
+                            break
+                        continue
+                    dups_in_row = 0
+                    conflict = conflicts(config)
+                    if conflict:  # cannot work: recorded as skipped, costs no trial
+                        seen[config.key()] = self._skip(study, trial, config, conflict)
+                        continue
+                    pending = (trial, config)
+                trial, config = pending
+                if not self._fits(config):
+                    break  # wait until enough GPUs are free for this trial
+                pending = None
                 seen[config.key()] = trial  # placeholder until it finishes
                 self._submit(trial, config)
+            if not self.running and pending is not None and self.stop_reason is None and not self._fits(pending[1]):
+                self._skip(study, *pending, f"devices={pending[1].devices} is more than this cluster's "
+                                            f"{self.executor.slots} GPU slots")
+                pending = None
+                continue
             if not self.running:
                 if len(seen) >= space_size and done < self.o.trials:
                     self.emit("note", {"text": f"every configuration of the space ({space_size}) has been measured"})
@@ -271,8 +294,26 @@ class Tuner:
                 self.stop_reason = "the study's --timeout was reached"
                 break
             for trial in self._collect(study, self.trial_timeout):
-                seen[trial.user_attrs["config_key"]] = trial
+                seen[TrialConfig.from_dict(trial.user_attrs["config"]).key()] = trial
                 done += st.measured(trial)
+
+    def _fits(self, config: TrialConfig) -> bool:
+        """Whether the trial can start now: a free node (CPU), or ``devices`` free GPUs."""
+        if self.executor.device != "cuda":
+            return len(self.running) < self.executor.slots
+        in_use = sum(c.devices for _, _, c in self.running.values())
+        return in_use + config.devices <= self.executor.slots
+
+    def _skip(self, study: optuna.Study, trial: optuna.Trial, config: TrialConfig, reason: str) -> Any:
+        """Record a configuration that cannot run as failed ('unsupported', skipped), unrun."""
+        import optuna
+
+        for key, value in (("config", config.to_dict()), ("config_key", config.key()), ("skipped", True),
+                           ("failure_class", "unsupported"), ("failure_message", reason)):
+            trial.set_user_attr(key, value)
+        frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.emit("skipped", {"number": trial.number, "config": config.to_dict(), "reason": reason})
+        return frozen
 
     def _submit(self, trial: optuna.Trial, config: TrialConfig) -> None:
         trial.set_user_attr("config", config.to_dict())

@@ -117,7 +117,9 @@ class TuneOutput:
         by_class = ", ".join(f"{n} {k}" for k, n in sorted(counts["failed_by_class"].items()))
         c.print(f"trials: {counts['trials']} run, {counts['completed']} completed, {counts['failed']} failed"
                 + (f" ({by_class})" if by_class else "") + f", {counts['infeasible']} infeasible"
-                + (f"; {counts['duplicates']} duplicate proposals answered from earlier trials" if counts["duplicates"] else ""),
+                + (f"; {counts['duplicates']} duplicate proposals answered from earlier trials" if counts["duplicates"] else "")
+                + (f"; {counts['skipped']} proposals skipped without running (knob values that cannot be combined)"
+                   if counts.get("skipped") else ""),
                 markup=False)
         for line in report.failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)

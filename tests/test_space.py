@@ -443,7 +443,8 @@ def test_sampling_a_filtered_space_never_yields_a_dropped_value():
     for _ in range(20):
         cfg = filtered.sample(study.ask())
         assert cfg.precision == "fp32"
-        assert cfg.threads in (1, 2)
+        # threads is sampled for single-device trials; ranks split the cores themselves
+        assert cfg.threads in ((1, 2) if cfg.parallelism == "single" else (None,))
         assert cfg.compile_mode != "reduce-overhead"
 
 

@@ -3,6 +3,8 @@ that launch their own ranks inside a Ray worker, and an inference study."""
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
 
@@ -88,3 +90,55 @@ def test_baseline_with_a_training_option_is_refused_for_inference(workdir, capsy
     err = capsys.readouterr().err
     assert "BASELINE" in err and "gradient accumulation only applies to training" in err
     assert not (workdir / "advisor.db").exists()
+
+
+def test_combinations_that_cannot_work_are_skipped_without_running(ray_session, workdir, capsys):
+    space = workdir / "clash.yaml"
+    space.write_text("batch_size: 64\ncomm_hook: {choices: [none, fp16]}\npruning: {choices: [none, l1_unstructured]}\n")
+    code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", str(space), "--trials", "3",
+                 "--sampler", "random", "--train-samples", "320"])
+    out = capsys.readouterr().out
+    assert code == 0
+    trials = load(workdir / "advisor.db", "digits_mlp-clash").get_trials()
+    skipped = [t for t in trials if t.user_attrs.get("skipped")]
+    ran = [t for t in trials if "wall_s" in t.user_attrs]
+    # comm_hook=fp16 without DDP cannot work: both such configs skipped, neither run
+    assert sorted(t.user_attrs["config"]["pruning"] for t in skipped) == ["l1_unstructured", "none"]
+    assert all(t.user_attrs["failure_class"] == "unsupported" and "applies to DDP" in t.user_attrs["failure_message"]
+               for t in skipped)
+    assert all(t.user_attrs["config"]["comm_hook"] == "none" for t in ran) and len(ran) == 2
+    assert "2 proposals skipped without running" in out
+
+
+def test_a_study_written_before_these_knobs_resumes(ray_session, workdir, capsys):
+    """Configs and settings stored by the core version (6 knobs, no workload kind) resume as is."""
+    space = workdir / "old.yaml"
+    space.write_text("batch_size: {choices: [32, 64, 128]}\nprecision: fp32\n")
+    args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", str(space), "--sampler", "random",
+            "--train-samples", "320"]
+    assert main([*args, "--trials", "2", "--storage", "sqlite:///new.db"]) == 0
+    new = optuna.load_study(study_name="digits_mlp-old", storage="sqlite:///new.db")
+    # Rewrite it as the core version stored it.
+    old = optuna.create_study(study_name="digits_mlp-old", storage="sqlite:///advisor.db",
+                              directions=[d.name.lower() for d in new.directions])
+    for key, value in new.user_attrs.items():
+        if key == "settings":
+            value = {k: v for k, v in value.items() if k != "workload"}
+        if key != "workload":
+            old.set_user_attr(key, value)
+    core_keys = ("batch_size", "precision", "threads", "channels_last", "compile", "compile_mode")
+    for t in new.get_trials():
+        attrs = dict(t.user_attrs)
+        attrs["config"] = {k: attrs["config"][k] for k in core_keys}
+        attrs["config_key"] = json.dumps(attrs["config"], sort_keys=True)
+        old.add_trial(optuna.trial.create_trial(params=t.params, distributions=t.distributions, values=t.values,
+                                                user_attrs=attrs, system_attrs=t.system_attrs))
+    capsys.readouterr()
+    assert main([*args, "--trials", "3"]) == 0
+    resumed = load(workdir / "advisor.db", "digits_mlp-old").get_trials()
+    batch_sizes = [t.user_attrs["config"]["batch_size"] for t in resumed if "duplicate_of" not in t.user_attrs]
+    assert len(batch_sizes) == 3 and len(set(batch_sizes)) == 3  # one new trial; nothing measured twice
+    assert main(["export", "--study", "digits_mlp-old", "--trial", "0", "-o", "best.yaml"]) == 0
+    from advisor.config import load_config
+
+    assert load_config(workdir / "best.yaml").parallelism == "single"  # filled with today's defaults

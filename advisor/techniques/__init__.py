@@ -76,6 +76,32 @@ def check_int(value: Any, minimum: int) -> str | None:
     return f"expected an integer >= {minimum}, found {value!r}"
 
 
+def conflicts(config: Any) -> str | None:
+    """Why these knob values cannot be combined (each is fine alone), or None.
+
+    Checked by ``apply`` and by the study before a trial is submitted, so a combination
+    that cannot work is recorded as ``unsupported`` without spending a trial on it.
+    """
+    c = config
+    if c.parallelism != "ddp" and c.comm_hook != "none":
+        return f"comm_hook={c.comm_hook} applies to DDP; parallelism is {c.parallelism}"
+    if c.parallelism != "ddp" and c.bucket_mb != 25:
+        return f"bucket_mb={c.bucket_mb} applies to DDP; parallelism is {c.parallelism}"
+    if c.parallelism == "fsdp" and c.pruning != "none":
+        return "pruning masks need whole weight tensors; FSDP shards them (use ddp, or prune without FSDP)"
+    if c.parallelism == "fsdp" and c.quantization == "qat_int8":
+        return "QAT conversion swaps Linear layers, which FSDP has sharded; use ddp or single with qat_int8"
+    if c.parallelism == "fsdp" and c.precision == "fp16":
+        return "fp16 with FSDP needs a sharded gradient scaler, which advisor does not set up; use bf16"
+    if c.pruning != "none" and c.quantization == "fp8_training":
+        return "fp8 training swaps Linear layers and would drop the pruning masks"
+    if c.pruning == "semi_structured_2_4" and c.quantization not in ("none", "qat_int8", "fp8_training"):
+        return "2:4 sparse weights cannot be quantized again; choose one of 2:4 sparsity and quantization"
+    if c.quantization == "int4_weight_only" and c.precision != "bf16_full":
+        return "torchao's int4 weight-only kernel takes bf16 weights: use it with precision bf16_full"
+    return None
+
+
 def _registry() -> dict[str, Technique]:
     from advisor.techniques.channels_last import ChannelsLast
     from advisor.techniques.compile import Compile, CompileMode
@@ -97,4 +123,4 @@ def _registry() -> dict[str, Technique]:
 
 TECHNIQUES: dict[str, Technique] = _registry()
 
-__all__ = ["TECHNIQUES", "Technique", "check_int"]
+__all__ = ["TECHNIQUES", "Technique", "check_int", "conflicts"]

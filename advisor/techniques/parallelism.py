@@ -118,8 +118,6 @@ def _shard_fsdp(prepared: Prepared) -> None:
 
     from torch.distributed.fsdp import fully_shard
 
-    if prepared.config.comm_hook != "none":
-        raise UnsupportedError("comm_hook applies to DDP; FSDP reduce-scatters its own gradients")
     module = prepared.module
     for child in module.children():
         if any(p.requires_grad for p in child.parameters()):

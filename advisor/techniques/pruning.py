@@ -121,13 +121,16 @@ def make_permanent(module: Any) -> None:
 def to_semi_structured(prepared: Prepared) -> None:
     """On CUDA, store 2:4-pruned fp16/bf16 Linear weights as semi-structured sparse tensors
     (torch.sparse.to_sparse_semi_structured) so matmuls use the sparse kernels. Weights in
-    fp32 stay dense (masked): the sparse kernels take half precision."""
+    fp32, and shapes the kernels do not take (both sizes multiples of 64), stay dense
+    (masked): the count converted is recorded."""
     import torch
 
     converted = 0
     for _, layer in prunable(prepared.module):
         w = getattr(layer, "weight", None)
-        if isinstance(layer, torch.nn.Linear) and w is not None and w.dtype in (torch.float16, torch.bfloat16):
+        # cuSPARSELt / CUTLASS shape rules for half-precision 2:4 weights (conservative).
+        if (isinstance(layer, torch.nn.Linear) and w is not None and w.dtype in (torch.float16, torch.bfloat16)
+                and w.shape[0] % 64 == 0 and w.shape[1] % 64 == 0):
             layer.weight = torch.nn.Parameter(torch.sparse.to_sparse_semi_structured(w.detach()), requires_grad=False)
             converted += 1
     prepared.stats["semi_structured_layers"] = converted

@@ -46,7 +46,7 @@ class Quantization(Technique):
         if value == "int4_weight_only":
             cap = hw.min_capability()
             if hw.device != "cuda":
-                return "torchao's int4 weight-only kernels (tinygemm) are CUDA kernels; this machine has no CUDA GPU"
+                return "torchao's int4 weight-only kernel (tinygemm) is a CUDA kernel; this machine has no CUDA GPU"
             if cap is not None and cap < AMPERE:
                 return f"int4 weight-only needs compute capability >= 8.0; this machine has {hw.gpu_names()}"
         return None
@@ -81,7 +81,8 @@ class Quantization(Technique):
             config = {
                 "int8_dynamic": lambda: tq.Int8DynamicActivationInt8WeightConfig(),
                 "int8_weight_only": lambda: tq.Int8WeightOnlyConfig(),
-                "int4_weight_only": lambda: tq.Int4WeightOnlyConfig(group_size=INT4_GROUP),
+                "int4_weight_only": lambda: tq.Int4WeightOnlyConfig(group_size=INT4_GROUP,
+                                                                   int4_packing_format=_tinygemm_format()),
                 "fp8": lambda: tq.Float8DynamicActivationFloat8WeightConfig(),
             }[value]()
             tq.quantize_(module, config, filter_fn=_quantizable(value))
@@ -108,12 +109,30 @@ class Quantization(Technique):
         return None
 
 
+def _tinygemm_format() -> Any:
+    """The int4 layout of the tinygemm CUDA kernel (torchao's default needs fbgemm-gpu-genai)."""
+    try:
+        from torchao.quantization.quantize_.workflows.int4.int4_packing_format import Int4PackingFormat
+
+        return Int4PackingFormat.TILE_PACKED_TO_4D
+    except ImportError:
+        return "tile_packed_to_4d"
+
+
 def quantized_layers(module: Any) -> int:
-    """Linear layers whose weight is a torchao quantized tensor (counted after finish())."""
+    """Linear layers whose weight is a torchao quantized tensor (counted after finish());
+    fp8-training layers count too, 2:4 sparse weights do not."""
     import torch
 
-    return sum(1 for m in module.modules()
-               if isinstance(m, torch.nn.Linear) and type(m.weight) not in (torch.Tensor, torch.nn.Parameter))
+    count = 0
+    for m in module.modules():
+        if not isinstance(m, torch.nn.Linear):
+            continue
+        w = getattr(m, "weight", None)
+        if type(m).__name__ == "Float8Linear" or (
+                w is not None and type(w) not in (torch.Tensor, torch.nn.Parameter) and "Sparse" not in type(w).__name__):
+            count += 1
+    return count
 
 
 def _quantizable(value: str) -> Any:
@@ -121,7 +140,7 @@ def _quantizable(value: str) -> Any:
     import torch
 
     def ok(module: Any, fqn: str) -> bool:
-        if not isinstance(module, torch.nn.Linear):
+        if not isinstance(module, torch.nn.Linear) or type(module.weight) not in (torch.Tensor, torch.nn.Parameter):
             return False
         if value == "int4_weight_only":
             return module.in_features % INT4_GROUP == 0
