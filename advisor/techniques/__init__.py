@@ -91,6 +91,8 @@ def conflicts(config: Any) -> str | None:
         return "pruning masks need whole weight tensors; FSDP shards them (use ddp, or prune without FSDP)"
     if c.parallelism == "fsdp" and c.quantization == "qat_int8":
         return "QAT conversion swaps Linear layers, which FSDP has sharded; use ddp or single with qat_int8"
+    if c.parallelism == "fsdp" and c.channels_last:
+        return "FSDP shards only contiguous parameters; channels_last weights are not (torch 2.13)"
     if c.parallelism == "fsdp" and c.precision == "fp16":
         return "fp16 with FSDP needs a sharded gradient scaler, which advisor does not set up; use bf16"
     if c.pruning != "none" and c.quantization == "fp8_training":

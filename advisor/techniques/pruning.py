@@ -64,8 +64,9 @@ class Pruning(Technique):
                                    + (", and 2:4 needs Linear layers whose input size is a multiple of 4)" if value == "semi_structured_2_4" else ")"))
         amount = prepared.config.prune_amount
         for _, layer in layers:
-            if value == "l1_unstructured":
-                prune.l1_unstructured(layer, "weight", amount=amount)
+            if value == "l1_unstructured":  # scores made contiguous: torch's prune flattens with
+                # .view(-1), which fails on channels_last weights
+                prune.l1_unstructured(layer, "weight", amount=amount, importance_scores=layer.weight.detach().contiguous())
             elif value == "ln_structured":
                 prune.ln_structured(layer, "weight", amount=amount, n=2, dim=0)
             else:

@@ -70,6 +70,7 @@ def test_apply_outside_a_launcher_says_how_to_launch():
     ({"parallelism": "fsdp", "devices": 2, "quantization": "qat_int8"}, "FSDP has sharded"),
     ({"comm_hook": "fp16"}, "applies to DDP"),
     ({"parallelism": "fsdp", "devices": 2, "bucket_mb": 5}, "applies to DDP"),
+    ({"parallelism": "fsdp", "devices": 2, "channels_last": True}, "contiguous parameters"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_rank_starts(config, text):
     with pytest.raises(UnsupportedError, match=text):

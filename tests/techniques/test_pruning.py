@@ -44,6 +44,15 @@ def test_pruned_weights_stay_zero_through_training_and_after():
         assert torch.all(layer.weight[masks[name] == 0] == 0)  # and permanently zero
 
 
+@pytest.mark.parametrize("method", ["l1_unstructured", "ln_structured"])
+def test_pruning_a_channels_last_model(method):
+    """Found by a real `--space cpu` study: torch's prune flattened channels_last weights with view()."""
+    prepared = apply(digits_model(), {"pruning": method, "prune_amount": 0.5, "channels_last": True}, "cpu")
+    _train(prepared)
+    prepared.finish()
+    assert sparsity(prepared.module)["sparsity"] == pytest.approx(0.5, abs=0.02)
+
+
 def test_the_output_layer_stays_dense():
     prepared = apply(digits_model(), {"pruning": "l1_unstructured", "prune_amount": 0.75}, "cpu")
     prepared.finish()
