@@ -194,8 +194,10 @@ def cmd_spaces(args: argparse.Namespace) -> int:
     for knob in filtered.knobs:
         cond = f"   (when {', '.join(f'{k}={json.dumps(v)}' for k, v in knob.when)})" if knob.when else ""
         print(f"  {knob.name:24s} {json.dumps(list(knob.choices))}{cond}")
-    for d in filtered.dropped:
-        print(f"  dropped {d.knob}={json.dumps(d.value)}: {d.reason}")
+    from advisor.report import dropped_lines
+
+    for line in dropped_lines(filtered):
+        print(f"  {line}")
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,20 @@ def fmt_bytes(n: float | None) -> str:
 
 def fmt_rate(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
+
+
+def dropped_lines(space: Any) -> list[str]:
+    """What the capability filter dropped, one line per option (one per knob when the
+    whole knob was removed)."""
+    kept = {k.name for k in space.knobs}
+    lines, said = [], set()
+    for d in space.dropped:
+        if d.knob in kept:
+            lines.append(f"dropped {d.knob}={json.dumps(d.value)}: {d.reason}")
+        elif d.knob not in said:
+            said.add(d.knob)
+            lines.append(f"dropped {d.knob} (the whole knob; its default is kept): {d.reason}")
+    return lines
 
 
 def describe_config(config: dict[str, Any]) -> str:

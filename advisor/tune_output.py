@@ -46,8 +46,8 @@ class TuneOutput:
         hw = tuner.hardware
         self.say(f"hardware  {hw.cpu.model}, {hw.cpu.cores} cores" + (f"; {hw.gpu_names()}" if hw.gpus else "; no GPU"))
         self.say(f"space     {tuner.space.name}: {tuner.space.size()} configurations on this machine")
-        for d in tuner.space.dropped:
-            self.say(f"          dropped {d.knob}={json.dumps(d.value)}: {d.reason}")
+        for line in report.dropped_lines(tuner.space):
+            self.say(f"          {line}")
         self.say(f"study     {tuner.study_name} in {tuner.url} ({tuner.o.trials} trials, "
                  f"{tuner.settings.train_samples} training samples each)")
         self.total = tuner.o.trials
