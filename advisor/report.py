@@ -101,6 +101,8 @@ def counts(study: optuna.Study) -> dict[str, Any]:
             "failed": sum(failed.values()), "failed_by_class": dict(failed),
             "duplicates": sum(1 for t in trials if "duplicate_of" in t.user_attrs),
             "skipped": sum(1 for t in trials if t.user_attrs.get("skipped")),
+            "skipped_oom": sum(1 for t in trials if t.user_attrs.get("skipped")
+                               and t.user_attrs.get("failure_class") == "oom"),
             "infeasible": sum(1 for t in ran if t.state.name == "COMPLETE" and any(v > 0 for v in t.constraints.values()))}
 
 

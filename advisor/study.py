@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from advisor import storage as st
 from advisor.config import TrialConfig
 from advisor.errors import StudyError, TrialFailed, WorkloadError
+from advisor.oom import KnownOom
 from advisor.techniques import conflicts
 from advisor.trial import TrialResult, TrialSettings
 
@@ -254,6 +255,8 @@ class Tuner:
         seen = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t for t in trials
                 if (st.measured(t) or t.user_attrs.get("skipped")) and "config" in t.user_attrs}
         done = sum(1 for t in trials if st.measured(t))
+        self.known_oom = KnownOom()
+        self.known_oom.add_trials(trials)
         space_size, dups_in_row = self.space.size(), 0
         pending: tuple[optuna.Trial, TrialConfig] | None = None  # sampled, waiting for devices
         while self.stop_reason is None:
@@ -273,6 +276,10 @@ class Tuner:
                     conflict = conflicts(config)
                     if conflict:  # cannot work: recorded as skipped, costs no trial
                         seen[config.key()] = self._skip(study, trial, config, conflict)
+                        continue
+                    oom = self.known_oom.reason(config)
+                    if oom:  # would run out of memory like an earlier trial: skipped, costs no trial
+                        seen[config.key()] = self._skip(study, trial, config, oom, "oom")
                         continue
                     pending = (trial, config)
                 trial, config = pending
@@ -294,8 +301,11 @@ class Tuner:
                 self.stop_reason = "the study's --timeout was reached"
                 break
             for trial in self._collect(study, self.trial_timeout):
-                seen[TrialConfig.from_dict(trial.user_attrs["config"]).key()] = trial
+                config = TrialConfig.from_dict(trial.user_attrs["config"])
+                seen[config.key()] = trial
                 done += st.measured(trial)
+                if trial.user_attrs.get("failure_class") == "oom":
+                    self.known_oom.add(trial.number, config)
 
     def _fits(self, config: TrialConfig) -> bool:
         """Whether the trial can start now: a free node (CPU), or ``devices`` free GPUs."""
@@ -304,12 +314,13 @@ class Tuner:
         in_use = sum(c.devices for _, _, c in self.running.values())
         return in_use + config.devices <= self.executor.slots
 
-    def _skip(self, study: optuna.Study, trial: optuna.Trial, config: TrialConfig, reason: str) -> Any:
-        """Record a configuration that cannot run as failed ('unsupported', skipped), unrun."""
+    def _skip(self, study: optuna.Study, trial: optuna.Trial, config: TrialConfig, reason: str,
+              failure_class: str = "unsupported") -> Any:
+        """Record a configuration that is not run as failed and skipped (not counted)."""
         import optuna
 
         for key, value in (("config", config.to_dict()), ("config_key", config.key()), ("skipped", True),
-                           ("failure_class", "unsupported"), ("failure_message", reason)):
+                           ("failure_class", failure_class), ("failure_message", reason)):
             trial.set_user_attr(key, value)
         frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.emit("skipped", {"number": trial.number, "config": config.to_dict(), "reason": reason})

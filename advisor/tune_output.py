@@ -118,8 +118,10 @@ class TuneOutput:
         c.print(f"trials: {counts['trials']} run, {counts['completed']} completed, {counts['failed']} failed"
                 + (f" ({by_class})" if by_class else "") + f", {counts['infeasible']} infeasible"
                 + (f"; {counts['duplicates']} duplicate proposals answered from earlier trials" if counts["duplicates"] else "")
-                + (f"; {counts['skipped']} proposals skipped without running (knob values that cannot be combined)"
-                   if counts.get("skipped") else ""),
+                + (f"; {counts['skipped'] - counts['skipped_oom']} proposals skipped without running "
+                   "(knob values that cannot be combined)" if counts["skipped"] - counts["skipped_oom"] else "")
+                + (f"; {counts['skipped_oom']} skipped as known to run out of memory (trials saved)"
+                   if counts["skipped_oom"] else ""),
                 markup=False)
         for line in report.failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)

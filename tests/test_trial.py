@@ -41,7 +41,7 @@ def test_trials_are_deterministic_in_accuracy():
 
 
 @pytest.mark.parametrize("batch_size,failure_class,text", [
-    (16, "oom", "out of memory"),
+    (512, "oom", "out of memory"),
     (32, "error", "user code failed at batch 32"),
     (128, "error", "loss became nan"),
 ])

@@ -1,9 +1,9 @@
 """A digits MLP whose behaviour is chosen by environment-free knobs: the batch size.
 
-batch_size 16: forward raises torch.OutOfMemoryError (as CUDA would at a size too large);
-batch_size 32: user code raises a ValueError; batch_size 128: loss becomes NaN;
-batch_size 256: the worker process aborts (a hard crash); batch_size 512: hangs;
-other sizes train normally.
+batch_size 16: hangs; batch_size 32: user code raises a ValueError; batch_size 128: loss
+becomes NaN; batch_size 256: the worker process aborts (a hard crash); batch_size 512:
+forward raises torch.OutOfMemoryError (as CUDA would at a size too large); other sizes
+train normally. (OOM at the largest size: known-OOM learning would skip anything larger.)
 """
 
 import os
@@ -24,13 +24,13 @@ class Faulty(nn.Module):
 
     def forward(self, x):
         n = x.shape[0]
-        if n == 16:
+        if n == 512:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (declared by the test model)")
         if n == 32:
             raise ValueError("user code failed at batch 32")
         if n == 256:
             os.abort()
-        if n == 512:
+        if n == 16:
             time.sleep(3600)
         out = self.net(x)
         return out * float("nan") if n == 128 else out

@@ -1,0 +1,72 @@
+"""SIGKILL of the driver mid-study, then the same command again: the study resumes with no
+completed trial lost or measured twice, the trial left RUNNING marked failed, and the
+study reaches its total."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import optuna
+import pytest
+
+from advisor.cli import main
+from conftest import EXAMPLES
+
+pytestmark = pytest.mark.ray
+
+ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "300"]
+
+
+def _kill_processes_of(state_dir: str) -> None:
+    """The killed driver's embedded Ray outlives it (raylet, GCS): end it by its temp dir."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if state_dir.encode() in fh.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
+    state = tempfile.mkdtemp(prefix="advk-")
+    env = {**os.environ, "ADVISOR_RAY_DIR": state}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", *ARGS, "--trials", "5"], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("trial   2"):  # trial 3 is submitted right after
+                time.sleep(1.0)
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        _kill_processes_of(state)
+    assert proc.returncode == -signal.SIGKILL
+
+    storage = "sqlite:///advisor.db"
+    before = optuna.load_study(study_name="digits_mlp-eager", storage=storage).get_trials()
+    completed = {t.number: t.values for t in before if t.state.name == "COMPLETE"}
+    running = [t.number for t in before if t.state.name == "RUNNING"]
+    assert len(completed) >= 3 and running, [t.state.name for t in before]
+
+    assert main([*ARGS, "--trials", "5"]) == 0  # the same command again
+    out = capsys.readouterr().out
+    after = optuna.load_study(study_name="digits_mlp-eager", storage=storage).get_trials()
+    for number, values in completed.items():  # nothing lost, nothing re-measured
+        assert after[number].state.name == "COMPLETE" and after[number].values == values
+    for number in running:
+        assert after[number].user_attrs["failure_class"] == "interrupted"
+    measured = [t for t in after if t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs]
+    keys = [t.user_attrs["config_key"] for t in measured]
+    assert len(keys) == len(set(keys)) == 5  # the study reached its total, each config once
+    assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
+    assert "left running by an earlier run" in out
