@@ -50,15 +50,42 @@ def check_storage(url: str, must_exist: bool = False) -> None:
         raise StudyError(f"storage {url!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
                          "postgresql://user@host/db, or journal:PATH")
     if url.startswith("sqlite:///"):
-        _check_file(Path(url.removeprefix("sqlite:///")), url, must_exist)
+        path = Path(url.removeprefix("sqlite:///"))
+        _check_file(path, url, must_exist)
+        if path.exists():
+            _check_sqlite(path, url)
         return
     import sqlalchemy
 
     try:
         with sqlalchemy.create_engine(url).connect():
             pass
+    except (ImportError, sqlalchemy.exc.NoSuchModuleError) as exc:
+        raise StudyError(f"storage {url!r} needs a database driver that is not installed "
+                         f"({type(exc).__name__}: {_first_line(exc)})") from None
     except Exception as exc:
         raise StudyError(f"storage {url!r} cannot be reached: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _check_sqlite(path: Path, url: str, timeout_s: float = 2.0) -> None:
+    """An existing SQLite file must be a database that this process can lock for writing
+    (taking the write lock and releasing it at once writes nothing)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        text = str(exc)
+        if "locked" in text:
+            raise StudyError(f"storage {url!r}: {path} is locked by another process (another `advisor tune` "
+                             f"writing to it?); waited {timeout_s:.0f} s") from None
+        raise StudyError(f"storage {url!r}: {path} is not a usable SQLite database ({text})") from None
 
 
 def open_storage(url: str, must_exist: bool = False) -> Any:
@@ -95,6 +122,8 @@ def _check_file(path: Path, url: str, must_exist: bool) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.exists():
         raise StudyError(f"storage {url!r}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise StudyError(f"storage {url!r}: {parent} is not a directory")
     if not os.access(parent if not path.exists() else path, os.W_OK):
         raise StudyError(f"storage {url!r}: {path if path.exists() else parent} is not writable")
 

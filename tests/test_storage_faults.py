@@ -1,0 +1,83 @@
+"""Storage that cannot be used is reported before any trial runs: exit status 2, a message
+naming the storage and the problem, and nothing written."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+
+from advisor.cli import main
+from conftest import EXAMPLES
+
+
+def _garbage(tmp):
+    (tmp / "x.db").write_bytes(b"this is not a database" * 100)
+    return "sqlite:///x.db"
+
+
+def _file_as_dir(tmp):
+    (tmp / "afile").write_text("")
+    return "sqlite:///afile/x.db"
+
+
+def _dir_as_file(tmp):
+    (tmp / "adir").mkdir()
+    return "sqlite:///adir"
+
+
+CASES = {
+    "missing directory": (lambda tmp: "sqlite:///nowhere/x.db", "directory nowhere does not exist"),
+    "parent is a file": (_file_as_dir, "afile is not a directory"),
+    "path is a directory": (_dir_as_file, "is a directory, expected a file"),
+    "not a database": (_garbage, "is not a usable SQLite database"),
+    "journal in a missing directory": (lambda tmp: "journal:nowhere/j.log", "does not exist"),
+    "not a URL": (lambda tmp: "advisor.db", "is not a storage URL"),
+    "RDB without its driver": (lambda tmp: "postgresql://nobody@127.0.0.1:9/advisor",
+                               "needs a database driver that is not installed"),
+}
+
+
+def _snapshot(tmp):
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp.iterdir()}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_unusable_storage_is_refused_before_any_trial(case, workdir, capsys):
+    make, text = CASES[case]
+    url = make(workdir)
+    before = _snapshot(workdir)
+    code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--storage", url, "--trials", "2"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert text in err and repr(url) in err
+    assert _snapshot(workdir) == before  # nothing created or changed
+
+
+def test_locked_sqlite_is_refused(workdir, capsys):
+    """Another process holds the write lock (as a second `advisor tune` writing would)."""
+    import optuna
+
+    optuna.create_study(study_name="other", storage="sqlite:///advisor.db")
+    holder = sqlite3.connect(workdir / "advisor.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        before = _snapshot(workdir)
+        code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--trials", "2"])
+        err = capsys.readouterr().err
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert code == 2
+    assert "is locked by another process" in err
+    assert _snapshot(workdir) == before
+    assert [s.study_name for s in optuna.get_all_study_summaries("sqlite:///advisor.db")] == ["other"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere: permissions cannot be tested as root")
+def test_unwritable_directory_is_refused(workdir, capsys):
+    ro = workdir / "ro"
+    ro.mkdir(mode=0o500)
+    code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--storage", "sqlite:///ro/x.db"])
+    assert code == 2 and "is not writable" in capsys.readouterr().err
