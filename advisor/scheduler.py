@@ -56,9 +56,11 @@ class RayExecutor:
         self.startup_s = 0.0
 
     def start(self) -> RayExecutor:
+        t = time.perf_counter()
+        if not self.address:
+            _loopback_only()
         import ray
 
-        t = time.perf_counter()
         if self.address:
             _check_reachable(self.address)
         if not ray.is_initialized():
@@ -71,7 +73,9 @@ class RayExecutor:
                     raise SchedulerError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
             else:
                 self._prepare_state_dir()
-                ray.init(_temp_dir=str(self.state_dir), **kwargs)
+                # Ray makes its temp dir world-writable (0777); inside our 0700 directory
+                # nobody else can reach it.
+                ray.init(_temp_dir=str(self.state_dir / "ray"), **kwargs)
                 self.started_here = True
         self.startup_s = time.perf_counter() - t
         self._plan_resources(ray.nodes())
@@ -167,6 +171,19 @@ class RayExecutor:
 
         if self.started_here and ray.is_initialized():
             ray.shutdown()
+
+
+def _loopback_only() -> None:
+    """Keep the embedded Ray instance on 127.0.0.1: Ray binds its servers to the node IP,
+    which is the machine's network address unless Ray is told it runs no cluster
+    (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read by the driver and every Ray process it
+    starts). Joining a cluster with --ray-address leaves this alone."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import sys
+
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False  # ray was imported before the variable was set
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:

@@ -1,0 +1,63 @@
+"""Bad input to `advisor tune` beyond model.py (whose contract has its own table in
+test_workload.py): each row is refused with exit status 2, a message naming what is wrong,
+and nothing written (no study, no storage file)."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.cli import main
+from conftest import EXAMPLES
+
+MODEL = str(EXAMPLES / "digits_mlp.py")
+
+# (id, space file text or None, extra arguments, what stderr must say)
+ROWS = [
+    ("space-missing", None, ["--space", "nope.yaml"], "no such file, and not a shipped preset"),
+    ("space-not-yaml", "batch_size: [\n", [], "not valid YAML"),
+    ("space-empty", "", [], "an empty file"),
+    ("space-unknown-key", "batchsize: {choices: [64]}\n", [], "batchsize: unknown knob"),
+    ("space-wrong-type", "batch_size: {choices: 64}\n", [], "batch_size.choices: expected a list"),
+    ("space-bad-value", "precision: {choices: [fp64]}\n", [], "expected one of"),
+    ("space-empty-choices", "precision: {choices: []}\n", [], "precision.choices: is empty"),
+    ("space-low-above-high", "batch_size: {low: 64, high: 16}\n", [], "low (64) is greater than high (16)"),
+    ("space-no-power-of-two", "batch_size: {low: 33, high: 63}\n", [], "no power of two lies in [33, 63]"),
+    ("space-bad-condition", "compile_mode: {choices: [default], when: {compile: maybe}}\n", [], "compile_mode.when"),
+    ("space-nothing-runs-here", "precision: {choices: [tf32]}\n", [], "no option can run on this machine"),
+    ("trials-zero", "batch_size: 32\n", ["--trials", "0"], "--trials must be at least 1"),
+    ("timeout-negative", "batch_size: 32\n", ["--timeout", "-5"], "--timeout must be a positive number"),
+    ("trial-timeout-zero", "batch_size: 32\n", ["--trial-timeout", "0"], "--trial-timeout must be a positive number"),
+    ("train-samples-zero", "batch_size: 32\n", ["--train-samples", "0"], "--train-samples must be at least 1"),
+    ("accuracy-drop-negative", "batch_size: 32\n", ["--max-accuracy-drop", "-1"], "--max-accuracy-drop must be >= 0"),
+    ("memory-cap-garbage", "batch_size: 32\n", ["--memory-cap", "lots"], "--memory-cap"),
+    ("storage-not-url", "batch_size: 32\n", ["--storage", "advisor"], "is not a storage URL"),
+    ("study-name", "batch_size: 32\n", ["--study", "../evil name"], "is invalid"),
+    ("sampler-unknown", "batch_size: 32\n", ["--sampler", "magic"], "--sampler 'magic' is unknown"),
+    ("workload-unknown", "batch_size: 32\n", ["--workload", "serve"], "invalid choice: 'serve'"),
+    ("model-missing", "batch_size: 32\n", ["--model-path-placeholder"], "no-such-model.py"),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_bad_input_is_exit_2_with_a_message_and_nothing_written(row, workdir, capsys):
+    name, space_text, extra, text = row
+    args = ["tune", MODEL]
+    if space_text is not None:
+        (workdir / "space.yaml").write_text(space_text)
+        args += ["--space", "space.yaml"]
+    if extra == ["--model-path-placeholder"]:
+        args[1], extra = str(workdir / "no-such-model.py"), []
+    before = sorted(p.name for p in workdir.iterdir())
+    code = _run([*args, *extra])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert text in err, err
+    assert sorted(p.name for p in workdir.iterdir()) == before  # no advisor.db, nothing else
+
+
+def _run(args: list[str]) -> int:
+    """The CLI's exit status (argparse itself exits with 2 on a bad choice)."""
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return int(exc.code)
