@@ -154,6 +154,9 @@ class RayExecutor:
         except rex.OutOfMemoryError as exc:
             return TrialResult.failed("oom", f"Ray's memory monitor killed the worker: {_first_line(exc)}")
         except (rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorDiedError, rex.LocalRayletDiedError) as exc:
+            if isinstance(exc, rex.NodeDiedError) or "node it was running on is dead" in str(exc):
+                return TrialResult.failed("node_lost", "the cluster node running this trial was lost (not a failure "
+                                                       f"of the configuration; it may run again): {_first_line(exc)}")
             return TrialResult.failed("crash", f"the worker process died: {_first_line(exc)}")
         except rex.RayTaskError as exc:
             return TrialResult.failed("error", f"the trial task raised: {exc}"[-4000:])

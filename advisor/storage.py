@@ -154,7 +154,8 @@ def load(storage: Any, name: str | None) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
-NOT_COUNTED = ("interrupted", "cancelled")  # stopped by the user or a dead driver, not by the config
+# stopped by the user, a dead driver or a lost cluster node: not the configuration's doing
+NOT_COUNTED = ("interrupted", "cancelled", "node_lost")
 
 
 def measured(trial: optuna.trial.FrozenTrial) -> bool:

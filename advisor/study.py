@@ -302,8 +302,11 @@ class Tuner:
                 break
             for trial in self._collect(study, self.trial_timeout):
                 config = TrialConfig.from_dict(trial.user_attrs["config"])
-                seen[config.key()] = trial
-                done += st.measured(trial)
+                if st.measured(trial):
+                    seen[config.key()] = trial
+                    done += 1
+                else:  # lost with its node or cancelled: the configuration may run again
+                    seen.pop(config.key(), None)
                 if trial.user_attrs.get("failure_class") == "oom":
                     self.known_oom.add(trial.number, config)
 

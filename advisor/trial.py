@@ -15,7 +15,7 @@ from typing import Any
 
 from advisor.errors import UnsupportedError, WorkloadError
 
-FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted")
+FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted", "node_lost")
 
 
 @dataclass

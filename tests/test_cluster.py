@@ -1,0 +1,34 @@
+"""Losing a node of a multi-node Ray cluster mid-study: the trial on it is recorded as
+`node_lost` (not counted, not the configuration's fault) and the study completes on the
+remaining node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from conftest import EXAMPLES
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.mark.timeout(300)
+def test_node_loss_mid_study(workdir):
+    (workdir / "s.yaml").write_text("batch_size: {choices: [16, 32, 64, 128, 256, 512]}\nprecision: fp32\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")}
+    script = os.path.join(os.path.dirname(__file__), "clusters", "node_loss.py")
+    proc = subprocess.run([sys.executable, script, str(EXAMPLES / "digits_mlp.py"), "s.yaml", "1.5"], cwd=workdir,
+                          env=env, capture_output=True, text=True, timeout=280)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "removing worker node" in out
+    trials = optuna.load_study(study_name="digits_mlp-s", storage="sqlite:///advisor.db").get_trials()
+    lost = [t for t in trials if t.user_attrs.get("failure_class") == "node_lost"]
+    assert len(lost) == 1, out[-3000:]
+    assert "node running this trial was lost" in lost[0].user_attrs["failure_message"]
+    completed = [t for t in trials if t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs]
+    assert len(completed) == 6  # the study's total, reached on the remaining node
