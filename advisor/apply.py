@@ -199,25 +199,17 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     """
     import torch
 
-    from advisor.techniques import TECHNIQUES, conflicts
+    from advisor.techniques import TECHNIQUES, refusal
 
     if not isinstance(config, TrialConfig):
         config = TrialConfig.from_dict(dict(config))
     device = torch.device(device) if device is not None else default_device()
     if workload not in ("train", "inference"):
         raise ValueError(f"workload must be 'train' or 'inference', found {workload!r}")
+    reason = refusal(config, workload)
+    if reason:
+        raise UnsupportedError(reason)
     values = config.to_dict()
-    for key, technique in TECHNIQUES.items():
-        reason = technique.wrong_workload(values[key], workload)
-        if reason:
-            raise UnsupportedError(reason)
-    conflict = conflicts(config)
-    if conflict:
-        raise UnsupportedError(conflict)
-    per_step = config.devices * config.grad_accumulation
-    if config.batch_size % per_step:
-        raise UnsupportedError(f"batch_size {config.batch_size} does not split evenly into devices={config.devices} "
-                               f"x grad_accumulation={config.grad_accumulation} micro-batches")
     prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload)
     model.to(device)
     if workload == "inference":

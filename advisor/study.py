@@ -18,7 +18,7 @@ from advisor import storage as st
 from advisor.config import TrialConfig
 from advisor.errors import StudyError, TrialFailed, WorkloadError
 from advisor.oom import KnownOom
-from advisor.techniques import conflicts
+from advisor.techniques import conflicts, refusal
 from advisor.trial import TrialResult, TrialSettings
 
 if TYPE_CHECKING:
@@ -86,7 +86,6 @@ class Tuner:
     def prepare(self) -> None:
         from advisor.hardware import detect, fingerprint
         from advisor.space import filter_space, load_space
-        from advisor.techniques import TECHNIQUES
         from advisor.workload import load_workload, preflight
 
         o = self.o
@@ -105,12 +104,9 @@ class Tuner:
         self.hardware = detect()
         self.space: SearchSpace = filter_space(space, self.hardware, self.facts)
         self.baseline = TrialConfig.from_dict(self.workload.baseline, where=f"{self.workload.path}: BASELINE")
-        for key, technique in TECHNIQUES.items():
-            reason = technique.wrong_workload(getattr(self.baseline, key), o.workload)
-            if reason:
-                raise WorkloadError(f"{self.workload.path}: BASELINE: {reason}")
-        if conflicts(self.baseline):
-            raise WorkloadError(f"{self.workload.path}: BASELINE: {conflicts(self.baseline)}")
+        reason = refusal(self.baseline, o.workload)
+        if reason:
+            raise WorkloadError(f"{self.workload.path}: BASELINE: {reason}")
         self.study_name = st.check_study_name(o.study_name or f"{self.workload.name}-{space.name}")
         make_sampler(o.sampler, o.seed)  # an unknown sampler is refused before storage is touched
         if o.train_samples is not None and o.train_samples < 1:

@@ -142,3 +142,12 @@ def test_a_study_written_before_these_knobs_resumes(ray_session, workdir, capsys
     from advisor.config import load_config
 
     assert load_config(workdir / "best.yaml").parallelism == "single"  # filled with today's defaults
+
+
+def test_baseline_that_cannot_split_is_refused_before_any_trial(workdir, capsys):
+    model = workdir / "model.py"
+    model.write_text((EXAMPLES / "digits_mlp.py").read_text() + '\nBASELINE = {"batch_size": 30, "grad_accumulation": 4}\n')
+    assert main(["tune", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "BASELINE" in err and "does not split evenly" in err
+    assert not (workdir / "advisor.db").exists()

@@ -104,6 +104,33 @@ def conflicts(config: Any) -> str | None:
     return None
 
 
+def refusal(config: Any, workload: str) -> str | None:
+    """Why ``config`` cannot run as a ``workload`` ("train" / "inference") at all, whatever
+    the hardware: an option for the other workload, knob values that cannot be combined,
+    or a batch that does not split into the ranks' micro-batches. None when it can.
+    The one check behind ``apply`` and the study's check of BASELINE."""
+    values = config.to_dict()
+    for key, technique in TECHNIQUES.items():
+        reason = technique.wrong_workload(values[key], workload)
+        if reason:
+            return reason
+    conflict = conflicts(config)
+    if conflict:
+        return conflict
+    per_step = config.devices * config.grad_accumulation
+    if config.batch_size % per_step:
+        return (f"batch_size {config.batch_size} does not split evenly into devices={config.devices} "
+                f"x grad_accumulation={config.grad_accumulation} micro-batches")
+    return None
+
+
+def plain_tensor(t: Any) -> bool:
+    """A plain tensor or parameter, not a torchao quantized / sparse / DTensor subclass."""
+    import torch
+
+    return type(t) in (torch.Tensor, torch.nn.Parameter)
+
+
 def _registry() -> dict[str, Technique]:
     from advisor.techniques.channels_last import ChannelsLast
     from advisor.techniques.compile import Compile, CompileMode
@@ -125,4 +152,4 @@ def _registry() -> dict[str, Technique]:
 
 TECHNIQUES: dict[str, Technique] = _registry()
 
-__all__ = ["TECHNIQUES", "Technique", "check_int", "conflicts"]
+__all__ = ["TECHNIQUES", "Technique", "check_int", "conflicts", "plain_tensor", "refusal"]

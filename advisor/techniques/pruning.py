@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from advisor.errors import UnsupportedError
-from advisor.techniques import Technique
+from advisor.techniques import Technique, plain_tensor
 
 if TYPE_CHECKING:
     from advisor.apply import Prepared
@@ -156,13 +156,11 @@ def sparsity(module: Any) -> dict[str, Any]:
 def _dense(t: Any) -> Any:
     """A plain tensor of ``t``'s values (FSDP's DTensors gathered), or None for quantized
     tensor subclasses whose zeros mean something else."""
-    import torch
-
     if t is None:
         return None
     if hasattr(t, "full_tensor"):
         t = t.full_tensor()
-    return t.detach() if type(t) in (torch.Tensor, torch.nn.Parameter) else None
+    return t.detach() if plain_tensor(t) else None
 
 
 class PruneAmount(Technique):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from advisor.errors import UnsupportedError
-from advisor.techniques import Technique
+from advisor.techniques import Technique, plain_tensor
 
 if TYPE_CHECKING:
     from advisor.apply import Prepared
@@ -130,7 +130,7 @@ def quantized_layers(module: Any) -> int:
             continue
         w = getattr(m, "weight", None)
         if type(m).__name__ == "Float8Linear" or (
-                w is not None and type(w) not in (torch.Tensor, torch.nn.Parameter) and "Sparse" not in type(w).__name__):
+                w is not None and not plain_tensor(w) and "Sparse" not in type(w).__name__):
             count += 1
     return count
 
@@ -140,7 +140,7 @@ def _quantizable(value: str) -> Any:
     import torch
 
     def ok(module: Any, fqn: str) -> bool:
-        if not isinstance(module, torch.nn.Linear) or type(module.weight) not in (torch.Tensor, torch.nn.Parameter):
+        if not isinstance(module, torch.nn.Linear) or not plain_tensor(module.weight):
             return False
         if value == "int4_weight_only":
             return module.in_features % INT4_GROUP == 0
