@@ -27,6 +27,10 @@ EPILOGS = {
   advisor export --pick balanced -o best.yaml
   advisor export --trial 7 --format json
   advisor export --study digits_cnn-default --pick fastest -o fast.yaml""",
+    "report": """examples:
+  advisor report                               # ./advisor-report/report.md + PNG plots
+  advisor report --study digits_cnn-cpu -o share/
+  advisor report --storage sqlite:///runs.db --study digits_cnn-default""",
     "init": """examples:
   advisor init model.py      # a commented template to fill in""",
 }
@@ -81,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", help="file to write (default: print)")
     e.add_argument("--json", action="store_true", help="print the whole export document as JSON")
 
+    r = add("report", "Write a Markdown report of a study with PNG plots (Pareto front, each knob's effect).")
+    r.add_argument("--storage", help="Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)")
+    r.add_argument("--study", help="study name (needed when the storage holds several)")
+    r.add_argument("-o", "--output", default="advisor-report", help="directory to write (default ./advisor-report)")
+
     i = add("init", "Write a commented model.py template.")
     i.add_argument("path", nargs="?", default="model.py")
     i.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -93,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_help()
         return 2
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
-        "tune": cmd_tune, "hardware": cmd_hardware, "spaces": cmd_spaces, "export": cmd_export, "init": cmd_init}
+        "tune": cmd_tune, "hardware": cmd_hardware, "spaces": cmd_spaces, "export": cmd_export, "init": cmd_init,
+        "report": cmd_report}
     try:
         return commands[args.command](args)
     except AdvisorError as exc:
@@ -220,6 +230,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"apply it:  prepared = advisor.apply(model, advisor.load_config({args.output!r}))")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import optuna
+
+    from advisor import storage as st
+    from advisor.markdown_report import write_report
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = st.open_storage(st.storage_url(args.storage), must_exist=True)
+    study = st.load(storage, args.study)
+    path = write_report(study, args.output)
+    print(f"wrote {path} (and its plots beside it)")
     return 0
 
 

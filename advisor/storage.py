@@ -172,6 +172,28 @@ def measured(trial: optuna.trial.FrozenTrial) -> bool:
     return trial.state.name == "COMPLETE"
 
 
+def tell_result(study: optuna.Study, trial: optuna.Trial, result: Any, wall_s: float,
+                baseline_accuracy: float | None, max_accuracy_drop: float,
+                memory_cap: int | None = None) -> optuna.trial.FrozenTrial:
+    """Store one trial's TrialResult: every figure as a user attribute, the objectives, and
+    the constraints (accuracy drop vs the baseline, memory cap); a failure as FAIL."""
+    import optuna
+
+    attrs = result.to_dict()
+    attrs.pop("ok")
+    for key, value in attrs.items():
+        if value is not None:
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("wall_s", wall_s)
+    if not result.ok:
+        return study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    reference = result.accuracy if baseline_accuracy is None else baseline_accuracy
+    trial.set_constraint("accuracy_drop", (reference - result.accuracy) - max_accuracy_drop)
+    if memory_cap is not None:
+        trial.set_constraint("memory_cap", result.peak_memory_bytes - memory_cap)
+    return study.tell(trial, [result.throughput, result.peak_memory_bytes, result.accuracy])
+
+
 def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The completed baseline trial (trial 0 unless it had to be re-run), or None."""
     for t in study.get_trials(deepcopy=False):

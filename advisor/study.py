@@ -347,24 +347,11 @@ class Tuner:
         return finished
 
     def _record(self, study: optuna.Study, number: int, result: TrialResult, wall: float) -> optuna.trial.FrozenTrial:
-        import optuna
-
         _, trial, config = self.running.pop(number)
-        attrs = result.to_dict()
-        attrs.pop("ok")
-        for key, value in attrs.items():
-            if value is not None:
-                trial.set_user_attr(key, value)
-        trial.set_user_attr("wall_s", wall)
-        if result.ok:
-            if self.baseline_accuracy is None:  # this is the baseline
-                self.baseline_accuracy = result.accuracy
-            trial.set_constraint("accuracy_drop", (self.baseline_accuracy - result.accuracy) - self.o.max_accuracy_drop)
-            if self.o.memory_cap is not None:
-                trial.set_constraint("memory_cap", result.peak_memory_bytes - self.o.memory_cap)
-            frozen = study.tell(trial, [result.throughput, result.peak_memory_bytes, result.accuracy])
-        else:
-            frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        if result.ok and self.baseline_accuracy is None:  # this is the baseline
+            self.baseline_accuracy = result.accuracy
+        frozen = st.tell_result(study, trial, result, wall, self.baseline_accuracy, self.o.max_accuracy_drop,
+                                self.o.memory_cap)
         self.emit("finished", {"number": number, "config": config.to_dict(), "result": result, "wall_s": wall,
                                "trial": frozen})
         return frozen
