@@ -26,6 +26,7 @@ EPILOGS = {
     "export": """examples:
   advisor export --pick balanced -o best.yaml
   advisor export --trial 7 --format json
+  advisor export --pick fastest --format python -o train_fast.py   # runnable; plain-PyTorch lines below
   advisor export --study digits_cnn-default --pick fastest -o fast.yaml""",
     "report": """examples:
   advisor report                               # ./advisor-report/report.md + PNG plots
@@ -81,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     which = e.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="trial number")
     which.add_argument("--pick", default=None, help="fastest, smallest, most-accurate or balanced (default)")
-    e.add_argument("--format", default="yaml", choices=("yaml", "json"))
+    e.add_argument("--format", default="yaml", choices=("yaml", "json", "python"),
+                   help="yaml (default) or json: the config file advisor.load_config reads; python: a runnable "
+                        "script that applies it with advisor.apply(), plus the plain-PyTorch equivalent")
     e.add_argument("-o", "--output", help="file to write (default: print)")
     e.add_argument("--json", action="store_true", help="print the whole export document as JSON")
 
@@ -227,7 +230,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     text = dump_export(document, args.output, "json" if args.json else args.format)
     if args.output:
         print(f"wrote trial {trial.number} of study {study.study_name!r} to {args.output}")
-        print(f"apply it:  prepared = advisor.apply(model, advisor.load_config({args.output!r}))")
+        if args.format == "python" and not args.json:
+            print(f"run it:    {'python' if document['config']['parallelism'] == 'single' else 'torchrun --nproc-per-node=' + str(document['config']['devices'])} {args.output}")
+        else:
+            print(f"apply it:  prepared = advisor.apply(model, advisor.load_config({args.output!r}))")
     else:
         sys.stdout.write(text)
     return 0

@@ -107,10 +107,14 @@ def dump_export(document: dict[str, Any], path: str | Path | None, fmt: str = "y
     """Serialise an export document; write it to ``path`` atomically when given."""
     if fmt == "json":
         text = json.dumps(document, indent=2) + "\n"
+    elif fmt == "python":
+        from advisor.export_python import python_script
+
+        text = python_script(document, Path(path).name if path is not None else "this_file.py")
     elif fmt == "yaml":
         text = yaml.safe_dump(document, sort_keys=False)
     else:
-        raise ConfigError(f"unknown export format {fmt!r} (expected yaml or json)")
+        raise ConfigError(f"unknown export format {fmt!r} (expected yaml, json or python)")
     if path is not None:
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
