@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from advisor.errors import AdvisorError
 
@@ -28,6 +28,12 @@ EPILOGS = {
   advisor export --trial 7 --format json
   advisor export --pick fastest --format python -o train_fast.py   # runnable; plain-PyTorch lines below
   advisor export --study digits_cnn-default --pick fastest -o fast.yaml""",
+    "tui": """examples:
+  advisor tui                                  # the study in ./advisor.db (a list when there are several)
+  advisor tui --study digits_cnn-default
+  advisor tui --storage sqlite:///runs.db --export-dir configs/
+keys: v view (front / all / failed), x / y plot axes, s sort, r reverse, f filter,
+      e export the selected trial, ? help, q quit""",
     "report": """examples:
   advisor report                               # ./advisor-report/report.md + PNG plots
   advisor report --study digits_cnn-cpu -o share/
@@ -88,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", help="file to write (default: print)")
     e.add_argument("--json", action="store_true", help="print the whole export document as JSON")
 
+    u = add("tui", "Explore a stored study: Pareto table, scatter plot, trial details; export a config.")
+    u.add_argument("--storage", help="Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)")
+    u.add_argument("--study", help="study name (default: the only one, else a list to choose from)")
+    u.add_argument("--export-dir", default=".", help="where `e` writes configs (default: the working directory)")
+
     r = add("report", "Write a Markdown report of a study with PNG plots (Pareto front, each knob's effect).")
     r.add_argument("--storage", help="Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)")
     r.add_argument("--study", help="study name (needed when the storage holds several)")
@@ -106,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "tune": cmd_tune, "hardware": cmd_hardware, "spaces": cmd_spaces, "export": cmd_export, "init": cmd_init,
-        "report": cmd_report}
+        "report": cmd_report, "tui": cmd_tui}
     try:
         return commands[args.command](args)
     except AdvisorError as exc:
@@ -239,6 +250,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_tui() -> Any:
+    """The explorer package, imported only when a command shows it (advisor/ itself never
+    imports textual or tui/)."""
+    import importlib
+
+    from advisor.errors import AdvisorError
+
+    try:
+        return importlib.import_module("tui")
+    except ImportError as exc:
+        raise AdvisorError(f"the explorer needs textual and textual-plotext ({exc}); "
+                           "reinstall advisor: pip install advisor") from None
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from advisor.errors import StudyError
+
+    if not Path(args.export_dir).is_dir():
+        raise StudyError(f"--export-dir {args.export_dir}: not a directory")
+    app = load_tui().make_app(args.storage, args.study, export_dir=args.export_dir)
+    app.run()
+    for path in app.exported:
+        print(f"exported {path}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import optuna
 
@@ -246,9 +285,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from advisor.markdown_report import write_report
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = st.open_storage(st.storage_url(args.storage), must_exist=True)
-    study = st.load(storage, args.study)
-    path = write_report(study, args.output)
+    url = st.storage_url(args.storage)
+    study = st.load(st.open_storage(url, must_exist=True), args.study)
+    path = write_report(study, args.output, url)
     print(f"wrote {path} (and its plots beside it)")
     return 0
 

@@ -1,0 +1,227 @@
+"""`advisor report`: a study as a Markdown file with PNG plots, to read or share.
+
+It writes ``report.md`` (setup, counts, the Pareto front, the recommended picks with
+their export commands, each knob's effect, the failures) and three plots beside it:
+``pareto.png`` (throughput vs peak memory), ``accuracy.png`` (throughput vs accuracy)
+and ``knobs.png`` (each knob value's median throughput vs the baseline). matplotlib is
+an optional dependency (``advisor[report]``), imported only when a report is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from advisor import report_plots as plots
+from advisor import storage as st
+from advisor.config import TrialConfig
+from advisor.errors import StudyError
+from advisor.export import PICKS, pick
+from advisor.report import (
+    counts,
+    describe_config,
+    failures_text,
+    fmt_bytes,
+    fmt_rate,
+    front_rows,
+)
+
+if TYPE_CHECKING:
+    import optuna
+
+
+@dataclass(frozen=True)
+class KnobEffect:
+    """Medians over the completed trials whose configuration has ``knob=value``."""
+
+    knob: str
+    value: Any
+    n: int
+    throughput_ratio: float | None
+    memory_ratio: float | None
+    accuracy_delta: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.knob}={self.value if isinstance(self.value, str) else json.dumps(self.value)}"
+
+
+def write_report(study: optuna.Study, out_dir: str | os.PathLike[str], storage_url: str | None = None) -> Path:
+    """Write ``out_dir/report.md`` and its plots (``pareto.png``, ``accuracy.png``, ``knobs.png``).
+
+    The directory is created when missing. Every file is written under a temporary name
+    and renamed when all are done, so a failure leaves no half-written report.
+
+    Args:
+        study: the study to describe; it needs a completed baseline trial.
+        out_dir: the directory to write into.
+        storage_url: where the study is stored, for the export commands the report
+            prints (left out when it is the default storage).
+
+    Returns:
+        The path of ``report.md``.
+
+    Raises:
+        StudyError: matplotlib is not installed, the study has no completed baseline, or
+            ``out_dir`` is a file or cannot be created.
+
+    Example:
+        >>> from advisor import storage
+        >>> study = storage.load(storage.open_storage("sqlite:///advisor.db"), "digits_cnn-cpu")
+        >>> write_report(study, "advisor-report")
+        PosixPath('advisor-report/report.md')
+    """
+    plots.require_matplotlib()
+    base = st.baseline_trial(study)
+    if base is None:
+        raise StudyError(f"study {study.study_name!r} has no completed trial yet to report on "
+                         "(its baseline trial has not completed)")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise StudyError(f"report output {out} is a file, expected a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StudyError(f"report output {out} cannot be created: {exc.strerror or exc}") from None
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and st.measured(t)]
+    effects = knob_effects(trials, base)
+    text = _markdown(study, base, effects, storage_url)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".report-", dir=out) as tmp:
+            plots.write_plots(Path(tmp), study, trials, base, effects)
+            (Path(tmp) / "report.md").write_text(text, encoding="utf-8")
+            for name in (*plots.FILES, "report.md"):  # report.md last: it is there only when all are
+                os.replace(Path(tmp) / name, out / name)
+    except OSError as exc:
+        raise StudyError(f"cannot write the report into {out}: {exc}") from None
+    return out / "report.md"
+
+
+def knob_effects(trials: list[optuna.trial.FrozenTrial], base: optuna.trial.FrozenTrial) -> list[KnobEffect]:
+    """Per value of every knob that varies among ``trials``: the median ratios to the baseline.
+
+    Marginal medians over the trials the search ran, not controlled one-knob experiments.
+    Knobs come in TrialConfig order, values in ascending order (None first).
+    """
+    default = TrialConfig().to_dict()
+    configs = [(t, {**default, **t.user_attrs.get("config", {})}) for t in trials]
+    keys = list(default) + sorted({k for _, c in configs for k in c} - set(default))
+    b_thr, b_mem, b_acc = base.values
+    effects = []
+    for key in keys:
+        groups: dict[str, list[optuna.trial.FrozenTrial]] = {}
+        for t, config in configs:
+            groups.setdefault(json.dumps(config.get(key), sort_keys=True), []).append(t)
+        if len(groups) < 2:
+            continue
+        for text in sorted(groups, key=_value_order):
+            ts = groups[text]
+            effects.append(KnobEffect(
+                key, json.loads(text), len(ts),
+                statistics.median(t.values[0] for t in ts) / b_thr if b_thr else None,
+                statistics.median(t.values[1] for t in ts) / b_mem if b_mem else None,
+                statistics.median(t.values[2] - b_acc for t in ts)))
+    return effects
+
+
+def _value_order(text: str) -> tuple[int, int, Any]:
+    value = json.loads(text)
+    if value is None:
+        return (0, 0, "")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (1, 1, value) if number else (1, 0, text)
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _pt(delta: float | None) -> str:
+    return "-" if delta is None else f"{100 * delta:+.1f} pt"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _markdown(study: optuna.Study, base: optuna.trial.FrozenTrial, effects: list[KnobEffect],
+              storage_url: str | None = None) -> str:
+    u, hw = study.user_attrs, study.user_attrs.get("hardware", {})
+    c = counts(study)
+    gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "none"
+    cap = u.get("memory_cap_bytes")
+    drop = u.get("max_accuracy_drop")
+    failed = ", ".join(f"{k} {v}" for k, v in sorted(c["failed_by_class"].items()))
+    lines = [
+        f"# Study {study.study_name}: advisor report", "",
+        "## Setup", "",
+        f"- Workload: `{u.get('workload_path', '?')}` ({u.get('workload', 'train')})",
+        f"- Search space: {u.get('space_name', '?')}",
+        f"- Hardware: {hw.get('cpu_model', '?')}, {hw.get('cpu_cores', '?')} CPU cores; GPUs: {gpus}",
+        (f"- Software: torch {hw.get('torch_version', '?')}, torchao {hw.get('torchao_version') or '-'}, "
+         f"CUDA {hw.get('cuda_version') or '-'}, Python {hw.get('python_version', '?')}"),
+        (f"- Max accuracy drop: {'-' if drop is None else f'{100 * drop:.1f} pt'} vs the baseline; "
+         f"memory cap: {fmt_bytes(cap) if cap else 'none'}"), "",
+        "## Trials", "",
+        (f"- Trials run: {c['trials']} (completed {c['completed']}, failed {c['failed']}"
+         f"{f': {failed}' if failed else ''})"),
+        f"- Infeasible (completed, but over the accuracy drop or the memory cap): {c['infeasible']}",
+        (f"- Duplicates (answered from an earlier trial): {c['duplicates']}; "
+         f"skipped without running: {c['skipped']}"), "",
+        "## Pareto front", "",
+        ("Feasible trials that no other feasible trial beats on all three objectives; "
+         "ratios and Δ are to the baseline."), "",
+        "| trial | configuration | samples/s | vs base | peak memory | vs base | accuracy | Δ accuracy |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in front_rows(study):
+        label = f"{r['trial']}{' (baseline)' if r['baseline'] else ''}{'' if r['on_front'] else ', not on the front'}"
+        lines.append(f"| {label} | `{_cell(describe_config(r['config']))}` | {fmt_rate(r['throughput'])} | "
+                     f"{_x(r.get('throughput_ratio'))} | {fmt_bytes(r['peak_memory_bytes'])} | "
+                     f"{_x(r.get('memory_ratio'))} | {100 * r['accuracy']:.2f}% | {_pt(r.get('accuracy_delta'))} |")
+    lines += ["", "## Recommended", "", *_picks(study, base, storage_url), "",
+              "## Plots", "",
+              ("The front is over all three objectives, so in a two-objective view some front trials "
+               "look beaten by others."), "",
+              "![Throughput vs peak memory; Pareto front highlighted](pareto.png)", "",
+              "![Throughput vs accuracy; Pareto front highlighted](accuracy.png)", "",
+              "## Each knob's effect", "",
+              ("For each value of every knob that varied: medians over the completed trials (feasible or not) "
+               "that had that value, relative to the baseline. These are marginal medians over the trials the "
+               "search happened to run, not controlled one-knob experiments: a value tried only together with "
+               "other changes carries their effect too."), ""]
+    if effects:
+        lines += ["| knob=value | median samples/s vs base | median peak memory vs base | median Δ accuracy | trials |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| `{_cell(e.label)}` | {_x(e.throughput_ratio)} | {_x(e.memory_ratio)} | "
+                  f"{_pt(e.accuracy_delta)} | {e.n} |" for e in effects]
+        lines += ["", "![Median throughput vs the baseline per knob value](knobs.png)"]
+    else:
+        lines.append("No knob varied among the completed trials.")
+    fails = failures_text(study)
+    lines += ["", "## Failed trials", ""] + (["```text", *fails, "```"] if fails else ["None."])
+    return "\n".join(lines) + "\n"
+
+
+def _picks(study: optuna.Study, base: optuna.trial.FrozenTrial, storage_url: str | None = None) -> list[str]:
+    try:
+        chosen = [(how, pick(study, how)) for how in PICKS]
+    except StudyError as exc:
+        return [f"Nothing to recommend: {exc}."]
+    b = base.values
+    lines = []
+    for how, t in chosen:
+        thr, mem, acc = t.values
+        where = "" if storage_url in (None, st.DEFAULT_STORAGE) else f" --storage {shlex.quote(storage_url)}"
+        command = f"advisor export{where} --study {shlex.quote(study.study_name)} --trial {t.number} -o {how}.yaml"
+        lines.append(f"- **{how}**: trial {t.number} `{describe_config(t.user_attrs.get('config', {}))}`: "
+                     f"{fmt_rate(thr)} samples/s ({_x(thr / b[0] if b[0] else None)}), {fmt_bytes(mem)} "
+                     f"({_x(mem / b[1] if b[1] else None)}), {100 * acc:.2f}% ({_pt(acc - b[2])}); "
+                     f"export it: `{command}`")
+    return lines

@@ -1,0 +1,215 @@
+"""`advisor report`: report.md and its PNG plots from the recorded study (fixed figures, real SQLite)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+
+import pytest
+import yaml
+from recorded_study import NAME, write_recorded_study
+
+from advisor import report_plots
+from advisor import storage as st
+from advisor.cli import main
+from advisor.errors import StudyError
+from advisor.markdown_report import knob_effects, write_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FRONT = (0, 1, 2, 3, 4, 7, 10)  # the recorded study's feasible Pareto front (5 and 6 are infeasible)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """The recorded study in SQLite and its report, written once through the CLI."""
+    root = tmp_path_factory.mktemp("report")
+    url = f"sqlite:///{root}/study.db"
+    write_recorded_study(url)
+    out = root / "nested" / "dirs" / "report"  # parents are created too
+    rc = main(["report", "--storage", url, "-o", str(out)])
+    text = (out / "report.md").read_text() if (out / "report.md").exists() else ""
+    return {"url": url, "out": out, "rc": rc, "text": text}
+
+
+def table_row(text: str, first_cell: str) -> str:
+    rows = [line for line in text.splitlines() if line.startswith(f"| {first_cell} |")]
+    assert len(rows) == 1, f"expected one row starting with {first_cell!r}, found {rows}"
+    return rows[0]
+
+
+def test_report_writes_markdown_and_three_plots(recorded):
+    assert recorded["rc"] == 0
+    out = recorded["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["accuracy.png", "knobs.png", "pareto.png", "report.md"]
+    text = recorded["text"]
+    assert text.startswith(f"# Study {NAME}: advisor report\n")
+    for line in ("- Workload: `/home/me/examples/digits_cnn.py` (train)", "- Search space: cpu",
+                 "- Hardware: AMD EPYC, 2 CPU cores; GPUs: none",
+                 "- Software: torch 2.13.0+cpu, torchao 0.18.0, CUDA -, Python 3.11.7",
+                 "- Max accuracy drop: 1.0 pt vs the baseline; memory cap: none",
+                 "- Trials run: 11 (completed 9, failed 2: error 1, oom 1)",
+                 "- Infeasible (completed, but over the accuracy drop or the memory cap): 2",
+                 "- Duplicates (answered from an earlier trial): 0; skipped without running: 0"):
+        assert line in text.splitlines()
+    links = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", text)
+    assert links == ["pareto.png", "accuracy.png", "knobs.png"]  # relative, beside report.md
+    assert "marginal medians over the trials the search happened to run" in text
+    assert "not controlled one-knob experiments" in text
+
+
+def test_cli_says_where_it_wrote(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/study.db"
+    write_recorded_study(url)
+    capsys.readouterr()
+    assert main(["report", "--storage", url, "-o", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'r' / 'report.md'} (and its plots beside it)"
+
+
+def test_pareto_table_has_the_front_with_ratios_and_the_baseline_marked(recorded):
+    text = recorded["text"]
+    for number in FRONT:
+        table_row(text, f"{number} (baseline)" if number == 0 else str(number))
+    assert not [line for line in text.splitlines() if line.startswith(("| 5 |", "| 6 |", "| 8 |", "| 9 |"))]
+    assert table_row(text, "0 (baseline)") == (
+        "| 0 (baseline) | `bs=64 fp32` | 6,736 | 1.00x | 98.6 MiB | 1.00x | 96.67% | +0.0 pt |")
+    # trial 2: 11873 / 6736 = 1.763x, 131.0 / 98.6 = 1.329x, 0.9611 - 0.9667 = -0.56 pt
+    assert table_row(text, "2") == (
+        "| 2 | `bs=256 fp32 channels_last` | 11,873 | 1.76x | 131.0 MiB | 1.33x | 96.11% | -0.6 pt |")
+    assert "| 3 | `bs=64 fp32 compile` | 10,911 | 1.62x | 192.5 MiB | 1.95x | 97.50% | +0.8 pt |" in text
+
+
+def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir, capsys):
+    text = recorded["text"]
+    expected = {"fastest": 2, "smallest": 4, "most-accurate": 3, "balanced": 1}
+    for how, number in expected.items():
+        command = f"advisor export --storage {recorded['url']} --study {NAME} --trial {number} -o {how}.yaml"
+        line = next(line for line in text.splitlines() if line.startswith(f"- **{how}**:"))
+        assert line.startswith(f"- **{how}**: trial {number} `") and line.endswith(f"`{command}`")
+    fastest = next(line for line in text.splitlines() if line.startswith("- **fastest**"))
+    assert "11,873 samples/s (1.76x), 131.0 MiB (1.33x), 96.11% (-0.6 pt)" in fastest
+    # the printed command, run as is, exports the trial it names
+    argv = shlex.split(fastest.rsplit("export it: `", 1)[1].rstrip("`"))[1:]
+    assert main(argv) == 0
+    exported = yaml.safe_load((workdir / "fastest.yaml").read_text())
+    assert exported["source"]["trial"] == 2 and exported["config"]["batch_size"] == 256
+
+
+def test_failed_trials_are_listed_with_their_first_line(recorded):
+    text = recorded["text"]
+    failures = text.split("## Failed trials", 1)[1]
+    assert "trial 8 [oom] bs=1024 fp32: CUDA out of memory. Tried to allocate 2.00 GiB" in failures
+    assert "trial 9 [error] bs=64 bf16 quantization=qat_int8: RuntimeError: mat1 and mat2 must have the same dtype" \
+        in failures
+    assert 'File "model.py"' not in text  # only the message's first line
+
+
+def test_plots_are_valid_pngs(recorded):
+    import matplotlib.image
+
+    shapes = {}
+    for name in ("pareto.png", "accuracy.png", "knobs.png"):
+        path = recorded["out"] / name
+        data = path.read_bytes()
+        assert data[:8] == PNG_SIGNATURE and len(data) > 1000
+        assert b"matplotlib" not in data  # no Software tag: the bytes do not depend on the version
+        image = matplotlib.image.imread(path)
+        assert image.ndim == 3 and image.shape[2] in (3, 4)
+        assert image[..., :3].std() > 0.05  # something is drawn, not a blank canvas
+        shapes[name] = image.shape[:2]
+    assert shapes["pareto.png"] == shapes["accuracy.png"] == (500, 750)
+    assert shapes["knobs.png"][1] == 750 and shapes["knobs.png"][0] > 750  # one bar per knob value: tall
+
+
+def test_knob_effects_match_a_hand_computation(recorded):
+    """precision over the 9 completed trials (failed 8 and 9 left out; infeasible 5 and 6 kept).
+
+    fp32: trials 0 2 3 4 5 6 7 10. Throughput sorted 4120 5219 6020 6736 | 7011 10911 11873 12500:
+    median (6736 + 7011) / 2 = 6873.5, / 6736 = 1.0204. Peak MiB sorted 95.1 97.0 98.6 101.9 |
+    103.4 131.0 160.0 192.5: median 102.65, / 98.6 = 1.0411. Accuracy deltas sorted -14.45 -2.23
+    -0.56 0 | 0 +0.27 +0.27 +0.83 pt: median 0. bf16: trial 1 alone: 10240 / 6736 = 1.5202,
+    100.2 / 98.6 = 1.0162, 0.9639 - 0.9667 = -0.28 pt.
+    """
+    text = recorded["text"]
+    assert table_row(text, "`precision=bf16`") == "| `precision=bf16` | 1.52x | 1.02x | -0.3 pt | 1 |"
+    assert table_row(text, "`precision=fp32`") == "| `precision=fp32` | 1.02x | 1.04x | +0.0 pt | 8 |"
+    # batch size 64: trials 0 1 3 6 10, throughput median 6736 (the baseline's), memory median 100.2 MiB
+    assert table_row(text, "`batch_size=64`") == "| `batch_size=64` | 1.00x | 1.02x | +0.0 pt | 5 |"
+    # a knob that varied only among failed trials (quantization: trial 9) has no row
+    assert "`quantization=" not in text and "`num_workers=" not in text
+
+    study = st.load(st.open_storage(recorded["url"], must_exist=True), NAME)
+    trials = [t for t in study.get_trials() if t.state.name == "COMPLETE"]
+    effects = {e.label: e for e in knob_effects(trials, st.baseline_trial(study))}
+    fp32 = effects["precision=fp32"]
+    assert fp32.n == 8
+    assert fp32.throughput_ratio == pytest.approx(6873.5 / 6736)
+    assert fp32.memory_ratio == pytest.approx(102.65 / 98.6, rel=1e-6)
+    assert fp32.accuracy_delta == pytest.approx(0.0)
+    assert [label for label in effects if label.startswith("batch_size=")] == [
+        "batch_size=32", "batch_size=64", "batch_size=128", "batch_size=256", "batch_size=512"]
+
+
+def test_same_study_gives_the_same_png_bytes(recorded, tmp_path):
+    study = st.load(st.open_storage(recorded["url"], must_exist=True), NAME)
+    again = write_report(study, tmp_path / "again", recorded["url"])
+    assert again == tmp_path / "again" / "report.md"
+    assert again.read_text() == recorded["text"]
+    for name in ("pareto.png", "accuracy.png", "knobs.png"):
+        assert (tmp_path / "again" / name).read_bytes() == (recorded["out"] / name).read_bytes()
+
+
+def test_missing_storage_file_exits_2_and_writes_nothing(workdir, capsys):
+    assert main(["report", "--storage", "sqlite:///missing.db", "-o", "rep"]) == 2
+    assert "missing.db does not exist" in capsys.readouterr().err
+    assert list(workdir.iterdir()) == []
+
+
+def test_empty_storage_exits_2(workdir, capsys):
+    st.open_storage("sqlite:///empty.db")
+    assert main(["report", "--storage", "sqlite:///empty.db", "-o", "rep"]) == 2
+    assert "holds no study" in capsys.readouterr().err
+    assert not (workdir / "rep").exists()
+
+
+def test_output_path_that_is_a_file_exits_2(workdir, capsys):
+    write_recorded_study("sqlite:///study.db")
+    (workdir / "rep").write_text("keep me")
+    assert main(["report", "--storage", "sqlite:///study.db", "-o", "rep"]) == 2
+    err = capsys.readouterr().err
+    assert "report output rep is a file" in err
+    assert (workdir / "rep").read_text() == "keep me"
+
+
+def test_study_with_only_a_failed_baseline_exits_2(workdir, capsys):
+    write_recorded_study("sqlite:///study.db", trials=[({}, "oom", "CUDA out of memory", None)])
+    assert main(["report", "--storage", "sqlite:///study.db", "-o", "rep"]) == 2
+    assert "has no completed trial yet to report on" in capsys.readouterr().err
+    assert not (workdir / "rep").exists()
+
+
+def test_without_matplotlib_it_says_how_to_install_and_writes_nothing(workdir, capsys, monkeypatch):
+    write_recorded_study("sqlite:///study.db")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    assert main(["report", "--storage", "sqlite:///study.db", "-o", "rep"]) == 2
+    assert "advisor report needs matplotlib: pip install 'advisor[report]'" in capsys.readouterr().err
+    assert not (workdir / "rep").exists()
+
+
+def test_a_failure_while_drawing_leaves_no_report(workdir, monkeypatch):
+    study = write_recorded_study("sqlite:///study.db")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("drawing failed")
+
+    monkeypatch.setattr(report_plots, "_knob_chart", broken)  # the last plot: the others are drawn by then
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        write_report(study, workdir / "rep")
+    assert list((workdir / "rep").iterdir()) == []  # no report.md, no plots, no temporary directory
+
+
+def test_study_error_is_raised_for_a_file_in_the_way(workdir):
+    study = write_recorded_study("sqlite:///study.db")
+    (workdir / "rep").write_text("")
+    with pytest.raises(StudyError, match="is a file"):
+        write_report(study, "rep")
