@@ -1,0 +1,58 @@
+"""The explorer's data layer on a recorded study: views, front under filters, sorting."""
+
+from __future__ import annotations
+
+import pytest
+from recorded_study import NAME, write_recorded_study
+
+from advisor import storage as st
+from tui.data import Filters, StudyData
+
+
+@pytest.fixture
+def data(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    write_recorded_study(url)
+    d = StudyData(st.open_storage(url), NAME)
+    d.reload()
+    return d
+
+
+def test_views_split_the_trials(data):
+    assert [r.number for r in data.view("front")] == [0, 1, 2, 3, 4, 7, 10]
+    assert [r.number for r in data.view("failed")] == [8, 9]
+    assert [r.number for r in data.view("all")] == list(range(11))
+    assert data.counts() == {"complete": 9, "failed": 2, "skipped": 0, "running": 0, "front": 7, "infeasible": 2}
+
+
+def test_front_matches_optuna_without_filters(data):
+    study = st.load(data.storage, NAME)
+    assert {r.number for r in data.rows if r.on_front} == {t.number for t in st.pareto_front(study)}
+
+
+def test_filters_recompute_the_front(data):
+    data.set_filters(Filters(memory_cap=110 * 2**20))
+    # 2 (131 MiB) and 3 (192.5 MiB) are filtered out; nothing they dominated was hidden by them here
+    assert [r.number for r in data.view("front")] == [0, 1, 4, 7, 10]
+    data.set_filters(Filters(max_drop_pt=0.0))
+    assert [r.number for r in data.view("front")] == [0, 3, 4, 7, 10]
+    assert "accuracy drop <= 0 pt" in data.filters.describe()
+    data.set_filters(Filters(max_drop_pt=0.0, memory_cap=100 * 2**20))
+    assert [r.number for r in data.view("front")] == [0, 4, 10]
+    assert [r.number for r in data.view("all")] == [0, 4, 8, 9, 10]  # failures stay visible
+
+
+def test_sorting_and_ratios(data):
+    by_speed = data.view("front", sort="throughput", reverse=True)
+    assert [r.number for r in by_speed][:3] == [2, 3, 1]
+    two = next(r for r in data.rows if r.number == 2)
+    assert two.summary() == "1.76x faster, +33% memory, -0.6 pt accuracy"
+    four = next(r for r in data.rows if r.number == 4)
+    assert four.summary().startswith("1.63x slower")
+    assert two.value("memory") == pytest.approx(131.0)
+
+
+def test_a_study_not_created_yet_is_empty(tmp_path):
+    d = StudyData(st.open_storage(f"sqlite:///{tmp_path / 'new.db'}"), "later")
+    d.reload()
+    assert d.rows == [] and d.baseline is None and d.view("front") == []

@@ -1,0 +1,101 @@
+"""The Textual app and ``make_app``, the one factory used by the CLI and the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from textual.app import App
+from textual.binding import Binding
+from textual.message import Message
+
+from tui.screens import MainScreen, StudyListScreen
+
+
+class LiveRun(Protocol):
+    """A study running in the background (``advisor tune`` with the explorer attached)."""
+
+    total: int
+    done: int
+
+    def start(self, on_event: Any) -> None: ...
+    def stop(self, reason: str) -> None: ...
+    def eta_s(self) -> float | None: ...
+
+
+class AdvisorApp(App[None]):
+    """Explore a stored study, or watch one being run."""
+
+    CSS_PATH = "advisor.tcss"
+    TITLE = "advisor"
+    BINDINGS = [Binding("ctrl+c", "quit", "quit", show=False, priority=True, id="app.quit")]
+
+    class TuneEvent(Message):
+        """The background study reported something (a trial finished, it stopped, ...)."""
+
+        def __init__(self, kind: str, data: dict[str, Any]) -> None:
+            super().__init__()
+            self.kind, self.data = kind, data
+
+    def __init__(self, storage: Any, study: str | None, summaries: list[Any], live: LiveRun | None = None,
+                 export_dir: str | Path = ".") -> None:
+        super().__init__()
+        self.storage, self.study_name, self.summaries = storage, study, summaries
+        self.live, self.export_dir = live, Path(export_dir)
+        self.exported: list[Path] = []
+
+    def on_mount(self) -> None:
+        if self.study_name is not None:
+            self.push_screen(MainScreen(self.study_name))
+        else:
+            self.push_screen(StudyListScreen(self.summaries))
+        if self.live is not None:
+            self.live.start(self._from_tuner)
+
+    def _from_tuner(self, kind: str, data: dict[str, Any]) -> None:
+        """Called in the tuner's thread: hand the event to the UI thread."""
+        try:
+            self.post_message(self.TuneEvent(kind, data))
+        except RuntimeError:
+            pass  # the app has closed; the CLI prints the summary
+
+    def on_advisor_app_tune_event(self, event: TuneEvent) -> None:
+        if isinstance(self.screen, MainScreen):
+            self.screen.live_event(event.kind, event.data)
+
+    async def action_quit(self) -> None:
+        if self.live is not None and self.live.done < self.live.total:
+            self.live.stop("interrupted by the user (quit from the explorer)")
+        self.exit()
+
+
+def make_app(storage_url: str | None = None, study: str | None = None, live: LiveRun | None = None,
+             export_dir: str | Path = ".") -> AdvisorApp:
+    """Build the explorer for ``study`` in ``storage_url`` (default as for the CLI).
+
+    Bad input is refused here, before any screen opens: a missing storage file, a storage
+    without studies, an unknown study name (``advisor.errors.StudyError``). With ``live``,
+    the study may not exist yet: it appears when the tuner creates it.
+
+    Example:
+        >>> make_app("sqlite:///advisor.db", "digits_cnn-default").run()  # doctest: +SKIP
+    """
+    import optuna
+
+    from advisor import storage as st
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = st.storage_url(storage_url)
+    storage = st.open_storage(url, must_exist=live is None)
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    if live is None:
+        names = [s.study_name for s in summaries]
+        if not names:
+            raise st.StudyError(f"storage {url!r} holds no study yet: run `advisor tune model.py` first")
+        if study is not None and study not in names:
+            raise st.StudyError(f"no study named {study!r} in {url} (studies: {', '.join(names)})")
+        if study is None and len(names) == 1:
+            study = names[0]
+    elif study is None:
+        raise ValueError("a live explorer needs the study name")
+    return AdvisorApp(storage, study, summaries, live=live, export_dir=export_dir)

@@ -1,0 +1,188 @@
+"""The main screen: status line, trial table, scatter plot and detail pane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, ProgressBar, Static
+
+from tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
+from tui.widgets import ScatterPlot, TrialDetail, TrialTable
+
+
+def _next(options: tuple[str, ...] | list[str], current: str, skip: str | None = None) -> str:
+    i = options.index(current)
+    for step in range(1, len(options) + 1):
+        candidate = options[(i + step) % len(options)]
+        if candidate != skip:
+            return candidate
+    return current
+
+
+class MainScreen(Screen[None]):
+    """One study: its trials, a plot of two figures, and the selected trial in detail."""
+
+    BINDINGS = [
+        Binding("v", "cycle_view", "view", id="main.view"),
+        Binding("x", "cycle_x", "x axis", id="main.x_axis"),
+        Binding("y", "cycle_y", "y axis", id="main.y_axis"),
+        Binding("s", "cycle_sort", "sort", id="main.sort"),
+        Binding("r", "reverse_sort", "reverse", id="main.reverse"),
+        Binding("f", "filters", "filter", id="main.filters"),
+        Binding("c", "clear_filters", "clear filters", show=False, id="main.clear_filters"),
+        Binding("e", "export", "export", id="main.export"),
+        Binding("u", "reload", "reload", show=False, id="main.reload"),
+        Binding("question_mark", "help", "help", id="main.help"),
+        Binding("q", "app.quit", "quit", id="main.quit"),
+    ]
+
+    def __init__(self, study_name: str) -> None:
+        super().__init__()
+        self.data: StudyData = StudyData(self.app.storage, study_name)  # type: ignore[attr-defined]
+        self.view, self.sort, self.reverse = "front", "trial", False
+        self.x_axis, self.y_axis = "throughput", "memory"
+        self.selected: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="status")
+        with Horizontal(id="live", classes="hidden"):
+            yield ProgressBar(id="progress", show_eta=False)
+            yield Static(id="eta")
+        with Horizontal(id="body"):
+            yield TrialTable(id="table")
+            with Vertical(id="side"):
+                yield ScatterPlot(id="plot")
+                yield TrialDetail(id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        live = getattr(self.app, "live", None)
+        if live is not None:
+            self.query_one("#live").remove_class("hidden")
+            self.query_one("#progress", ProgressBar).update(total=live.total, progress=0)
+        self.refresh_data()
+        self.query_one(TrialTable).focus()
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < 110, "narrow")
+
+    # ---- data ------------------------------------------------------------------------
+    def refresh_data(self) -> None:
+        self.data.reload()
+        self.render_view()
+
+    def render_view(self) -> None:
+        rows = self.data.view(self.view, self.sort, self.reverse)
+        self.query_one(TrialTable).show(rows, failed_view=self.view == "failed", keep=self.selected)
+        self.update_status(len(rows))
+        self.draw()
+
+    def update_status(self, shown: int) -> None:
+        c = self.data.counts()
+        direction = "desc" if self.reverse else "asc"
+        parts = [f"[b]{self.data.name}[/b]", f"{VIEW_TITLES[self.view]}: {shown} shown",
+                 f"{c['complete']} completed, {c['failed']} failed, {c['infeasible']} infeasible, {c['skipped']} skipped",
+                 f"sort {self.sort} {direction}"]
+        if self.data.filters.describe():
+            parts.append(f"[yellow]filter: {self.data.filters.describe()}[/yellow]")
+        self.query_one("#status", Static).update(" · ".join(parts))
+        self.set_class(bool(self.data.filters.describe()), "filtered")
+
+    def draw(self) -> None:
+        self.query_one(ScatterPlot).draw(self.data.rows, self.x_axis, self.y_axis, self.selected)
+        row = next((r for r in self.data.rows if r.number == self.selected), None)
+        self.query_one(TrialDetail).show(row, self.data.attrs)
+
+    @on(TrialTable.Selected)
+    def _selected(self, event: TrialTable.Selected) -> None:
+        if event.number != self.selected:
+            self.selected = event.number
+            self.draw()
+
+    # ---- actions ---------------------------------------------------------------------
+    def action_cycle_view(self) -> None:
+        self.view = _next(VIEWS, self.view)
+        self.render_view()
+
+    def action_cycle_x(self) -> None:
+        self.x_axis = _next(list(AXES), self.x_axis, skip=self.y_axis)
+        self.draw()
+
+    def action_cycle_y(self) -> None:
+        self.y_axis = _next(list(AXES), self.y_axis, skip=self.x_axis)
+        self.draw()
+
+    def action_cycle_sort(self) -> None:
+        self.sort = _next(SORT_KEYS, self.sort)
+        self.render_view()
+
+    def action_reverse_sort(self) -> None:
+        self.reverse = not self.reverse
+        self.render_view()
+
+    def action_filters(self) -> None:
+        from tui.screens.filters import FilterScreen
+
+        def done(filters: Filters | None) -> None:
+            if filters is not None:
+                self.data.set_filters(filters)
+                self.render_view()
+
+        self.app.push_screen(FilterScreen(self.data.filters), done)
+
+    def action_clear_filters(self) -> None:
+        self.data.set_filters(Filters())
+        self.render_view()
+
+    def action_reload(self) -> None:
+        self.refresh_data()
+
+    def action_help(self) -> None:
+        from tui.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)]))
+
+    def action_export(self) -> None:
+        """Write the selected trial's config with the CLI's export code, and say where."""
+        import optuna
+
+        from advisor.config import dump_export
+        from advisor.errors import AdvisorError
+        from advisor.export import export_document, trial_by_number
+
+        if self.selected is None:
+            self.notify("no trial selected", severity="warning")
+            return
+        path = Path(self.app.export_dir) / f"{self.data.name}-trial{self.selected}.yaml"  # type: ignore[attr-defined]
+        try:
+            study = optuna.load_study(study_name=self.data.name, storage=self.data.storage)
+            dump_export(export_document(study, trial_by_number(study, self.selected)), path)
+        except AdvisorError as exc:
+            self.notify(str(exc), title="not exported", severity="error", timeout=8)
+            return
+        self.notify(f"wrote {path}\napply it: advisor.apply(model, advisor.load_config({str(path)!r}))",
+                    title=f"trial {self.selected} exported", timeout=10)
+        self.app.exported.append(path)  # type: ignore[attr-defined]
+
+    # ---- live ------------------------------------------------------------------------
+    def live_event(self, kind: str, data: dict[str, Any]) -> None:
+        live = self.app.live  # type: ignore[attr-defined]
+        if kind in ("finished", "skipped", "duplicate", "cancelled", "stopped", "ray"):
+            self.refresh_data()
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=live.total, progress=min(live.done, live.total))
+        eta = self.query_one("#eta", Static)
+        if kind == "stopped":
+            outcome = data.get("error") or data.get("reason") or "finished"
+            eta.update(f" study stopped: {outcome} — e exports, q quits")
+            self.set_class(True, "done")
+        else:
+            remaining = live.eta_s()
+            eta.update(f" {live.done}/{live.total} trials" + (f", about {remaining:.0f} s left" if remaining else "")
+                       + (f" · {data['text']}" if kind == "note" else ""))

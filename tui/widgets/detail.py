@@ -1,0 +1,75 @@
+"""The detail pane: one trial's configuration, figures against the baseline, timing
+spread, telemetry, failure and the hardware it ran on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from advisor.config import TrialConfig
+from advisor.report import fmt_bytes, fmt_rate
+from tui.data import TrialRow
+
+
+class TrialDetail(Static):
+    """Shows the selected trial."""
+
+    def show(self, row: TrialRow | None, study_attrs: dict[str, Any]) -> None:
+        self.update(describe(row, study_attrs) if row is not None else Text("no trial selected", style="dim"))
+
+
+def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
+    text = Text()
+    title = f"trial {row.number}" + (" (baseline)" if row.baseline else "") + (" — on the front" if row.on_front else "")
+    text.append(title + "\n", style="bold")
+    u = row.attrs
+    if row.state == "complete":
+        text.append(f"{fmt_rate(row.throughput)} samples/s, {fmt_bytes(row.memory)} peak, accuracy {row.accuracy:.4f}\n")
+        if row.summary():
+            text.append(row.summary() + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
+        if not row.feasible:
+            broken = ", ".join(f"{k} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
+            text.append(f"infeasible: {broken}\n", style="yellow")
+        med, iqr = u.get("step_time_median_s"), u.get("step_time_iqr_s")
+        if med:
+            spread = f", spread (IQR) {100 * iqr / med:.1f}%" if iqr is not None else ""
+            text.append(f"step {1000 * med:.2f} ms median over {u.get('timed_steps', '?')} steps{spread}"
+                        + ("" if u.get("timing_converged", True) else " (did not settle)") + "\n")
+    elif row.state in ("failed", "skipped"):
+        outcome = f"{row.failure} (skipped, not run)" if row.state == "skipped" else row.failure
+        text.append(f"{outcome}: ", style="bold red")
+        text.append(row.message[-600:] + "\n")
+    elif row.state == "duplicate":
+        text.append(f"duplicate of trial {u.get('duplicate_of')}\n", style="dim")
+    else:
+        text.append("running\n", style="italic")
+    default = TrialConfig().to_dict()
+    config = {**default, **row.config}
+    text.append("config\n", style="bold")
+    for key, value in config.items():
+        if value != default.get(key) or key == "batch_size":
+            text.append(f"  {key}: {json.dumps(value)}\n", style="cyan")
+    rest = ", ".join(f"{k}={json.dumps(v)}" for k, v in config.items() if v == default.get(k) and k != "batch_size")
+    text.append(f"  defaults: {rest}\n", style="dim")
+    phases = u.get("phase_s") or {}
+    if phases or u.get("wall_s"):
+        times = ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+        text.append(f"time: {u.get('wall_s', 0):.1f} s wall" + (f" ({times})" if times else "") + "\n")
+    if u.get("compile_s"):
+        text.append(f"compile: {u['compile_s']:.1f} s\n")
+    telemetry = u.get("telemetry") or {}
+    if telemetry:
+        text.append("telemetry\n", style="bold")
+        for key, value in telemetry.items():
+            shown = fmt_bytes(value) if key.endswith("bytes") and isinstance(value, (int, float)) else json.dumps(value)
+            text.append(f"  {key}: {shown[:120]}\n")
+    hw = study_attrs.get("hardware") or {}
+    if hw:
+        gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus") or []) or "no GPU"
+        text.append(f"hardware: {hw.get('cpu_model')} ({hw.get('cpu_cores')} cores), {gpus}, "
+                    f"torch {hw.get('torch_version')}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
+                    style="dim")
+    return text

@@ -1,0 +1,79 @@
+"""The table of trials: the Pareto front, all trials, or the failed ones."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import DataTable
+
+from advisor.report import fmt_bytes, fmt_rate
+from tui.data import TrialRow
+
+FIGURE_COLUMNS = ("trial", "samples/s", "vs base", "memory", "vs base", "accuracy", "Δ acc", "configuration")
+FAILED_COLUMNS = ("trial", "outcome", "message", "configuration")
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+class TrialTable(DataTable):
+    """Rows of trials; posts ``TrialTable.Selected`` when the cursor moves to one."""
+
+    class Selected(Message):
+        """The cursor moved to the row of trial ``number`` (None: the table is empty)."""
+
+        def __init__(self, number: int | None) -> None:
+            super().__init__()
+            self.number = number
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        self.mode = ""
+
+    def show(self, rows: list[TrialRow], failed_view: bool, keep: int | None = None) -> None:
+        """Replace the rows, keeping the cursor on trial ``keep`` when it is still shown."""
+        mode = "failed" if failed_view else "figures"
+        if mode != self.mode:
+            self.clear(columns=True)
+            for name in FAILED_COLUMNS if failed_view else FIGURE_COLUMNS:
+                self.add_column(name, key=None if name == "vs base" else name)
+            self.mode = mode
+        else:
+            self.clear()
+        for row in rows:
+            self.add_row(*(self._failed_cells(row) if failed_view else self._figure_cells(row)), key=str(row.number))
+        if keep is not None and str(keep) in self.rows:
+            self.move_cursor(row=self.get_row_index(str(keep)), animate=False)
+        self.post_message(self.Selected(self.selected))
+
+    @property
+    def selected(self) -> int | None:
+        if not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return int(key) if key is not None else None
+
+    @staticmethod
+    def _figure_cells(row: TrialRow) -> list[object]:
+        mark = " base" if row.baseline else (" *" if row.on_front else "")
+        style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
+        if row.state != "complete":
+            return [Text(f"{row.number}", justify="right"), Text(row.failure or row.state, style="red"),
+                    "", "", "", "", "", Text(row.description, style="red")]
+        delta = "-" if row.accuracy_delta is None else f"{100 * row.accuracy_delta:+.1f} pt"
+        return [Text(f"{row.number}{mark}", justify="right", style=style),
+                Text(fmt_rate(row.throughput), justify="right"), Text(_x(row.throughput_ratio), justify="right"),
+                Text(fmt_bytes(row.memory), justify="right"), Text(_x(row.memory_ratio), justify="right"),
+                Text(f"{row.accuracy:.4f}", justify="right"), Text(delta, justify="right"),
+                Text(row.description, style=style)]
+
+    @staticmethod
+    def _failed_cells(row: TrialRow) -> list[object]:
+        outcome = f"{row.failure}, skipped" if row.state == "skipped" else row.failure
+        first = (row.message.splitlines() or [""])[0]
+        return [Text(str(row.number), justify="right"), Text(outcome, style="red"), first[:100], row.description]
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self.post_message(self.Selected(int(event.row_key.value) if event.row_key.value is not None else None))
