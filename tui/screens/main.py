@@ -70,7 +70,7 @@ class MainScreen(Screen[None]):
         self.query_one(TrialTable).focus()
 
     def on_resize(self) -> None:
-        self.set_class(self.size.width < 110, "narrow")
+        self.set_class(self.size.width < 160, "stacked")
 
     # ---- data ------------------------------------------------------------------------
     def refresh_data(self) -> None:

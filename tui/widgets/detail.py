@@ -25,6 +25,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
     text = Text()
     title = f"trial {row.number}" + (" (baseline)" if row.baseline else "") + (" — on the front" if row.on_front else "")
     text.append(title + "\n", style="bold")
+    text.append(row.description + "\n", style="cyan")
     u = row.attrs
     if row.state == "complete":
         text.append(f"{fmt_rate(row.throughput)} samples/s, {fmt_bytes(row.memory)} peak, accuracy {row.accuracy:.4f}\n")

@@ -43,8 +43,9 @@ class TrialTable(DataTable):
             self.clear()
         for row in rows:
             self.add_row(*(self._failed_cells(row) if failed_view else self._figure_cells(row)), key=str(row.number))
-        if keep is not None and str(keep) in self.rows:
-            self.move_cursor(row=self.get_row_index(str(keep)), animate=False)
+        if self.row_count:
+            known = keep is not None and str(keep) in self.rows
+            self.move_cursor(row=self.get_row_index(str(keep)) if known else 0, animate=False)
         self.post_message(self.Selected(self.selected))
 
     @property
