@@ -16,7 +16,9 @@ EPILOGS = {
   advisor tune examples/digits_cnn.py --space cpu          # + DDP/FSDP, pruning, QAT on this CPU
   advisor tune examples/digits_inference.py --workload inference
   advisor tune model.py --storage postgresql://me@db/advisor --ray-address auto
-  advisor tune model.py --max-accuracy-drop 0.005 --memory-cap 2GiB --json""",
+  advisor tune model.py --max-accuracy-drop 0.005 --memory-cap 2GiB --json
+In an interactive terminal the live explorer shows the trials as they finish (q stops the
+study gracefully); --no-tui, --json or a pipe give plain output.""",
     "hardware": """examples:
   advisor hardware           # the capability table, knob by knob, with reasons
   advisor hardware --json""",
@@ -75,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--skip-preflight", action="store_true",
                    help="do not build the model in the driver first (for models too large for it)")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
+    t.add_argument("--no-tui", action="store_true",
+                   help="plain progress lines even in an interactive terminal (default there: the live explorer)")
 
     h = add("hardware", "Show what this machine can do, knob by knob, with the reason for each refusal.")
     h.add_argument("--json", action="store_true")
@@ -161,12 +165,42 @@ def cmd_tune(args: argparse.Namespace) -> int:
         max_accuracy_drop=args.max_accuracy_drop, memory_cap=parse_size(args.memory_cap),
         sampler=args.sampler, seed=args.seed, train_samples=args.train_samples,
         ray_address=args.ray_address, skip_preflight=args.skip_preflight)
+    live = not (args.json or args.no_tui) and sys.stdin.isatty() and sys.stdout.isatty()
     output = TuneOutput(json_mode=args.json)
     tuner = Tuner(options, on_event=output.event)
     tuner.prepare()
     output.prepared(tuner)
-    study = tuner.run()
+    study = _run_live(tuner, output) if live else tuner.run()
     return output.finish(tuner, study)
+
+
+def _run_live(tuner: Any, output: Any) -> Any:
+    """Run the study in a background thread with the explorer attached; when the user
+    quits it early the study stops gracefully; the summary is printed afterwards."""
+    import signal
+
+    from advisor.background import BackgroundTune
+
+    tuner.start_ray()  # here, in the main thread: the explorer replaces stdio while it runs
+    output.quiet = True
+    background = BackgroundTune(tuner, also=output.event)
+    app = load_tui().make_app(tuner.url, tuner.study_name, live=background)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        background.stop("interrupted by SIGTERM")
+        app.exit()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        app.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if background.running:
+            print("stopping: cancelling running trials and recording them ...", file=sys.stderr)
+            background.stop(tuner.stop_reason or "interrupted by the user (quit from the explorer)")
+    for path in app.exported:
+        print(f"exported {path}")
+    return background.join()
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:

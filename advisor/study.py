@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import signal
+import threading
 import warnings
 import time
 from dataclasses import dataclass
@@ -177,11 +178,18 @@ class Tuner:
             self.emit("note", {"text": f"trial {t.number} was left running by an earlier run: marked failed"})
 
     # ---- running ---------------------------------------------------------------------
-    def run(self) -> optuna.Study:
+    def start_ray(self) -> None:
+        """Start (or join) Ray; ``run()`` does it when not done yet. Call it in the main
+        thread when the study itself runs in another one (Ray's init needs real stdio)."""
         from advisor.scheduler import RayExecutor
 
+        if self.executor is None:
+            self.executor = RayExecutor(self.hardware.device, self.o.ray_address).start()
+
+    def run(self) -> optuna.Study:
         # Ray first: if no node can run a trial, say so before any study is written.
-        self.executor = RayExecutor(self.hardware.device, self.o.ray_address).start()
+        self.start_ray()
+        assert self.executor is not None
         try:
             self.storage = st.open_storage(self.url)
             study = self.open_study()
@@ -191,7 +199,10 @@ class Tuner:
         self.deadline = math.inf
         self.emit("ray", {"startup_s": self.executor.startup_s, "slots": self.executor.slots,
                           "resources": self.executor.resources})
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        # Ctrl-C / SIGTERM stop the study gracefully; in a background thread (the live
+        # explorer) the caller stops it with stop() instead.
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
         for s in previous:
             signal.signal(s, self._on_signal)
         try:
@@ -206,6 +217,13 @@ class Tuner:
                 signal.signal(s, handler)
             self.executor.shutdown()
         return study
+
+    def stop(self, reason: str) -> None:
+        """Ask a running study to stop: no new trials; running ones are cancelled and
+        recorded (not counted), and ``run()`` returns. Safe to call from another thread."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.emit("note", {"text": f"stopping ({reason}): cancelling running trials"})
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.stop_reason is not None:  # a second Ctrl-C: stop at once

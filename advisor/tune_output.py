@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 class TuneOutput:
     """A rich progress bar on a terminal; plain lines otherwise; JSON summary with --json."""
 
-    def __init__(self, json_mode: bool = False) -> None:
+    def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
         from rich.console import Console
 
         self.json_mode = json_mode
+        self.quiet = quiet  # the live explorer shows the trials; only the summary is printed
         # With --json, stdout carries only the JSON summary: progress goes to stderr.
         self.console = Console(stderr=json_mode, highlight=False)
         if not self.console.is_terminal:
@@ -34,8 +35,11 @@ class TuneOutput:
         self.trial_compute = 0.0
         self.ray_startup = 0.0
         self.best: float | None = None
+        self.ended: float | None = None  # when a background study stopped (the explorer may stay open)
 
     def say(self, text: str) -> None:
+        if self.quiet:
+            return
         (self.progress.console if self.progress else self.console).print(text, markup=False)
 
     def prepared(self, tuner: Tuner) -> None:
@@ -64,11 +68,13 @@ class TuneOutput:
             self.say(f"timeout   {data['trial_timeout_s']:.0f} s per trial")
         elif kind == "finished":
             self._finished(data)
+        elif kind == "stopped":
+            self.ended = time.monotonic()
         elif kind == "cancelled":
             self.say(f"trial {data['number']:>3}  cancelled")
 
     def _start_progress(self) -> None:
-        if self.json_mode or not self.console.is_terminal:
+        if self.json_mode or self.quiet or not self.console.is_terminal:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -94,9 +100,10 @@ class TuneOutput:
             self.progress.update(self.task, advance=1, best=f"best {report.fmt_rate(self.best)}" if self.best else "")
 
     def finish(self, tuner: Tuner, study: optuna.Study) -> int:
+        self.quiet = False
         if self.progress is not None:
             self.progress.stop()
-        wall = time.monotonic() - self.started
+        wall = (self.ended or time.monotonic()) - self.started
         counts = report.counts(study)
         timing = {"wall_s": wall, "ray_startup_s": self.ray_startup, "trial_wall_s": self.trial_wall,
                   "trial_compute_s": self.trial_compute}

@@ -17,6 +17,8 @@ class LiveRun(Protocol):
 
     total: int
     done: int
+    storage: Any  # None until the study is open
+    running: bool
 
     def start(self, on_event: Any) -> None: ...
     def stop(self, reason: str) -> None: ...
@@ -60,11 +62,17 @@ class AdvisorApp(App[None]):
             pass  # the app has closed; the CLI prints the summary
 
     def on_advisor_app_tune_event(self, event: TuneEvent) -> None:
-        if isinstance(self.screen, MainScreen):
-            self.screen.live_event(event.kind, event.data)
+        if event.kind == "ray" and self.live is not None:
+            self.storage = self.live.storage
+        for screen in self.screen_stack:
+            if isinstance(screen, MainScreen):
+                screen.data.storage = self.storage
+                screen.live_event(event.kind, event.data)
+        if event.kind == "stopped" and event.data.get("error"):
+            self.exit()  # the CLI prints the error
 
     async def action_quit(self) -> None:
-        if self.live is not None and self.live.done < self.live.total:
+        if self.live is not None and self.live.running:
             self.live.stop("interrupted by the user (quit from the explorer)")
         self.exit()
 
@@ -86,16 +94,17 @@ def make_app(storage_url: str | None = None, study: str | None = None, live: Liv
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = st.storage_url(storage_url)
-    storage = st.open_storage(url, must_exist=live is None)
+    if live is not None:  # the tuner opens (and may create) the storage; the screen follows
+        if study is None:
+            raise ValueError("a live explorer needs the study name")
+        return AdvisorApp(None, study, [], live=live, export_dir=export_dir)
+    storage = st.open_storage(url, must_exist=True)
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
-    if live is None:
-        names = [s.study_name for s in summaries]
-        if not names:
-            raise st.StudyError(f"storage {url!r} holds no study yet: run `advisor tune model.py` first")
-        if study is not None and study not in names:
-            raise st.StudyError(f"no study named {study!r} in {url} (studies: {', '.join(names)})")
-        if study is None and len(names) == 1:
-            study = names[0]
-    elif study is None:
-        raise ValueError("a live explorer needs the study name")
-    return AdvisorApp(storage, study, summaries, live=live, export_dir=export_dir)
+    names = [s.study_name for s in summaries]
+    if not names:
+        raise st.StudyError(f"storage {url!r} holds no study yet: run `advisor tune model.py` first")
+    if study is not None and study not in names:
+        raise st.StudyError(f"no study named {study!r} in {url} (studies: {', '.join(names)})")
+    if study is None and len(names) == 1:
+        study = names[0]
+    return AdvisorApp(storage, study, summaries, export_dir=export_dir)

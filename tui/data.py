@@ -107,7 +107,7 @@ class StudyData:
     def reload(self) -> None:
         import optuna
 
-        if self.name not in st.study_names(self.storage):
+        if self.storage is None or self.name not in st.study_names(self.storage):
             self.rows, self.attrs = [], {}  # live: the study is created when Ray is up
             return
         study = optuna.load_study(study_name=self.name, storage=self.storage)

@@ -65,8 +65,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
     if telemetry:
         text.append("telemetry\n", style="bold")
         for key, value in telemetry.items():
-            shown = fmt_bytes(value) if key.endswith("bytes") and isinstance(value, (int, float)) else json.dumps(value)
-            text.append(f"  {key}: {shown[:120]}\n")
+            text.append(f"  {key}: {_short(key, value)[:160]}\n")
     hw = study_attrs.get("hardware") or {}
     if hw:
         gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus") or []) or "no GPU"
@@ -74,3 +73,18 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
                     f"torch {hw.get('torch_version')}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
                     style="dim")
     return text
+
+
+def _short(key: str, value: Any) -> str:
+    """A telemetry value in a few characters: sizes in MiB/GiB, floats to 4 digits, dicts as k=v."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_short(k, v)}" for k, v in value.items())
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)) and key.endswith("bytes"):
+        return fmt_bytes(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(key, v) for v in value[:8]) + (", ..." if len(value) > 8 else "") + "]"
+    return str(value)

@@ -1,0 +1,76 @@
+"""`advisor tune` with the explorer attached: a short real study (real Ray, real SQLite,
+the digits MLP) runs in the background while Pilot watches rows arrive; quitting early
+stops the study gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from conftest import EXAMPLES
+
+from advisor import storage as st
+from advisor.background import BackgroundTune
+from advisor.study import TuneOptions, Tuner
+from tui import make_app
+from tui.widgets import TrialTable
+
+pytestmark = pytest.mark.ray
+
+
+def _tuner(trials: int) -> Tuner:
+    tuner = Tuner(TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=trials,
+                              train_samples=1437, trial_timeout=120))
+    tuner.prepare()
+    tuner.start_ray()  # joins the session's Ray
+    return tuner
+
+
+async def _until(pilot, condition, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the live study"
+        await asyncio.sleep(0.2)
+        await pilot.pause()
+
+
+async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, quiet_optuna):
+    tuner = _tuner(trials=3)
+    background = BackgroundTune(tuner)
+    app = make_app(tuner.url, tuner.study_name, live=background)
+    seen: list[int] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+
+        def rows_now() -> int:
+            count = len([r for r in screen.data.rows if r.state in ("complete", "failed")])
+            if not seen or seen[-1] != count:
+                seen.append(count)
+            return count
+
+        screen.action_cycle_view()  # all trials
+        await _until(pilot, lambda: rows_now() >= 1 and not background.running)
+        await pilot.pause()
+        assert seen[0] == 0 and seen[-1] >= 3, seen
+        assert any(0 < n < seen[-1] for n in seen), f"rows arrived all at once: {seen}"
+        assert screen.query_one(TrialTable).row_count >= 3
+        bar = screen.query_one("#progress")
+        assert (bar.total, bar.progress) == (3, 3)
+        assert "study stopped: finished" in str(screen.query_one("#eta").render())
+        assert screen.has_class("done")
+    study = background.join()
+    assert sum(1 for t in study.trials if st.measured(t)) == 3
+
+
+async def test_quitting_the_explorer_stops_the_study_gracefully(ray_session, workdir, quiet_optuna):
+    tuner = _tuner(trials=50)
+    background = BackgroundTune(tuner)
+    app = make_app(tuner.url, tuner.study_name, live=background)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _until(pilot, lambda: background.done >= 2)
+        await pilot.press("q")
+    study = background.join()  # returns: running trials were cancelled and recorded
+    assert tuner.stop_reason == "interrupted by the user (quit from the explorer)"
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    assert 2 <= sum(1 for t in study.trials if st.measured(t)) < 50
