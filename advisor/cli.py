@@ -10,15 +10,16 @@ from typing import Any, Callable
 from advisor.errors import AdvisorError
 
 EPILOGS = {
-    "tune": """examples:
+    "tune": """In an interactive terminal the live explorer shows the trials as they finish (q stops the
+study gracefully); --no-tui, --json or a pipe give plain output.
+
+examples:
   advisor tune examples/digits_cnn.py                      # 20 trials, default space, ./advisor.db
   advisor tune model.py --trials 50 --space eager --timeout 3600
   advisor tune examples/digits_cnn.py --space cpu          # + DDP/FSDP, pruning, QAT on this CPU
   advisor tune examples/digits_inference.py --workload inference
   advisor tune model.py --storage postgresql://me@db/advisor --ray-address auto
-  advisor tune model.py --max-accuracy-drop 0.005 --memory-cap 2GiB --json
-In an interactive terminal the live explorer shows the trials as they finish (q stops the
-study gracefully); --no-tui, --json or a pipe give plain output.""",
+  advisor tune model.py --max-accuracy-drop 0.005 --memory-cap 2GiB --json""",
     "hardware": """examples:
   advisor hardware           # the capability table, knob by knob, with reasons
   advisor hardware --json""",
@@ -30,12 +31,13 @@ study gracefully); --no-tui, --json or a pipe give plain output.""",
   advisor export --trial 7 --format json
   advisor export --pick fastest --format python -o train_fast.py   # runnable; plain-PyTorch lines below
   advisor export --study digits_cnn-default --pick fastest -o fast.yaml""",
-    "tui": """examples:
+    "tui": """keys: v view (front / all / failed), x / y plot axes, s sort, r reverse, f filter,
+      e export the selected trial, ? help, q quit
+
+examples:
   advisor tui                                  # the study in ./advisor.db (a list when there are several)
   advisor tui --study digits_cnn-default
-  advisor tui --storage sqlite:///runs.db --export-dir configs/
-keys: v view (front / all / failed), x / y plot axes, s sort, r reverse, f filter,
-      e export the selected trial, ? help, q quit""",
+  advisor tui --storage sqlite:///runs.db --export-dir configs/""",
     "report": """examples:
   advisor report                               # ./advisor-report/report.md + PNG plots
   advisor report --study digits_cnn-cpu -o share/

@@ -12,7 +12,7 @@ from advisor.cli import main, parse_size
 from advisor.errors import StudyError
 from advisor.workload import load_workload, preflight
 
-COMMANDS = ("tune", "hardware", "spaces", "export", "init")
+COMMANDS = ("tune", "hardware", "spaces", "export", "init", "tui", "report")
 
 
 def run_py(code: str) -> str:
