@@ -38,6 +38,9 @@ examples:
   advisor tui                                  # the study in ./advisor.db (a list when there are several)
   advisor tui --study digits_cnn-default
   advisor tui --storage sqlite:///runs.db --export-dir configs/""",
+    "measure": """examples:
+  advisor measure examples/digits_cnn.py --config best.yaml            # 3 fresh trials
+  advisor measure model.py --config fast.yaml --repeats 5 --json""",
     "report": """examples:
   advisor report                               # ./advisor-report/report.md + PNG plots
   advisor report --study digits_cnn-cpu -o share/
@@ -105,6 +108,14 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--study", help="study name (default: the only one, else a list to choose from)")
     u.add_argument("--export-dir", default=".", help="where `e` writes configs (default: the working directory)")
 
+    m = add("measure", "Measure an exported config again on this machine and compare with the stored figures.")
+    m.add_argument("model", help="the model.py the config is for")
+    m.add_argument("--config", required=True, help="a file written by advisor export (yaml or json)")
+    m.add_argument("--repeats", type=int, default=3, help="fresh trials to run, one after another (default 3)")
+    m.add_argument("--trial-timeout", type=float, default=600.0, help="limit for one trial, seconds (default 600)")
+    m.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    m.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
     r = add("report", "Write a Markdown report of a study with PNG plots (Pareto front, each knob's effect).")
     r.add_argument("--storage", help="Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)")
     r.add_argument("--study", help="study name (needed when the storage holds several)")
@@ -123,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "tune": cmd_tune, "hardware": cmd_hardware, "spaces": cmd_spaces, "export": cmd_export, "init": cmd_init,
-        "report": cmd_report, "tui": cmd_tui}
+        "report": cmd_report, "tui": cmd_tui, "measure": cmd_measure}
     try:
         return commands[args.command](args)
     except AdvisorError as exc:
@@ -311,6 +322,38 @@ def cmd_tui(args: argparse.Namespace) -> int:
     app.run()
     for path in app.exported:
         print(f"exported {path}")
+    return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from advisor.remeasure import comparison_table, remeasure
+    from advisor.report import describe_config, fmt_bytes
+
+    console = Console(stderr=args.json, highlight=False)
+    if not console.is_terminal:
+        console.width = 120
+
+    def on_run(i: int, r: Any, wall: float) -> None:
+        text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, accuracy {r.accuracy:.4f}"
+                if r.ok else f"FAILED [{r.failure_class}] {(r.failure_message or '').strip()[:200]}")
+        console.print(f"run {i + 1}  {wall:5.1f} s  {text}", markup=False)
+
+    if args.trial_timeout <= 0:
+        from advisor.errors import StudyError
+
+        raise StudyError(f"--trial-timeout must be a positive number of seconds, found {args.trial_timeout}")
+    result = remeasure(args.model, args.config, args.repeats, args.ray_address, args.trial_timeout, on_run)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    source = result.document.get("source") or {}
+    origin = f"trial {source.get('trial')} of study {source.get('study')!r}" if source.get("study") else "no source recorded"
+    console.print(f"config    {args.config}: {origin} ({describe_config(result.config.to_dict())})", markup=False)
+    for note in result.notes:
+        console.print(f"note      {note}", markup=False)
+    console.print(comparison_table(result))
     return 0
 
 

@@ -136,6 +136,12 @@ def load_config(path: str | Path) -> TrialConfig:
         >>> cfg = advisor.load_config("best.yaml")  # doctest: +SKIP
         >>> prepared = advisor.apply(model, cfg)    # doctest: +SKIP
     """
+    return read_export(path)[0]
+
+
+def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
+    """The validated config of an exported file and the whole document (``source``,
+    ``measured``, ``hardware`` when it is a full export; just ``config`` otherwise)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -145,9 +151,10 @@ def load_config(path: str | Path) -> TrialConfig:
         data = yaml.safe_load(text)  # JSON is YAML too
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
+    document: dict[str, Any] = {"config": data}
     if isinstance(data, dict) and "advisor_config" in data:
         version = data.get("advisor_config")
         if version != FORMAT_VERSION:
             raise ConfigError(f"{path}: advisor_config is {version!r}; this advisor reads version {FORMAT_VERSION}")
-        data = data.get("config")
-    return TrialConfig.from_dict(data, where=f"{path}: config")
+        document, data = data, data.get("config")
+    return TrialConfig.from_dict(data, where=f"{path}: config"), document

@@ -20,7 +20,7 @@ from advisor.config import TrialConfig
 from advisor.errors import StudyError, TrialFailed, WorkloadError
 from advisor.oom import KnownOom
 from advisor.techniques import conflicts, refusal
-from advisor.trial import TrialResult, TrialSettings
+from advisor.trial import TrialResult, TrialSettings, make_payload
 
 if TYPE_CHECKING:
     import optuna
@@ -232,11 +232,6 @@ class Tuner:
         self.emit("note", {"text": f"{signal.Signals(signum).name}: stopping, cancelling running trials "
                                    "(press Ctrl-C again to abort at once)"})
 
-    def _payload(self, config: TrialConfig) -> dict[str, Any]:
-        return {"workload_path": str(self.workload.path), "workload_source": self.workload.source,
-                "workload_sha256": self.workload.sha256, "config": config.to_dict(),
-                "settings": self.settings.to_dict()}
-
     def _ensure_baseline(self, study: optuna.Study) -> optuna.trial.FrozenTrial | None:
         base = st.baseline_trial(study)
         if base is not None:
@@ -346,7 +341,7 @@ class Tuner:
     def _submit(self, trial: optuna.Trial, config: TrialConfig) -> None:
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("config_key", config.key())
-        running = self.executor.submit(trial.number, self._payload(config))
+        running = self.executor.submit(trial.number, make_payload(self.workload, config, self.settings))
         self.running[trial.number] = (running, trial, config)
         self.emit("submitted", {"number": trial.number, "config": config.to_dict()})
 

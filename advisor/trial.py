@@ -95,6 +95,13 @@ def classify(exc: BaseException) -> str:
     return "error"
 
 
+def make_payload(workload: Any, config: Any, settings: TrialSettings) -> dict[str, Any]:
+    """What a trial worker needs: the workload's code (so a node without the file runs the
+    same code), its hash, one configuration and the study's settings. Plain data."""
+    return {"workload_path": str(workload.path), "workload_source": workload.source,
+            "workload_sha256": workload.sha256, "config": config.to_dict(), "settings": settings.to_dict()}
+
+
 def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
     """Measure one configuration. ``payload`` holds the workload, config and settings.
 
