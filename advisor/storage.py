@@ -154,8 +154,9 @@ def load(storage: Any, name: str | None) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
-# stopped by the user, a dead driver or a lost cluster node: not the configuration's doing
-NOT_COUNTED = ("interrupted", "cancelled", "node_lost")
+# stopped by the user, a dead driver, a lost cluster node or a GPU still held by another
+# process: not the configuration's doing
+NOT_COUNTED = ("interrupted", "cancelled", "node_lost", "device_busy")
 
 
 def measured(trial: optuna.trial.FrozenTrial) -> bool:

@@ -15,7 +15,8 @@ from typing import Any
 
 from advisor.errors import UnsupportedError, WorkloadError
 
-FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted", "node_lost")
+FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted", "node_lost",
+                   "device_busy")
 
 
 @dataclass
@@ -110,15 +111,31 @@ def run_trial(payload: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     host, pid = socket.gethostname(), os.getpid()
     devices = payload["config"].get("devices", 1)
-    if payload["config"].get("parallelism", "single") != "single" and devices > 1:
+    parallel = payload["config"].get("parallelism", "single") != "single" and devices > 1
+    idle = _devices_idle(payload["settings"].get("device", "cpu"), devices if parallel else 1)
+    if idle is not None and not all(c.ok for c in idle):
+        result = TrialResult.failed("device_busy", "; ".join(c.note for c in idle if not c.ok) +
+                                    ": not measured, so that no figure is polluted (the configuration may run again)")
+    elif parallel:
         from advisor.ranks import run_ranks
 
         result = run_ranks(payload, devices)  # one process per rank; this one supervises
     else:
         result = measure_here(payload, started)
+    if idle is not None:
+        result.telemetry["device_idle_check"] = [c.to_dict() for c in idle]
     result.phase_s["total"] = time.perf_counter() - started
     result.host, result.pid = host, pid
     return result.to_dict()
+
+
+def _devices_idle(device: str, count: int) -> list[Any] | None:
+    """On CUDA: wait until each of this trial's GPUs is free of other processes (NVML)."""
+    if device != "cuda":
+        return None
+    from advisor.device_idle import nvml_index, wait_until_idle
+
+    return [wait_until_idle(nvml_index(i)) for i in range(count)]
 
 
 def measure_here(payload: dict[str, Any], started: float) -> TrialResult:
