@@ -1,4 +1,5 @@
-"""SIGKILL of the driver mid-study, then the same command again: the study resumes with no
+"""Faults in the driver. SIGINT and SIGTERM stop gracefully (running trials cancelled and
+recorded, the front printed). SIGKILL mid-study, then the same command again: the study resumes with no
 completed trial lost or measured twice, the trial left RUNNING marked failed, and the
 study reaches its total."""
 
@@ -70,3 +71,30 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     assert len(keys) == len(set(keys)) == 5  # the study reached its total, each config once
     assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
     assert "left running by an earlier run" in out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_sigint_and_sigterm_stop_gracefully(workdir, signum):
+    """Ctrl-C or SIGTERM to a real `advisor tune` process: the running trial is cancelled
+    and recorded, the front so far is printed, exit status 130, no RUNNING trial left."""
+    env = {**os.environ, "ADVISOR_RAY_DIR": tempfile.mkdtemp(prefix="advs-")}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", *ARGS, "--trials", "10"], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("trial   1"):  # trial 2 is submitted right after; give it a second
+            time.sleep(1.0)
+            proc.send_signal(signum)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    out = "".join(lines) + rest
+    assert proc.returncode == 130, out
+    assert f"interrupted by {signal.Signals(signum).name}" in out and "Pareto front" in out
+    study = optuna.load_study(study_name="digits_mlp-eager", storage=f"sqlite:///{workdir / 'advisor.db'}")
+    assert "RUNNING" not in [t.state.name for t in study.trials]
+    assert any(t.user_attrs.get("failure_class") == "cancelled" for t in study.trials)
+    assert study.best_trials  # the front so far is stored

@@ -1,15 +1,21 @@
-"""Resource release on GPUs: before a trial measures, its GPUs must be free of other
-processes (a previous trial's not-yet-exited worker). No GPU here: NVML is absent for
-real (checked first), and a stand-in NVML (FakeNvml, named as such) plays the driver."""
+"""Resource release: after a failed trial the next trial's figures are not polluted.
+Every trial runs in a fresh process (checked in a real study with crashes and OOMs); on
+GPUs a trial first waits until its GPUs are free of other processes (a previous trial's
+not-yet-exited worker). No GPU here: NVML is absent for real (checked first), and a
+stand-in NVML (FakeNvml, named as such) plays the driver."""
 
 from __future__ import annotations
 
 import sys
 from types import SimpleNamespace
 
+
+import optuna
 import pytest
+from conftest import WORKLOADS
 
 from advisor import storage as st
+from advisor.cli import main
 from advisor import trial as trial_mod
 from advisor.device_idle import IdleCheck, nvml_index, wait_until_idle
 
@@ -90,3 +96,24 @@ def test_busy_gpu_fails_the_trial_as_device_busy_not_counted(monkeypatch):
 
 def test_cpu_trials_are_not_checked():
     assert trial_mod._devices_idle("cpu", 2) is None
+
+
+@pytest.mark.ray
+def test_after_crash_and_oom_the_next_trials_are_clean(ray_session, workdir, capsys):
+    """A worker that aborts and one that runs out of memory, then healthy trials: each in
+    its own process, and the healthy trials' peak memory matches the baseline's."""
+    space = workdir / "release.yaml"
+    space.write_text("batch_size: {choices: [64, 256, 512, 48, 96]}\nprecision: fp32\n")
+    assert main(["tune", str(WORKLOADS / "faulty.py"), "--space", str(space), "--trials", "5",
+                 "--sampler", "random", "--train-samples", "300"]) == 0
+    trials = [t for t in optuna.load_study(study_name="faulty-release", storage="sqlite:///advisor.db").trials
+              if st.measured(t)]
+    assert len(trials) == 5
+    outcomes = {t.user_attrs["config"]["batch_size"]: t.user_attrs.get("failure_class", "ok") for t in trials}
+    assert outcomes == {64: "ok", 256: "crash", 512: "oom", 48: "ok", 96: "ok"}
+    completed = [t for t in trials if t.state.name == "COMPLETE"]
+    pids = [t.user_attrs["pid"] for t in completed]
+    assert len(set(pids)) == len(pids)  # a fresh worker process per trial
+    base = next(t for t in completed if t.user_attrs.get("baseline"))
+    for t in completed:
+        assert abs(t.values[1] / base.values[1] - 1) < 0.15, (t.number, t.values[1], base.values[1])

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.ray
 def test_node_loss_mid_study(workdir):
     (workdir / "s.yaml").write_text("batch_size: {choices: [16, 32, 64, 128, 256, 512]}\nprecision: fp32\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")}
-    script = os.path.join(os.path.dirname(__file__), "clusters", "node_loss.py")
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "clusters", "node_loss.py")
     proc = subprocess.run([sys.executable, script, str(EXAMPLES / "digits_mlp.py"), "s.yaml", "1.5"], cwd=workdir,
                           env=env, capture_output=True, text=True, timeout=280)
     out = proc.stdout + proc.stderr

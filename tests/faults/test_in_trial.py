@@ -1,0 +1,53 @@
+"""Faults inside a trial, on a real local Ray with real SQLite storage: OOM, a hard crash
+of the worker (os.abort), a hang (the trial timeout fires), NaN loss, an exception in user
+code, and a technique that refuses the model. Each becomes a recorded trial with its
+failure class and message; the study continues and still produces a front."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from advisor.cli import main
+from conftest import EXAMPLES, WORKLOADS
+
+pytestmark = pytest.mark.ray
+
+FAST = ["--train-samples", "300"]
+
+
+def load(db, name):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+
+
+def test_faults_become_recorded_trials(ray_session, workdir, capsys):
+    """OOM, user exception, NaN loss, hard crash and hang: each recorded, the study completes."""
+    space = workdir / "faults.yaml"
+    space.write_text("batch_size: {choices: [64, 16, 32, 128, 256, 512]}\nprecision: fp32\n")
+    code = main(["tune", str(WORKLOADS / "faulty.py"), "--space", str(space), "--trials", "6",
+                 "--trial-timeout", "20", "--sampler", "random", *FAST])
+    out = capsys.readouterr().out
+    assert code == 0
+    study = load(workdir / "advisor.db", "faulty-faults")
+    by_bs = {t.user_attrs["config"]["batch_size"]: t for t in study.get_trials() if "duplicate_of" not in t.user_attrs}
+    assert by_bs[64].state.name == "COMPLETE"
+    expected = {512: "oom", 32: "error", 128: "error", 256: "crash", 16: "timeout"}
+    assert {bs: by_bs[bs].user_attrs["failure_class"] for bs in expected} == expected
+    assert "loss became nan" in by_bs[128].user_attrs["failure_message"]
+    assert "Pareto front" in out and "5 failed" in out
+
+
+def test_technique_refusing_the_model_is_recorded(ray_session, workdir, capsys):
+    """channels_last on a model without 2-D convolutions: refused by the technique inside the
+    trial (the preflight, which would have dropped the option, is skipped here)."""
+    space = workdir / "refuse.yaml"
+    space.write_text("batch_size: 64\nchannels_last: {choices: [false, true]}\n")
+    code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", str(space), "--trials", "2",
+                 "--skip-preflight", *FAST])
+    out = capsys.readouterr().out
+    assert code == 0
+    study = load(workdir / "advisor.db", "digits_mlp-refuse")
+    refused = [t for t in study.trials if t.user_attrs.get("config", {}).get("channels_last")]
+    assert [t.user_attrs["failure_class"] for t in refused] == ["unsupported"]
+    assert "2-D convolutions" in refused[0].user_attrs["failure_message"]
+    assert "Pareto front" in out and "1 failed (1 unsupported)" in out
