@@ -45,7 +45,7 @@ class TuneOutput:
         f = tuner.facts
         self.say(f"workload  {tuner.workload.path}" + (
             f"  ({f['parameters']:,} parameters; {f['train_size']} train / {f['val_size']} validation samples)"
-            if f else "  (preflight skipped)"))
+            if "parameters" in f else "  (preflight skipped)"))
         hw = tuner.hardware
         self.say(f"hardware  {hw.cpu.model}, {hw.cpu.cores} cores" + (f"; {hw.gpu_names()}" if hw.gpus else "; no GPU"))
         self.say(f"space     {tuner.space.name}: {tuner.space.size()} configurations on this machine")
