@@ -61,3 +61,42 @@ def _run(args: list[str]) -> int:
         return main(args)
     except SystemExit as exc:
         return int(exc.code)
+
+
+def _empty_storage(workdir):
+    from advisor.storage import open_storage
+
+    open_storage("sqlite:///advisor.db")  # the schema, no study
+
+
+def _recorded(workdir):
+    from recorded_study import write_recorded_study
+
+    write_recorded_study("sqlite:///advisor.db")
+
+
+# the other commands: (id, set-up of the working directory, arguments, what stderr must say)
+OTHER_ROWS = [
+    ("tui-empty-storage", _empty_storage, ["tui"], "holds no study yet"),
+    ("tui-no-storage", None, ["tui"], "advisor.db does not exist"),
+    ("tui-unknown-study", _recorded, ["tui", "--study", "nope"], "no study named 'nope'"),
+    ("export-empty-storage", _empty_storage, ["export"], "holds no study yet"),
+    ("export-no-such-trial", _recorded, ["export", "--trial", "99"], "has no trial 99 (trials 0-10)"),
+    ("export-failed-trial", _recorded, ["export", "--trial", "8"], "did not complete (oom)"),
+    ("export-bad-pick", _recorded, ["export", "--pick", "cheapest"], "--pick 'cheapest' is unknown"),
+    ("report-empty-storage", _empty_storage, ["report"], "holds no study yet"),
+    ("measure-no-config", None, ["measure", MODEL, "--config", "best.yaml"], "best.yaml: cannot read config file"),
+]
+
+
+@pytest.mark.parametrize("row", OTHER_ROWS, ids=[r[0] for r in OTHER_ROWS])
+def test_other_commands_refuse_bad_input_with_exit_2(row, workdir, capsys):
+    name, setup, args, text = row
+    if setup is not None:
+        setup(workdir)
+    before = {p.name: p.stat().st_mtime_ns for p in workdir.iterdir()}
+    code = _run(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert text in err, err
+    assert {p.name: p.stat().st_mtime_ns for p in workdir.iterdir()} == before  # nothing written
