@@ -76,7 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--memory-cap", help="feasible trials peak below this, e.g. 2GiB or 500MiB")
     t.add_argument("--train-samples", type=int, help="samples each trial trains on before evaluation "
                    "(default: 5 epochs of the training set)")
-    t.add_argument("--sampler", default="tpe", help="tpe (default), nsga2 or random")
+    t.add_argument("--sampler", default="default",
+                   help="default: the baseline with one knob changed first (up to 8 trials), then TPE; "
+                        "or plain tpe, nsga2, random, gp")
     t.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial (default 0)")
     t.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     t.add_argument("--skip-preflight", action="store_true",

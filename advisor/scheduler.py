@@ -54,6 +54,7 @@ class RayExecutor:
         self.slots = 1
         self.max_gpus_per_node = 0
         self.startup_s = 0.0
+        self.started = False
 
     def start(self) -> RayExecutor:
         t = time.perf_counter()
@@ -79,6 +80,7 @@ class RayExecutor:
                 self.started_here = True
         self.startup_s = time.perf_counter() - t
         self._plan_resources(ray.nodes())
+        self.started = True
         return self
 
     def _prepare_state_dir(self) -> None:

@@ -19,6 +19,7 @@ from advisor import storage as st
 from advisor.config import TrialConfig
 from advisor.errors import StudyError, TrialFailed, WorkloadError
 from advisor.oom import KnownOom
+from advisor.seeding import seed_count, seed_configs
 from advisor.techniques import conflicts, refusal
 from advisor.trial import TrialResult, TrialSettings, make_payload
 
@@ -43,7 +44,7 @@ class TuneOptions:
     trial_timeout: float | None = None
     max_accuracy_drop: float = 0.01
     memory_cap: int | None = None
-    sampler: str = "tpe"
+    sampler: str = "default"
     seed: int = 0
     train_samples: int | None = None
     ray_address: str | None = None
@@ -61,7 +62,7 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     """
     import optuna
 
-    if name == "tpe":
+    if name in ("default", "tpe"):  # "default" adds the seed trials (advisor.seeding) before TPE
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # group=True
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True,
                                           group=True, constant_liar=True)
@@ -69,16 +70,26 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    raise StudyError(f"--sampler {name!r} is unknown (expected tpe, nsga2 or random)")
+    if name == "gp":
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=8)
+    raise StudyError(f"--sampler {name!r} is unknown (expected {', '.join(SAMPLERS)})")
+
+
+SAMPLERS = ("default", "tpe", "nsga2", "random", "gp")
 
 
 class Tuner:
     """Prepares and runs one study. Use ``prepare()`` then ``run()``."""
 
-    def __init__(self, options: TuneOptions, on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, options: TuneOptions, on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                 executor: Any = None) -> None:
+        """``executor`` runs the trials: Ray (the default, started in ``start_ray``) or
+        anything with the same interface (start, submit, wait, cancel, shutdown, device,
+        slots, resources, startup_s); benchmarks/replay.py answers from a recorded grid."""
         self.o = options
         self.emit = on_event or (lambda kind, data: None)
-        self.executor: RayExecutor | None = None
+        self.executor: RayExecutor | None = executor
         self.running: dict[int, tuple[Running, optuna.Trial, TrialConfig]] = {}
         self.stop_reason: str | None = None
         self.baseline_accuracy: float | None = None
@@ -184,7 +195,9 @@ class Tuner:
         from advisor.scheduler import RayExecutor
 
         if self.executor is None:
-            self.executor = RayExecutor(self.hardware.device, self.o.ray_address).start()
+            self.executor = RayExecutor(self.hardware.device, self.o.ray_address)
+        if not getattr(self.executor, "started", False):
+            self.executor.start()
 
     def run(self) -> optuna.Study:
         # Ray first: if no node can run a trial, say so before any study is written.
@@ -264,6 +277,10 @@ class Tuner:
         seen = {TrialConfig.from_dict(t.user_attrs["config"]).key(): t for t in trials
                 if (st.measured(t) or t.user_attrs.get("skipped")) and "config" in t.user_attrs}
         done = sum(1 for t in trials if st.measured(t))
+        if self.o.sampler == "default":  # first, the baseline with one knob changed (advisor.seeding)
+            for config in seed_configs(self.space, self.baseline, seed_count(self.o.trials), self.o.workload):
+                if config.key() not in seen:
+                    study.enqueue_trial(self.space.enqueue_params(config), skip_if_exists=True)
         self.known_oom = KnownOom()
         self.known_oom.add_trials(trials)
         space_size, dups_in_row = self.space.size(), 0

@@ -15,11 +15,12 @@ import argparse
 import datetime as dt
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import commit
 
 from advisor.config import TrialConfig
 from advisor.hardware import detect, fingerprint
@@ -97,7 +98,7 @@ def main() -> int:
     doc = {"what": "each knob alone vs the baseline; medians of repeated fresh trials; ratios to the baseline",
            "command": " ".join([Path(sys.executable).name, *sys.argv]), "workload": str(args.model),
            "workload_kind": args.workload, "baseline": base.to_dict(), "settings": settings.to_dict(),
-           "repeats": args.repeats, "date": dt.date.today().isoformat(), "commit": _commit(),
+           "repeats": args.repeats, "date": dt.date.today().isoformat(), "commit": commit(),
            "hardware": fingerprint(hw), "wall_s": time.perf_counter() - started, "rows": rows}
     out = Path(args.output or Path(__file__).parent / "results" /
                f"knob_effects_{Path(args.model).stem}_{args.workload}.json")
@@ -128,13 +129,6 @@ def _medians(results: list[dict]) -> dict:
             "rel_iqr": statistics.median(r["telemetry"]["timing"]["rel_iqr"] for r in ok),
             "throughput_spread": (max(thr) - min(thr)) / statistics.median(thr), "n": len(ok)}
 
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        return ""
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""Collect the headline figures of the latest benchmark results into
+benchmarks/results/summary.json, each next to the date and commit it was measured at.
+
+    python benchmarks/summary.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_vs_random": "<= 0.333",
+           "overhead.fraction": "<= 0.25", "overhead.fixed_per_trial_s": "<= 2.0",
+           "fidelity.throughput_cv": "<= 0.03", "fidelity.memory_spread": "<= 0.02"}
+
+
+def _entry(doc: dict, value: object, key: str) -> dict:
+    target = TARGETS[key]
+    bound = float(target.split()[1])
+    met = None if not isinstance(value, (int, float)) else (value >= bound if target.startswith(">=") else value <= bound)
+    return {"value": value, "target": target, "met": met, "date": doc.get("date"), "commit": doc.get("commit"),
+            "source": doc.get("command")}
+
+
+def main() -> int:
+    search = json.loads((RESULTS / "search_efficiency.json").read_text())
+    overhead = json.loads((RESULTS / "overhead.json").read_text())
+    fidelity = json.loads((RESULTS / "fidelity.json").read_text())
+    ours = search["summary"]["default"]
+    summary = {
+        "search": {
+            "hv_fraction_at_10pct_grid": _entry(search, ours["hv_fraction_at_10pct_grid"],
+                                                "search.hv_fraction_at_10pct_grid"),
+            "trials_ratio_vs_random": _entry(search, search["summary"]["trials_to_random_final"]["ratio"],
+                                             "search.trials_ratio_vs_random"),
+        },
+        "overhead": {"fraction": _entry(overhead, overhead["fraction"], "overhead.fraction"),
+                     "fixed_per_trial_s": _entry(overhead, overhead["fixed_per_trial_s"], "overhead.fixed_per_trial_s")},
+        "fidelity": {"throughput_cv": _entry(fidelity, fidelity["throughput_cv"], "fidelity.throughput_cv"),
+                     "memory_spread": _entry(fidelity, fidelity["memory_spread"], "fidelity.memory_spread"),
+                     "study_throughput_rank_correlation": fidelity["studies"]["throughput_rank_correlation"]},
+    }
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

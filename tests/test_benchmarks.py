@@ -1,0 +1,103 @@
+"""The benchmark scripts still run (tiny versions, a few seconds each) and their
+arithmetic is right. No timing is asserted: figures live in benchmarks/results/."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+GRID = REPO / "benchmarks" / "data" / "grid_digits_cnn_cpu.json"
+
+
+def _main(module, argv, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
+    return module.main()
+
+
+def test_hypervolume_is_exact():
+    from search_efficiency import REF, hypervolume
+
+    assert hypervolume([(0.0, 0.0, 0.0)]) == pytest.approx(REF**3)
+    assert hypervolume([(0.5, 0.5, 0.5), (0.6, 0.6, 0.6)]) == pytest.approx(0.6**3)  # dominated point adds 0
+    assert hypervolume([(0, 1, 1), (1, 0, 1), (1, 1, 0)]) == pytest.approx(3 * 0.011 - 3 * 0.001 + 0.001)
+    rng = random.Random(1)
+    points = [tuple(rng.random() for _ in range(3)) for _ in range(5)]
+    inside = sum(any(all(p[i] <= q[i] for i in range(3)) for p in points)
+                 for q in ([rng.random() * REF for _ in range(3)] for _ in range(40000)))
+    assert hypervolume(points) == pytest.approx(inside / 40000 * REF**3, rel=0.03)
+
+
+def test_spearman():
+    from fidelity import spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2], [1, 2]) is None
+
+
+def test_replay_answers_from_the_grid_and_refuses_other_configs():
+    from replay import Grid, ReplayExecutor
+
+    from advisor.config import TrialConfig
+
+    grid = Grid.load(GRID)
+    assert len(grid.runs) == 128 and grid.doc["repeats"] >= 2
+    executor = ReplayExecutor(grid, seed=3).start()
+    config = TrialConfig(batch_size=128, precision="bf16")
+    answer = executor.submit(0, {"config": config.to_dict()})
+    [(_, result)] = executor.wait([answer], timeout=0)
+    recorded = grid.runs[config.key()]
+    assert result.throughput in [r["throughput"] for r in recorded]
+    with pytest.raises(KeyError, match="not in the recorded grid"):
+        executor.submit(1, {"config": TrialConfig(batch_size=16).to_dict()})
+
+
+def test_search_efficiency_tiny(tmp_path, monkeypatch):
+    import search_efficiency
+
+    out = tmp_path / "se.json"
+    assert _main(search_efficiency, ["--tiny", "-o", str(out)], monkeypatch) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["median_curves"]) == {"default", "random"} and doc["budget"] == 5
+    for curve in doc["median_curves"].values():
+        assert all(0 <= v <= 1 + 1e-9 for v in curve) and curve == sorted(curve)  # never decreases
+    assert out.with_suffix(".png").exists()
+
+
+@pytest.mark.ray
+def test_overhead_tiny(ray_session, tmp_path, monkeypatch):
+    import overhead
+
+    out = tmp_path / "o.json"
+    assert _main(overhead, ["--tiny", "-o", str(out)], monkeypatch) == 0
+    doc = json.loads(out.read_text())
+    assert doc["trials"] == 2 and 0 < doc["fraction"] < 1 and doc["fixed_per_trial_s"] > 0
+    parts = doc["breakdown"]
+    assert parts["in_trial_compute_s"] > 0 and parts["sampler_s"] > 0 and parts["storage_s"] > 0
+
+
+@pytest.mark.ray
+def test_fidelity_tiny(ray_session, tmp_path, monkeypatch):
+    import fidelity
+
+    out = tmp_path / "f.json"
+    assert _main(fidelity, ["--tiny", "-o", str(out)], monkeypatch) == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["repeats"]) == 2 and doc["throughput_cv"] >= 0 and doc["memory_spread"] >= 0
+    assert doc["studies"]["configurations_in_both"] >= 1
+
+
+def test_summary_holds_the_headline_keys():
+    doc = json.loads((REPO / "benchmarks" / "results" / "summary.json").read_text())
+    for key in ("search.hv_fraction_at_10pct_grid", "search.trials_ratio_vs_random", "overhead.fraction",
+                "overhead.fixed_per_trial_s", "fidelity.throughput_cv", "fidelity.memory_spread"):
+        section, name = key.split(".")
+        entry = doc[section][name]
+        assert isinstance(entry["value"], (int, float)) and entry["date"] and entry["commit"], key

@@ -1,0 +1,52 @@
+"""The default strategy's seed trials: the baseline with one knob changed, in priority
+order, run first (checked in a study replayed from the recorded grid)."""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import EXAMPLES, REPO
+
+from advisor.config import TrialConfig
+from advisor.report import describe_config
+from advisor.seeding import seed_configs, seed_count
+from advisor.space import load_space
+from advisor.study import TuneOptions, Tuner
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+GRID_SPACE = str(REPO / "benchmarks" / "data" / "grid_cpu.yaml")
+
+
+def test_one_knob_each_first_then_the_rest():
+    seeds = seed_configs(load_space(GRID_SPACE), TrialConfig(), 8)
+    assert [describe_config(c.to_dict()) for c in seeds] == [
+        "bs=64 bf16", "bs=64 fp32 channels_last", "bs=128 fp32", "bs=64 fp32 grad_accumulation=2",
+        "bs=64 fp32 activation_checkpointing", "bs=64 fp32 l1_unstructured:0.5", "bs=32 fp32", "bs=256 fp32"]
+    base = TrialConfig()
+    assert all(sum(a != b for a, b in zip(c.to_dict().values(), base.to_dict().values())) == 1 for c in seeds)
+
+
+def test_values_for_the_other_workload_are_left_out():
+    space = load_space("inference")
+    train = seed_configs(space, TrialConfig(batch_size=256), 20, "train")
+    assert not any(c.quantization == "int8_dynamic" or c.precision == "bf16_full" for c in train)
+    inference = seed_configs(space, TrialConfig(batch_size=256), 20, "inference")
+    assert any(c.quantization == "int8_dynamic" for c in inference)
+
+
+def test_seed_count_is_a_third_between_3_and_8():
+    assert [seed_count(n) for n in (1, 9, 12, 20, 40)] == [3, 3, 4, 6, 8]
+
+
+def test_a_default_study_runs_the_seeds_right_after_the_baseline(tmp_path):
+    from replay import Grid, ReplayExecutor
+
+    grid = Grid.load(REPO / "benchmarks" / "data" / "grid_digits_cnn_cpu.json")
+    options = TuneOptions(workload_path=str(EXAMPLES / "digits_cnn.py"), space=GRID_SPACE, trials=12,
+                          storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=100)
+    tuner = Tuner(options, executor=ReplayExecutor(grid))
+    tuner.prepare()
+    study = tuner.run()
+    configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in sorted(study.trials, key=lambda t: t.number)]
+    assert configs[0] == TrialConfig()
+    assert configs[1:5] == seed_configs(tuner.space, TrialConfig(), seed_count(12))
