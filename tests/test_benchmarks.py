@@ -67,7 +67,8 @@ def test_search_efficiency_tiny(tmp_path, monkeypatch):
     doc = json.loads(out.read_text())
     assert set(doc["median_curves"]) == {"default", "random"} and doc["budget"] == 5
     for curve in doc["median_curves"].values():
-        assert all(0 <= v <= 1 + 1e-9 for v in curve) and curve == sorted(curve)  # never decreases
+        assert all(0 <= v <= 1 + 1e-9 for v in curve)
+        assert all(b >= a - 1e-12 for a, b in zip(curve, curve[1:]))  # never decreases
     assert out.with_suffix(".png").exists()
 
 
