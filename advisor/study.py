@@ -279,8 +279,9 @@ class Tuner:
         done = sum(1 for t in trials if st.measured(t))
         if self.o.sampler == "default":  # first, the baseline with one knob changed (advisor.seeding)
             for config in seed_configs(self.space, self.baseline, seed_count(self.o.trials), self.o.workload):
-                if config.key() not in seen:
-                    study.enqueue_trial(self.space.enqueue_params(config), skip_if_exists=True)
+                if config.key() not in seen:  # sampled with the seed as base: nothing else changes
+                    study.enqueue_trial(self.space.enqueue_params(config), skip_if_exists=True,
+                                        user_attrs={"seed_config": config.to_dict()})
         self.known_oom = KnownOom()
         self.known_oom.add_trials(trials)
         space_size, dups_in_row = self.space.size(), 0
@@ -290,7 +291,8 @@ class Tuner:
                    and time.monotonic() < self.deadline and len(seen) < space_size):
                 if pending is None:
                     trial = study.ask()
-                    config = self.space.sample(trial)
+                    seed = trial.user_attrs.get("seed_config")
+                    config = self.space.sample(trial, base=TrialConfig.from_dict(seed) if seed else None)
                     if config.key() in seen:
                         self._tell_duplicate(study, trial, seen[config.key()])
                         dups_in_row += 1

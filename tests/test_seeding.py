@@ -51,3 +51,26 @@ def test_a_default_study_runs_the_seeds_right_after_the_baseline(tmp_path):
                if "duplicate_of" not in t.user_attrs]
     assert configs[0] == TrialConfig()
     assert configs[1:5] == seed_configs(tuner.space, TrialConfig(), seed_count(12))
+
+
+def test_a_seed_changes_only_its_knob_in_a_space_with_more_knobs(tmp_path, ray_session):
+    """In the default space the baseline's threads (None, "torch's default") is not among
+    the choices: a seed trial must keep it rather than have it sampled."""
+    import optuna
+
+    space = tmp_path / "threads.yaml"
+    space.write_text("batch_size: {choices: [32, 64]}\nprecision: {choices: [fp32, bf16]}\nthreads: {choices: [1, 2]}\n")
+    options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space=str(space), trials=4,
+                          storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=100)
+    tuner = Tuner(options)
+    tuner.prepare()
+    tuner.run()
+    study = optuna.load_study(study_name=tuner.study_name, storage=options.storage)
+    base = tuner.baseline
+    assert base.threads is None
+    seeds = [t for t in study.trials if "seed_config" in t.user_attrs]
+    assert len(seeds) == 3
+    for t in seeds:
+            config = TrialConfig.from_dict(t.user_attrs["config"])
+            assert config == TrialConfig.from_dict(t.user_attrs["seed_config"])
+            assert sum(a != b for a, b in zip(config.to_dict().values(), base.to_dict().values())) == 1
