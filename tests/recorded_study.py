@@ -37,9 +37,14 @@ TRIALS: list[tuple[dict[str, Any], Any, Any, Any]] = [
 ]
 
 
+CORE_KEYS = ("batch_size", "precision", "channels_last", "compile")  # a config as the first version stored it
+
+
 def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 0.01,
-                         trials: list[tuple[dict[str, Any], Any, Any, Any]] | None = None) -> optuna.Study:
-    """Write the study into storage ``url`` and return it."""
+                         trials: list[tuple[dict[str, Any], Any, Any, Any]] | None = None,
+                         old_format: bool = False) -> optuna.Study:
+    """Write the study into storage ``url`` and return it. ``old_format`` stores configs
+    with only the knobs the first version had (as studies written back then look)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = st.open_storage(url)
     study = optuna.create_study(storage=storage, study_name=name, directions=list(st.DIRECTIONS))
@@ -53,7 +58,8 @@ def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 
     for number, (changes, a, b, c) in enumerate(TRIALS if trials is None else trials):
         config = TrialConfig().replace(**changes)
         trial = study.ask()
-        trial.set_user_attr("config", config.to_dict())
+        stored = config.to_dict()
+        trial.set_user_attr("config", {k: stored[k] for k in CORE_KEYS} if old_format else stored)
         trial.set_user_attr("config_key", config.key())
         if number == 0:
             trial.set_user_attr("baseline", True)

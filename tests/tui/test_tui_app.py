@@ -183,3 +183,20 @@ def test_bad_storage_and_study_are_refused_before_the_app_starts(url, tmp_path, 
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "missing.db").exists()
     assert main(["tui", "--storage", url, "--export-dir", str(tmp_path / "nowhere")]) == 2
+
+
+async def test_a_study_written_by_the_first_version_opens_without_migration(tmp_path):
+    """Configs stored with only the first version's knobs: shown with today's defaults."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    write_recorded_study(url, old_format=True)
+    app = make_app(url, export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("down", "down")
+        await pilot.pause()
+        assert _table(app).row_count == 7
+        text = _detail_text(app)
+        assert "channels_last: true" in text and "grad_accumulation=1" in text  # filled with today's default
+        await pilot.press("e")
+        await pilot.pause()
+        assert advisor.load_config(tmp_path / f"{NAME}-trial2.yaml").grad_accumulation == 1
