@@ -291,7 +291,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output:
         print(f"wrote trial {trial.number} of study {study.study_name!r} to {args.output}")
         if args.format == "python" and not args.json:
-            print(f"run it:    {'python' if document['config']['parallelism'] == 'single' else 'torchrun --nproc-per-node=' + str(document['config']['devices'])} {args.output}")
+            from advisor.config import TrialConfig
+            from advisor.export_python import launch_command
+
+            print(f"run it:    {launch_command(TrialConfig.from_dict(document['config']), args.output)}")
         else:
             print(f"apply it:  prepared = advisor.apply(model, advisor.load_config({args.output!r}))")
     else:

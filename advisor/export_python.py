@@ -83,25 +83,25 @@ def python_script(document: dict[str, Any], name: str = "this_file.py") -> str:
     samples = source.get("train_samples") or 1
     script = _SCRIPT.format(
         title=f"Trial {source['trial']} of study {source['study']!r}, exported by advisor {source['exported']}.",
-        measured=_measured_line(document), run=_launch(config, name),
+        measured=_measured_line(document), run=launch_command(config, name),
         workload=source.get("workload") or "model.py", train_samples=samples,
         config=pprint.pformat(config.to_dict(), sort_dicts=False, width=100), workload_kind=kind,
         train="" if kind == "inference" else _TRAIN)
     return script + "\n" + plain_pytorch(config)
 
 
-def _launch(config: TrialConfig, name: str) -> str:
+def launch_command(config: TrialConfig, name: str) -> str:
+    """How to run a script with this config: python, or torchrun with one process per rank."""
     if config.parallelism == "single":
         return f"python {name}"
     return f"torchrun --nproc-per-node={config.devices} {name}   (one process per rank)"
 
 
 def _measured_line(document: dict[str, Any]) -> str:
-    from advisor.report import fmt_bytes, fmt_rate
+    from advisor.report import describe_hardware, fmt_bytes, fmt_rate
 
     m, hw = document.get("measured") or {}, document.get("hardware") or {}
-    gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus") or []) if hw.get("gpus") else "no GPU"
-    where = f"{hw.get('cpu_model', '?')} ({hw.get('cpu_cores', '?')} cores), {gpus}, torch {hw.get('torch_version', '?')}"
+    where = describe_hardware(hw)
     if m.get("throughput") is None:
         return f"Measured on {where}."
     vs = m.get("vs_baseline") or {}
@@ -122,7 +122,7 @@ def plain_pytorch(config: TrialConfig) -> str:
     values = config.to_dict()
     default = TrialConfig().to_dict()
     lines = ["# ---- The same setup in plain PyTorch, knob by knob (what advisor.apply does) ----",
-             f"# launch: {_launch(config, 'train.py')}"]
+             f"# launch: {launch_command(config, 'train.py')}"]
     for key, technique in TECHNIQUES.items():
         value = values[key]
         if value == default[key] and key != "compile_mode":

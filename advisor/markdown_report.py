@@ -28,7 +28,9 @@ from advisor.report import (
     describe_config,
     failures_text,
     fmt_bytes,
+    fmt_delta_pt,
     fmt_rate,
+    fmt_ratio,
     front_rows,
 )
 
@@ -138,14 +140,6 @@ def _value_order(text: str) -> tuple[int, int, Any]:
     return (1, 1, value) if number else (1, 0, text)
 
 
-def _x(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}x"
-
-
-def _pt(delta: float | None) -> str:
-    return "-" if delta is None else f"{100 * delta:+.1f} pt"
-
-
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -183,8 +177,8 @@ def _markdown(study: optuna.Study, base: optuna.trial.FrozenTrial, effects: list
     for r in front_rows(study):
         label = f"{r['trial']}{' (baseline)' if r['baseline'] else ''}{'' if r['on_front'] else ', not on the front'}"
         lines.append(f"| {label} | `{_cell(describe_config(r['config']))}` | {fmt_rate(r['throughput'])} | "
-                     f"{_x(r.get('throughput_ratio'))} | {fmt_bytes(r['peak_memory_bytes'])} | "
-                     f"{_x(r.get('memory_ratio'))} | {100 * r['accuracy']:.2f}% | {_pt(r.get('accuracy_delta'))} |")
+                     f"{fmt_ratio(r.get('throughput_ratio'))} | {fmt_bytes(r['peak_memory_bytes'])} | "
+                     f"{fmt_ratio(r.get('memory_ratio'))} | {100 * r['accuracy']:.2f}% | {fmt_delta_pt(r.get('accuracy_delta'))} |")
     lines += ["", "## Recommended", "", *_picks(study, base, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "
@@ -199,8 +193,8 @@ def _markdown(study: optuna.Study, base: optuna.trial.FrozenTrial, effects: list
     if effects:
         lines += ["| knob=value | median samples/s vs base | median peak memory vs base | median Δ accuracy | trials |",
                   "|---|---:|---:|---:|---:|"]
-        lines += [f"| `{_cell(e.label)}` | {_x(e.throughput_ratio)} | {_x(e.memory_ratio)} | "
-                  f"{_pt(e.accuracy_delta)} | {e.n} |" for e in effects]
+        lines += [f"| `{_cell(e.label)}` | {fmt_ratio(e.throughput_ratio)} | {fmt_ratio(e.memory_ratio)} | "
+                  f"{fmt_delta_pt(e.accuracy_delta)} | {e.n} |" for e in effects]
         lines += ["", "![Median throughput vs the baseline per knob value](knobs.png)"]
     else:
         lines.append("No knob varied among the completed trials.")
@@ -221,7 +215,7 @@ def _picks(study: optuna.Study, base: optuna.trial.FrozenTrial, storage_url: str
         where = "" if storage_url in (None, st.DEFAULT_STORAGE) else f" --storage {shlex.quote(storage_url)}"
         command = f"advisor export{where} --study {shlex.quote(study.study_name)} --trial {t.number} -o {how}.yaml"
         lines.append(f"- **{how}**: trial {t.number} `{describe_config(t.user_attrs.get('config', {}))}`: "
-                     f"{fmt_rate(thr)} samples/s ({_x(thr / b[0] if b[0] else None)}), {fmt_bytes(mem)} "
-                     f"({_x(mem / b[1] if b[1] else None)}), {100 * acc:.2f}% ({_pt(acc - b[2])}); "
+                     f"{fmt_rate(thr)} samples/s ({fmt_ratio(thr / b[0] if b[0] else None)}), {fmt_bytes(mem)} "
+                     f"({fmt_ratio(mem / b[1] if b[1] else None)}), {100 * acc:.2f}% ({fmt_delta_pt(acc - b[2])}); "
                      f"export it: `{command}`")
     return lines

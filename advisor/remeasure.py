@@ -100,15 +100,7 @@ def remeasure(workload_path: str, config_path: str, repeats: int = 3, ray_addres
     try:
         for i in range(repeats):
             started = time.monotonic()
-            running = executor.submit(i, make_payload(workload, config, settings))
-            outcome: TrialResult | None = None
-            while outcome is None:
-                done = executor.wait([running], timeout=1.0)
-                if done:
-                    outcome = done[0][1]
-                elif time.monotonic() - started > trial_timeout:
-                    executor.cancel(running)
-                    outcome = TrialResult.failed("timeout", f"ran longer than {trial_timeout:.0f} s")
+            outcome = executor.run_one(i, make_payload(workload, config, settings), trial_timeout)
             result.runs.append(outcome)
             if on_run is not None:
                 on_run(i, outcome, time.monotonic() - started)

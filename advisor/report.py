@@ -120,14 +120,27 @@ def front_table(study: optuna.Study) -> Any:
     for r in front_rows(study):
         label = f"{r['trial']}{' (baseline)' if r['baseline'] else ''}{'' if r['on_front'] else ' ·'}"
         table.add_row(
-            label, describe_config(r["config"]), fmt_rate(r["throughput"]), _x(r.get("throughput_ratio")),
-            fmt_bytes(r["peak_memory_bytes"]), _x(r.get("memory_ratio")), f"{r['accuracy']:.4f}",
-            "-" if r.get("accuracy_delta") is None else f"{100 * r['accuracy_delta']:+.1f} pt")
+            label, describe_config(r["config"]), fmt_rate(r["throughput"]), fmt_ratio(r.get("throughput_ratio")),
+            fmt_bytes(r["peak_memory_bytes"]), fmt_ratio(r.get("memory_ratio")), f"{r['accuracy']:.4f}",
+            fmt_delta_pt(r.get("accuracy_delta")))
     return table
 
 
-def _x(ratio: float | None) -> str:
+def describe_hardware(fingerprint: dict[str, Any]) -> str:
+    """A stored hardware fingerprint in one line: 'AMD EPYC (2 cores), no GPU, torch 2.13.0+cpu'."""
+    hw = fingerprint
+    gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus") or []) or "no GPU"
+    return f"{hw.get('cpu_model', '?')} ({hw.get('cpu_cores', '?')} cores), {gpus}, torch {hw.get('torch_version', '?')}"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    """1.7634 -> '1.76x' (a ratio to the baseline)."""
     return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def fmt_delta_pt(delta: float | None) -> str:
+    """-0.0056 -> '-0.6 pt' (an accuracy difference in percentage points)."""
+    return "-" if delta is None else f"{100 * delta:+.1f} pt"
 
 
 def failures_text(study: optuna.Study) -> list[str]:

@@ -145,6 +145,18 @@ class RayExecutor:
                 done.append((r, self._result(r.ref)))
         return done
 
+    def run_one(self, number: int, payload: dict[str, Any], timeout: float) -> TrialResult:
+        """Run one trial and wait for it (cancelled and recorded as ``timeout`` past
+        ``timeout`` seconds). For callers that measure one configuration at a time."""
+        running = self.submit(number, payload)
+        while True:
+            done = self.wait([running], timeout=min(1.0, timeout))
+            if done:
+                return done[0][1]
+            if time.monotonic() - running.submitted > timeout:
+                self.cancel(running)
+                return TrialResult.failed("timeout", f"the trial ran longer than {timeout:.0f} s")
+
     def _result(self, ref: Any) -> TrialResult:
         import ray
         from ray import exceptions as rex

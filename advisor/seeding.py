@@ -48,11 +48,8 @@ def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: st
         if name == "batch_size":
             choices.sort(key=lambda b: (b not in (2 * base.batch_size, base.batch_size // 2), b < base.batch_size, b))
         options = []
-        for value in choices:
-            try:
-                candidate = base.replace(**{name: value})
-            except Exception:  # a value this TrialConfig cannot hold
-                continue
+        for value in choices:  # validated when the space was loaded
+            candidate = base.replace(**{name: value})
             if refusal(candidate, workload) is None:
                 options.append(candidate)
         candidates.append(options)

@@ -53,11 +53,7 @@ def repeats(model: str, n: int, executor, settings) -> list[dict]:
     config = TrialConfig.from_dict(workload.baseline)
     out = []
     for i in range(n):
-        running = executor.submit(i, make_payload(workload, config, settings))
-        done: list = []
-        while not done:
-            done = executor.wait([running], timeout=600)
-        r = done[0][1]
+        r = executor.run_one(i, make_payload(workload, config, settings), timeout=600)
         assert r.ok, r.failure_message
         out.append({"throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes, "accuracy": r.accuracy,
                     "rel_iqr": r.step_time_iqr_s / r.step_time_median_s})

@@ -25,7 +25,7 @@ from common import commit
 from advisor.config import TrialConfig
 from advisor.hardware import detect, fingerprint
 from advisor.scheduler import RayExecutor
-from advisor.trial import TrialSettings
+from advisor.trial import TrialSettings, make_payload
 from advisor.workload import load_workload, preflight
 
 TRAIN_VARIANTS = [
@@ -71,13 +71,7 @@ def main() -> int:
     try:
         for rep in range(args.repeats):
             for i, cfg in enumerate(configs):
-                payload = {"workload_path": str(workload.path), "workload_source": workload.source,
-                           "workload_sha256": workload.sha256, "config": cfg.to_dict(), "settings": settings.to_dict()}
-                running = executor.submit(i, payload)
-                done = []
-                while not done:
-                    done = executor.wait([running], timeout=600)
-                result = done[0][1]
+                result = executor.run_one(i, make_payload(workload, cfg, settings), timeout=600)
                 runs[i].append(result.to_dict())
                 status = f"{result.throughput:,.0f}/s" if result.ok else f"FAILED {result.failure_class}"
                 print(f"[{rep + 1}/{args.repeats}] {_label(base, cfg):40s} {status}", flush=True)

@@ -52,11 +52,7 @@ def main() -> int:
         for rep in range(args.repeats):
             for i, (cell, config) in enumerate(zip(cells, configs)):
                 t0 = time.perf_counter()
-                running = executor.submit(i, make_payload(workload, config, settings))
-                done: list = []
-                while not done:
-                    done = executor.wait([running], timeout=600)
-                r = done[0][1]
+                r = executor.run_one(i, make_payload(workload, config, settings), timeout=600)
                 cell["runs"].append({k: getattr(r, k) for k in (
                     "ok", "failure_class", "throughput", "peak_memory_bytes", "accuracy", "step_time_median_s",
                     "step_time_iqr_s", "compute_s")} | {"wall_s": time.perf_counter() - t0})

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from advisor.config import TrialConfig
-from advisor.report import fmt_bytes, fmt_rate
+from advisor.report import describe_hardware, fmt_bytes, fmt_rate
 from tui.data import TrialRow
 
 
@@ -68,9 +68,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
             text.append(f"  {key}: {_short(key, value)[:160]}\n")
     hw = study_attrs.get("hardware") or {}
     if hw:
-        gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus") or []) or "no GPU"
-        text.append(f"hardware: {hw.get('cpu_model')} ({hw.get('cpu_cores')} cores), {gpus}, "
-                    f"torch {hw.get('torch_version')}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
+        text.append(f"hardware: {describe_hardware(hw)}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
                     style="dim")
     return text
 

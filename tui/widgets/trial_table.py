@@ -6,15 +6,11 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from advisor.report import fmt_bytes, fmt_rate
+from advisor.report import fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
 from tui.data import TrialRow
 
 FIGURE_COLUMNS = ("trial", "samples/s", "vs base", "memory", "vs base", "accuracy", "Δ acc", "configuration")
 FAILED_COLUMNS = ("trial", "outcome", "message", "configuration")
-
-
-def _x(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 class TrialTable(DataTable):
@@ -62,11 +58,10 @@ class TrialTable(DataTable):
         if row.state != "complete":
             return [Text(f"{row.number}", justify="right"), Text(row.failure or row.state, style="red"),
                     "", "", "", "", "", Text(row.description, style="red")]
-        delta = "-" if row.accuracy_delta is None else f"{100 * row.accuracy_delta:+.1f} pt"
         return [Text(f"{row.number}{mark}", justify="right", style=style),
-                Text(fmt_rate(row.throughput), justify="right"), Text(_x(row.throughput_ratio), justify="right"),
-                Text(fmt_bytes(row.memory), justify="right"), Text(_x(row.memory_ratio), justify="right"),
-                Text(f"{row.accuracy:.4f}", justify="right"), Text(delta, justify="right"),
+                Text(fmt_rate(row.throughput), justify="right"), Text(fmt_ratio(row.throughput_ratio), justify="right"),
+                Text(fmt_bytes(row.memory), justify="right"), Text(fmt_ratio(row.memory_ratio), justify="right"),
+                Text(f"{row.accuracy:.4f}", justify="right"), Text(fmt_delta_pt(row.accuracy_delta), justify="right"),
                 Text(row.description, style=style)]
 
     @staticmethod
