@@ -1,7 +1,8 @@
 """Data-parallel trials: one process per rank, launched the way ``torchrun`` launches them,
 supervised by the trial's own (Ray worker) process.
 
-Each rank runs ``python -m advisor.ranks DIR`` with RANK, WORLD_SIZE, LOCAL_RANK,
+Each rank runs ``python -m advisor.ranks DIR`` (in a warm trial process, a fork of it
+that runs the same ``main``: no interpreter start or imports) with RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR and MASTER_PORT set, measures the configuration in lockstep with the others
 and writes its result to DIR/rank-N.json. The supervisor watches them: when a rank fails
 or dies, the others are killed at once and the trial's result says which rank and why.
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.trial import TrialResult
+from advisor.warm import forked_trial
 
 RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result says why)
 
@@ -58,7 +60,7 @@ def run_ranks(payload: dict[str, Any], world: int, poll_s: float = 0.05) -> Tria
     return result
 
 
-def _launch(directory: Path, world: int, device: str) -> list[subprocess.Popen[bytes]]:
+def _launch(directory: Path, world: int, device: str) -> list[Any]:
     port = _free_port()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     procs = []
@@ -70,14 +72,54 @@ def _launch(directory: Path, world: int, device: str) -> list[subprocess.Popen[b
             env["OMP_NUM_THREADS"] = str(max(1, cores // world))
         log = open(directory / f"rank-{rank}.log", "wb")
         try:
-            procs.append(subprocess.Popen([sys.executable, "-m", "advisor.ranks", str(directory)],
-                                          env=env, stdout=log, stderr=subprocess.STDOUT))
+            if forked_trial():  # torch is imported already: the rank starts as a fork of this process
+                procs.append(_ForkedRank(directory, env, log.fileno()))
+            else:
+                procs.append(subprocess.Popen([sys.executable, "-m", "advisor.ranks", str(directory)],
+                                              env=env, stdout=log, stderr=subprocess.STDOUT))
         finally:
             log.close()
     return procs
 
 
-def _supervise(procs: list[subprocess.Popen[bytes]], poll_s: float, grace_s: float = 3.0) -> list[int] | None:
+class _ForkedRank:
+    """A rank forked from a warm trial process (advisor/warm.py), which is single-threaded
+    and has run no tensor operation; the parts of ``subprocess.Popen`` the supervisor uses."""
+
+    def __init__(self, directory: Path, env: dict[str, str], log_fd: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                os.environ.clear()
+                os.environ.update(env)
+                code = main(str(directory))
+            finally:
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(0.01)
+        return self.returncode  # type: ignore[return-value]
+
+
+def _supervise(procs: list[Any], poll_s: float, grace_s: float = 3.0) -> list[int] | None:
     """Wait for every rank. Returns None when all succeeded, else the ranks that failed:
     after the first failure the others get ``grace_s`` to fail on their own (a peer's
     death surfaces as their collective erroring), so the root cause can be told apart."""
@@ -98,7 +140,7 @@ _PEER_ERRORS = ("connection closed by peer", "connection reset by peer", "broken
                 "nccl communicator was aborted", "watchdog caught collective operation timeout")
 
 
-def _root_cause(failed: list[int], procs: list[subprocess.Popen[bytes]], results: list[TrialResult | None]) -> int:
+def _root_cause(failed: list[int], procs: list[Any], results: list[TrialResult | None]) -> int:
     """The rank whose failure explains the others': killed by a signal, else failed with
     an error of its own, else the first."""
     for rank in failed:

@@ -1,8 +1,10 @@
 """Ray: start or join a cluster, run each trial in a fresh worker, cancel on timeout.
 
-Each trial is a Ray task with ``max_calls=1`` (its worker process exits afterwards, so no
-state leaks between trials) and ``max_retries=0`` (a failed configuration is a result,
-not something to retry). Honest timings need exclusive resources: on CPU-only nodes a
+Each trial runs in a process of its own, forked from a warm fork server kept by the Ray
+worker (advisor/warm.py), so no state leaks between trials and none pays for importing
+torch again; with ``ADVISOR_COLD_TRIALS=1`` each trial is a Ray task with ``max_calls=1``
+instead (a fresh worker). ``max_retries=0``: a failed configuration is a result, not
+something to retry. Honest timings need exclusive resources: on CPU-only nodes a
 trial takes all of a node's CPUs (one trial per node at a time); on GPU nodes, one GPU.
 """
 
@@ -128,8 +130,7 @@ class RayExecutor:
                     "unsupported", f"devices={devices} needs {devices} GPUs on one node; the largest node has "
                                    f"{self.max_gpus_per_node}"))
             resources = {"num_gpus": devices, "num_cpus": resources["num_cpus"] * devices}
-        task = ray.remote(max_calls=1, max_retries=0, **resources)(_trial_task)
-        return Running(number, task.remote(payload))
+        return Running(number, _remote(resources).remote(payload))
 
     def wait(self, running: list[Running], timeout: float) -> list[tuple[Running, TrialResult]]:
         """Return the trials that finished within ``timeout`` seconds, with their results."""
@@ -217,10 +218,34 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
                              "(is `ray start --head` running there?)") from None
 
 
-def _trial_task(payload: dict[str, Any]) -> dict[str, Any]:
+_REMOTES: dict[tuple[Any, ...], Any] = {}
+
+
+def _remote(resources: dict[str, float]) -> Any:
+    """The Ray remote function for a trial asking for ``resources`` (made once each)."""
+    import ray
+
+    from advisor.warm import cold
+
+    fresh = cold()
+    key = (fresh, *sorted(resources.items()))
+    if key not in _REMOTES:
+        # Warm: the worker (and its fork server) is reused; each trial forks its own process.
+        task = _cold_trial_task if fresh else _warm_trial_task
+        _REMOTES[key] = ray.remote(max_calls=1 if fresh else 0, max_retries=0, **resources)(task)
+    return _REMOTES[key]
+
+
+def _cold_trial_task(payload: dict[str, Any]) -> dict[str, Any]:
     from advisor.trial import run_trial
 
     return run_trial(payload)
+
+
+def _warm_trial_task(payload: dict[str, Any]) -> dict[str, Any]:
+    from advisor.warm import run_forked
+
+    return run_forked(payload)
 
 
 def _describe(resources: list[dict[str, Any]]) -> str:

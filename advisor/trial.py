@@ -1,6 +1,6 @@
 """run_trial(): one configuration, measured in the current (fresh) process.
 
-Runs inside a Ray worker; returns plain data (a dict of a TrialResult) and never raises
+Runs in a process of its own (forked by advisor/warm.py, or a fresh Ray worker); returns plain data (a dict of a TrialResult) and never raises
 for a failure of the configuration: that is a result with a failure class.
 """
 
@@ -140,6 +140,8 @@ def _devices_idle(device: str, count: int) -> list[Any] | None:
 
 def measure_here(payload: dict[str, Any], started: float) -> TrialResult:
     """Measure in this process; a failure of the configuration comes back as a result."""
+    import torch  # noqa: F401 - the import is part of the "import" phase (instant in a warm process)
+
     from advisor.steps import NonFiniteLoss, measure
     from advisor.workload import load_workload
 

@@ -7,8 +7,10 @@ against the compute measured inside the trials.
 
 Breakdown: Ray start; preflight (model.py built once in the driver); per trial, the
 driver-side wall (submit to result) split into in-trial compute (build, train, evaluate,
-timing: the figures themselves), worker spawn (from submit until the trial's code runs,
-plus returning the result), imports and data loading inside the worker; and in the
+timing: the figures themselves), the Ray task's dispatch and return, the trial process's
+start (a fork of the warm fork server, advisor/warm.py; the first trial also starts the
+fork server), imports and data loading inside the trial, and the rest of the trial's own
+time (optimizer construction, result assembly: "in_trial_unattributed"); and in the
 driver, the sampler (study.ask and the space's sampling) and storage (tell, attributes).
 overhead fraction = 1 - compute / wall; fixed cost per trial = (trial wall - compute) / trials.
 """
@@ -112,11 +114,17 @@ def main() -> int:
     trial_wall = sum(f["wall_s"] for f in finished)
     compute = sum(f["phase_s"].get(p, 0.0) for f in finished for p in COMPUTE_PHASES)
     in_worker = sum(f["phase_s"].get("total", 0.0) for f in finished)
+    started = sum(f["phase_s"].get("process_start", 0.0) for f in finished)
+    imports = sum(f["phase_s"].get("import", 0.0) for f in finished)
+    loading = sum(f["phase_s"].get("load", 0.0) for f in finished)
+    launch = sum(f["phase_s"].get("launch", 0.0) for f in finished)
     parts = {
         "ray_start_s": TIMERS["ray_start"], "preflight_s": TIMERS["preflight"],
-        "worker_spawn_and_return_s": trial_wall - in_worker,
-        "worker_imports_s": sum(f["phase_s"].get("import", 0.0) for f in finished),
-        "worker_data_loading_s": sum(f["phase_s"].get("load", 0.0) for f in finished),
+        "worker_spawn_and_return_s": trial_wall - in_worker - started,
+        "trial_process_start_s": started,
+        "worker_imports_s": imports,
+        "worker_data_loading_s": loading,
+        "in_trial_unattributed_s": in_worker - compute - imports - loading - launch,
         "sampler_s": TIMERS["sampler"], "storage_s": TIMERS["storage"],
         "in_trial_compute_s": compute,
     }

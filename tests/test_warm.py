@@ -1,0 +1,144 @@
+"""Warm trial processes (advisor/warm.py): each trial forked from a fork server that has
+already imported torch and model.py's libraries. Real Ray, real SQLite, real trials."""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+import pytest
+
+from advisor.cli import main
+from advisor.warm import describe_exit, preload_list, workload_imports
+from conftest import EXAMPLES, write_model
+
+
+def test_workload_imports_are_the_top_level_absolute_ones():
+    source = ("import torch, numpy as np\nfrom sklearn.datasets import load_digits\nfrom . import sibling\n"
+              "def f():\n    import inside_a_function\n")
+    assert workload_imports(source) == ["torch", "numpy", "sklearn.datasets"]
+    assert workload_imports("def broken(:\n") == []
+
+
+def test_preload_leaves_out_modules_next_to_model_py(tmp_path, monkeypatch):
+    """A helper module beside model.py may be edited between studies: never preloaded."""
+    (tmp_path / "my_helpers_xyz.py").write_text("X = 1\n")
+    model = write_model(tmp_path, "import json\nimport my_helpers_xyz\nimport no_such_module_xyz\nimport torch.nn\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = preload_list(model.read_text(), str(model))
+    assert "json" in names and "torch.nn" in names and "torch" in names
+    assert "my_helpers_xyz" not in names and "no_such_module_xyz" not in names
+
+
+def test_exit_descriptions():
+    assert describe_exit(-9).startswith("killed by SIGKILL: the kernel's out-of-memory killer")
+    assert describe_exit(-6) == "killed by SIGABRT"
+    assert describe_exit(3) == "exit status 3"
+
+
+LEAKY = '''"""Counts, in a module every trial shares with the fork server, how many models this
+process has built: a trial that inherited another trial's state would see 2 or more."""
+import json
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+BASELINE = {"batch_size": 32}
+
+
+def model():
+    json.advisor_models_built = getattr(json, "advisor_models_built", 0) + 1
+    return nn.Linear(4, 2)
+
+
+def datasets():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 4, generator=g)
+    y = (x[:, 0] > 0).long()
+    return TensorDataset(x[:192], y[:192]), TensorDataset(x[192:], y[192:])
+
+
+def metric(output, target):
+    return torch.tensor(1.0 / json.advisor_models_built)
+'''
+
+
+@pytest.mark.ray
+def test_no_state_passes_from_one_trial_to_the_next(ray_session, workdir):
+    model = write_model(workdir, LEAKY, "leaky.py")
+    space = workdir / "bs.yaml"
+    space.write_text("batch_size: {choices: [16, 32, 64]}\n")
+    assert main(["tune", str(model), "--space", str(space), "--trials", "3", "--no-tui", "--skip-preflight",
+                 "--train-samples", "64"]) == 0
+    trials = optuna.load_study(study_name="leaky-bs", storage="sqlite:///advisor.db").trials
+    assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
+    assert [t.values[2] for t in trials] == [1.0, 1.0, 1.0]  # each trial built its first model
+    assert len({t.user_attrs["pid"] for t in trials}) == 3
+    assert all("process_start" in t.user_attrs["phase_s"] for t in trials)  # forked, not cold
+
+
+HANGS = '''import os
+import time
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+BASELINE = {"batch_size": 32}
+
+
+class Stuck(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, x):
+        with open(PIDS, "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+        time.sleep(3600)
+
+
+def model():
+    return Stuck()
+
+
+def datasets():
+    x = torch.randn(128, 4)
+    return TensorDataset(x, torch.zeros(128, dtype=torch.long)), TensorDataset(x, torch.zeros(128, dtype=torch.long))
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "\nState:\tZ" not in fh.read()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.ray
+def test_a_timed_out_trial_process_does_not_outlive_its_trial(ray_session, workdir):
+    pids = workdir / "pids.txt"
+    model = write_model(workdir, f"PIDS = {str(pids)!r}\n" + HANGS, "hangs.py")
+    space = workdir / "one.yaml"
+    space.write_text("batch_size: 32\n")
+    # the baseline itself times out: the study stops with status 1, the trial recorded
+    assert main(["tune", str(model), "--space", str(space), "--trials", "1", "--no-tui", "--skip-preflight",
+                 "--trial-timeout", "5", "--train-samples", "64"]) == 1
+    trial = optuna.load_study(study_name="hangs-one", storage="sqlite:///advisor.db").trials[0]
+    assert trial.user_attrs["failure_class"] == "timeout"
+    pid = int(pids.read_text().split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid), f"the hung trial process {pid} is still running"
+
+
+@pytest.mark.ray
+def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
+    monkeypatch.setenv("ADVISOR_COLD_TRIALS", "1")
+    assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "quick", "--trials", "2", "--no-tui",
+                 "--train-samples", "128"]) == 0
+    trials = [t for t in optuna.load_study(study_name="digits_mlp-quick", storage="sqlite:///advisor.db").trials
+              if t.state.name == "COMPLETE"]
+    assert len(trials) == 2
+    assert all("process_start" not in t.user_attrs["phase_s"] for t in trials)  # a fresh Ray worker each
