@@ -120,8 +120,6 @@ class RayExecutor:
     def submit(self, number: int, payload: dict[str, Any]) -> Running:
         """Start a trial. A data-parallel GPU trial asks for all its GPUs on one node at once;
         one that no node could host is answered at once instead of waiting forever."""
-        import ray
-
         resources = dict(self.resources)
         devices = int(payload["config"].get("devices", 1))
         if self.device == "cuda" and devices > 1:

@@ -3,6 +3,8 @@ blocks, and gradient accumulation (the same global batch in smaller micro-batche
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from advisor.errors import UnsupportedError
@@ -45,22 +47,54 @@ class ActivationCheckpointing(Technique):
             return None
         return ("from torch.utils.checkpoint import checkpoint\n"
                 "# in forward, for each top-level block:\n"
-                "x = checkpoint(self.block, x, use_reentrant=False)")
+                "x = checkpoint(self.block, x, use_reentrant=False)\n"
+                "# BatchNorm in a block updates its running statistics again in the recomputation\n"
+                "# (advisor.apply() freezes them there: checkpoint(..., context_fn=...))")
 
 
 def _checkpoint_forward(block: Any) -> None:
-    """Make ``block`` recompute its activations in backward (state_dict keys unchanged)."""
+    """Make ``block`` recompute its activations in backward (state_dict keys unchanged).
+
+    The recomputation runs the block in training mode a second time; its BatchNorm layers
+    must not update their running statistics again (that would double their momentum and
+    change what is evaluated), so it runs under ``_norm_stats_frozen``.
+    """
     from torch import is_grad_enabled
     from torch.utils.checkpoint import checkpoint
 
     inner = block.forward
 
+    def contexts() -> tuple[Any, Any]:
+        return contextlib.nullcontext(), _norm_stats_frozen(block)
+
     def forward(*args: Any, **kwargs: Any) -> Any:
         if block.training and is_grad_enabled():
-            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+            return checkpoint(inner, *args, use_reentrant=False, context_fn=contexts, **kwargs)
         return inner(*args, **kwargs)
 
     block.forward = forward
+
+
+@contextlib.contextmanager
+def _norm_stats_frozen(block: Any) -> Iterator[None]:
+    """BatchNorm layers of ``block`` leave their running statistics as they are: momentum
+    0 (the running averages stay exactly put) and the batch counter restored after."""
+    from torch import no_grad
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    norms = [m for m in block.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+    saved = [(m.momentum, m.num_batches_tracked.clone() if m.num_batches_tracked is not None else None)
+             for m in norms]
+    for m in norms:
+        m.momentum = 0.0
+    try:
+        yield
+    finally:
+        with no_grad():
+            for m, (momentum, count) in zip(norms, saved):
+                m.momentum = momentum
+                if count is not None:
+                    m.num_batches_tracked.copy_(count)
 
 
 class GradAccumulation(Technique):
