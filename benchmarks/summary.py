@@ -35,6 +35,8 @@ def main() -> int:
                                                 "search.hv_fraction_at_10pct_grid"),
             "trials_ratio_vs_random": _entry(search, search["summary"]["trials_to_random_final"]["ratio"],
                                              "search.trials_ratio_vs_random"),
+            "best_first_with_grid_known_at_10pct_grid": search["summary"].get("oracle", {}).get(
+                "hv_fraction_at_10pct_grid"),
         },
         "overhead": {"fraction": _entry(overhead, overhead["fraction"], "overhead.fraction"),
                      "fixed_per_trial_s": _entry(overhead, overhead["fixed_per_trial_s"], "overhead.fixed_per_trial_s")},

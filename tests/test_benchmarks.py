@@ -70,6 +70,19 @@ def test_search_efficiency_tiny(tmp_path, monkeypatch):
         assert all(0 <= v <= 1 + 1e-9 for v in curve)
         assert all(b >= a - 1e-12 for a, b in zip(curve, curve[1:]))  # never decreases
     assert out.with_suffix(".png").exists()
+    oracle = doc["oracle_curve"]  # knowing the grid: never below any strategy's median curve
+    assert len(oracle) == 5 and all(b >= a - 1e-12 for a, b in zip(oracle, oracle[1:]))
+    assert all(o >= m - 1e-9 for curve in doc["median_curves"].values() for o, m in zip(oracle, curve))
+
+
+def test_best_first_curve_reaches_the_whole_front():
+    from replay import Grid
+    from search_efficiency import Scorer
+
+    scorer = Scorer(Grid.load(GRID), max_drop=0.01)
+    curve = scorer.oracle(len(scorer.feasible))
+    assert curve[-1] == pytest.approx(1.0)
+    assert curve[0] == scorer.oracle(1)[0] and 0 < curve[0] < 1
 
 
 @pytest.mark.ray
