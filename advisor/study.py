@@ -269,6 +269,8 @@ class Tuner:
         return base
 
     def _search(self, study: optuna.Study, base: optuna.trial.FrozenTrial) -> None:
+        import optuna
+
         wall = base.user_attrs.get("wall_s", 60.0)
         self.trial_timeout = self.o.trial_timeout or max(120.0, 10.0 * wall)
         self.emit("timeout", {"trial_timeout_s": self.trial_timeout})
@@ -282,6 +284,8 @@ class Tuner:
                 if config.key() not in seen:  # sampled with the seed as base: nothing else changes
                     study.enqueue_trial(self.space.enqueue_params(config), skip_if_exists=True,
                                         user_attrs={"seed_config": config.to_dict()})
+        # then combinations of the seeds that paid off (advisor.combine), once, when they are in
+        self.combine_due = self.o.sampler == "default" and not study.user_attrs.get("combined")
         self.known_oom = KnownOom()
         self.known_oom.add_trials(trials)
         space_size, dups_in_row = self.space.size(), 0
@@ -290,6 +294,10 @@ class Tuner:
             while (len(self.running) < self.executor.slots and done + len(self.running) < self.o.trials
                    and time.monotonic() < self.deadline and len(seen) < space_size):
                 if pending is None:
+                    if self.combine_due and not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+                        if self.running:
+                            break  # every seed's result first
+                        self._enqueue_combinations(study, seen)
                     trial = study.ask()
                     seed = trial.user_attrs.get("seed_config")
                     config = self.space.sample(trial, base=TrialConfig.from_dict(seed) if seed else None)
@@ -387,6 +395,36 @@ class Tuner:
         self.emit("finished", {"number": number, "config": config.to_dict(), "result": result, "wall_s": wall,
                                "trial": frozen})
         return frozen
+
+    def _enqueue_combinations(self, study: optuna.Study, seen: dict[str, Any]) -> None:
+        """Queue the combinations of one-knob changes that paid off (advisor.combine)."""
+        import optuna
+
+        from advisor.combine import combination_configs, combination_count
+
+        self.combine_due = False
+        study.set_user_attr("combined", True)
+        base = st.baseline_trial(study)
+        if base is None:
+            return
+
+        def figures(t: optuna.trial.FrozenTrial) -> tuple[float, float, float] | None:
+            return tuple(t.values) if t.state == optuna.trial.TrialState.COMPLETE else None  # type: ignore[return-value]
+
+        measured = [(TrialConfig.from_dict(t.user_attrs["config"]), figures(t)) for t in study.get_trials(deepcopy=False)
+                    if st.measured(t) and "config" in t.user_attrs and not t.user_attrs.get("baseline")]
+
+        def allowed(config: TrialConfig) -> bool:
+            return (config.key() not in seen and refusal(config, self.o.workload) is None
+                    and conflicts(config) is None and self.known_oom.reason(config) is None)
+
+        chosen = combination_configs(self.baseline, figures(base), measured, self.o.max_accuracy_drop,  # type: ignore[arg-type]
+                                     self.o.memory_cap, combination_count(self.o.trials), allowed)
+        for config in chosen:
+            study.enqueue_trial(self.space.enqueue_params(config), skip_if_exists=True,
+                                user_attrs={"seed_config": config.to_dict(), "combination": True})
+        if chosen:
+            self.emit("note", {"text": f"next: {len(chosen)} combination(s) of the one-knob changes that paid off"})
 
     def _tell_duplicate(self, study: optuna.Study, trial: optuna.Trial, earlier: Any) -> None:
         """A configuration already measured: answer from the earlier trial, run nothing."""

@@ -1,5 +1,5 @@
 """Measure every configuration of a small space, several times each, as real trials (a
-fresh Ray worker per trial, the same code as `advisor tune`), and save the table that
+trial process per cell, the same code as `advisor tune`), and save the table that
 benchmarks/replay.py answers studies from. Run by hand (it takes tens of minutes):
 
     python benchmarks/record_grid.py examples/digits_cnn.py --space benchmarks/data/grid_cpu.yaml --repeats 2

@@ -32,28 +32,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from common import commit  # noqa: E402
 
-REF = 1.1
+from advisor.hypervolume import REF, hypervolume  # noqa: E402, F401 - REF: for tests
+
 STRATEGIES = ("default", "tpe", "nsga2", "random", "gp")
-
-
-def hypervolume(points: list[tuple[float, float, float]]) -> float:
-    """Exact hypervolume of minimisation points in [0, REF]^3 against (REF, REF, REF)."""
-    pts = sorted(set(p for p in points if all(v < REF for v in p)))
-    total = 0.0
-    for i, (x, _, _) in enumerate(pts):
-        nxt = pts[i + 1][0] if i + 1 < len(pts) else REF
-        if nxt > x:
-            total += (nxt - x) * _hv2d([(p[1], p[2]) for p in pts[: i + 1]])
-    return total
-
-
-def _hv2d(points: list[tuple[float, float]]) -> float:
-    area, best_y = 0.0, REF
-    for x, y in sorted(points):
-        if y < best_y:
-            area += (REF - x) * (best_y - y)
-            best_y = y
-    return area
 
 
 class Scorer:
