@@ -16,7 +16,7 @@ def hypervolume(points: Iterable[tuple[float, float, float]]) -> float:
         >>> round(hypervolume([(0.0, 0.0, 0.0)]), 3)
         1.331
     """
-    pts = sorted(set(p for p in points if all(v < REF for v in p)))
+    pts = sorted({p for p in points if all(v < REF for v in p)})
     total = 0.0
     for i, (x, _, _) in enumerate(pts):
         nxt = pts[i + 1][0] if i + 1 < len(pts) else REF

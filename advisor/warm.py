@@ -85,7 +85,12 @@ def preload_list(source: str, workload_path: str) -> list[str]:
 
 
 _CONTEXT: Any = None
-_FORKED = False  # True in a trial process forked by run_forked
+_FORKED = False  # True in a trial process started by run_forked
+_SPAWN_ONLY = False  # the fork server turned out unusable for CUDA: spawn instead
+CUDA_POISONED = "cuda_initialised_before_fork"
+# A fake for the tests, which have no GPU: the trial process acts as if CUDA had been
+# initialised in the fork server.
+PRETEND_POISONED_ENV = "ADVISOR_TEST_PRETEND_CUDA_FORK_POISONED"
 
 
 def forked_trial() -> bool:
@@ -111,13 +116,30 @@ def _context(payload: dict[str, Any]) -> Any:
 
 def run_forked(payload: dict[str, Any]) -> dict[str, Any]:
     """Run ``advisor.trial.run_trial(payload)`` in a process forked from the warm fork
-    server and return its result; a process that dies without answering is a ``crash``."""
+    server and return its result; a process that dies without answering is a ``crash``.
+
+    If CUDA turns out to have been initialised in the fork server (a library model.py
+    imports did it at import), CUDA cannot work in a forked process: this trial and every
+    later one of this worker then run in a spawned process (a fresh interpreter) instead.
+    """
+    global _SPAWN_ONLY
+    if not _SPAWN_ONLY:
+        result = _run_in(_context(payload), payload)
+        if not result.get(CUDA_POISONED):
+            return result
+        _SPAWN_ONLY = True
+    import multiprocessing
+
+    return _run_in(multiprocessing.get_context("spawn"), payload)
+
+
+def _run_in(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     from advisor.trial import TrialResult
 
-    ctx = _context(payload)
     receive, send = ctx.Pipe(duplex=False)
     submitted = time.perf_counter()
-    process = ctx.Process(target=_child, args=(payload, dict(os.environ), os.getcwd(), submitted, send),
+    forked = ctx.get_start_method() != "spawn"
+    process = ctx.Process(target=_child, args=(payload, dict(os.environ), os.getcwd(), submitted, send, forked),
                           name="advisor-trial", daemon=False)
     with _bare_main():
         process.start()
@@ -159,14 +181,19 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def _child(payload: dict[str, Any], environ: dict[str, str], cwd: str, submitted: float, conn: Any) -> None:
+def _child(payload: dict[str, Any], environ: dict[str, str], cwd: str, submitted: float, conn: Any,
+           forked: bool) -> None:
     """The trial process: made to die with the fork server, given the task's environment."""
     global _FORKED
     _die_with_parent()
-    _FORKED = True
+    _FORKED = forked  # a spawned fallback (CUDA) must not fork ranks from itself
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
+    if forked and payload["settings"].get("device") == "cuda" and _cuda_poisoned():
+        conn.send({CUDA_POISONED: True})
+        conn.close()
+        return
     from advisor.trial import run_trial
 
     result = run_trial(payload)
@@ -174,6 +201,15 @@ def _child(payload: dict[str, Any], environ: dict[str, str], cwd: str, submitted
                                                               - result["phase_s"].get("total", 0.0))
     conn.send(result)
     conn.close()
+
+
+def _cuda_poisoned() -> bool:
+    """True when this forked process cannot use CUDA: it was initialised before the fork."""
+    if os.environ.get(PRETEND_POISONED_ENV) == "1":
+        return True
+    import torch
+
+    return bool(torch.cuda._is_in_bad_fork())
 
 
 def _die_with_parent() -> None:

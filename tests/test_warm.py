@@ -142,3 +142,28 @@ def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
               if t.state.name == "COMPLETE"]
     assert len(trials) == 2
     assert all("process_start" not in t.user_attrs["phase_s"] for t in trials)  # a fresh Ray worker each
+
+
+def test_cuda_initialised_in_the_fork_server_falls_back_to_spawned_trials(workdir, monkeypatch):
+    """No GPU here, so a fake (named as such: ADVISOR_TEST_PRETEND_CUDA_FORK_POISONED) makes
+    the forked trial process report what a real one reports when a library initialised
+    CUDA in the fork server. The trial must then run in a spawned, fresh interpreter, and
+    so must every later one."""
+    from advisor import warm
+    from advisor.config import TrialConfig
+    from advisor.trial import TrialSettings, make_payload
+    from advisor.workload import load_workload
+
+    monkeypatch.setattr(warm, "_CONTEXT", None)
+    monkeypatch.setattr(warm, "_SPAWN_ONLY", False)
+    monkeypatch.setenv(warm.PRETEND_POISONED_ENV, "1")
+    monkeypatch.setenv(warm.PRELOAD_ENV, "")
+    payload = make_payload(load_workload(str(EXAMPLES / "digits_mlp.py")), TrialConfig(batch_size=32),
+                           TrialSettings(train_samples=64, device="cuda"))
+    result = warm.run_forked(payload)
+    assert warm.CUDA_POISONED not in result and warm._SPAWN_ONLY
+    assert result["ok"] is False and result["failure_class"] in ("error", "unsupported")  # no CUDA here
+    assert "process_start" in result["phase_s"]  # it ran, in the spawned process
+    payload["settings"]["device"] = "cpu"
+    later = warm.run_forked(payload)  # spawned too, and measures normally
+    assert later["ok"] is True and later["throughput"] > 0
