@@ -144,6 +144,7 @@ class CpuPeakMemory:
         self.exact = True
 
     def reset(self) -> None:
+        _map_library_pages()
         try:
             with open("/proc/self/clear_refs", "w") as fh:
                 fh.write("5")
@@ -160,6 +161,31 @@ class CpuPeakMemory:
             maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             return max(0, (maxrss if sys.platform == "darwin" else maxrss * 1024) - self.baseline)  # macOS: bytes
         return max(0, hwm * 1024 - self.baseline)
+
+
+def _map_library_pages() -> None:
+    """Map every page of this process's file-backed mappings (shared libraries) now, so
+    that code first run during the measured window does not count as the configuration's
+    memory. (A process forked from the warm fork server starts with none of them mapped, a
+    fresh one with those its imports touched: without this the two would differ by ~8 MiB.)
+    Linux 5.14+ (MADV_POPULATE_READ); elsewhere it changes nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    try:
+        with open("/proc/self/maps") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or not parts[5].startswith("/") or "r" not in parts[1] or parts[5].startswith("/dev/"):
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        libc.madvise(start, end - start, 22)  # MADV_POPULATE_READ; an error leaves the mapping as it was
 
 
 class CudaPeakMemory:

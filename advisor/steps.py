@@ -41,6 +41,8 @@ def measure(payload: dict[str, Any], load: Any, phases: dict[str, float]) -> Any
     t = time.perf_counter()
     memory = peak_memory_for(device)
     memory.reset()
+    phases["memory_baseline"] = time.perf_counter() - t
+    t = time.perf_counter()
     torch.manual_seed(settings.seed)
     prepared = apply(build_model(workload), config, device, workload=settings.workload)
     phases["build"] = time.perf_counter() - t

@@ -118,13 +118,15 @@ def main() -> int:
     imports = sum(f["phase_s"].get("import", 0.0) for f in finished)
     loading = sum(f["phase_s"].get("load", 0.0) for f in finished)
     launch = sum(f["phase_s"].get("launch", 0.0) for f in finished)
+    baseline = sum(f["phase_s"].get("memory_baseline", 0.0) for f in finished)
     parts = {
         "ray_start_s": TIMERS["ray_start"], "preflight_s": TIMERS["preflight"],
         "worker_spawn_and_return_s": trial_wall - in_worker - started,
         "trial_process_start_s": started,
         "worker_imports_s": imports,
         "worker_data_loading_s": loading,
-        "in_trial_unattributed_s": in_worker - compute - imports - loading - launch,
+        "memory_baseline_s": baseline,
+        "in_trial_unattributed_s": in_worker - compute - imports - loading - launch - baseline,
         "sampler_s": TIMERS["sampler"], "storage_s": TIMERS["storage"],
         "in_trial_compute_s": compute,
     }

@@ -142,6 +142,16 @@ def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
               if t.state.name == "COMPLETE"]
     assert len(trials) == 2
     assert all("process_start" not in t.user_attrs["phase_s"] for t in trials)  # a fresh Ray worker each
+    # the same baseline in a warm trial: the process model does not change the figures
+    # (torch's lazy imports are done before the measured window in both)
+    monkeypatch.delenv("ADVISOR_COLD_TRIALS")
+    assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "quick", "--trials", "1", "--no-tui",
+                 "--train-samples", "128", "--study", "warm"]) == 0
+    warm_base = optuna.load_study(study_name="warm", storage="sqlite:///advisor.db").trials[0]
+    cold_base = next(t for t in trials if t.user_attrs.get("baseline"))
+    assert "process_start" in warm_base.user_attrs["phase_s"]
+    assert warm_base.values[1] == pytest.approx(cold_base.values[1], rel=0.15)
+    assert warm_base.values[2] == cold_base.values[2]  # same training, same accuracy
 
 
 def test_cuda_initialised_in_the_fork_server_falls_back_to_spawned_trials(workdir, monkeypatch):
