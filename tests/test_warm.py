@@ -150,7 +150,7 @@ def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
     warm_base = optuna.load_study(study_name="warm", storage="sqlite:///advisor.db").trials[0]
     cold_base = next(t for t in trials if t.user_attrs.get("baseline"))
     assert "process_start" in warm_base.user_attrs["phase_s"]
-    assert warm_base.values[1] == pytest.approx(cold_base.values[1], rel=0.15)
+    assert abs(warm_base.values[1] - cold_base.values[1]) < 2**20  # was 7.7 MiB before library pages were mapped first
     assert warm_base.values[2] == cold_base.values[2]  # same training, same accuracy
 
 
