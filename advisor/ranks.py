@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.trial import TrialResult
-from advisor.warm import forked_trial
+from advisor.warm import forked_trial, threads_from_env
 
 RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result says why)
 
@@ -98,6 +98,7 @@ class _ForkedRank:
                 os.dup2(log_fd, 2)
                 os.environ.clear()
                 os.environ.update(env)
+                threads_from_env()  # this rank's share of the cores
                 code = main(str(directory))
             finally:
                 os._exit(code)

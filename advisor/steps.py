@@ -58,6 +58,7 @@ def measure(payload: dict[str, Any], load: Any, phases: dict[str, float]) -> Any
         telemetry["reserved_peak_bytes"] = memory.reserved_bytes()
     telemetry["peak_memory_exact"] = getattr(memory, "exact", True)
     telemetry["timing"] = timing.to_dict()  # the measurement's spread, for a reader to judge
+    telemetry["intra_op_threads"] = torch.get_num_threads()
     telemetry["model"] = _model_facts(prepared)
     first_step_s = figures.pop("first_step_s")
     return TrialResult(

@@ -190,6 +190,8 @@ def _child(payload: dict[str, Any], environ: dict[str, str], cwd: str, submitted
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
+    if forked:
+        threads_from_env()
     if forked and payload["settings"].get("device") == "cuda" and _cuda_poisoned():
         conn.send({CUDA_POISONED: True})
         conn.close()
@@ -201,6 +203,16 @@ def _child(payload: dict[str, Any], environ: dict[str, str], cwd: str, submitted
                                                               - result["phase_s"].get("total", 0.0))
     conn.send(result)
     conn.close()
+
+
+def threads_from_env() -> None:
+    """Take this process's OMP_NUM_THREADS: torch fixed its thread count from the value it
+    saw when the fork server imported it, and a forked process inherits that count."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        import torch
+
+        torch.set_num_threads(int(value))
 
 
 def _cuda_poisoned() -> bool:

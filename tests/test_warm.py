@@ -177,3 +177,24 @@ def test_cuda_initialised_in_the_fork_server_falls_back_to_spawned_trials(workdi
     payload["settings"]["device"] = "cpu"
     later = warm.run_forked(payload)  # spawned too, and measures normally
     assert later["ok"] is True and later["throughput"] > 0
+
+
+@pytest.mark.ray
+def test_trial_processes_take_their_own_thread_count(ray_session):
+    """torch fixes its thread count at import, in the fork server: a single trial gets the
+    Ray task's OMP_NUM_THREADS (the node's cores), each of a DDP trial's 2 forked ranks
+    its share, not the fork server's count."""
+    from advisor.config import TrialConfig
+    from advisor.scheduler import RayExecutor
+    from advisor.trial import TrialSettings, make_payload
+    from advisor.workload import load_workload
+
+    executor = RayExecutor("cpu").start()  # joins the session's Ray
+    workload = load_workload(str(EXAMPLES / "digits_mlp.py"))
+    settings = TrialSettings(train_samples=128)
+    single = executor.run_one(0, make_payload(workload, TrialConfig(batch_size=32), settings), 120)
+    ddp = executor.run_one(1, make_payload(workload, TrialConfig(batch_size=32, parallelism="ddp", devices=2),
+                                           settings), 120)
+    cores = int(executor.resources["num_cpus"])
+    assert single.ok and single.telemetry["intra_op_threads"] == cores
+    assert ddp.ok and ddp.telemetry["intra_op_threads"] == max(1, cores // 2)
