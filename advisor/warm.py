@@ -60,13 +60,14 @@ def workload_imports(source: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def preload_list(source: str, workload_path: str) -> list[str]:
+def preload_list(source: str) -> list[str]:
     """What the fork server imports: ``ALWAYS`` and model.py's installed libraries.
 
-    Modules found next to model.py or in the working directory are left out: the user may
-    edit them between studies, and a long-lived fork server would keep the old version.
+    Only modules that live in the interpreter's standard library or site-packages are
+    preloaded; anything else (a module beside model.py, an editable install of your own
+    package) may be edited between studies, and a long-lived fork server would keep the
+    old version.
     """
-    local = [Path(workload_path).resolve().parent, Path.cwd().resolve()]
     keep = []
     for name in workload_imports(source):
         try:
@@ -78,10 +79,19 @@ def preload_list(source: str, workload_path: str) -> list[str]:
         where = spec.origin if spec.origin not in (None, "built-in", "frozen") else None
         if where is None and spec.submodule_search_locations:
             where = next(iter(spec.submodule_search_locations), None)
-        if where is not None and any(Path(where).resolve().is_relative_to(d) for d in local):
-            continue
-        keep.append(name)
+        if where is None or any(Path(where).resolve().is_relative_to(d) for d in _installed_paths()):
+            keep.append(name)
     return list(dict.fromkeys([*ALWAYS, *keep]))
+
+
+def _installed_paths() -> list[Path]:
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(site.getsitepackages())
+    paths.add(site.getusersitepackages())
+    return [Path(p).resolve() for p in paths if p]
 
 
 _CONTEXT: Any = None
@@ -107,7 +117,7 @@ def _context(payload: dict[str, Any]) -> Any:
     if _CONTEXT is None:
         import multiprocessing
 
-        os.environ[PRELOAD_ENV] = ",".join(preload_list(payload["workload_source"], payload["workload_path"]))
+        os.environ[PRELOAD_ENV] = ",".join(preload_list(payload["workload_source"]))
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["advisor._preload"])
         _CONTEXT = ctx

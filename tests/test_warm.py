@@ -4,6 +4,7 @@ already imported torch and model.py's libraries. Real Ray, real SQLite, real tri
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -21,11 +22,15 @@ def test_workload_imports_are_the_top_level_absolute_ones():
 
 
 def test_preload_leaves_out_modules_next_to_model_py(tmp_path, monkeypatch):
-    """A helper module beside model.py may be edited between studies: never preloaded."""
+    """A helper module beside model.py may be edited between studies: never preloaded;
+    installed libraries are, even from a virtual environment inside the working directory."""
     (tmp_path / "my_helpers_xyz.py").write_text("X = 1\n")
     model = write_model(tmp_path, "import json\nimport my_helpers_xyz\nimport no_such_module_xyz\nimport torch.nn\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    names = preload_list(model.read_text(), str(model))
+    import torch
+
+    monkeypatch.chdir(Path(torch.__file__).parents[3])  # .../lib: torch's site-packages is below
+    names = preload_list(model.read_text())
     assert "json" in names and "torch.nn" in names and "torch" in names
     assert "my_helpers_xyz" not in names and "no_such_module_xyz" not in names
 
