@@ -60,6 +60,7 @@ def _checkpoint_forward(block: Any) -> None:
     change what is evaluated), so it runs under ``_norm_stats_frozen``.
     """
     from torch import is_grad_enabled
+    from torch.compiler import is_compiling
     from torch.utils.checkpoint import checkpoint
 
     inner = block.forward
@@ -69,6 +70,9 @@ def _checkpoint_forward(block: Any) -> None:
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         if block.training and is_grad_enabled():
+            if is_compiling():  # compiled, the recomputation replays no buffer update (and
+                # context_fn would have to be a pair of TorchDispatchModes)
+                return checkpoint(inner, *args, use_reentrant=False, **kwargs)
             return checkpoint(inner, *args, use_reentrant=False, context_fn=contexts, **kwargs)
         return inner(*args, **kwargs)
 

@@ -65,6 +65,21 @@ def test_checkpointing_updates_batchnorm_statistics_once(momentum):
     assert all(m.momentum == momentum for m in norms)  # restored after each recomputation
 
 
+def test_checkpointing_under_compile_trains_and_updates_batchnorm_statistics_once():
+    """torch.compile traces the checkpointed blocks (a context_fn there must be dispatch
+    modes, so none is passed); the compiled recomputation replays no buffer update."""
+    (x, y), = digits_batches(count=1)
+    models = []
+    for value in (False, True):
+        prepared = apply(digits_model(), {"activation_checkpointing": value, "compile": True}, "cpu")
+        for _ in range(2):
+            _grads(prepared, x, y)
+        models.append(prepared.module)
+    plain, ckpt = (_norm_buffers(m) for m in models)
+    for key in plain:
+        torch.testing.assert_close(ckpt[key], plain[key], msg=key)
+
+
 def test_checkpointing_refuses_a_model_without_blocks():
     model = torch.nn.Sequential(torch.nn.Linear(64, 10))
     with pytest.raises(UnsupportedError, match="top-level blocks"):
