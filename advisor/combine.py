@@ -125,17 +125,12 @@ def choose(candidates: Sequence[tuple[TrialConfig, Figures]], measured: Sequence
 
     chosen: list[TrialConfig] = []
     current = [loss(p) for p in points]
-    seen = set()
     while pool and len(chosen) < limit:
         now = hypervolume(current)
-        gains = [(hypervolume([*current, loss(f)]) - now, i) for i, (c, f) in enumerate(pool) if c.key() not in seen]
-        if not gains:
-            break
-        gain, best = max(gains)
+        gain, best = max((hypervolume([*current, loss(f)]) - now, i) for i, (_, f) in enumerate(pool))
         if gain <= 0:
             break
         config, figures = pool.pop(best)
-        seen.add(config.key())
         chosen.append(config)
         current.append(loss(figures))
     return chosen

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.trial import TrialResult
-from advisor.warm import forked_trial, threads_from_env
+from advisor.warm import adopt_environment, die_with_parent, forked_trial
 
 RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result says why)
 
@@ -96,9 +96,7 @@ class _ForkedRank:
             try:
                 os.dup2(log_fd, 1)
                 os.dup2(log_fd, 2)
-                os.environ.clear()
-                os.environ.update(env)
-                threads_from_env()  # this rank's share of the cores
+                adopt_environment(env)  # with this rank's share of the cores
                 code = main(str(directory))
             finally:
                 os._exit(code)
@@ -196,22 +194,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_supervisor() -> None:
-    """Linux: get SIGKILL when the supervisor dies (a timed-out trial leaves no rank behind)."""
-    parent = int(os.environ.get("ADVISOR_SUPERVISOR_PID", "0"))
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if parent and os.getppid() != parent:  # the supervisor died before we got here
-        os._exit(1)
-
-
 def main(directory: str) -> int:
     """A rank's process: measure, write the result, leave the process group cleanly."""
     started = time.perf_counter()
-    _die_with_supervisor()
+    supervisor = int(os.environ.get("ADVISOR_SUPERVISOR_PID", "0")) or None
+    die_with_parent(supervisor)  # a timed-out trial leaves no rank behind
     from advisor.trial import measure_here
 
     path = Path(directory)

@@ -195,13 +195,10 @@ def _child(payload: dict[str, Any], environ: dict[str, str], cwd: str, submitted
            forked: bool) -> None:
     """The trial process: made to die with the fork server, given the task's environment."""
     global _FORKED
-    _die_with_parent()
+    die_with_parent()
     _FORKED = forked  # a spawned fallback (CUDA) must not fork ranks from itself
-    os.environ.clear()
-    os.environ.update(environ)
+    adopt_environment(environ)
     os.chdir(cwd)
-    if forked:
-        threads_from_env()
     if forked and payload["settings"].get("device") == "cuda" and _cuda_poisoned():
         conn.send({CUDA_POISONED: True})
         conn.close()
@@ -234,13 +231,21 @@ def _cuda_poisoned() -> bool:
     return bool(torch.cuda._is_in_bad_fork())
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent (the fork server) exits."""
-    import ctypes
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: SIGKILL this process when its parent exits (PR_SET_PDEATHSIG), so a killed
+    Ray worker, fork server or trial supervisor leaves nothing running. If the parent
+    (``parent``, or any when None) already went before this call, exit now."""
+    if sys.platform.startswith("linux"):
+        import ctypes
 
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the parent already went between fork and prctl
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1 or (parent is not None and os.getppid() != parent):
         os._exit(1)
+
+
+def adopt_environment(environ: dict[str, str]) -> None:
+    """In a forked process: take ``environ`` as this process's environment, and the
+    thread count it names (torch fixed its count at import, in the fork server)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    threads_from_env()
