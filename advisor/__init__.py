@@ -5,32 +5,49 @@ Public API::
     import advisor
     config = advisor.load_config("best.yaml")     # an exported configuration
     prepared = advisor.apply(model, config)       # the setup that was measured
+
+Everything listed in ``__all__`` is public; the packages below are the engine's rooms
+(README: *Layout*). Every error a public function raises derives from ``AdvisorError``.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AdvisorError", "Prepared", "TrialConfig", "TrialResult", "apply", "load_config", "__version__",
-]
-
-# Bound eagerly: the submodule advisor.apply shares the function's name, and a lazy
-# lookup would be shadowed by the module once anything imports advisor.apply.
-from advisor.apply import Prepared, apply  # noqa: E402  (light: torch loads on first use)
-
-_LAZY = {
-    "TrialConfig": "advisor.config",
-    "load_config": "advisor.config", "TrialResult": "advisor.trial", "AdvisorError": "advisor.errors",
+# name -> the module that defines it; imported on first use, so `import advisor` (and
+# `advisor --help`) stays fast and torch loads only when a model is prepared.
+_PUBLIC = {
+    "apply": "advisor.techniques.prepare",
+    "Prepared": "advisor.techniques.prepared",
+    "load_config": "advisor.core.export_format",
+    "TrialConfig": "advisor.core.config",
+    "TrialResult": "advisor.core.results",
+    "AdvisorError": "advisor.core.errors",
+    "ConfigError": "advisor.core.errors",
+    "SchedulerError": "advisor.core.errors",
+    "SpaceError": "advisor.core.errors",
+    "StudyError": "advisor.core.errors",
+    "TrialFailed": "advisor.core.errors",
+    "UnsupportedError": "advisor.core.errors",
+    "WorkloadError": "advisor.core.errors",
 }
+
+__all__ = [
+    "AdvisorError", "ConfigError", "Prepared", "SchedulerError", "SpaceError", "StudyError", "TrialConfig",
+    "TrialFailed", "TrialResult", "UnsupportedError", "WorkloadError", "__version__", "apply", "load_config",
+]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `import advisor` (and `advisor --help`) stays fast; torch loads on first use.
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value  # looked up once
+        return value
     raise AttributeError(f"module 'advisor' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

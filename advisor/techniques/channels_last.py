@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.errors import UnsupportedError
-from advisor.techniques import Technique
+from advisor.core.errors import UnsupportedError
+from advisor.techniques._base import Technique
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
+    from advisor.techniques.prepared import Prepared
 
 
 class ChannelsLast(Technique):
     key = "channels_last"
     description = "NHWC memory format for the model and its 4-D inputs"
-    values = (False, True)
     order = 30
 
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.techniques import Technique
+from advisor.techniques._base import Technique
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 
 class Compile(Technique):
     key = "compile"
     description = "torch.compile the model (compile time is recorded apart from throughput)"
-    values = (False, True)
     order = 90
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
@@ -45,7 +44,6 @@ class Compile(Technique):
 class CompileMode(Technique):
     key = "compile_mode"
     description = "torch.compile mode (used only when compile is true)"
-    values = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
     order = 89
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:

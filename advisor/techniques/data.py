@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.techniques import Technique, check_int
+from advisor.techniques._base import Technique
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 
 class NumWorkers(Technique):
     key = "num_workers"
     description = "DataLoader worker processes (0 loads in the training process)"
     order = 60
-
-    def check(self, value: Any) -> str | None:
-        return check_int(value, 0)
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [0, 1, 2, 4]
@@ -36,7 +33,6 @@ class NumWorkers(Technique):
 class PinMemory(Technique):
     key = "pin_memory"
     description = "page-locked host memory for batches (faster, asynchronous copies to the GPU)"
-    values = (False, True)
     order = 61
 
     def applies(self, hw: Hardware) -> str | None:

@@ -7,23 +7,18 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from advisor.errors import UnsupportedError
-from advisor.techniques import Technique, check_int
+from advisor.core.errors import UnsupportedError
+from advisor.techniques._base import Technique
+from advisor.workload.structure import blocks
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
-
-
-def blocks(module: Any) -> list[Any]:
-    """The model's top-level children that hold parameters: what checkpointing wraps."""
-    return [c for c in module.children() if any(True for _ in c.parameters())]
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 
 class ActivationCheckpointing(Technique):
     key = "activation_checkpointing"
     description = "recompute each top-level block's activations in backward instead of storing them"
-    values = (False, True)
     train_only = (True,)
     order = 50
 
@@ -106,15 +101,12 @@ class GradAccumulation(Technique):
     description = "micro-steps per optimizer step (the global batch_size is split between them)"
     order = 51
 
-    def check(self, value: Any) -> str | None:
-        return check_int(value, 1)
-
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [1, 2, 4, 8]
 
     def wrong_workload(self, value: Any, workload: str) -> str | None:
         if workload == "inference" and value != 1:
-            return "gradient accumulation only applies to training; this is an inference workload"
+            return f"grad_accumulation={value}: gradient accumulation only applies to training; this is an inference workload"
         return None
 
     def apply(self, value: Any, prepared: Prepared) -> None:

@@ -14,12 +14,12 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from advisor.errors import UnsupportedError
-from advisor.techniques import Technique, check_int
+from advisor.core.errors import UnsupportedError
+from advisor.techniques._base import Technique
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 # A rank waits at most this long in a collective for the others (a dead rank must not hang
 # the trial: the trial timeout kills everything anyway, this makes the error readable).
@@ -34,7 +34,6 @@ def device_count(hw: Hardware) -> int:
 class Parallelism(Technique):
     key = "parallelism"
     description = "single device, DDP or FSDP2 (fully_shard) over `devices` ranks"
-    values = ("single", "ddp", "fsdp")
     train_only = ("ddp", "fsdp")
     order = 80
 
@@ -103,11 +102,13 @@ def _wrap_ddp(prepared: Prepared) -> None:
     cfg = prepared.config
     device_ids = [prepared.device.index] if prepared.device.type == "cuda" else None
     ddp = DistributedDataParallel(prepared.module, device_ids=device_ids, bucket_cap_mb=cfg.bucket_mb)
+    prepared.stats["ddp_bucket_cap_mb"] = ddp.bucket_bytes_cap / 2**20
     if cfg.comm_hook != "none":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[cfg.comm_hook]
         ddp.register_comm_hook(state=None, hook=hook)
+        prepared.stats["ddp_comm_hook"] = hook.__name__
     prepared.model = ddp
     prepared.eval_model = prepared.module
     prepared.no_sync = ddp.no_sync
@@ -140,9 +141,6 @@ class Devices(Technique):
     description = "ranks of a DDP / FSDP trial: GPUs, or CPU processes sharing the cores"
     order = 79
 
-    def check(self, value: Any) -> str | None:
-        return check_int(value, 1)
-
     def candidate_values(self, hw: Hardware) -> list[Any]:
         n, values = device_count(hw), []
         k = 2
@@ -153,7 +151,7 @@ class Devices(Technique):
 
     def wrong_workload(self, value: Any, workload: str) -> str | None:
         if workload == "inference" and value != 1:
-            return "inference trials run one replica (scale out by running replicas side by side)"
+            return f"devices={value}: inference trials run one replica (scale out by running replicas side by side)"
         return None
 
     def applies(self, hw: Hardware) -> str | None:
@@ -170,7 +168,6 @@ class Devices(Technique):
 class CommHook(Technique):
     key = "comm_hook"
     description = "DDP gradient compression before all-reduce (none, fp16, bf16)"
-    values = ("none", "fp16", "bf16")
     train_only = ("fp16", "bf16")
     order = 81
 
@@ -190,9 +187,6 @@ class BucketMb(Technique):
     key = "bucket_mb"
     description = "DDP gradient bucket size in MiB (bucket_cap_mb; torch's default is 25)"
     order = 82
-
-    def check(self, value: Any) -> str | None:
-        return check_int(value, 1)
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [1, 5, 25, 100]

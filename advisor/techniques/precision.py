@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.techniques import Technique
+from advisor.techniques._base import Technique
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 AMPERE = (8, 0)
 
@@ -17,7 +17,6 @@ AMPERE = (8, 0)
 class Precision(Technique):
     key = "precision"
     description = "numeric precision of the training step"
-    values = ("fp32", "tf32", "bf16", "fp16", "bf16_full")
     inference_only = ("bf16_full",)
     order = 10
 

@@ -11,29 +11,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.errors import UnsupportedError
-from advisor.techniques import Technique, plain_tensor
+from advisor.core.errors import UnsupportedError
+from advisor.techniques._base import Technique, plain_tensor
+from advisor.workload.structure import prunable
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 AMPERE = (8, 0)
-
-
-def prunable(module: Any) -> list[tuple[str, Any]]:
-    """(name, layer) of the Linear / Conv layers that pruning touches: all but the last."""
-    import torch.nn as nn
-
-    layers = [(n, m) for n, m in module.named_modules()
-              if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))]
-    return layers[:-1]
 
 
 class Pruning(Technique):
     key = "pruning"
     description = "weight pruning of Linear/Conv layers (output layer kept dense); 2:4 needs CUDA sm80+"
-    values = ("none", "l1_unstructured", "ln_structured", "semi_structured_2_4")
     order = 40
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
@@ -167,11 +158,6 @@ class PruneAmount(Technique):
     key = "prune_amount"
     description = "fraction of weights (unstructured) or output channels (structured) pruned"
     order = 41
-
-    def check(self, value: Any) -> str | None:
-        if isinstance(value, float) and 0.0 < value < 1.0:
-            return None
-        return f"expected a fraction between 0 and 1 (exclusive), such as 0.5, found {value!r}"
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [0.25, 0.5, 0.75]

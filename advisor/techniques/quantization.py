@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.errors import UnsupportedError
-from advisor.techniques import Technique, plain_tensor
+from advisor.core.errors import UnsupportedError
+from advisor.techniques._base import Technique, plain_tensor
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 ADA = (8, 9)
 AMPERE = (8, 0)
@@ -27,7 +27,6 @@ INT4_GROUP = 128
 class Quantization(Technique):
     key = "quantization"
     description = "torchao quantization: QAT int8 / fp8 training; int8, int4, fp8 inference"
-    values = ("none", "qat_int8", "fp8_training", "int8_dynamic", "int8_weight_only", "int4_weight_only", "fp8")
     train_only = ("qat_int8", "fp8_training")
     inference_only = ("int8_dynamic", "int8_weight_only", "int4_weight_only", "fp8")
     order = 45  # after pruning (its masks are carried over), before checkpointing and DDP
@@ -112,7 +111,9 @@ class Quantization(Technique):
 def _tinygemm_format() -> Any:
     """The int4 layout of the tinygemm CUDA kernel (torchao's default needs fbgemm-gpu-genai)."""
     try:
-        from torchao.quantization.quantize_.workflows.int4.int4_packing_format import Int4PackingFormat
+        from torchao.quantization.quantize_.workflows.int4.int4_packing_format import (
+            Int4PackingFormat,
+        )
 
         return Int4PackingFormat.TILE_PACKED_TO_4D
     except ImportError:

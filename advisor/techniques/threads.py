@@ -4,22 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.techniques import Technique
+from advisor.techniques._base import Technique
 
 if TYPE_CHECKING:
-    from advisor.apply import Prepared
-    from advisor.hardware import Hardware
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
 
 
 class Threads(Technique):
     key = "threads"
     description = "intra-op CPU threads (torch.set_num_threads); null keeps torch's default"
     order = 0
-
-    def check(self, value: Any) -> str | None:
-        if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            return None
-        return f"expected a positive integer (or null for torch's default), found {value!r}"
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         values, n = [], 1

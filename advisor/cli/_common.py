@@ -1,0 +1,39 @@
+"""What several commands share: the storage option, opening a stored study, loading the
+explorer."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from advisor.core.errors import AdvisorError
+
+STORAGE_HELP = "Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)"
+
+
+def add_storage_arguments(p: argparse.ArgumentParser, study_help: str) -> None:
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--study", help=study_help)
+
+
+def open_stored_study(args: argparse.Namespace) -> tuple[Any, str]:
+    """The Optuna study ``--study`` names in ``--storage`` (which must exist), and the
+    storage URL. Raises StudyError for a missing storage, an empty one or an unknown name."""
+    import optuna
+
+    from advisor.study import storage as stores
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = stores.storage_url(args.storage)
+    return stores.load(stores.open_storage(url, must_exist=True), args.study, url), url
+
+
+def load_tui() -> Any:
+    """The explorer package, imported only when a command shows it (the engine never
+    imports textual or the explorer)."""
+    try:
+        import advisor.tui as tui
+    except ImportError as exc:
+        raise AdvisorError(f"the explorer needs textual and textual-plotext ({exc}); "
+                           "reinstall advisor: pip install advisor") from None
+    return tui

@@ -1,0 +1,60 @@
+"""``advisor export``: write the configuration of a chosen trial (a config file, or a
+runnable Python script)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from advisor.cli._common import add_storage_arguments, open_stored_study
+
+NAME = "export"
+HELP = "Write the configuration of a chosen trial to a file."
+EPILOG = """examples:
+  advisor export --pick balanced -o best.yaml
+  advisor export --trial 7 --format json
+  advisor export --pick fastest --format python -o train_fast.py   # runnable; plain-PyTorch lines below
+  advisor export --study digits_cnn-default --pick fastest -o fast.yaml"""
+
+
+def add_arguments(e: argparse.ArgumentParser) -> None:
+    add_storage_arguments(e, "study name (needed when the storage holds several)")
+    which = e.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="trial number")
+    which.add_argument("--pick", default=None, help="fastest, smallest, most-accurate or balanced (default)")
+    e.add_argument("--format", default="yaml", choices=("yaml", "json", "python"),
+                   help="yaml (default) or json: the config file advisor.load_config reads; python: a runnable "
+                        "script that applies it with advisor.apply(), plus the plain-PyTorch equivalent")
+    e.add_argument("-o", "--output", help="file to write (default: print)")
+    e.add_argument("--json", action="store_true", help="print the whole export document as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from advisor.core.stored import read_study
+    from advisor.outputs.export import (
+        export_document,
+        pick,
+        trial_by_number,
+        write_export,
+    )
+
+    optuna_study, _ = open_stored_study(args)
+    study = read_study(optuna_study)
+    record = trial_by_number(study, args.trial) if args.trial is not None else pick(study, args.pick or "balanced")
+    document = export_document(study, record)
+    fmt = "json" if args.json else args.format
+    text = write_export(document, args.output, fmt)
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    print(f"wrote trial {record.number} of study {study.name!r} to {args.output}")
+    if fmt == "python":
+        from advisor.outputs.python_script import launch_command
+
+        assert record.config is not None
+        print(f"run it:    {launch_command(record.config, args.output)}")
+    else:
+        print(f"apply it:  prepared = advisor.apply(model, advisor.load_config({args.output!r}))")
+    return 0
+
+

@@ -1,0 +1,29 @@
+"""``advisor init``: write a commented model.py template."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from advisor.core.errors import WorkloadError
+
+NAME = "init"
+HELP = "Write a commented model.py template."
+EPILOG = """examples:
+  advisor init model.py      # a commented template to fill in"""
+
+
+def add_arguments(i: argparse.ArgumentParser) -> None:
+    i.add_argument("path", nargs="?", default="model.py")
+    i.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from advisor.workload.template import TEMPLATE
+
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        raise WorkloadError(f"{path} already exists (use --force to overwrite)")
+    path.write_text(TEMPLATE)
+    print(f"wrote {path}: fill in model() and datasets(), then run: advisor tune {path}")
+    return 0

@@ -1,0 +1,41 @@
+"""``advisor COMMAND``: the parser, the dispatch, and how an error becomes a message and
+an exit status (0 done, 2 bad input, 1 failure at run time, 130 interrupted). Heavy
+imports (torch, ray, optuna, textual) happen inside the commands, so ``--help`` is fast."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from types import ModuleType
+
+from advisor.cli import explore, export, hardware, init, measure, report, spaces, tune
+from advisor.core.errors import AdvisorError
+
+COMMANDS: dict[str, ModuleType] = {m.NAME: m for m in (tune, hardware, spaces, export, explore, measure, report, init)}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="advisor", description="Auto-tuning optimization advisor for PyTorch.",
+                                epilog="Run `advisor COMMAND --help` for a command's options and examples.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        command = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=module.EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(command)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command is None:
+        parser().print_help()
+        return 2
+    try:
+        return int(COMMANDS[args.command].run(args))
+    except AdvisorError as exc:
+        print(f"advisor {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"advisor {args.command}: aborted", file=sys.stderr)
+        return 130
+

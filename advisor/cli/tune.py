@@ -1,0 +1,110 @@
+"""``advisor tune model.py``: plan the study, run it (with the live explorer in an
+interactive terminal), print the summary."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from advisor.cli._common import STORAGE_HELP, load_tui
+from advisor.core.results import WORKLOADS
+from advisor.core.units import parse_size
+
+if TYPE_CHECKING:
+    from advisor.outputs.console import TuneOutput
+    from advisor.study.tuner import StudyOutcome, Tuner
+
+NAME = "tune"
+HELP = "Search for the configurations that make model.py fastest, smallest and accurate."
+EPILOG = """In an interactive terminal the live explorer shows the trials as they finish (q stops the
+study gracefully); --no-tui, --json or a pipe give plain output.
+
+examples:
+  advisor tune examples/digits_cnn.py                      # 20 trials, default space, ./advisor.db
+  advisor tune model.py --trials 50 --space eager --timeout 3600
+  advisor tune examples/digits_cnn.py --space cpu          # + DDP/FSDP, pruning, QAT on this CPU
+  advisor tune examples/digits_inference.py --workload inference
+  advisor tune model.py --storage postgresql://me@db/advisor --ray-address auto
+  advisor tune model.py --max-accuracy-drop 0.005 --memory-cap 2GiB --json"""
+
+
+def add_arguments(t: argparse.ArgumentParser) -> None:
+    t.add_argument("model", help="path to a model.py that follows the contract (see README)")
+    t.add_argument("--workload", default="train", choices=WORKLOADS,
+                   help="train (default): time training steps, accuracy after a fixed number of samples; "
+                        "inference: time forward passes of the trained model, no training")
+    t.add_argument("--space", help="preset name or YAML file (default: default, or inference with --workload inference)")
+    t.add_argument("--trials", type=int, default=20, help="the study's total number of measured trials (default 20)")
+    t.add_argument("--storage", help=STORAGE_HELP)
+    t.add_argument("--study", help="study name (default: MODEL-SPACE); re-running resumes it")
+    t.add_argument("--timeout", type=float, help="wall-clock budget of the whole study, seconds")
+    t.add_argument("--trial-timeout", type=float,
+                   help="limit for one trial, seconds (default: 10x the baseline trial, at least 120)")
+    t.add_argument("--max-accuracy-drop", type=float, default=0.01,
+                   help="feasible trials lose at most this much metric vs the baseline (default 0.01 = 1 point)")
+    t.add_argument("--memory-cap", help="feasible trials peak below this, e.g. 2GiB or 500MiB")
+    t.add_argument("--train-samples", type=int, help="samples each trial trains on before evaluation "
+                   "(default: 5 epochs of the training set)")
+    t.add_argument("--sampler", default="default",
+                   help="default: the baseline with one knob changed first (up to 8 trials), then TPE; "
+                        "or plain tpe, nsga2, random, gp")
+    t.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial (default 0)")
+    t.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    t.add_argument("--skip-preflight", action="store_true",
+                   help="do not build the model in the driver first (for models too large for it)")
+    t.add_argument("--json", action="store_true", help="print the summary as JSON")
+    t.add_argument("--no-tui", action="store_true",
+                   help="plain progress lines even in an interactive terminal (default there: the live explorer)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import optuna
+
+    from advisor.outputs.console import TuneOutput
+    from advisor.study.options import TuneOptions
+    from advisor.study.plan import plan_study
+    from advisor.study.tuner import Tuner
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # advisor reports trials itself
+    options = TuneOptions(
+        workload_path=args.model, space=args.space, workload=args.workload, storage=args.storage, study_name=args.study,
+        trials=args.trials, timeout=args.timeout, trial_timeout=args.trial_timeout,
+        max_accuracy_drop=args.max_accuracy_drop, memory_cap=parse_size(args.memory_cap),
+        sampler=args.sampler, seed=args.seed, train_samples=args.train_samples,
+        ray_address=args.ray_address, skip_preflight=args.skip_preflight)
+    live = not (args.json or args.no_tui) and sys.stdin.isatty() and sys.stdout.isatty()
+    output = TuneOutput(json_mode=args.json)
+    plan = plan_study(options)
+    output.planned(plan)
+    tuner = Tuner(plan, on_event=output.event)
+    outcome = _run_live(tuner, output) if live else tuner.run()
+    return output.finish(plan, outcome)
+
+
+def _run_live(tuner: Tuner, output: TuneOutput) -> StudyOutcome:
+    """Run the study in a background thread with the explorer attached; when the user
+    quits it early the study stops gracefully; the summary is printed afterwards."""
+    from advisor.study.background import BackgroundTune
+
+    tuner.start_executor()  # here, in the main thread: the explorer replaces stdio while it runs
+    output.quiet = True
+    background = BackgroundTune(tuner, also=output.event)
+    app = load_tui().make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        background.stop("interrupted by SIGTERM")
+        app.exit()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        app.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if background.running:
+            print("stopping: cancelling running trials and recording them ...", file=sys.stderr)
+            background.stop(tuner.stop_reason or "interrupted by the user (quit from the explorer)")
+    for path in app.exported:
+        print(f"exported {path}")
+    return background.join()

@@ -1,0 +1,182 @@
+"""TrialConfig: one point of the search space, and the value domain of every knob.
+
+The domains here say which values a knob can take at all (``precision`` is one of five
+names, ``devices`` a positive integer); whether this machine can run a value, and what it
+does to a model, is each technique's business (``advisor.techniques``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from advisor.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A knob whose value is one of ``values`` (booleans stay booleans: 1 is not True)."""
+
+    values: tuple[Any, ...]
+
+    def check(self, value: Any) -> str | None:
+        same_kind = isinstance(value, bool) == isinstance(self.values[0], bool)
+        if value in self.values and same_kind:
+            return None
+        return f"expected one of {list(self.values)}, found {value!r}"
+
+
+@dataclass(frozen=True)
+class Integer:
+    """A knob whose value is an integer >= ``minimum`` (or None, when ``optional``)."""
+
+    minimum: int
+    optional: bool = False
+    none_means: str = ""
+
+    def check(self, value: Any) -> str | None:
+        if value is None and self.optional:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= self.minimum:
+            return None
+        if self.optional:
+            return f"expected a positive integer (or null for {self.none_means}), found {value!r}"
+        if self.minimum == 1:
+            return f"expected a positive integer, found {value!r}"
+        return f"expected an integer >= {self.minimum}, found {value!r}"
+
+
+@dataclass(frozen=True)
+class Fraction:
+    """A knob whose value is a float strictly between 0 and 1."""
+
+    def check(self, value: Any) -> str | None:
+        if isinstance(value, float) and 0.0 < value < 1.0:
+            return None
+        return f"expected a fraction between 0 and 1 (exclusive), such as 0.5, found {value!r}"
+
+
+Domain = Choice | Integer | Fraction
+
+# Every knob's valid values, by TrialConfig field. A new knob gets a field below, a domain
+# here and a technique module (advisor/techniques/).
+DOMAINS: dict[str, Domain] = {
+    "batch_size": Integer(1),
+    "precision": Choice(("fp32", "tf32", "bf16", "fp16", "bf16_full")),
+    "threads": Integer(1, optional=True, none_means="torch's default"),
+    "channels_last": Choice((False, True)),
+    "compile": Choice((False, True)),
+    "compile_mode": Choice(("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
+    "parallelism": Choice(("single", "ddp", "fsdp")),
+    "devices": Integer(1),
+    "comm_hook": Choice(("none", "fp16", "bf16")),
+    "bucket_mb": Integer(1),
+    "pruning": Choice(("none", "l1_unstructured", "ln_structured", "semi_structured_2_4")),
+    "prune_amount": Fraction(),
+    "quantization": Choice(("none", "qat_int8", "fp8_training", "int8_dynamic", "int8_weight_only",
+                            "int4_weight_only", "fp8")),
+    "activation_checkpointing": Choice((False, True)),
+    "grad_accumulation": Integer(1),
+    "num_workers": Integer(0),
+    "pin_memory": Choice((False, True)),
+}
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One configuration of the knobs. Defaults are the plain fp32 eager setup on one device.
+
+    ``batch_size`` is the global batch of one optimizer step: with ``devices`` ranks and
+    ``grad_accumulation`` micro-steps each rank runs ``batch_size / (devices *
+    grad_accumulation)`` samples per forward pass. Configs stored by older versions (fewer
+    fields) load with the defaults for the new fields.
+
+    Example:
+        >>> TrialConfig(batch_size=128, precision="bf16").to_dict()["precision"]
+        'bf16'
+    """
+
+    batch_size: int = 64
+    precision: str = "fp32"
+    threads: int | None = None
+    channels_last: bool = False
+    compile: bool = False
+    compile_mode: str = "default"
+    parallelism: str = "single"
+    devices: int = 1
+    comm_hook: str = "none"
+    bucket_mb: int = 25
+    pruning: str = "none"
+    prune_amount: float = 0.5
+    quantization: str = "none"
+    activation_checkpointing: bool = False
+    grad_accumulation: int = 1
+    num_workers: int = 0
+    pin_memory: bool = False
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "config") -> TrialConfig:
+        """Build and validate; every problem is reported at once in one ConfigError.
+        Missing knobs take their defaults (configs written by older versions have fewer)."""
+        problems = validate_values(data, where)
+        if problems:
+            raise ConfigError(f"{where} is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> TrialConfig:
+        return TrialConfig.from_dict({**self.to_dict(), **changes})
+
+    def key(self) -> str:
+        """A canonical string: equal configs have equal keys (used to find duplicates)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def changed(self) -> dict[str, Any]:
+        """The knobs whose value differs from the default setup."""
+        default = TrialConfig().to_dict()
+        return {k: v for k, v in self.to_dict().items() if v != default[k]}
+
+    def describe(self) -> str:
+        """A short one-line description: batch size and precision, then what differs
+        from the plain setup.
+
+        Example:
+            >>> TrialConfig(parallelism="ddp", devices=2, pruning="l1_unstructured").describe()
+            'bs=64 fp32 ddp x2 l1_unstructured:0.5'
+        """
+        parts = [f"bs={self.batch_size}", self.precision]
+        folded = {"batch_size", "precision", "devices", "prune_amount", "compile_mode", "parallelism", "pruning"}
+        if self.parallelism != "single":
+            parts.append(f"{self.parallelism} x{self.devices}")
+        if self.pruning != "none":
+            amount = "" if self.pruning == "semi_structured_2_4" else f":{self.prune_amount:g}"
+            parts.append(f"{self.pruning}{amount}")
+        for key, value in self.changed().items():
+            if key not in folded:
+                parts.append(key if value is True else f"{key}={value}")
+        if self.compile and self.compile_mode != "default":
+            parts.append(f"compile_mode={self.compile_mode}")
+        return " ".join(parts)
+
+
+def validate_values(data: Any, where: str) -> list[str]:
+    """Problems with a mapping of knob values (unknown keys, wrong types/values)."""
+    if not isinstance(data, dict):
+        return [f"{where}: expected a mapping of knob: value, found {type(data).__name__}"]
+    problems = []
+    for key, value in data.items():
+        domain = DOMAINS.get(key)
+        if domain is None:
+            problems.append(f"{where}.{key}: unknown key (known: {', '.join(DOMAINS)})")
+            continue
+        error = domain.check(value)
+        if error:
+            problems.append(f"{where}.{key}: {error}")
+    return problems

@@ -1,0 +1,83 @@
+"""The exported configuration file: data only (YAML or JSON, read with ``yaml.safe_load``)::
+
+    advisor_config: 1
+    config: {batch_size: 128, precision: bf16, compile: false, ...}
+    source: {study: digits_cnn-default, trial: 7, workload: /path/model.py, ...}
+    measured: {throughput: 5123.0, peak_memory_bytes: 41943040, accuracy: 0.97, ...}
+    hardware: {cpu_model: ..., gpus: [...], torch_version: ...}
+
+Only ``config`` is needed to apply it; ``source``, ``measured`` and ``hardware`` say where
+it came from. A bare mapping of knob values is accepted too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from advisor.core.config import TrialConfig
+from advisor.core.errors import ConfigError
+
+FORMAT_VERSION = 1
+
+def serialise(document: dict[str, Any], fmt: str = "yaml") -> str:
+    """An export document as YAML or JSON text."""
+    if fmt == "json":
+        return json.dumps(document, indent=2) + "\n"
+    if fmt == "yaml":
+        return yaml.safe_dump(document, sort_keys=False)
+    raise ConfigError(f"unknown export format {fmt!r} (expected yaml or json)")
+
+
+def write_atomically(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` under a temporary name, then rename: a reader never sees
+    half a file, and a failure leaves nothing behind."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def load_config(path: str | Path) -> TrialConfig:
+    """Read an exported config file (YAML or JSON) and return its validated TrialConfig.
+
+    Accepts the full export document or a bare mapping of knob values.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML/JSON, has another format
+            version, or holds invalid knob values (all listed).
+
+    Example:
+        >>> cfg = advisor.load_config("best.yaml")  # doctest: +SKIP
+        >>> prepared = advisor.apply(model, cfg)    # doctest: +SKIP
+    """
+    return read_export(path)[0]
+
+
+def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
+    """The validated config of an exported file and the whole document (``source``,
+    ``measured``, ``hardware`` when it is a full export; just ``config`` otherwise)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file ({exc.strerror or exc})") from None
+    try:
+        data = yaml.safe_load(text)  # JSON is YAML too
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
+    document: dict[str, Any] = {"config": data}
+    if isinstance(data, dict) and "advisor_config" in data:
+        version = data.get("advisor_config")
+        if version != FORMAT_VERSION:
+            raise ConfigError(f"{path}: advisor_config is {version!r}; this advisor reads version {FORMAT_VERSION}")
+        document, data = data, data.get("config")
+    return TrialConfig.from_dict(data, where=f"{path}: config"), document

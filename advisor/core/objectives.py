@@ -1,0 +1,137 @@
+"""The three objectives and every rule built on them, each written once: directions,
+the constraints that make a trial feasible, ratios to the baseline, dominance, the Pareto
+front and the hypervolume that scores a set of trials.
+
+Objectives: throughput (samples/s, maximise), peak memory (bytes, minimise), the user's
+metric ("accuracy", maximise). Constraints: the metric may drop at most
+``max_accuracy_drop`` below the baseline's; peak memory stays under ``memory_cap`` when
+one is given. Optuna stores a constraint as a number that is <= 0 when satisfied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
+
+OBJECTIVES = ("throughput", "peak_memory_bytes", "accuracy")
+DIRECTIONS = ("maximize", "minimize", "maximize")
+T = TypeVar("T")
+
+
+class Figures(NamedTuple):
+    """A trial's three objective values, in ``OBJECTIVES`` order (Optuna's ``values``)."""
+
+    throughput: float
+    peak_memory_bytes: float
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What makes a trial feasible: at most ``max_accuracy_drop`` below the baseline's
+    metric, and (optionally) a peak memory under ``memory_cap`` bytes."""
+
+    max_accuracy_drop: float = 0.01
+    memory_cap: float | None = None
+
+    def constraints(self, figures: Figures, baseline_accuracy: float) -> dict[str, float]:
+        """Each constraint as Optuna stores it: <= 0 when satisfied."""
+        out = {"accuracy_drop": (baseline_accuracy - figures.accuracy) - self.max_accuracy_drop}
+        if self.memory_cap is not None:
+            out["memory_cap"] = figures.peak_memory_bytes - self.memory_cap
+        return out
+
+    def feasible(self, figures: Figures, baseline_accuracy: float) -> bool:
+        return satisfied(self.constraints(figures, baseline_accuracy))
+
+
+def satisfied(constraints: dict[str, float]) -> bool:
+    """Whether stored constraint values all hold (a trial without any is feasible)."""
+    return all(v <= 0 for v in constraints.values())
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    """``value / reference``, or None when either is missing or the reference is 0."""
+    if value is None or not reference:
+        return None
+    return value / reference
+
+
+@dataclass(frozen=True)
+class Versus:
+    """A trial against the baseline: throughput and memory as ratios, the metric as a
+    difference."""
+
+    throughput_ratio: float | None
+    memory_ratio: float | None
+    accuracy_delta: float | None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"throughput_ratio": self.throughput_ratio, "memory_ratio": self.memory_ratio,
+                "accuracy_delta": self.accuracy_delta}
+
+    def summary(self) -> str:
+        """'1.52x faster, +2% memory, -0.3 pt accuracy' ('' when a figure is missing)."""
+        if self.throughput_ratio is None or self.memory_ratio is None or self.accuracy_delta is None:
+            return ""
+        speed = (f"{self.throughput_ratio:.2f}x faster" if self.throughput_ratio >= 1
+                 else f"{1 / self.throughput_ratio:.2f}x slower")
+        return f"{speed}, {100 * (self.memory_ratio - 1):+.0f}% memory, {100 * self.accuracy_delta:+.1f} pt accuracy"
+
+
+def versus(figures: Figures | None, baseline: Figures | None) -> Versus:
+    """``figures`` relative to the ``baseline``'s."""
+    if figures is None or baseline is None:
+        return Versus(None, None, None)
+    return Versus(ratio(figures.throughput, baseline.throughput),
+                  ratio(figures.peak_memory_bytes, baseline.peak_memory_bytes),
+                  figures.accuracy - baseline.accuracy)
+
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """``a`` is at least as good as ``b`` on every objective and better on one."""
+    at_least, better = True, False
+    for x, y, direction in zip(a, b, DIRECTIONS):
+        if direction == "minimize":
+            x, y = -x, -y
+        at_least = at_least and x >= y
+        better = better or x > y
+    return at_least and better
+
+
+def pareto_front(items: Iterable[T], figures: Callable[[T], Sequence[float]]) -> list[T]:
+    """The items no other item dominates (equal figures both stay), in input order."""
+    pool = list(items)
+    return [a for a in pool if not any(dominates(figures(b), figures(a)) for b in pool if b is not a)]
+
+
+# ---- hypervolume: three minimisation objectives scaled to [0, 1] ------------------------
+REF = 1.1  # the reference point (REF, REF, REF)
+
+
+def hypervolume(points: Iterable[tuple[float, float, float]]) -> float:
+    """The volume dominated by ``points`` inside [0, REF]^3 (slices along the first axis).
+    The default strategy ranks combinations by it (advisor/search/combine.py) and
+    benchmarks/search_efficiency.py scores strategies with it.
+
+    Example:
+        >>> round(hypervolume([(0.0, 0.0, 0.0)]), 3)
+        1.331
+    """
+    pts = sorted({p for p in points if all(v < REF for v in p)})
+    total = 0.0
+    for i, (x, _, _) in enumerate(pts):
+        nxt = pts[i + 1][0] if i + 1 < len(pts) else REF
+        if nxt > x:
+            total += (nxt - x) * _hv2d([(p[1], p[2]) for p in pts[: i + 1]])
+    return total
+
+
+def _hv2d(points: list[tuple[float, float]]) -> float:
+    area, best_y = 0.0, REF
+    for x, y in sorted(points):
+        if y < best_y:
+            area += (REF - x) * (best_y - y)
+            best_y = y
+    return area

@@ -1,0 +1,136 @@
+"""What a trial is given and what it returns: plain data that crosses process
+boundaries (Ray, the fork server, a rank's JSON file) unchanged.
+
+- ``TrialPayload``: the workload's identity and code, one ``TrialConfig``, the study's
+  ``TrialSettings``;
+- ``TrialResult``: what the trial measured, or why it failed (a failure class, never an
+  exception).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.errors import ConfigError
+
+FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted", "node_lost",
+                   "device_busy")
+# Stopped by the user, a dead driver, a lost cluster node or a GPU still held by another
+# process: not the configuration's doing, so not counted (the configuration may run again).
+NOT_COUNTED = ("interrupted", "cancelled", "node_lost", "device_busy")
+# Phases of a trial that are the configuration's own work (the rest is per-trial overhead:
+# process start, imports, loading the workload and its data).
+COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing")
+EPOCHS_BY_DEFAULT = 5
+WORKLOADS = ("train", "inference")  # what a study tunes: training steps, or serving
+
+
+def check_workload_kind(kind: Any, where: str) -> str:
+    """``kind`` if it is "train" or "inference"; else a ConfigError naming ``where``."""
+    if kind not in WORKLOADS:
+        raise ConfigError(f"{where} is {kind!r}, expected train or inference")
+    return kind
+
+
+def default_train_samples(train_size: int) -> int:
+    """What each trial trains on when the user does not say: 5 epochs of the training set."""
+    return EPOCHS_BY_DEFAULT * train_size
+
+
+@dataclass
+class TrialSettings:
+    """How trials measure; the same for every trial of a study (stored with it)."""
+
+    train_samples: int
+    seed: int = 0
+    warmup_steps: int = 3
+    min_steps: int = 10
+    target_rel_iqr: float = 0.10
+    max_timing_s: float = 5.0
+    warmup_s: float = 0.25
+    device: str = "cpu"
+    workload: str = "train"  # or "inference": forward passes only, no training
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialSettings:
+        """Settings as stored; fields a newer version added take their defaults."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class TrialPayload:
+    """Everything a trial process needs: the workload's code (so a node without the file
+    runs the same code) and hash, one configuration and the study's settings."""
+
+    workload_path: str
+    workload_source: str
+    workload_sha256: str
+    config: TrialConfig
+    settings: TrialSettings
+
+    @classmethod
+    def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings) -> TrialPayload:
+        """From a loaded workload (anything with ``path``, ``source`` and ``sha256``)."""
+        return cls(str(workload.path), workload.source, workload.sha256, config, settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload_path": self.workload_path, "workload_source": self.workload_source,
+                "workload_sha256": self.workload_sha256, "config": self.config.to_dict(),
+                "settings": self.settings.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialPayload:
+        return cls(data["workload_path"], data["workload_source"], data["workload_sha256"],
+                   TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]))
+
+
+@dataclass
+class TrialResult:
+    """What one trial measured, or why it failed. Plain data only."""
+
+    ok: bool
+    failure_class: str | None = None
+    failure_message: str | None = None
+    throughput: float | None = None          # samples/s (batch_size / median step time)
+    peak_memory_bytes: int | None = None
+    accuracy: float | None = None            # the workload's metric on the whole validation set
+    step_time_median_s: float | None = None
+    step_time_iqr_s: float | None = None
+    timed_steps: int = 0
+    timing_converged: bool = False
+    first_step_s: float | None = None
+    compile_s: float = 0.0
+    train_samples: int = 0
+    final_loss: float | None = None
+    phase_s: dict[str, float] = field(default_factory=dict)
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    host: str = ""
+    pid: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(self.phase_s.get(p, 0.0) for p in COMPUTE_PHASES)
+
+    @property
+    def counted(self) -> bool:
+        """Whether this outcome counts towards the study's number of trials."""
+        return self.ok or self.failure_class not in NOT_COUNTED
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialResult:
+        return cls(**data)
+
+    @classmethod
+    def failed(cls, failure_class: str, message: str, **extra: Any) -> TrialResult:
+        if failure_class not in FAILURE_CLASSES:
+            raise ValueError(f"unknown failure class {failure_class!r} (known: {', '.join(FAILURE_CLASSES)})")
+        return cls(ok=False, failure_class=failure_class, failure_message=message, **extra)

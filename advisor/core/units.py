@@ -1,0 +1,62 @@
+"""Parsing and formatting the numbers a user reads and types: sizes, rates, ratios,
+metric differences, and the first line of a message."""
+
+from __future__ import annotations
+
+from advisor.core.errors import StudyError
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "kb": 10**3, "m": 2**20, "mib": 2**20, "mb": 10**6,
+               "g": 2**30, "gib": 2**30, "gb": 10**9, "t": 2**40, "tib": 2**40, "tb": 10**12}
+
+
+def parse_size(text: str | None, what: str = "--memory-cap") -> int | None:
+    """'2GiB', '500MiB', '1.5G', '123456' -> bytes (None stays None).
+
+    Raises:
+        StudyError: naming ``what`` (the flag or field) when the text is not a positive size.
+    """
+    if text is None:
+        return None
+    raw = text.strip().lower()
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    try:
+        value = float(number) * _SIZE_UNITS[raw[len(number):].strip()]
+    except (ValueError, KeyError):
+        raise StudyError(f"{what} {text!r} is not a size (expected e.g. 2GiB, 500MiB or bytes)") from None
+    if value <= 0:
+        raise StudyError(f"{what} must be positive, found {text!r}")
+    return int(value)
+
+
+def fmt_bytes(n: float | None) -> str:
+    """41943040 -> '40.0 MiB'."""
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_rate(x: float | None) -> str:
+    """5123.4 -> '5,123' (samples/s)."""
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    """1.7634 -> '1.76x' (a ratio to the baseline)."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def fmt_delta_pt(delta: float | None) -> str:
+    """-0.0056 -> '-0.6 pt' (an accuracy difference in percentage points)."""
+    return "-" if delta is None else f"{100 * delta:+.1f} pt"
+
+
+def first_line(message: str | BaseException | None, limit: int = 300) -> str:
+    """The first non-empty line of a message or an exception, at most ``limit`` characters
+    (an exception with no message gives its type's name)."""
+    text = str(message or "").strip()
+    if not text and isinstance(message, BaseException):
+        text = type(message).__name__
+    return (text.splitlines() or [""])[0][:limit]

@@ -1,0 +1,114 @@
+"""The step timer: how a trial's step time is measured.
+
+Warm-up steps are excluded (the first steps, where torch.compile compiles, are timed apart
+as compile time); every timed step ends with a device synchronisation; steps are pooled
+into blocks of equal step count lasting about ``block_s`` seconds (so timer noise does not
+dominate short steps) and timed until the interquartile range of the per-step block times
+is within ``target_rel_iqr`` of their median (at least ``min_steps`` steps and
+``min_blocks`` blocks) or ``max_seconds`` of timed steps have run. Median and IQR are kept.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    iqr_s: float
+    steps: int
+    timed_s: float
+    converged: bool
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr_s / self.median_s if self.median_s > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"rel_iqr": self.rel_iqr}
+
+
+
+def median_iqr(samples: list[float]) -> tuple[float, float]:
+    if len(samples) < 2:
+        return (samples[0] if samples else 0.0), 0.0
+    q1, q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q2, q3 - q1
+
+
+class StepTimer:
+    """Collects per-step durations and decides when the estimate is good enough.
+
+    Example:
+        >>> timer = StepTimer(min_steps=5, max_seconds=1.0)
+        >>> while not timer.done():
+        ...     with timer.step():
+        ...         pass
+    """
+
+    def __init__(self, min_steps: int = 10, target_rel_iqr: float = 0.10, max_seconds: float = 5.0,
+                 sync: Any = None, block_s: float = 0.05, min_blocks: int = 10) -> None:
+        self.min_steps = min_steps
+        self.target_rel_iqr = target_rel_iqr
+        self.max_seconds = max_seconds
+        self.block_s = block_s
+        self.min_blocks = min_blocks
+        self.sync = sync or (lambda: None)
+        self.samples: list[float] = []  # seconds per step, one per block
+        self.steps = 0
+        self.total_s = 0.0
+        self._block = [0.0, 0]
+        self._per_block = 0
+
+    def step(self) -> _TimedStep:
+        return _TimedStep(self)
+
+    def add(self, seconds: float) -> None:
+        """Record one step. Short steps are pooled into blocks of equal step count (sized
+        from the first timed step to last about ``block_s``) so that timer and scheduler
+        noise does not dominate a sample; the median is over the blocks' mean step time."""
+        if self._per_block == 0:
+            self._per_block = max(1, math.ceil(self.block_s / max(seconds, 1e-9)))
+        self.steps += 1
+        self.total_s += seconds
+        self._block[0] += seconds
+        self._block[1] += 1
+        if self._block[1] >= self._per_block:
+            self.samples.append(self._block[0] / self._block[1])
+            self._block = [0.0, 0]
+
+    def converged(self) -> bool:
+        if self.steps < self.min_steps or len(self.samples) < self.min_blocks:
+            return False
+        median, iqr = median_iqr(self.samples)
+        return median > 0 and iqr / median <= self.target_rel_iqr
+
+    def capped(self) -> bool:
+        return self.total_s >= self.max_seconds and bool(self.samples)
+
+    def done(self) -> bool:
+        return self.converged() or self.capped()
+
+    def result(self) -> Timing:
+        samples = self.samples or ([self._block[0] / self._block[1]] if self._block[1] else [])
+        median, iqr = median_iqr(samples)
+        return Timing(median, iqr, self.steps, self.total_s, self.converged())
+
+
+class _TimedStep:
+    def __init__(self, timer: StepTimer) -> None:
+        self.timer = timer
+
+    def __enter__(self) -> None:
+        self.timer.sync()
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is None:
+            self.timer.sync()
+            self.timer.add(time.perf_counter() - self.start)

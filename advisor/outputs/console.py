@@ -1,0 +1,199 @@
+"""What ``advisor tune`` prints: the setup, a line per trial as it finishes, and the
+final summary (the Pareto front against the baseline, counts, timing, next commands)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from advisor.core.events import (
+    Cancelled,
+    Event,
+    Finished,
+    Note,
+    Started,
+    Stopped,
+    TimeoutSet,
+)
+from advisor.core.objectives import versus
+from advisor.core.stored import StoredStudy, read_study
+from advisor.core.units import first_line, fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
+from advisor.outputs.summary import (
+    counts,
+    describe,
+    dropped_lines,
+    failures_text,
+    front_rows,
+)
+from advisor.study.storage import DEFAULT_STORAGE
+
+if TYPE_CHECKING:
+    from advisor.study.plan import StudyPlan
+    from advisor.study.tuner import StudyOutcome
+
+
+class TuneOutput:
+    """A rich progress bar on a terminal; plain lines otherwise; JSON summary with --json."""
+
+    def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
+        from rich.console import Console
+
+        self.json_mode = json_mode
+        self.quiet = quiet  # the live explorer shows the trials; only the summary is printed
+        # With --json, stdout carries only the JSON summary: progress goes to stderr.
+        self.console = Console(stderr=json_mode, highlight=False)
+        if not self.console.is_terminal:
+            self.console.width = 160  # logs and pipes: do not wrap the Pareto table at 80 columns
+        self.progress: Any = None
+        self.task: Any = None
+        self.total = 0
+        self.started = time.monotonic()
+        self.trial_wall = 0.0
+        self.trial_compute = 0.0
+        self.ray_startup = 0.0
+        self.best: float | None = None
+        self.ended: float | None = None  # when a background study stopped (the explorer may stay open)
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        (self.progress.console if self.progress else self.console).print(text, markup=False)
+
+    def planned(self, plan: StudyPlan) -> None:
+        """The setup, before Ray starts."""
+        f = plan.facts
+        self.say(f"workload  {plan.workload.path}" + (
+            f"  ({f['parameters']:,} parameters; {f['train_size']} train / {f['val_size']} validation samples)"
+            if "parameters" in f else "  (preflight skipped)"))
+        hw = plan.hardware
+        self.say(f"hardware  {hw.cpu.model}, {hw.cpu.cores} cores" + (f"; {hw.gpu_names()}" if hw.gpus else "; no GPU"))
+        self.say(f"space     {plan.space.name}: {plan.space.size()} configurations on this machine")
+        for line in dropped_lines(plan.space):
+            self.say(f"          {line}")
+        self.say(f"study     {plan.study_name} in {plan.storage_url} ({plan.options.trials} trials, "
+                 f"{plan.settings.train_samples} training samples each)")
+        self.total = plan.options.trials
+
+    def event(self, event: Event) -> None:
+        if isinstance(event, Started):
+            self.ray_startup = event.startup_s
+            self.say(f"ray       started in {event.startup_s:.1f} s; {event.slots} trial(s) at a time, "
+                     f"each with {event.resources}")
+            self._start_progress()
+        elif isinstance(event, Note):
+            self.say(f"note      {event.text}")
+        elif isinstance(event, TimeoutSet):
+            self.say(f"timeout   {event.trial_timeout_s:.0f} s per trial")
+        elif isinstance(event, Finished):
+            self._finished(event)
+        elif isinstance(event, Stopped):
+            self.ended = time.monotonic()
+        elif isinstance(event, Cancelled):
+            self.say(f"trial {event.number:>3}  cancelled")
+
+    def _start_progress(self) -> None:
+        if self.json_mode or self.quiet or not self.console.is_terminal:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[best]}"), TimeRemainingColumn(), console=self.console)
+        self.task = self.progress.add_task("trials", total=self.total, best="")
+        self.progress.start()
+
+    def _finished(self, event: Finished) -> None:
+        r = event.result
+        self.trial_wall += event.wall_s
+        self.trial_compute += r.compute_s
+        if r.ok:
+            if self.best is None or r.throughput > self.best:  # type: ignore[operator]
+                self.best = r.throughput
+            text = f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, accuracy {r.accuracy:.4f}"
+        else:
+            text = f"FAILED [{r.failure_class}] {first_line(r.failure_message, 100)}"
+        self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {text}")
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, best=f"best {fmt_rate(self.best)}" if self.best else "")
+
+    def finish(self, plan: StudyPlan, outcome: StudyOutcome) -> int:
+        """The summary; returns the exit status (130 when the user interrupted the study)."""
+        self.quiet = False
+        if self.progress is not None:
+            self.progress.stop()
+        wall = (self.ended or time.monotonic()) - self.started
+        study = read_study(outcome.study)
+        tally = counts(study)
+        timing = {"wall_s": wall, "ray_startup_s": self.ray_startup, "trial_wall_s": self.trial_wall,
+                  "trial_compute_s": self.trial_compute}
+        if self.json_mode:
+            print(json.dumps({"study": study.name, "storage": plan.storage_url, "stopped": outcome.stop_reason,
+                              "counts": tally, "timing": timing, "front": [row.to_dict() for row in front_rows(study)]},
+                             indent=2))
+        else:
+            self._print_summary(plan, outcome, study, tally, timing)
+        return 130 if outcome.interrupted else 0
+
+    def _print_summary(self, plan: StudyPlan, outcome: StudyOutcome, study: StoredStudy, tally: dict[str, Any],
+                       timing: dict[str, float]) -> None:
+        c = self.console
+        c.print()
+        if outcome.stop_reason:
+            c.print(f"stopped: {outcome.stop_reason}", markup=False)
+        if study.baseline is not None:
+            c.print(front_table(study))
+        by_class = ", ".join(f"{n} {k}" for k, n in sorted(tally["failed_by_class"].items()))
+        not_combinable = tally["skipped"] - tally["skipped_oom"]
+        c.print(f"trials: {tally['trials']} run, {tally['completed']} completed, {tally['failed']} failed"
+                + (f" ({by_class})" if by_class else "") + f", {tally['infeasible']} infeasible"
+                + (f"; {tally['duplicates']} duplicate proposals answered from earlier trials" if tally["duplicates"] else "")
+                + (f"; {not_combinable} proposals skipped without running "
+                   "(knob values that cannot be combined)" if not_combinable else "")
+                + (f"; {tally['skipped_oom']} skipped as known to run out of memory (trials saved)"
+                   if tally["skipped_oom"] else ""),
+                markup=False)
+        for line in failures_text(study)[-5:]:
+            c.print(f"  {line}", markup=False)
+        overhead = timing["wall_s"] - timing["trial_compute_s"]
+        c.print(f"time: {timing['wall_s']:.1f} s wall; trial compute (build, train, evaluate, time) "
+                f"{timing['trial_compute_s']:.1f} s; ray start {timing['ray_startup_s']:.1f} s; other overhead "
+                f"(preflight, worker spawn, imports, data loading, storage) {overhead - timing['ray_startup_s']:.1f} s",
+                markup=False)
+        url = plan.storage_url
+        storage_flag = "" if url == DEFAULT_STORAGE else f" --storage {url}"
+        c.print(f"stored: study {study.name!r} in {url}", markup=False)
+        c.print(f"next:   advisor export{storage_flag} --study {study.name} --pick balanced -o best.yaml", markup=False)
+        c.print(f"        advisor tui{storage_flag} --study {study.name}   (the interactive explorer)", markup=False)
+        o = plan.options
+        again = "".join([f" --workload {o.workload}" if o.workload != "train" else "",
+                         f" --space {o.space}" if o.space else "", f" --study {o.study_name}" if o.study_name else "",
+                         storage_flag])
+        c.print(f"        advisor tune {o.workload_path}{again} --trials {o.trials + 20}   (resume: run 20 more)",
+                markup=False)
+
+
+def front_table(study: StoredStudy) -> Any:
+    """A rich Table of the Pareto front (baseline row first, marked)."""
+    from rich.table import Table
+
+    table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
+                  caption="· marks the baseline when it is not itself on the front; ratios are to the baseline",
+                  caption_justify="left")
+    for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
+                          ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"),
+                          ("accuracy", "right"), ("Δ acc", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in front_rows(study):
+        r, f, vs = row.record, row.figures, row.versus or versus(None, None)
+        label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
+        table.add_row(
+            label, describe(r), fmt_rate(f.throughput), fmt_ratio(vs.throughput_ratio),
+            fmt_bytes(f.peak_memory_bytes), fmt_ratio(vs.memory_ratio), f"{f.accuracy:.4f}",
+            fmt_delta_pt(vs.accuracy_delta))
+    return table

@@ -1,0 +1,164 @@
+"""`advisor report`: a study as a Markdown file with PNG plots, to read or share.
+
+It writes ``report.md`` (setup, counts, the Pareto front, the recommended picks with
+their export commands, each knob's effect, the failures) and three plots beside it:
+``pareto.png`` (throughput vs peak memory), ``accuracy.png`` (throughput vs accuracy)
+and ``knobs.png`` (each knob value's median throughput vs the baseline). matplotlib is
+an optional dependency (``advisor[report]``), imported only when a report is written.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+from advisor.core.errors import StudyError
+from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.units import fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
+from advisor.outputs import report_plots as plots
+from advisor.outputs.export import PICKS, pick
+from advisor.outputs.summary import (
+    KnobEffect,
+    counts,
+    describe,
+    failures_text,
+    front_rows,
+    knob_effects,
+)
+from advisor.study.storage import DEFAULT_STORAGE
+
+
+def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_url: str | None = None) -> Path:
+    """Write ``out_dir/report.md`` and its plots (``pareto.png``, ``accuracy.png``, ``knobs.png``).
+
+    The directory is created when missing. Every file is written under a temporary name
+    and renamed when all are done, so a failure leaves no half-written report.
+
+    Args:
+        study: the study to describe; it needs a completed baseline trial.
+        out_dir: the directory to write into.
+        storage_url: where the study is stored, for the export commands the report
+            prints (left out when it is the default storage).
+
+    Returns:
+        The path of ``report.md``.
+
+    Raises:
+        StudyError: matplotlib is not installed, the study has no completed baseline, or
+            ``out_dir`` is a file or cannot be created.
+
+    Example:
+        >>> from advisor.core.stored import read_study
+        >>> from advisor.study import storage
+        >>> study = read_study(storage.load(storage.open_storage("sqlite:///advisor.db"), "digits_cnn-cpu"))
+        >>> write_report(study, "advisor-report")  # doctest: +SKIP
+        PosixPath('advisor-report/report.md')
+    """
+    plots.require_matplotlib()
+    base = study.baseline
+    if base is None:
+        raise StudyError(f"study {study.name!r} has no completed trial yet to report on "
+                         "(its baseline trial has not completed)")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise StudyError(f"report output {out} is a file, expected a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StudyError(f"report output {out} cannot be created: {exc.strerror or exc}") from None
+    trials = [r for r in study.records if r.state == "complete"]
+    effects = knob_effects(trials, base)
+    text = _markdown(study, base, effects, storage_url)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".report-", dir=out) as tmp:
+            plots.write_plots(Path(tmp), study, trials, base, effects)
+            (Path(tmp) / "report.md").write_text(text, encoding="utf-8")
+            for name in (*plots.FILES, "report.md"):  # report.md last: it is there only when all are
+                os.replace(Path(tmp) / name, out / name)
+    except OSError as exc:
+        raise StudyError(f"cannot write the report into {out}: {exc}") from None
+    return out / "report.md"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
+              storage_url: str | None = None) -> str:
+    u, hw = study.attrs, study.attrs.get("hardware", {})
+    c = counts(study)
+    gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "none"
+    cap = u.get("memory_cap_bytes")
+    drop = u.get("max_accuracy_drop")
+    failed = ", ".join(f"{k} {v}" for k, v in sorted(c["failed_by_class"].items()))
+    lines = [
+        f"# Study {study.name}: advisor report", "",
+        "## Setup", "",
+        f"- Workload: `{u.get('workload_path', '?')}` ({u.get('workload', 'train')})",
+        f"- Search space: {u.get('space_name', '?')}",
+        f"- Hardware: {hw.get('cpu_model', '?')}, {hw.get('cpu_cores', '?')} CPU cores; GPUs: {gpus}",
+        (f"- Software: torch {hw.get('torch_version', '?')}, torchao {hw.get('torchao_version') or '-'}, "
+         f"CUDA {hw.get('cuda_version') or '-'}, Python {hw.get('python_version', '?')}"),
+        (f"- Max accuracy drop: {'-' if drop is None else f'{100 * drop:.1f} pt'} vs the baseline; "
+         f"memory cap: {fmt_bytes(cap) if cap else 'none'}"), "",
+        "## Trials", "",
+        (f"- Trials run: {c['trials']} (completed {c['completed']}, failed {c['failed']}"
+         f"{f': {failed}' if failed else ''})"),
+        f"- Infeasible (completed, but over the accuracy drop or the memory cap): {c['infeasible']}",
+        (f"- Duplicates (answered from an earlier trial): {c['duplicates']}; "
+         f"skipped without running: {c['skipped']}"), "",
+        "## Pareto front", "",
+        ("Feasible trials that no other feasible trial beats on all three objectives; "
+         "ratios and Δ are to the baseline."), "",
+        "| trial | configuration | samples/s | vs base | peak memory | vs base | accuracy | Δ accuracy |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in front_rows(study):
+        r, f, vs = row.record, row.figures, study.versus_baseline(row.record)
+        label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
+        lines.append(f"| {label} | `{_cell(describe(r))}` | {fmt_rate(f.throughput)} | "
+                     f"{fmt_ratio(vs.throughput_ratio)} | {fmt_bytes(f.peak_memory_bytes)} | "
+                     f"{fmt_ratio(vs.memory_ratio)} | {100 * f.accuracy:.2f}% | {fmt_delta_pt(vs.accuracy_delta)} |")
+    lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
+              "## Plots", "",
+              ("The front is over all three objectives, so in a two-objective view some front trials "
+               "look beaten by others."), "",
+              "![Throughput vs peak memory; Pareto front highlighted](pareto.png)", "",
+              "![Throughput vs accuracy; Pareto front highlighted](accuracy.png)", "",
+              "## Each knob's effect", "",
+              ("For each value of every knob that varied: medians over the completed trials (feasible or not) "
+               "that had that value, relative to the baseline. These are marginal medians over the trials the "
+               "search happened to run, not controlled one-knob experiments: a value tried only together with "
+               "other changes carries their effect too."), ""]
+    if effects:
+        lines += ["| knob=value | median samples/s vs base | median peak memory vs base | median Δ accuracy | trials |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| `{_cell(e.label)}` | {fmt_ratio(e.throughput_ratio)} | {fmt_ratio(e.memory_ratio)} | "
+                  f"{fmt_delta_pt(e.accuracy_delta)} | {e.n} |" for e in effects]
+        lines += ["", "![Median throughput vs the baseline per knob value](knobs.png)"]
+    else:
+        lines.append("No knob varied among the completed trials.")
+    fails = failures_text(study)
+    lines += ["", "## Failed trials", ""] + (["```text", *fails, "```"] if fails else ["None."])
+    return "\n".join(lines) + "\n"
+
+
+def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
+    try:
+        chosen = [(how, pick(study, how)) for how in PICKS]
+    except StudyError as exc:
+        return [f"Nothing to recommend: {exc}."]
+    lines = []
+    where = "" if storage_url in (None, DEFAULT_STORAGE) else f" --storage {shlex.quote(storage_url)}"
+    for how, r in chosen:
+        thr, mem, acc = r.figures  # type: ignore[misc]
+        vs = study.versus_baseline(r)
+        command = f"advisor export{where} --study {shlex.quote(study.name)} --trial {r.number} -o {how}.yaml"
+        lines.append(f"- **{how}**: trial {r.number} `{describe(r)}`: "
+                     f"{fmt_rate(thr)} samples/s ({fmt_ratio(vs.throughput_ratio)}), {fmt_bytes(mem)} "
+                     f"({fmt_ratio(vs.memory_ratio)}), {100 * acc:.2f}% ({fmt_delta_pt(vs.accuracy_delta)}); "
+                     f"export it: `{command}`")
+    return lines

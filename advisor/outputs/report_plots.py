@@ -1,0 +1,121 @@
+"""The PNG plots of `advisor report`, drawn with matplotlib's Agg canvas (no pyplot, no GUI).
+
+matplotlib is imported inside the functions: it is an optional dependency (``advisor[report]``).
+The files carry no date or software version, so the same study gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from advisor.core.errors import StudyError
+from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.units import fmt_bytes
+from advisor.outputs.summary import KnobEffect
+
+MiB = 2**20
+PNG_METADATA = {"Software": None}  # drops matplotlib's version; Agg writes no creation time
+FILES = ("pareto.png", "accuracy.png", "knobs.png")
+
+
+def require_matplotlib() -> None:
+    """Raise StudyError (before anything is written) when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise StudyError("advisor report needs matplotlib: pip install 'advisor[report]'") from None
+
+
+def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: TrialRecord,
+                effects: list[KnobEffect]) -> None:
+    """Write FILES into ``out``: ``trials`` (completed, duplicates left out) against the baseline."""
+    import matplotlib
+    import matplotlib.style
+
+    front = {r.number for r in study.front()}
+    points = [{"n": r.number, "x": r.figures.throughput, "mem": r.figures.peak_memory_bytes / MiB,
+               "acc": 100 * r.figures.accuracy, "feasible": r.feasible, "front": r.number in front}
+              for r in trials if r.figures is not None]
+    assert base.figures is not None
+    cap, drop = study.attrs.get("memory_cap_bytes"), study.attrs.get("max_accuracy_drop")
+    # the default style, not the user's matplotlibrc: the same study always gives the same images
+    with matplotlib.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "advisor", "figure.dpi": 100}):
+        _scatter(out / "pareto.png", points, base.number, "mem", "peak memory (MiB)",
+                 "Throughput vs peak memory", (cap / MiB, f"memory cap ({fmt_bytes(cap)})") if cap else None)
+        floor = (100 * (base.figures.accuracy - drop), f"accuracy floor (baseline - {100 * drop:.1f} pt)") if drop else None
+        _scatter(out / "accuracy.png", points, base.number, "acc", "accuracy (%)", "Throughput vs accuracy", floor)
+        _knob_chart(out / "knobs.png", effects)
+
+
+def _figure(width: float, height: float) -> Any:
+    """A Figure on an Agg canvas of its own: no pyplot, no global backend switch."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _scatter(path: Path, points: list[dict[str, Any]], base_number: int, key: str, ylabel: str, title: str,
+             line: tuple[float, str] | None) -> None:
+    fig = _figure(7.5, 5)
+    ax = fig.subplots()
+    groups = (("other feasible trials", lambda p: p["feasible"] and not p["front"], {"marker": "o", "color": "#9ab"}),
+              ("infeasible trials", lambda p: not p["feasible"], {"marker": "x", "color": "#888", "s": 45}),
+              ("Pareto front (feasible)", lambda p: p["front"],
+               {"marker": "o", "color": "#e6550d", "edgecolors": "black", "s": 60, "zorder": 3}))
+    for label, keep, style in groups:
+        chosen = [p for p in points if keep(p)]
+        if chosen:
+            ax.scatter([p["x"] for p in chosen], [p[key] for p in chosen], label=label, **style)
+    for p in points:
+        if p["front"] and p["n"] != base_number:
+            ax.annotate(str(p["n"]), (p["x"], p[key]), xytext=(5, 5), textcoords="offset points", fontsize=8)
+    b = next(p for p in points if p["n"] == base_number)
+    ax.scatter([b["x"]], [b[key]], marker="*", s=260, color="gold", edgecolors="black", zorder=4,
+               label=f"baseline (trial {base_number})")
+    ax.annotate(f"baseline ({base_number})", (b["x"], b[key]), xytext=(8, -14), textcoords="offset points", fontsize=8)
+    if line is not None:
+        ax.axhline(line[0], linestyle="--", color="#777", linewidth=1, label=line[1])
+    ax.set_xlabel("throughput (samples/s)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata=PNG_METADATA)
+
+
+def _knob_chart(path: Path, effects: list[KnobEffect]) -> None:
+    shown = [e for e in effects if e.throughput_ratio is not None]
+    ratios = [e.throughput_ratio for e in effects if e.throughput_ratio is not None]
+    positions, y, previous = [], 0.0, None
+    for e in shown:
+        y += 0.6 if previous is not None and e.knob != previous else 0.0  # a gap between knobs
+        positions.append(y)
+        y, previous = y + 1, e.knob
+    fig = _figure(7.5, 1.6 + 0.3 * max(y, 1))
+    ax = fig.subplots()
+    if not shown:
+        ax.text(0.5, 0.5, "no knob varied among the completed trials", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+    else:
+        knobs = list(dict.fromkeys(e.knob for e in shown))
+        colors = ["#3182bd" if knobs.index(e.knob) % 2 == 0 else "#9ecae1" for e in shown]
+        ax.barh(positions, [r - 1 for r in ratios], left=1.0, color=colors, height=0.8)
+        ax.set_yticks(positions, [f"{e.label} (n={e.n})" for e in shown], fontsize=8)
+        ax.invert_yaxis()
+        ax.axvline(1.0, color="black", linewidth=1)
+        for pos, r in zip(positions, ratios, strict=True):
+            ax.text(r, pos, f" {r:.2f}x ", va="center", ha="left" if r >= 1 else "right", fontsize=7)
+        lo, hi = min(ratios + [1.0]), max(ratios + [1.0])
+        ax.set_xlim(lo - 0.15 * (hi - lo) - 0.05, hi + 0.15 * (hi - lo) + 0.05)
+        ax.set_xlabel("median throughput / baseline (x)")
+        ax.grid(axis="x", alpha=0.3)
+    ax.set_title("Each knob's effect: median throughput of the completed trials\n"
+                 "with that value, relative to the baseline", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata=PNG_METADATA)

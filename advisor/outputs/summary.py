@@ -1,0 +1,144 @@
+"""A stored study summarised as plain data: the front with ratios to the baseline, the
+trial counts by outcome, the failures, what the capability filter dropped, and each knob's
+marginal effect. The console, ``--json``, the report and the explorer format these."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Figures, Versus
+from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.units import first_line
+from advisor.search.space import SearchSpace
+
+
+def dropped_lines(space: SearchSpace) -> list[str]:
+    """What the capability filter dropped, one line per option (one per knob when the
+    whole knob was removed)."""
+    kept = {k.name for k in space.knobs}
+    lines, said = [], set()
+    for d in space.dropped:
+        if d.knob in kept:
+            lines.append(f"dropped {d.knob}={json.dumps(d.value)}: {d.reason}")
+        elif d.knob not in said:
+            said.add(d.knob)
+            lines.append(f"dropped {d.knob} (the whole knob; its default is kept): {d.reason}")
+    return lines
+
+
+@dataclass(frozen=True)
+class FrontRow:
+    """A trial of the front (or the baseline shown beside it), against the baseline."""
+
+    record: TrialRecord
+    on_front: bool
+    versus: Versus | None  # None when the study has no completed baseline
+
+    @property
+    def figures(self) -> Figures:
+        assert self.record.figures is not None  # front trials and the baseline completed
+        return self.record.figures
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as ``advisor tune --json`` prints it."""
+        r = self.record
+        row = {"trial": r.number, "baseline": r.baseline, "on_front": self.on_front,
+               "config": r.config.to_dict() if r.config is not None else {},
+               "throughput": self.figures.throughput, "peak_memory_bytes": self.figures.peak_memory_bytes,
+               "accuracy": self.figures.accuracy, "throughput_iqr_rel": relative_iqr(r)}
+        if self.versus is not None:
+            row.update(self.versus.to_dict())
+        return row
+
+
+def front_rows(study: StoredStudy) -> list[FrontRow]:
+    """The baseline and the feasible Pareto front, by trial number, each against the baseline."""
+    base = study.baseline
+    front = study.front()
+    on_front = {r.number for r in front}
+    shown = front + ([base] if base is not None and base.number not in on_front else [])
+    return [FrontRow(r, r.number in on_front, study.versus_baseline(r) if base is not None else None)
+            for r in sorted(shown, key=lambda r: r.number)]
+
+
+def relative_iqr(record: TrialRecord) -> float | None:
+    """The spread of a trial's step time: interquartile range / median."""
+    med, iqr = record.get("step_time_median_s"), record.get("step_time_iqr_s")
+    return iqr / med if med and iqr is not None else None
+
+
+def counts(study: StoredStudy) -> dict[str, Any]:
+    """Trials by outcome: run (counted), completed, failed by class, infeasible, and the
+    proposals answered without running (duplicates, skipped)."""
+    ran = [r for r in study.records if r.counted]
+    failed = Counter(r.failure_class or "unknown" for r in ran if r.state == "failed")
+    skipped = [r for r in study.records if r.state == "skipped"]
+    return {"trials": len(ran), "completed": sum(1 for r in ran if r.state == "complete"),
+            "failed": sum(failed.values()), "failed_by_class": dict(failed),
+            "duplicates": sum(1 for r in study.records if r.state == "duplicate"),
+            "skipped": len(skipped), "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom"),
+            "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible)}
+
+
+def failures_text(study: StoredStudy) -> list[str]:
+    """One line per failed trial that counts: number, class, configuration, message."""
+    return [f"trial {r.number} [{r.failure_class or '?'}] {describe(r)}: {first_line(r.failure_message, 10_000)}"
+            for r in study.records if r.state == "failed" and r.counted]
+
+
+def describe(record: TrialRecord) -> str:
+    """A trial's configuration in one line ('' when none was stored)."""
+    return record.config.describe() if record.config is not None else ""
+
+
+@dataclass(frozen=True)
+class KnobEffect:
+    """Medians over the completed trials whose configuration has ``knob=value``."""
+
+    knob: str
+    value: Any
+    n: int
+    throughput_ratio: float | None
+    memory_ratio: float | None
+    accuracy_delta: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.knob}={self.value if isinstance(self.value, str) else json.dumps(self.value)}"
+
+
+def knob_effects(records: list[TrialRecord], base: TrialRecord) -> list[KnobEffect]:
+    """Per value of every knob that varies among ``records`` (completed): the median
+    ratios to the baseline. Marginal medians over the trials the search ran, not
+    controlled one-knob experiments. Knobs come in TrialConfig order, values ascending."""
+    assert base.figures is not None
+    configs = [(r, r.config.to_dict()) for r in records if r.config is not None and r.figures is not None]
+    b_thr, b_mem, b_acc = base.figures
+    effects = []
+    for key in TrialConfig.keys():
+        groups: dict[str, list[TrialRecord]] = {}
+        for r, config in configs:
+            groups.setdefault(json.dumps(config[key], sort_keys=True), []).append(r)
+        if len(groups) < 2:
+            continue
+        for text in sorted(groups, key=_value_order):
+            rs = groups[text]
+            effects.append(KnobEffect(
+                key, json.loads(text), len(rs),
+                statistics.median(r.figures.throughput for r in rs) / b_thr if b_thr else None,  # type: ignore[union-attr]
+                statistics.median(r.figures.peak_memory_bytes for r in rs) / b_mem if b_mem else None,  # type: ignore[union-attr]
+                statistics.median(r.figures.accuracy - b_acc for r in rs)))  # type: ignore[union-attr]
+    return effects
+
+
+def _value_order(text: str) -> tuple[int, int, Any]:
+    value = json.loads(text)
+    if value is None:
+        return (0, 0, "")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (1, 1, value) if number else (1, 0, text)

@@ -1,0 +1,247 @@
+"""Ray: start or join a cluster, run each trial in a fresh process, cancel on timeout.
+
+Each trial runs in a process of its own, forked from a warm fork server kept by the Ray
+worker (advisor/trial/forkserver.py), so no state leaks between trials and none pays for importing
+torch again; with ``ADVISOR_COLD_TRIALS=1`` each trial is a Ray task with ``max_calls=1``
+instead (a fresh worker). ``max_retries=0``: a failed configuration is a result, not
+something to retry. Honest timings need exclusive resources: on CPU-only nodes a
+trial takes all of a node's CPUs (one trial per node at a time); on GPU nodes, one GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from advisor.core.errors import SchedulerError
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.core.units import first_line
+from advisor.trial.forkserver import cold
+
+
+@dataclass
+class Running:
+    """A submitted trial (an ``executor.Handle``): its Ray object ref and when it was submitted."""
+
+    number: int
+    ref: Any
+    submitted: float = field(default_factory=time.monotonic)
+    refused: TrialResult | None = None  # answered without running (no node can host it)
+
+
+def default_state_dir() -> Path:
+    """Where the embedded Ray instance keeps its state (short: Ray's sockets live there)."""
+    env = os.environ.get("ADVISOR_RAY_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"advisor-ray-{os.getuid()}"
+
+
+class RayExecutor:
+    """Runs trials as Ray tasks (an ``executor.Executor``). ``start()`` before use,
+    ``shutdown()`` after.
+
+    Args:
+        device: "cpu" or "cuda": what a trial needs.
+        address: join this Ray cluster instead of starting an embedded local instance.
+        state_dir: the embedded instance's temp dir (created private to the user).
+    """
+
+    def __init__(self, device: str = "cpu", address: str | None = None, state_dir: Path | None = None) -> None:
+        self.device = device
+        self.address = address
+        self.state_dir = state_dir or default_state_dir()
+        self.started_here = False
+        self.resources: dict[str, float] = {}
+        self.slots = 1
+        self.max_gpus_per_node = 0
+        self.startup_s = 0.0
+        self.started = False
+
+    def start(self) -> RayExecutor:
+        t = time.perf_counter()
+        if not self.address:
+            _loopback_only()
+        import ray
+
+        if self.address:
+            _check_reachable(self.address)
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level="ERROR",
+                                          log_to_driver=False, configure_logging=False)
+            if self.address:
+                try:
+                    ray.init(address=self.address, **kwargs)
+                except Exception as exc:
+                    raise SchedulerError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
+            else:
+                self._prepare_state_dir()
+                # Ray makes its temp dir world-writable (0777); inside our 0700 directory
+                # nobody else can reach it.
+                ray.init(_temp_dir=str(self.state_dir / "ray"), **kwargs)
+                self.started_here = True
+        self.startup_s = time.perf_counter() - t
+        self._plan_resources(ray.nodes())
+        self.started = True
+        return self
+
+    def _prepare_state_dir(self) -> None:
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+        # Ray's token auth: keep the token with our state, not in ~/.ray, readable by us only.
+        token = self.state_dir / "auth_token"
+        if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.environ:
+            if not token.exists():
+                fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_hex(32))
+            os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+
+    def _plan_resources(self, nodes: list[dict[str, Any]]) -> None:
+        """Choose what one trial asks for; refuse up front what no node can give."""
+        alive = [n["Resources"] for n in nodes if n.get("Alive")]
+        if self.device == "cuda":
+            gpu_nodes = [r for r in alive if r.get("GPU", 0) >= 1]
+            if not gpu_nodes:
+                raise SchedulerError("trials need a CUDA GPU but no node of the Ray cluster has one "
+                                     f"(nodes: {_describe(alive)})")
+            cpus = min(r.get("CPU", 1) / r["GPU"] for r in gpu_nodes)
+            self.resources = {"num_gpus": 1, "num_cpus": max(1, int(cpus))}
+            self.slots = int(sum(r["GPU"] for r in gpu_nodes))
+            self.max_gpus_per_node = int(max(r["GPU"] for r in gpu_nodes))
+        else:
+            cpu_nodes = [r for r in alive if r.get("CPU", 0) >= 1]
+            if not cpu_nodes:
+                raise SchedulerError(f"no node of the Ray cluster offers a CPU (nodes: {_describe(alive)})")
+            # All of the smallest node's CPUs: one trial per node at a time.
+            self.resources = {"num_cpus": int(min(r["CPU"] for r in cpu_nodes))}
+            self.slots = len(cpu_nodes)
+
+    def submit(self, number: int, payload: TrialPayload) -> Running:
+        """Start a trial. A data-parallel GPU trial asks for all its GPUs on one node at once;
+        one that no node could host is answered at once instead of waiting forever."""
+        resources = dict(self.resources)
+        devices = payload.config.devices
+        if self.device == "cuda" and devices > 1:
+            if devices > self.max_gpus_per_node:
+                return Running(number, None, refused=TrialResult.failed(
+                    "unsupported", f"devices={devices} needs {devices} GPUs on one node; the largest node has "
+                                   f"{self.max_gpus_per_node}"))
+            resources = {"num_gpus": devices, "num_cpus": resources["num_cpus"] * devices}
+        return Running(number, _remote(resources).remote(payload))
+
+    def wait(self, running: Sequence[Any], timeout: float) -> list[tuple[Any, TrialResult]]:
+        """Return the trials that finished within ``timeout`` seconds, with their results."""
+        import ray
+
+        done = [(r, r.refused) for r in running if r.refused is not None]
+        refs = [r.ref for r in running if r.refused is None]
+        if not refs:
+            return done
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0 if done else timeout, fetch_local=True)
+        for r in running:
+            if r.refused is None and r.ref in ready:
+                done.append((r, self._result(r.ref)))
+        return done
+
+    def _result(self, ref: Any) -> TrialResult:
+        import ray
+        from ray import exceptions as rex
+
+        try:
+            result: TrialResult = ray.get(ref)
+            return result
+        except rex.TaskCancelledError:
+            return TrialResult.failed("cancelled", "the trial was cancelled")
+        except rex.OutOfMemoryError as exc:
+            return TrialResult.failed("oom", f"Ray's memory monitor killed the worker: {first_line(exc, 500)}")
+        except (rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorDiedError, rex.LocalRayletDiedError) as exc:
+            if isinstance(exc, rex.NodeDiedError) or "node it was running on is dead" in str(exc):
+                return TrialResult.failed("node_lost", "the cluster node running this trial was lost (not a failure "
+                                                       f"of the configuration; it may run again): {first_line(exc, 500)}")
+            return TrialResult.failed("crash", f"the worker process died: {first_line(exc, 500)}")
+        except rex.RayTaskError as exc:
+            return TrialResult.failed("error", f"the trial task raised: {exc}"[-4000:])
+        except rex.RayError as exc:
+            return TrialResult.failed("crash", f"{type(exc).__name__}: {first_line(exc, 500)}")
+
+    def cancel(self, running: Any) -> None:
+        import ray
+
+        if running.ref is not None:
+            ray.cancel(running.ref, force=True)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.started_here and ray.is_initialized():
+            ray.shutdown()
+
+
+def _loopback_only() -> None:
+    """Keep the embedded Ray instance on 127.0.0.1: Ray binds its servers to the node IP,
+    which is the machine's network address unless Ray is told it runs no cluster
+    (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read by the driver and every Ray process it
+    starts). Joining a cluster with --ray-address leaves this alone."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import sys
+
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False  # ray was imported before the variable was set
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse an unreachable HOST:PORT at once (ray.init would retry for minutes)."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" and other forms: left to Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise SchedulerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc} "
+                             "(is `ray start --head` running there?)") from None
+
+
+_REMOTES: dict[tuple[Any, ...], Any] = {}
+
+
+def _remote(resources: dict[str, float]) -> Any:
+    """The Ray remote function for a trial asking for ``resources`` (made once each)."""
+    import ray
+
+    fresh = cold()
+    key = (fresh, *sorted(resources.items()))
+    if key not in _REMOTES:
+        # Warm: the worker (and its fork server) is reused; each trial forks its own process.
+        task = _cold_trial_task if fresh else _warm_trial_task
+        _REMOTES[key] = ray.remote(max_calls=1 if fresh else 0, max_retries=0, **resources)(task)
+    return _REMOTES[key]
+
+
+def _cold_trial_task(payload: TrialPayload) -> TrialResult:
+    from advisor.trial.entry import run_trial
+
+    result = run_trial(payload)
+    result.telemetry["trial_process"] = "ray_worker"
+    return result
+
+
+def _warm_trial_task(payload: TrialPayload) -> TrialResult:
+    from advisor.trial.forkserver import run_forked
+
+    return run_forked(payload)
+
+
+def _describe(resources: list[dict[str, Any]]) -> str:
+    if not resources:
+        return "none alive"
+    return "; ".join(", ".join(f"{k}={v:g}" for k, v in sorted(r.items()) if k in ("CPU", "GPU")) or "no CPU/GPU"
+                     for r in resources)
+

@@ -1,0 +1,132 @@
+"""The default strategy's second step: combinations of the one-knob changes that paid off.
+
+After the seed trials (advisor/search/one_knob.py) each lever's effect alone is known. This step
+proposes the combinations with the most promise before the sampler takes over, predicted
+from those effects:
+
+- throughput and peak memory multiply: a combination's predicted ratio to the baseline is
+  the product of its parts' ratios;
+- accuracy does not add up: small numerical changes (bf16, a different memory layout) move
+  it within noise, not cumulatively, so a combination is predicted at its worst part's
+  accuracy;
+- a change that was faster or smaller but lost too much accuracy alone ("lossy": a larger
+  batch at a fixed number of training samples, say) is tried together with changes that
+  held accuracy, because one may compensate (gradient accumulation keeps a larger batch's
+  micro-batches, and so its BatchNorm statistics, at the baseline's size). Its own
+  accuracy loss is left out of that prediction: the measurement decides.
+
+Candidates are chosen one at a time by the hypervolume they are predicted to add to the
+measured feasible trials (and to the candidates already chosen), so they spread over the
+trade-offs instead of crowding at the fastest corner.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Figures, Limits, hypervolume
+from advisor.search.one_knob import seed_count
+
+MAX_MOVES = 10  # the best moves by throughput gain kept when there are more (2^10 subsets)
+MARGIN = 0.05  # a move must change throughput or memory by more than this to count (noise)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One knob's value and what it did alone, relative to the baseline."""
+
+    knob: str
+    value: object
+    speed: float  # throughput ratio
+    memory: float  # peak-memory ratio
+    accuracy: float  # accuracy difference
+    lossy: bool  # faster or smaller, but infeasible alone
+
+
+def combination_count(trials: int) -> int:
+    """How many combination trials follow the seeds in a study of ``trials`` trials."""
+    return max(2, seed_count(trials) // 2)
+
+
+def combination_configs(base: TrialConfig, base_figures: Figures,
+                        measured: Sequence[tuple[TrialConfig, Figures | None]], limits: Limits, limit: int,
+                        allowed: Callable[[TrialConfig], bool]) -> list[TrialConfig]:
+    """The whole step: moves from the one-knob trials in ``measured``, their combinations,
+    and the ``limit`` predicted to add the most to the feasible front."""
+
+    def feasible(f: Figures) -> bool:
+        return limits.feasible(f, base_figures[2])
+
+    found = moves(base, base_figures, measured, limits.max_accuracy_drop)
+    pool = candidates(base, found, base_figures)
+    done = [Figures(*base_figures)] + [Figures(*f) for _, f in measured if f is not None]
+    return choose(pool, done, limit, feasible, allowed)
+
+
+def moves(base: TrialConfig, base_figures: Figures, measured: Sequence[tuple[TrialConfig, Figures | None]],
+          max_drop: float) -> list[Move]:
+    """The one-knob changes among ``measured`` that improved throughput, memory or accuracy."""
+    t0, m0, a0 = base_figures
+    reference = base.to_dict()
+    found = []
+    for config, figures in measured:
+        changed = [k for k, v in config.to_dict().items() if reference[k] != v]
+        if len(changed) != 1 or figures is None:
+            continue
+        t, m, a = figures
+        move = Move(changed[0], getattr(config, changed[0]), t / t0, m / m0, a - a0, a < a0 - max_drop)
+        if move.speed > 1 + MARGIN or move.memory < 1 - MARGIN or (move.accuracy > 0 and not move.lossy):
+            found.append(move)
+    found.sort(key=lambda mv: -mv.speed)
+    return found[:MAX_MOVES]
+
+
+def candidates(base: TrialConfig, found: Sequence[Move], base_figures: Figures) -> list[tuple[TrialConfig, Figures]]:
+    """Every combination of two or more moves on distinct knobs, at most one lossy move,
+    with its predicted figures."""
+    t0, m0, a0 = base_figures
+    out = []
+    for size in range(2, len(found) + 1):
+        for combo in itertools.combinations(found, size):
+            if len({mv.knob for mv in combo}) < size or sum(mv.lossy for mv in combo) > 1:
+                continue
+            if all(mv.lossy for mv in combo):
+                continue
+            held = [mv.accuracy for mv in combo if not mv.lossy]
+            figures = Figures(t0 * math.prod(mv.speed for mv in combo), m0 * math.prod(mv.memory for mv in combo),
+                              a0 + min(0.0, *held))
+            out.append((base.replace(**{mv.knob: mv.value for mv in combo}), figures))
+    return out
+
+
+def choose(candidates: Sequence[tuple[TrialConfig, Figures]], measured: Sequence[Figures], limit: int,
+           feasible: Callable[[Figures], bool], allowed: Callable[[TrialConfig], bool]) -> list[TrialConfig]:
+    """Up to ``limit`` candidates, each the one predicted to add the most hypervolume to
+    the measured feasible figures and the candidates chosen before it."""
+    pool = [(c, f) for c, f in candidates if feasible(f) and allowed(c)]
+    points = [f for f in measured if feasible(f)]
+    if not pool or not points:
+        return []
+    every = points + [f for _, f in pool]
+    lo = [min(p[i] for p in every) for i in range(3)]
+    hi = [max(p[i] for p in every) for i in range(3)]
+    span = [(h - low) or 1.0 for low, h in zip(lo, hi)]
+
+    def loss(f: Figures) -> tuple[float, float, float]:
+        return ((hi[0] - f[0]) / span[0], (f[1] - lo[1]) / span[1], (hi[2] - f[2]) / span[2])
+
+    chosen: list[TrialConfig] = []
+    current = [loss(p) for p in points]
+    while pool and len(chosen) < limit:
+        now = hypervolume(current)
+        gain, best = max((hypervolume([*current, loss(f)]) - now, i) for i, (_, f) in enumerate(pool))
+        if gain <= 0:
+            break
+        config, figures = pool.pop(best)
+        chosen.append(config)
+        current.append(loss(figures))
+    return chosen

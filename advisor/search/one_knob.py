@@ -1,0 +1,57 @@
+"""The default search strategy's first trials ("seeds"): the baseline with one knob changed, the
+levers that most often pay off first. A small budget in a large categorical space is
+otherwise spent on random start-up trials that change many knobs at once; measured on a
+recorded grid (benchmarks/search_efficiency.py), these seeds let the sampler start from
+what each lever alone does."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from advisor.core.config import TrialConfig
+from advisor.techniques.rules import refusal
+
+if TYPE_CHECKING:
+    from advisor.search.space import SearchSpace
+
+# Knobs tried first, in this order; other knobs follow in the space's order.
+PRIORITY = ("precision", "channels_last", "compile", "batch_size", "quantization", "grad_accumulation",
+            "activation_checkpointing", "pruning", "threads")
+
+
+def seed_count(trials: int) -> int:
+    """How many seed trials a study of ``trials`` trials starts with: a third, 3 to 8."""
+    return max(3, min(8, trials // 3))
+
+
+def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: str = "train") -> list[TrialConfig]:
+    """Up to ``limit`` configurations of ``space``: ``base`` with one knob changed each.
+
+    First one value per knob (for ``batch_size`` twice the baseline's, or half), in
+    ``PRIORITY`` order; then the knobs' other values in the same order. Values that cannot
+    run as ``workload`` are left out.
+
+    Example:
+        >>> [c.precision for c in seed_configs(load_space("quick"), TrialConfig(), 1)]  # doctest: +SKIP
+        ['tf32']
+    """
+    knobs = {k.name: k for k in space.knobs}
+    order = [k for k in PRIORITY if k in knobs] + [k for k in knobs if k not in PRIORITY]
+    values = base.to_dict()
+    candidates: list[list[TrialConfig]] = []
+    for name in order:
+        knob = knobs[name]
+        if not knob.active(values):
+            continue
+        choices = [v for v in knob.choices if v != values[name]]
+        if name == "batch_size":
+            choices.sort(key=lambda b: (b not in (2 * base.batch_size, base.batch_size // 2), b < base.batch_size, b))
+        options = []
+        for value in choices:  # validated when the space was loaded
+            candidate = base.replace(**{name: value})
+            if refusal(candidate, workload) is None:
+                options.append(candidate)
+        candidates.append(options)
+    first = [options[0] for options in candidates if options]
+    rest = [c for options in candidates for c in options[1:]]
+    return (first + rest)[:limit]

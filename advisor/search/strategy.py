@@ -1,0 +1,253 @@
+"""The search strategy: which configuration the study runs next, and what it learns from
+each result. The Tuner calls ``propose()`` for the next configuration to run and
+``tell()`` with its result; everything else happens here:
+
+1. the baseline (the user's current setup) first, alone;
+2. with the ``default`` sampler, the baseline with one knob changed (``one_knob``), then,
+   once those are in, combinations of the changes that paid off (``combine``);
+3. then the Optuna sampler's proposals (TPE by default);
+4. a proposal already measured is answered from the earlier trial (a duplicate); one that
+   cannot work (knob values that cannot be combined, more devices than the cluster has) or
+   would run out of memory like an earlier trial (``known_oom``) is recorded as skipped.
+   Neither runs, and neither counts towards the study's number of trials.
+
+The strategy owns the Optuna study's ask / tell cycle: it asks the sampler, stores each
+result (``record_result``), and tells the sampler. It never runs a trial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from advisor.core.config import TrialConfig
+from advisor.core.events import Duplicate, Listener, Note, Skipped, ignore
+from advisor.core.objectives import Figures, Limits
+from advisor.core.results import TrialResult
+from advisor.core.stored import (
+    BASELINE,
+    COMBINATION,
+    DUPLICATE_OF,
+    SEED_CONFIG,
+    TrialRecord,
+    config_attrs,
+    read_trial,
+    result_attrs,
+    skipped_attrs,
+)
+from advisor.search.combine import combination_configs, combination_count
+from advisor.search.known_oom import KnownOom
+from advisor.search.one_knob import seed_configs, seed_count
+from advisor.search.space import SearchSpace
+from advisor.techniques.rules import refusal
+
+if TYPE_CHECKING:
+    import optuna
+
+DUPLICATES_IN_A_ROW = 50  # the sampler has nothing new to offer: stop
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A configuration to run as trial ``number`` of the study."""
+
+    number: int
+    config: TrialConfig
+    baseline: bool = False
+
+
+def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, wall_s: float,
+                  limits: Limits, baseline_accuracy: float | None) -> optuna.trial.FrozenTrial:
+    """Store one trial's result: every figure as a user attribute, the objectives, and the
+    constraints against the baseline's accuracy (its own, for the baseline); a failure as
+    FAIL."""
+    import optuna
+
+    for key, value in result_attrs(result, wall_s).items():
+        trial.set_user_attr(key, value)
+    if not result.ok:
+        return study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    figures = Figures(result.throughput, result.peak_memory_bytes, result.accuracy)  # type: ignore[arg-type]
+    reference = figures.accuracy if baseline_accuracy is None else baseline_accuracy
+    for key, value in limits.constraints(figures, reference).items():
+        trial.set_constraint(key, value)
+    return study.tell(trial, list(figures))
+
+
+class Strategy:
+    """Proposes configurations for ``study`` and records their results.
+
+    Args:
+        study: the (new or resumed) Optuna study; stored trials are learned from.
+        space: the search space, filtered for this machine.
+        baseline: the user's current setup (trial 0).
+        workload: "train" or "inference".
+        sampler: "default" (seeds, combinations, then TPE) or a plain sampler's name;
+            the study was created with that sampler.
+        budget: the study's total number of trials (sizes the seed and combination steps).
+        limits: what makes a trial feasible.
+        max_devices: the most devices one trial can get (GPU slots), or None.
+        on_event: receives ``Skipped``, ``Duplicate`` and ``Note`` events.
+    """
+
+    def __init__(self, study: optuna.Study, space: SearchSpace, baseline: TrialConfig, *, workload: str,
+                 sampler: str, budget: int, limits: Limits, max_devices: int | None = None,
+                 on_event: Listener = ignore) -> None:
+        self.study, self.space, self.baseline = study, space, baseline
+        self.workload, self.budget, self.limits = workload, budget, limits
+        self.max_devices, self.emit = max_devices, on_event
+        records = [read_trial(t) for t in study.get_trials(deepcopy=False)]
+        base = next((r for r in records if r.baseline and r.state == "complete"), None)
+        self.baseline_record: TrialRecord | None = base
+        self.counted = sum(r.counted for r in records)
+        # every configuration measured, skipped or running, by key: a repeat is a duplicate
+        self._seen: dict[str, TrialRecord | Proposal] = {
+            r.config.key(): r for r in records if r.config is not None and (r.counted or r.state == "skipped")}
+        self._known_oom = KnownOom()
+        self._known_oom.learn(records)
+        self._asked: dict[int, tuple[optuna.Trial, Proposal]] = {}
+        self._space_size = space.size()
+        self._seeds_due = sampler == "default"
+        self._combine_due = sampler == "default" and not study.user_attrs.get("combined")
+        self._duplicates_in_a_row = 0
+        self.gave_up: str | None = None  # why the strategy stopped proposing for good
+
+    # ---- the two calls the Tuner makes ----------------------------------------------
+    def propose_baseline(self) -> Proposal:
+        """The baseline as the next trial (when the study has no completed baseline)."""
+        self.study.enqueue_trial(self.space.enqueue_params(self.baseline), user_attrs={BASELINE: True})
+        trial = self.study.ask()
+        return self._hand_out(trial, self.space.sample(trial, base=self.baseline), baseline=True)
+
+    def propose(self) -> Proposal | None:
+        """The next configuration to run, or None when there is none for now: the seeds'
+        results are awaited before combining them, every configuration has been seen
+        (``space_exhausted``), or the sampler only repeats itself (``gave_up``)."""
+        if self._seeds_due:
+            self._enqueue_seeds()
+        while not self.space_exhausted and self.gave_up is None:
+            if self._combine_due and not self._waiting():
+                if self._asked:
+                    return None  # every seed's result first
+                self._enqueue_combinations()
+            trial = self.study.ask()
+            seed = trial.user_attrs.get(SEED_CONFIG)
+            config = self.space.sample(trial, base=TrialConfig.from_dict(seed) if seed else None)
+            earlier = self._seen.get(config.key())
+            if earlier is not None:
+                self._tell_duplicate(trial, earlier)
+                continue
+            self._duplicates_in_a_row = 0
+            reason, failure_class = self._why_not(config)
+            if reason:
+                self._skip(trial, config, reason, failure_class)
+                continue
+            return self._hand_out(trial, config)
+        return None
+
+    def tell(self, number: int, result: TrialResult, wall_s: float) -> TrialRecord:
+        """Store the result of trial ``number`` and learn from it; returns the stored record."""
+        trial, proposal = self._asked.pop(number)
+        reference = self.baseline_record.figures.accuracy if self.baseline_record and self.baseline_record.figures else None
+        record = read_trial(record_result(self.study, trial, result, wall_s, self.limits, reference))
+        key = proposal.config.key()
+        if record.counted:
+            self._seen[key] = record
+            self.counted += 1
+        else:  # cut short, or lost with its node: the configuration may run again
+            self._seen.pop(key, None)
+        if record.failure_class == "oom":
+            self._known_oom.add(number, proposal.config)
+        if proposal.baseline and record.state == "complete":
+            self.baseline_record = record
+        return record
+
+    @property
+    def space_exhausted(self) -> bool:
+        """Every configuration of the space has been measured, skipped or is running."""
+        return len(self._seen) >= self._space_size
+
+    @property
+    def space_size(self) -> int:
+        return self._space_size
+
+    # ---- the steps -------------------------------------------------------------------
+    def _hand_out(self, trial: optuna.Trial, config: TrialConfig, baseline: bool = False) -> Proposal:
+        for key, value in config_attrs(config).items():
+            trial.set_user_attr(key, value)
+        proposal = Proposal(trial.number, config, baseline)
+        self._asked[trial.number] = (trial, proposal)
+        self._seen[config.key()] = proposal
+        return proposal
+
+    def _enqueue_seeds(self) -> None:
+        """The baseline with one knob changed, queued for the sampler to hand out first."""
+        self._seeds_due = False
+        for config in seed_configs(self.space, self.baseline, seed_count(self.budget), self.workload):
+            if config.key() not in self._seen:  # sampled with the seed as base: nothing else changes
+                self.study.enqueue_trial(self.space.enqueue_params(config), skip_if_exists=True,
+                                         user_attrs={SEED_CONFIG: config.to_dict()})
+
+    def _enqueue_combinations(self) -> None:
+        """Queue the combinations of one-knob changes that paid off (once per study)."""
+        self._combine_due = False
+        self.study.set_user_attr("combined", True)
+        base = self.baseline_record
+        if base is None or base.figures is None:
+            return
+        records = [read_trial(t) for t in self.study.get_trials(deepcopy=False)]
+        measured = [(r.config, r.figures) for r in records if r.counted and r.config is not None and not r.baseline]
+        chosen = combination_configs(self.baseline, base.figures, measured, self.limits,
+                                     combination_count(self.budget), self._allowed)
+        for config in chosen:
+            self.study.enqueue_trial(self.space.enqueue_params(config), skip_if_exists=True,
+                                     user_attrs={SEED_CONFIG: config.to_dict(), COMBINATION: True})
+        if chosen:
+            self.emit(Note(f"next: {len(chosen)} combination(s) of the one-knob changes that paid off"))
+
+    def _allowed(self, config: TrialConfig) -> bool:
+        return config.key() not in self._seen and self._why_not(config)[0] is None
+
+    def _why_not(self, config: TrialConfig) -> tuple[str | None, str]:
+        """Why ``config`` is not run (and the failure class it is recorded with), or None."""
+        reason = refusal(config, self.workload)
+        if reason:
+            return reason, "unsupported"
+        if self.max_devices is not None and config.devices > self.max_devices:
+            return f"devices={config.devices} is more than this cluster's {self.max_devices} GPU slots", "unsupported"
+        oom = self._known_oom.reason(config)
+        if oom:
+            return oom, "oom"
+        return None, ""
+
+    def _waiting(self) -> bool:
+        import optuna
+
+        return bool(self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+    def _skip(self, trial: optuna.Trial, config: TrialConfig, reason: str, failure_class: str) -> None:
+        """Record a configuration that is not run as failed and skipped (not counted)."""
+        import optuna
+
+        for key, value in skipped_attrs(config, reason, failure_class).items():
+            trial.set_user_attr(key, value)
+        self._seen[config.key()] = read_trial(self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
+        self.emit(Skipped(trial.number, config, reason))
+
+    def _tell_duplicate(self, trial: optuna.Trial, earlier: TrialRecord | Proposal) -> None:
+        """A configuration already measured (or running): answer from the earlier trial."""
+        import optuna
+
+        trial.set_user_attr(DUPLICATE_OF, earlier.number)
+        if isinstance(earlier, TrialRecord) and earlier.state == "complete" and earlier.figures is not None:
+            for key, value in earlier.constraints.items():
+                trial.set_constraint(key, value)
+            self.study.tell(trial, list(earlier.figures))
+        else:  # still running, skipped, or it failed
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.emit(Duplicate(trial.number, earlier.number))
+        self._duplicates_in_a_row += 1
+        if self._duplicates_in_a_row >= DUPLICATES_IN_A_ROW:
+            self.gave_up = (f"the sampler proposed only already-measured configurations {DUPLICATES_IN_A_ROW} "
+                            "times in a row")
+

@@ -1,0 +1,62 @@
+"""``TuneOptions``: what a study is asked to do (``advisor tune``'s flags), and their
+validation. Problems are named by the flag a user typed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from advisor.core.errors import StudyError
+from advisor.core.objectives import Limits
+from advisor.core.results import check_workload_kind
+from advisor.search.samplers import check_sampler
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """The options of one study; ``check()`` refuses bad values before anything runs."""
+
+    workload_path: str
+    space: str | None = None  # None: "default" for training, "inference" for inference
+    workload: str = "train"
+    storage: str | None = None
+    study_name: str | None = None
+    trials: int = 20
+    timeout: float | None = None
+    trial_timeout: float | None = None
+    max_accuracy_drop: float = 0.01
+    memory_cap: int | None = None
+    sampler: str = "default"
+    seed: int = 0
+    train_samples: int | None = None
+    ray_address: str | None = None
+    skip_preflight: bool = False
+
+    @property
+    def limits(self) -> Limits:
+        """What makes a trial feasible in this study."""
+        return Limits(self.max_accuracy_drop, self.memory_cap)
+
+    @property
+    def space_name(self) -> str:
+        """The space asked for, or the workload's default preset."""
+        return self.space or ("inference" if self.workload == "inference" else "default")
+
+    def check(self) -> TuneOptions:
+        """Raise StudyError for the first bad option; return the options when all are good."""
+        if self.trials < 1:
+            raise StudyError(f"--trials must be at least 1, found {self.trials}")
+        for flag, value in (("--timeout", self.timeout), ("--trial-timeout", self.trial_timeout)):
+            if value is not None and not value > 0:
+                raise StudyError(f"{flag} must be a positive number of seconds, found {value}")
+        if not 0 <= self.max_accuracy_drop < math.inf:
+            raise StudyError(f"--max-accuracy-drop must be >= 0, found {self.max_accuracy_drop}")
+        if self.memory_cap is not None and not self.memory_cap > 0:
+            raise StudyError(f"--memory-cap must be positive, found {self.memory_cap}")
+        check_workload_kind(self.workload, "--workload")
+        check_sampler(self.sampler)
+        if self.train_samples is not None and self.train_samples < 1:
+            raise StudyError(f"--train-samples must be at least 1, found {self.train_samples}")
+        if self.skip_preflight and self.train_samples is None and self.workload == "train":
+            raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
+        return self

@@ -1,0 +1,120 @@
+"""Planning a study: everything that can fail on bad input is checked here, before Ray
+starts and before storage is written (``plan_study``); then the study is created or
+resumed (``open_study``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.errors import StudyError, WorkloadError
+from advisor.core.events import Listener, Note, ignore
+from advisor.core.objectives import DIRECTIONS, OBJECTIVES
+from advisor.core.results import TrialSettings, default_train_samples
+from advisor.machine.hardware import Hardware, detect, fingerprint
+from advisor.search.samplers import make_sampler
+from advisor.search.space import SearchSpace, filter_space, load_space
+from advisor.study import storage as stores
+from advisor.study.options import TuneOptions
+from advisor.techniques.rules import refusal
+from advisor.workload.contract import Workload, load_workload
+from advisor.workload.preflight import preflight
+
+if TYPE_CHECKING:
+    import optuna
+
+# Study attributes that must match for a resumed study's trials to stay comparable.
+MUST_MATCH = ("workload_sha256", "space", "settings", "max_accuracy_drop", "memory_cap_bytes")
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A study ready to run: its options and everything derived from them."""
+
+    options: TuneOptions
+    workload: Workload
+    facts: dict[str, Any]  # what the preflight found (sizes, parameters, layers)
+    hardware: Hardware
+    space: SearchSpace  # filtered for this machine and workload
+    baseline: TrialConfig
+    settings: TrialSettings
+    study_name: str
+    storage_url: str
+
+    def study_attrs(self) -> dict[str, Any]:
+        """What the study stores about itself (checked again when it is resumed)."""
+        return {
+            "workload_path": str(self.workload.path),
+            "workload_sha256": self.workload.sha256,
+            "workload": self.options.workload,
+            "space_name": self.space.name,
+            "space": self.space.to_dict(),
+            "dropped_options": [[d.knob, d.value, d.reason] for d in self.space.dropped],
+            "settings": self.settings.to_dict(),
+            "hardware": fingerprint(self.hardware),
+            "max_accuracy_drop": self.options.max_accuracy_drop,
+            "memory_cap_bytes": self.options.memory_cap,
+            "objectives": list(OBJECTIVES),
+        }
+
+
+def plan_study(options: TuneOptions) -> StudyPlan:
+    """Check the options, load and preflight model.py, load and filter the space, check the
+    baseline and the storage. Raises an AdvisorError (exit status 2) naming what is wrong;
+    writes nothing."""
+    options.check()
+    workload = load_workload(options.workload_path)
+    facts = {"workload": options.workload} | ({} if options.skip_preflight else preflight(workload))
+    space = load_space(options.space_name)
+    hardware = detect()
+    filtered = filter_space(space, hardware, facts)
+    baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
+    reason = refusal(baseline, options.workload)
+    if reason:
+        raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
+    study_name = stores.check_study_name(options.study_name or f"{workload.name}-{space.name}")
+    if options.workload == "inference":
+        train_samples = options.train_samples or 1  # not used: inference trials do not train
+    else:
+        train_samples = options.train_samples or default_train_samples(facts["train_size"])
+    settings = TrialSettings(train_samples=train_samples, seed=options.seed, device=hardware.device,
+                             workload=options.workload)
+    url = stores.storage_url(options.storage)
+    stores.check_storage(url)  # checked now; opened (and a SQLite file created) when the study runs
+    return StudyPlan(options, workload, facts, hardware, filtered, baseline, settings, study_name, url)
+
+
+def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> optuna.Study:
+    """Create the study, or resume it when its setup matches (else StudyError, writing
+    nothing); trials a killed driver left running are marked failed."""
+    import optuna
+
+    attrs = plan.study_attrs()
+    exists = plan.study_name in stores.study_names(storage)
+    study = optuna.create_study(storage=storage, study_name=plan.study_name, load_if_exists=True,
+                                directions=list(DIRECTIONS),
+                                sampler=make_sampler(plan.options.sampler, plan.options.seed))
+    if exists:
+        _check_resumable(plan, study, attrs, on_event)
+    else:
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+    for number in stores.fail_stale(study, storage):
+        on_event(Note(f"trial {number} was left running by an earlier run: marked failed"))
+    return study
+
+
+def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any], on_event: Listener) -> None:
+    old = dict(study.user_attrs)
+    if isinstance(old.get("settings"), dict):  # studies from older versions lack newer fields
+        old["settings"] = TrialSettings.from_dict({**TrialSettings(train_samples=0).to_dict(), **old["settings"]}).to_dict()
+    diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
+    if diffs:
+        raise StudyError(
+            f"study {plan.study_name!r} in {plan.storage_url} was run with a different {', '.join(diffs)}; "
+            "its trials would not be comparable. Use --study NEW_NAME for a new study "
+            "(or run the original setup again to resume it)")
+    if old.get("hardware") != attrs["hardware"]:
+        on_event(Note("this machine's hardware fingerprint differs from the one the study started on; "
+                      "new trials are measured here"))

@@ -1,0 +1,177 @@
+"""Optuna storage: URL checks, opening, finding a study by name, and the repair a resumed
+study needs (trials a killed driver left running). Reading trials back is
+``advisor.core.stored.read_trial``; writing them is the strategy's
+(``advisor.search.strategy.record_result``)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from advisor.core.errors import StudyError
+from advisor.core.units import first_line
+
+if TYPE_CHECKING:
+    import optuna
+
+DEFAULT_STORAGE = "sqlite:///advisor.db"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+
+
+def storage_url(explicit: str | None) -> str:
+    """--storage, else $ADVISOR_STORAGE, else sqlite:///advisor.db in the working directory."""
+    return explicit or os.environ.get("ADVISOR_STORAGE") or DEFAULT_STORAGE
+
+
+def check_study_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise StudyError(f"study name {name!r} is invalid: use 1-128 letters, digits and . _ : + - "
+                         "(starting with a letter or digit)")
+    return name
+
+
+def _journal_path(url: str) -> Path | None:
+    if url.startswith("journal:") or ("://" not in url and url.endswith((".log", ".jsonl"))):
+        return Path(url.removeprefix("journal:"))
+    return None
+
+
+def check_storage(url: str, must_exist: bool = False) -> None:
+    """Report a bad URL, an unusable path or an unreachable database, writing nothing.
+
+    A SQLite or journal file is only checked (its directory exists and is writable);
+    another database URL is connected to once.
+    """
+    journal = _journal_path(url)
+    if journal is not None:
+        _check_file(journal, url, must_exist)
+        return
+    if "://" not in url:
+        raise StudyError(f"storage {url!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
+                         "postgresql://user@host/db, or journal:PATH")
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        _check_file(path, url, must_exist)
+        if path.exists():
+            _check_sqlite(path, url)
+        return
+    import sqlalchemy
+
+    try:
+        with sqlalchemy.create_engine(url).connect():
+            pass
+    except (ImportError, sqlalchemy.exc.NoSuchModuleError) as exc:
+        raise StudyError(f"storage {url!r} needs a database driver that is not installed "
+                         f"({type(exc).__name__}: {first_line(exc)})") from None
+    except Exception as exc:
+        raise StudyError(f"storage {url!r} cannot be reached: {type(exc).__name__}: {first_line(exc)}") from None
+
+
+def _check_sqlite(path: Path, url: str, timeout_s: float = 2.0) -> None:
+    """An existing SQLite file must be a database that this process can lock for writing
+    (taking the write lock and releasing it at once writes nothing)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        text = str(exc)
+        if "locked" in text:
+            raise StudyError(f"storage {url!r}: {path} is locked by another process (another `advisor tune` "
+                             f"writing to it?); waited {timeout_s:.0f} s") from None
+        raise StudyError(f"storage {url!r}: {path} is not a usable SQLite database ({text})") from None
+
+
+def open_storage(url: str, must_exist: bool = False) -> Any:
+    """Open an Optuna storage after ``check_storage``.
+
+    ``sqlite:///path.db`` and other SQLAlchemy URLs open an RDBStorage; a path ending in
+    ``.log`` or ``.jsonl`` (or ``journal:PATH``) opens a JournalFileBackend.
+    """
+    import optuna
+
+    check_storage(url, must_exist)
+    journal = _journal_path(url)
+    if journal is not None:
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        return JournalStorage(JournalFileBackend(str(journal)))
+    sqlite = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    new = sqlite is not None and not sqlite.exists()
+    try:
+        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}}
+                                             if url.startswith("sqlite") else None)
+    except Exception as exc:
+        raise StudyError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {first_line(exc)}") from None
+    if new and sqlite.exists():
+        os.chmod(sqlite, 0o600)  # studies may name private paths: readable by the user only
+    return storage
+
+
+def _check_file(path: Path, url: str, must_exist: bool) -> None:
+    if path.is_dir():
+        raise StudyError(f"storage {url!r}: {path} is a directory, expected a file")
+    if must_exist and not path.exists():
+        raise StudyError(f"storage {url!r}: {path} does not exist (no study has been run there yet)")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise StudyError(f"storage {url!r}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise StudyError(f"storage {url!r}: {parent} is not a directory")
+    if not os.access(parent if not path.exists() else path, os.W_OK):
+        raise StudyError(f"storage {url!r}: {path if path.exists() else parent} is not writable")
+
+
+def study_names(storage: Any) -> list[str]:
+    import optuna
+
+    return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+
+
+def find_study(storage: Any, name: str | None, url: str | None = None) -> str:
+    """The name of study ``name`` in ``storage``, or of its only study when ``name`` is
+    None. Raises StudyError when the storage is empty, the name is unknown, or several
+    studies leave the choice open."""
+    names = study_names(storage)
+    if not names:
+        where = f"storage {url!r}" if url else "the storage"
+        raise StudyError(f"{where} holds no study yet: run `advisor tune model.py` first")
+    if name is None:
+        if len(names) > 1:
+            raise StudyError(f"the storage holds {len(names)} studies; choose one with --study ({', '.join(names)})")
+        return names[0]
+    if name not in names:
+        raise StudyError(f"no study named {name!r} in {url or 'the storage'} (studies: {', '.join(names)})")
+    return name
+
+
+def load(storage: Any, name: str | None, url: str | None = None) -> optuna.Study:
+    """Load a study by name; with no name, the only study in the storage."""
+    import optuna
+
+    return optuna.load_study(study_name=find_study(storage, name, url), storage=storage)
+
+
+def fail_stale(study: optuna.Study, storage: Any) -> list[int]:
+    """Mark the trials a killed driver left RUNNING as failed ('interrupted', not counted:
+    their configurations run again), through Optuna's public storage API. Returns their
+    numbers."""
+    import optuna
+
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    study_id = storage.get_study_id_from_name(study.study_name)
+    for t in running:
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        storage.set_trial_user_attr(trial_id, "failure_class", "interrupted")
+        storage.set_trial_user_attr(trial_id, "failure_message",
+                                    "the driver stopped while this trial ran (marked failed on resume)")
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    return [t.number for t in running]

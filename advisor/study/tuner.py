@@ -1,0 +1,247 @@
+"""The Tuner: the driver loop of one study.
+
+Read ``run()`` top to bottom: start the executor, open (or resume) the study, run the
+baseline alone (its accuracy anchors the accuracy constraint, its duration the default
+per-trial timeout), then keep every slot busy with the strategy's proposals until the
+budget or the time is spent, storing each result as it comes. Ctrl-C / SIGTERM (or
+``stop()`` from another thread) stop it gracefully: running trials are cancelled and
+recorded, so storage holds no RUNNING trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from advisor.core.errors import TrialFailed, WorkloadError
+from advisor.core.events import (
+    Cancelled,
+    Finished,
+    Listener,
+    Note,
+    Started,
+    Submitted,
+    TimeoutSet,
+    ignore,
+)
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.core.stored import WALL, TrialRecord
+from advisor.runner.executor import Executor, Handle
+from advisor.search.strategy import Proposal, Strategy
+from advisor.study import storage as stores
+from advisor.study.plan import StudyPlan, open_study
+
+if TYPE_CHECKING:
+    import optuna
+
+BASELINE_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    """What ``Tuner.run()`` leaves: the study, and why it stopped early (None if it did not)."""
+
+    study: optuna.Study
+    stop_reason: str | None
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by the user (Ctrl-C, SIGTERM, quitting the explorer)."""
+        return bool(self.stop_reason and self.stop_reason.startswith("interrupted"))
+
+
+class Tuner:
+    """Runs one planned study.
+
+    Args:
+        plan: what ``advisor.study.plan.plan_study`` returned.
+        executor: runs the trials; by default a ``RayExecutor`` started by ``run()`` (or
+            earlier by ``start_executor()``). The Tuner shuts it down when the study ends.
+        on_event: receives every event (``advisor.core.events``), in the study's thread.
+    """
+
+    def __init__(self, plan: StudyPlan, executor: Executor | None = None, on_event: Listener = ignore) -> None:
+        self.plan, self.options = plan, plan.options
+        self.executor = executor
+        self.emit = on_event
+        self.storage: Any = None  # the Optuna storage, once run() has opened it
+        self.stop_reason: str | None = None
+        self.running: dict[int, tuple[Handle, Proposal]] = {}
+        self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
+        self.done = 0  # trials that count towards the budget
+        self.deadline = float("inf")
+
+    # ---- the study ------------------------------------------------------------------
+    def start_executor(self) -> Executor:
+        """Start Ray (or join the cluster) unless an executor was given. ``run()`` calls
+        it; call it first in the main thread when the study itself runs in another one
+        (Ray's init needs real stdio)."""
+        if self.executor is None:
+            from advisor.runner.ray_executor import RayExecutor
+
+            self.executor = RayExecutor(self.plan.hardware.device, self.options.ray_address).start()
+        return self.executor
+
+    def run(self) -> StudyOutcome:
+        executor = self.start_executor()  # first: if no node can run a trial, no study is written
+        try:
+            self.storage = stores.open_storage(self.plan.storage_url)
+            study = open_study(self.plan, self.storage, self.emit)
+            gpu_slots = executor.slots if executor.device == "cuda" else None
+            self.strategy = Strategy(study, self.plan.space, self.plan.baseline, workload=self.options.workload,
+                                     sampler=self.options.sampler, budget=self.options.trials,
+                                     limits=self.options.limits, max_devices=gpu_slots, on_event=self.emit)
+        except BaseException:
+            executor.shutdown()
+            raise
+        self.done = self.strategy.counted
+        self.emit(Started(executor.startup_s, executor.slots, dict(executor.resources), self.done))
+        with self._stopped_by_signals():
+            try:
+                if self.options.timeout:  # the budget counts from here, after Ray has started
+                    self.deadline = time.monotonic() + self.options.timeout
+                base = self._baseline()
+                if base is not None and self.stop_reason is None:
+                    self._search(base)
+            finally:
+                self._cancel_all(self.stop_reason or "the study stopped")
+                executor.shutdown()
+        return StudyOutcome(study, self.stop_reason)
+
+    def stop(self, reason: str) -> None:
+        """Ask a running study to stop: no new trials; running ones are cancelled and
+        recorded (not counted), and ``run()`` returns. Safe to call from another thread."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.emit(Note(f"stopping ({reason}): cancelling running trials"))
+
+    # ---- the steps -------------------------------------------------------------------
+    def _baseline(self) -> TrialRecord | None:
+        """The stored baseline, or the baseline run now, alone. None if stopped meanwhile."""
+        if self.strategy.baseline_record is not None:
+            return self.strategy.baseline_record
+        self._submit(self.strategy.propose_baseline())
+        timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S
+        records: list[TrialRecord] = []
+        while self.running and self.stop_reason is None:
+            records += self._collect(timeout)
+        if self.stop_reason is not None or self.strategy.baseline_record is not None:
+            return self.strategy.baseline_record
+        failed = records[-1]
+        message = (f"the baseline trial ({self.plan.baseline.to_dict()}) failed "
+                   f"[{failed.failure_class}]: {failed.failure_message}")
+        if self.options.skip_preflight and failed.failure_class == "error":
+            raise WorkloadError(f"{self.plan.workload.path}: {message} (preflight was skipped; this is "
+                                "most likely a model.py contract problem)")
+        raise TrialFailed(message)
+
+    def _search(self, base: TrialRecord) -> None:
+        """Keep every slot busy until the budget, the space or the time is spent."""
+        self.trial_timeout = self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))
+        self.emit(TimeoutSet(self.trial_timeout))
+        while self.stop_reason is None:
+            self._start_trials()
+            if self.strategy.gave_up:
+                self.stop_reason = self.strategy.gave_up
+                break
+            if not self.running:
+                if self.strategy.space_exhausted and self.done < self.options.trials:
+                    self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured"))
+                break
+            if time.monotonic() >= self.deadline:
+                self.stop_reason = "the study's --timeout was reached"
+                break
+            self._collect(self.trial_timeout)
+
+    def _start_trials(self) -> None:
+        """Submit proposals while a slot is free, the budget allows and time is left."""
+        assert self.executor is not None
+        while (len(self.running) < self.executor.slots and self.done + len(self.running) < self.options.trials
+               and time.monotonic() < self.deadline):
+            proposal = self.pending or self.strategy.propose()
+            if proposal is None:
+                return
+            if not self._fits(proposal):
+                self.pending = proposal  # wait until enough GPUs are free for it
+                return
+            self.pending = None
+            self._submit(proposal)
+
+    def _fits(self, proposal: Proposal) -> bool:
+        """Whether the trial can start now: a free node (CPU), or ``devices`` free GPUs."""
+        assert self.executor is not None
+        if self.executor.device != "cuda":
+            return len(self.running) < self.executor.slots
+        in_use = sum(p.config.devices for _, p in self.running.values())
+        return in_use + proposal.config.devices <= self.executor.slots
+
+    def _submit(self, proposal: Proposal) -> None:
+        assert self.executor is not None
+        payload = TrialPayload.of(self.plan.workload, proposal.config, self.plan.settings)
+        self.running[proposal.number] = (self.executor.submit(proposal.number, payload), proposal)
+        self.emit(Submitted(proposal.number, proposal.config))
+
+    def _collect(self, timeout: float) -> list[TrialRecord]:
+        """Wait briefly for results; store finished and timed-out trials."""
+        assert self.executor is not None
+        finished = []
+        handles = [h for h, _ in self.running.values()]
+        for handle, result in self.executor.wait(handles, timeout=0.5):
+            finished.append(self._record(handle.number, result, time.monotonic() - handle.submitted))
+        now = time.monotonic()
+        for number, (handle, _) in list(self.running.items()):
+            if now - handle.submitted > timeout:
+                self.executor.cancel(handle)
+                result = TrialResult.failed("timeout", f"the trial ran longer than the trial timeout ({timeout:.0f} s)")
+                finished.append(self._record(number, result, now - handle.submitted))
+        return finished
+
+    def _record(self, number: int, result: TrialResult, wall: float) -> TrialRecord:
+        _, proposal = self.running.pop(number)
+        record = self.strategy.tell(number, result, wall)
+        self.done += record.counted
+        self.emit(Finished(number, proposal.config, result, wall, record))
+        return record
+
+    def _cancel_all(self, reason: str) -> None:
+        """Cancel what still runs (and a proposal still waiting for GPUs) and record it,
+        so storage holds no RUNNING trial."""
+        assert self.executor is not None
+        waiting = [self.pending] if self.pending is not None else []
+        self.pending = None
+        for number, (handle, _) in list(self.running.items()):
+            self.executor.cancel(handle)
+            self.running.pop(number)
+            self.strategy.tell(number, TrialResult.failed("cancelled", f"cancelled: {reason}"),
+                               time.monotonic() - handle.submitted)
+            self.emit(Cancelled(number))
+        for proposal in waiting:
+            self.strategy.tell(proposal.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), 0.0)
+            self.emit(Cancelled(proposal.number))
+
+    # ---- stopping --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _stopped_by_signals(self) -> Iterator[None]:
+        """Ctrl-C / SIGTERM stop the study gracefully; in a background thread (the live
+        explorer) the caller stops it with ``stop()`` instead."""
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.stop_reason is not None:  # a second Ctrl-C: stop at once
+            raise KeyboardInterrupt
+        self.stop_reason = "interrupted by " + signal.Signals(signum).name
+        self.emit(Note(f"{signal.Signals(signum).name}: stopping, cancelling running trials "
+                       "(press Ctrl-C again to abort at once)"))

@@ -1,0 +1,61 @@
+"""apply(): turn a TrialConfig into a prepared model and training step (``Prepared``).
+
+Trials and users share this one code path, so an exported config reproduces exactly the
+setup that was measured::
+
+    prepared = advisor.apply(model, advisor.load_config("best.yaml"))
+    optimizer = torch.optim.AdamW(prepared.module.parameters())
+    for x, y in prepared.loader(train_set, shuffle=True):   # the configured batch / workers
+        prepared.train_step(x, y, loss_fn, optimizer)
+    prepared.finish()                        # make pruning permanent, convert QAT to int8
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.errors import UnsupportedError
+from advisor.core.results import check_workload_kind
+from advisor.techniques.prepared import Prepared, default_device
+from advisor.techniques.registry import TECHNIQUES
+from advisor.techniques.rules import refusal
+
+
+def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str = "train") -> Prepared:
+    """Prepare ``model`` for ``config``: threads, precision, device, memory format, pruning,
+    quantization, checkpointing, data parallelism, compile, in that order.
+
+    Args:
+        model: the user's ``nn.Module`` (moved to ``device`` in place).
+        config: a TrialConfig, or a mapping of knob values (validated).
+        device: defaults to the current CUDA device when there is one, else the CPU.
+        workload: "train", or "inference" (the model is put in eval mode; inference-only
+            options such as int8_dynamic or bf16_full are allowed, training ones refused).
+
+    Returns:
+        A Prepared whose ``train_step`` / ``predict`` run the configured step.
+
+    Raises:
+        ConfigError: ``config`` holds an unknown knob or an invalid value, or ``workload``
+            is neither "train" nor "inference".
+        UnsupportedError: a technique refuses this model (e.g. channels_last without convs)
+            or the values cannot be combined.
+    """
+    import torch
+
+    check_workload_kind(workload, "apply(): workload")
+    if not isinstance(config, TrialConfig):
+        config = TrialConfig.from_dict(dict(config))
+    device = torch.device(device) if device is not None else default_device()
+    reason = refusal(config, workload)
+    if reason:
+        raise UnsupportedError(reason)
+    values = config.to_dict()
+    prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload)
+    model.to(device)
+    if workload == "inference":
+        model.eval()
+    for key, technique in TECHNIQUES.items():  # ordered: threads, precision, ..., compile
+        technique.apply(values[key], prepared)
+    return prepared

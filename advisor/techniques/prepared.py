@@ -1,0 +1,172 @@
+"""``Prepared``: a model set up for one configuration, and the training / inference step
+that configuration runs (autocast, gradient scaling, micro-batches, the DataLoader). Built
+by ``advisor.apply`` (advisor/techniques/prepare.py); each technique sets its part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from advisor.core.config import TrialConfig
+from advisor.workload.contract import forward
+
+
+@dataclass
+class Prepared:
+    """A model set up for one configuration.
+
+    Attributes:
+        model: what to call (the compiled wrapper when compile is on).
+        module: the underlying ``nn.Module`` (parameters, state_dict, optimizer).
+        device: where the model lives; inputs are moved there by ``to_device``.
+        amp_dtype: autocast dtype, or None for no autocast.
+        scaler: a GradScaler for fp16, else None.
+        memory_format: ``torch.channels_last`` for 4-D inputs, else None.
+        workload: "train" or "inference".
+        rank, world: this process's rank and the number of ranks (1 without parallelism).
+        accumulation: micro-steps per optimizer step.
+        input_dtype: floating-point inputs are cast to it (bf16_full), else None.
+        no_sync: context manager that skips the gradient all-reduce (DDP/FSDP), else None.
+        eval_model: what ``predict`` calls when it differs from ``model`` (the module
+            inside DDP: replicas are identical, evaluation needs no collective).
+        loader_options: DataLoader keyword arguments from the data knobs.
+        finishers: run by ``finish()`` after training (pruning made permanent, QAT convert).
+        stats: what techniques report about the model (e.g. quantized layers).
+    """
+
+    model: Any
+    module: Any
+    device: Any
+    config: TrialConfig
+    amp_dtype: Any = None
+    scaler: Any = None
+    memory_format: Any = None
+    compiled: bool = False
+    workload: str = "train"
+    rank: int = 0
+    world: int = 1
+    accumulation: int = 1
+    input_dtype: Any = None
+    no_sync: Any = None
+    eval_model: Any = None
+    loader_options: dict[str, Any] = field(default_factory=dict)
+    finishers: list[Callable[[], None]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        """The autocast region for forward + loss (a no-op for fp32 / tf32)."""
+        import torch
+
+        if self.amp_dtype is None:
+            yield
+        else:
+            with torch.autocast(self.device.type, dtype=self.amp_dtype):
+                yield
+
+    def to_device(self, batch: Any) -> Any:
+        """Move a (nested) batch to the device, 4-D tensors in the chosen memory format."""
+        import torch
+
+        if isinstance(batch, torch.Tensor):
+            batch = batch.to(self.device, non_blocking=True)
+            if self.input_dtype is not None and batch.is_floating_point():
+                batch = batch.to(self.input_dtype)
+            if self.memory_format is not None and batch.dim() == 4:
+                batch = batch.contiguous(memory_format=self.memory_format)
+            return batch
+        if isinstance(batch, dict):
+            return {k: self.to_device(v) for k, v in batch.items()}
+        if isinstance(batch, (tuple, list)):
+            return type(batch)(self.to_device(v) for v in batch)
+        return batch
+
+    def train_step(self, inputs: Any, target: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any) -> Any:
+        """One optimisation step on a (per-rank) batch, in ``accumulation`` micro-steps
+        (gradients all-reduced once, on the last); returns the (detached) mean loss."""
+        optimizer.zero_grad(set_to_none=True)
+        k = self.accumulation
+        parts = list(zip(split(inputs, k), split(target, k))) if k > 1 else [(inputs, target)]
+        total = None
+        for i, (x, y) in enumerate(parts):
+            x, y = self.to_device(x), self.to_device(y)
+            last = i == len(parts) - 1
+            sync = contextlib.nullcontext() if last or self.no_sync is None else self.no_sync()
+            with sync:
+                with self.autocast():
+                    loss = loss_fn(forward(self.model, x), y)
+                scaled = loss / len(parts) if len(parts) > 1 else loss
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+            total = scaled.detach() if total is None else total + scaled.detach()
+        if self.scaler is not None:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        else:
+            optimizer.step()
+        return total
+
+    def loader(self, dataset: Any, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+               per_rank: bool = True) -> Any:
+        """A DataLoader with the configured batch size and data knobs. With several ranks
+        and ``per_rank``, each rank loads its shard (DistributedSampler) and its share of
+        the global batch."""
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        split_ranks = per_rank and self.world > 1
+        batch = self.config.batch_size // self.world if split_ranks else self.config.batch_size
+        sampler = (DistributedSampler(dataset, num_replicas=self.world, rank=self.rank, shuffle=shuffle,
+                                      seed=seed, drop_last=drop_last) if split_ranks else None)
+        generator = torch.Generator().manual_seed(seed) if shuffle and sampler is None else None
+        return DataLoader(dataset, batch_size=batch, shuffle=shuffle and sampler is None, sampler=sampler,
+                          drop_last=drop_last, generator=generator, **self.loader_options)
+
+    def finish(self) -> None:
+        """End of training: run the techniques' finishing steps once (pruning made
+        permanent, QAT converted to int8). Evaluate after this."""
+        finishers, self.finishers = self.finishers, []
+        for fn in finishers:
+            fn()
+
+    def predict(self, inputs: Any) -> Any:
+        """Forward pass for evaluation (call under torch.inference_mode / no_grad)."""
+        with self.autocast():
+            return forward(self.model if self.eval_model is None else self.eval_model, self.to_device(inputs))
+
+    def synchronize(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def default_device() -> Any:
+    """The current CUDA device (under torchrun: this rank's, ``cuda:$LOCAL_RANK``), else the CPU."""
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    local = os.environ.get("LOCAL_RANK")
+    return torch.device("cuda", int(local) if local is not None else torch.cuda.current_device())
+
+
+def split(batch: Any, parts: int) -> list[Any]:
+    """Split a (nested) batch into ``parts`` micro-batches along the first dimension."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return list(batch.chunk(parts))
+    if isinstance(batch, dict):
+        pieces = {k: split(v, parts) for k, v in batch.items()}
+        return [{k: v[i] for k, v in pieces.items()} for i in range(parts)]
+    if isinstance(batch, (tuple, list)):
+        pieces_t = [split(v, parts) for v in batch]
+        return [type(batch)(p[i] for p in pieces_t) for i in range(parts)]
+    return [batch] * parts

@@ -1,0 +1,87 @@
+"""The rules that hold between knobs and around them: which values cannot be combined,
+which cannot run as a workload at all, and which this hardware offers (with the reason
+for each refusal). The study checks them before a trial is submitted, ``apply`` before it
+touches a model, and ``advisor hardware`` prints the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.results import WORKLOADS
+from advisor.machine.hardware import Hardware
+from advisor.techniques.registry import TECHNIQUES
+
+
+def conflicts(config: TrialConfig) -> str | None:
+    """Why these knob values cannot be combined (each is fine alone), or None.
+
+    Checked by ``apply`` and by the study before a trial is submitted, so a combination
+    that cannot work is recorded as ``unsupported`` without spending a trial on it.
+    """
+    c = config
+    if c.parallelism != "ddp" and c.comm_hook != "none":
+        return f"comm_hook={c.comm_hook} applies to DDP; parallelism is {c.parallelism}"
+    if c.parallelism != "ddp" and c.bucket_mb != 25:
+        return f"bucket_mb={c.bucket_mb} applies to DDP; parallelism is {c.parallelism}"
+    if c.parallelism == "fsdp" and c.pruning != "none":
+        return "pruning masks need whole weight tensors; FSDP shards them (use ddp, or prune without FSDP)"
+    if c.parallelism == "fsdp" and c.quantization == "qat_int8":
+        return "QAT conversion swaps Linear layers, which FSDP has sharded; use ddp or single with qat_int8"
+    if c.parallelism == "fsdp" and c.channels_last:
+        return "FSDP shards only contiguous parameters; channels_last weights are not (torch 2.13)"
+    if c.parallelism == "fsdp" and c.precision == "fp16":
+        return "fp16 with FSDP needs a sharded gradient scaler, which advisor does not set up; use bf16"
+    if c.pruning != "none" and c.quantization == "fp8_training":
+        return "fp8 training swaps Linear layers and would drop the pruning masks"
+    if c.pruning == "semi_structured_2_4" and c.quantization not in ("none", "qat_int8", "fp8_training"):
+        return "2:4 sparse weights cannot be quantized again; choose one of 2:4 sparsity and quantization"
+    if c.quantization == "int4_weight_only" and c.precision != "bf16_full":
+        return "torchao's int4 weight-only kernel takes bf16 weights: use it with precision bf16_full"
+    return None
+
+
+def refusal(config: TrialConfig, workload: str) -> str | None:
+    """Why ``config`` cannot run as a ``workload`` ("train" / "inference") at all, whatever
+    the hardware: an option for the other workload, knob values that cannot be combined,
+    or a batch that does not split into the ranks' micro-batches. None when it can.
+    The one check behind ``apply`` and the study's check of BASELINE."""
+    values = config.to_dict()
+    for key, technique in TECHNIQUES.items():
+        reason = technique.wrong_workload(values[key], workload)
+        if reason:
+            return reason
+    conflict = conflicts(config)
+    if conflict:
+        return conflict
+    per_step = config.devices * config.grad_accumulation
+    if config.batch_size % per_step:
+        return (f"batch_size {config.batch_size} does not split evenly into devices={config.devices} "
+                f"x grad_accumulation={config.grad_accumulation} micro-batches")
+    return None
+
+
+@dataclass(frozen=True)
+class Capability:
+    """Whether one option (``key`` = ``value``) is offered on this hardware, and why not."""
+
+    key: str
+    value: Any
+    available: bool
+    reason: str = ""
+    workloads: str = "train, inference"  # which workloads the option is for
+
+
+def capability_table(hw: Hardware, keys: list[str] | None = None) -> list[Capability]:
+    """Every option of every technique, marked available or refused with a reason."""
+    rows = []
+    for key, tech in TECHNIQUES.items():
+        if keys is not None and key not in keys:
+            continue
+        for value in tech.candidate_values(hw):
+            reason = tech.unavailable(value, hw)
+            workloads = ", ".join(w for w in WORKLOADS if tech.wrong_workload(value, w) is None)
+            rows.append(Capability(key, value, reason is None, reason or "", workloads))
+    return rows

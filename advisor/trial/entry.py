@@ -1,0 +1,48 @@
+"""``run_trial(payload)``: the entry point of a trial's process. Measures one
+configuration and returns a ``TrialResult``; a failure of the configuration is a result
+with a failure class, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.machine.device_idle import IdleCheck
+
+
+def run_trial(payload: TrialPayload) -> TrialResult:
+    """Measure ``payload.config``: in this process, or with one process per rank when it
+    is data-parallel. On CUDA, first wait until this trial's GPUs are free of other
+    processes; a GPU still held is ``device_busy`` (not the configuration's doing)."""
+    started = time.perf_counter()
+    config = payload.config
+    parallel = config.parallelism != "single" and config.devices > 1
+    idle = _devices_idle(payload.settings.device, config.devices if parallel else 1)
+    if idle is not None and not all(c.ok for c in idle):
+        result = TrialResult.failed("device_busy", "; ".join(c.note for c in idle if not c.ok) +
+                                    ": not measured, so that no figure is polluted (the configuration may run again)")
+    elif parallel:
+        from advisor.trial.ranks import run_ranks
+
+        result = run_ranks(payload, config.devices)  # one process per rank; this one supervises
+    else:
+        from advisor.trial.single import run_in_this_process
+
+        result = run_in_this_process(payload, started)
+    if idle is not None:
+        result.telemetry["device_idle_check"] = [c.to_dict() for c in idle]
+    result.phase_s["total"] = time.perf_counter() - started
+    result.host, result.pid = socket.gethostname(), os.getpid()
+    return result
+
+
+def _devices_idle(device: str, count: int) -> list[IdleCheck] | None:
+    """On CUDA: wait until each of this trial's GPUs is free of other processes (NVML)."""
+    if device != "cuda":
+        return None
+    from advisor.machine.device_idle import nvml_index, wait_until_idle
+
+    return [wait_until_idle(nvml_index(i)) for i in range(count)]

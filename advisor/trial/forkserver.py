@@ -1,0 +1,207 @@
+"""Warm trial processes: every trial still runs in a process of its own, but that process
+is forked from a fork server which has already imported torch, advisor and the libraries
+model.py imports, so a trial does not pay for an interpreter start and ~2-3 s of imports.
+
+The fork server (Python's ``multiprocessing`` "forkserver") belongs to the Ray worker that
+runs the trial task; the worker is reused from trial to trial, the fork server with it.
+Neither ever runs a tensor operation or touches CUDA: the trial process starts from
+imported modules only, with the Ray task's environment (``CUDA_VISIBLE_DEVICES``,
+``OMP_NUM_THREADS``) and working directory, and it dies with the fork server
+(``PR_SET_PDEATHSIG``), which exits when the Ray worker does (a cancelled or timed-out
+trial is ended by killing the worker, as before).
+
+``ADVISOR_COLD_TRIALS=1`` in the environment of ``advisor tune`` turns this off: each trial
+then runs in a fresh Ray worker (``max_calls=1``), at the cost of the start-up.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import os
+import sys
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.trial.process import (
+    adopt_environment,
+    describe_exit,
+    die_with_parent,
+    mark_forked,
+)
+
+# Imported by the fork server whatever the workload imports (torch._dynamo: every torch
+# optimizer imports it on construction, ~1.5 s).
+ALWAYS = ("torch", "torch._dynamo", "advisor.trial.entry", "advisor.trial.single", "advisor.trial.loop",
+          "advisor.trial.ranks", "advisor.techniques.prepare", "advisor.machine.memory", "advisor.machine.timing",
+          "advisor.workload.contract")
+PRELOAD_ENV = "ADVISOR_PRELOAD"  # comma-separated module names, read by advisor.trial._preload
+CUDA_POISONED = "cuda_initialised_before_fork"  # what a forked trial answers when it cannot use CUDA
+
+
+def cold() -> bool:
+    """True when trials should start from a fresh interpreter (``ADVISOR_COLD_TRIALS=1``)."""
+    return os.environ.get("ADVISOR_COLD_TRIALS", "").strip().lower() in ("1", "true", "yes")
+
+
+def workload_imports(source: str) -> list[str]:
+    """The absolute modules model.py imports at its top level, in order.
+
+    Example:
+        >>> workload_imports("import torch\\nfrom sklearn.datasets import load_digits\\nfrom . import x")
+        ['torch', 'sklearn.datasets']
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return list(dict.fromkeys(names))
+
+
+def preload_list(source: str) -> list[str]:
+    """What the fork server imports: ``ALWAYS`` and model.py's installed libraries.
+
+    Only modules that live in the interpreter's standard library or site-packages are
+    preloaded; anything else (a module beside model.py, an editable install of your own
+    package) may be edited between studies, and a long-lived fork server would keep the
+    old version.
+    """
+    keep = []
+    for name in workload_imports(source):
+        try:
+            spec = importlib.util.find_spec(name.split(".")[0])
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        where = spec.origin if spec.origin not in (None, "built-in", "frozen") else None
+        if where is None and spec.submodule_search_locations:
+            where = next(iter(spec.submodule_search_locations), None)
+        if where is None or any(Path(where).resolve().is_relative_to(d) for d in _installed_paths()):
+            keep.append(name)
+    return list(dict.fromkeys([*ALWAYS, *keep]))
+
+
+def _installed_paths() -> list[Path]:
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(site.getsitepackages())
+    paths.add(site.getusersitepackages())
+    return [Path(p).resolve() for p in paths if p]
+
+
+_CONTEXT: Any = None
+_SPAWN_ONLY = False  # the fork server turned out unusable for CUDA: spawn instead
+
+
+def _context(payload: TrialPayload) -> Any:
+    """The fork-server context, started on first use with this payload's preload list.
+    (A fork server already running keeps its first list: later workloads' libraries are
+    then imported by each trial, which is slower but still correct.)"""
+    global _CONTEXT
+    if _CONTEXT is None:
+        import multiprocessing
+
+        os.environ[PRELOAD_ENV] = ",".join(preload_list(payload.workload_source))
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["advisor.trial._preload"])
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+def run_forked(payload: TrialPayload) -> TrialResult:
+    """Run ``advisor.trial.entry.run_trial(payload)`` in a process forked from the warm
+    fork server and return its result; a process that dies without answering is a ``crash``.
+
+    If CUDA turns out to have been initialised in the fork server (a library model.py
+    imports did it at import), CUDA cannot work in a forked process: this trial and every
+    later one of this worker then run in a spawned process (a fresh interpreter) instead.
+    """
+    global _SPAWN_ONLY
+    if not _SPAWN_ONLY:
+        result = _run_in(_context(payload), payload)
+        if result != CUDA_POISONED:
+            return result
+        _SPAWN_ONLY = True
+    import multiprocessing
+
+    result = _run_in(multiprocessing.get_context("spawn"), payload)
+    assert isinstance(result, TrialResult)  # a spawned process never answers CUDA_POISONED
+    return result
+
+
+def _run_in(ctx: Any, payload: TrialPayload) -> TrialResult | str:
+    receive, send = ctx.Pipe(duplex=False)
+    submitted = time.perf_counter()
+    forked = ctx.get_start_method() != "spawn"
+    process = ctx.Process(target=_child, args=(payload, dict(os.environ), os.getcwd(), submitted, send, forked),
+                          name="advisor-trial", daemon=False)
+    with _bare_main():
+        process.start()
+    send.close()
+    try:
+        result: TrialResult | str | None = receive.recv()
+    except EOFError:
+        result = None
+    finally:
+        receive.close()
+    process.join()
+    if result is None:
+        return TrialResult.failed("crash", f"the trial process died ({describe_exit(process.exitcode)})")
+    return result
+
+
+@contextlib.contextmanager
+def _bare_main() -> Iterator[None]:
+    """Start a process without it re-importing ``__main__``: multiprocessing re-runs the
+    parent's main script in every child, which in a Ray worker is Ray's worker script
+    (~0.4 s of imports) and, in a user's script, whatever it does at top level."""
+    real = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = real
+
+
+def _child(payload: TrialPayload, environ: dict[str, str], cwd: str, submitted: float, conn: Any,
+           forked: bool) -> None:
+    """The trial process: made to die with the fork server, given the task's environment."""
+    die_with_parent()
+    mark_forked(forked)  # a spawned fallback (CUDA) must not fork ranks from itself
+    adopt_environment(environ)
+    os.chdir(cwd)
+    if forked and _cannot_use_cuda(payload):
+        conn.send(CUDA_POISONED)
+        conn.close()
+        return
+    from advisor.trial.entry import run_trial
+
+    result = run_trial(payload)
+    result.phase_s["process_start"] = max(0.0, time.perf_counter() - submitted - result.phase_s.get("total", 0.0))
+    result.telemetry["trial_process"] = "forked" if forked else "spawned"
+    conn.send(result)
+    conn.close()
+
+
+def _cannot_use_cuda(payload: TrialPayload) -> bool:
+    """True when this forked trial needs CUDA and cannot have it: CUDA was initialised in
+    the fork server before the fork (by a library model.py imports)."""
+    if payload.settings.device != "cuda":
+        return False
+    import torch
+
+    return bool(torch.cuda._is_in_bad_fork())

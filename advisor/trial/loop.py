@@ -1,0 +1,232 @@
+"""The measured work of one trial in one process: build the model, apply the knobs, then
+the training loop (timed steps inside it, peak memory, evaluation) or the inference loop.
+
+With data parallelism every rank runs this in lockstep (the ranks agree on when timing
+stops); ``advisor.trial.ranks`` collects their results. Without it, the trial runs it directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from typing import Any
+
+from advisor.core.errors import AdvisorError, UnsupportedError
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.machine.memory import peak_memory_for
+from advisor.machine.timing import StepTimer
+from advisor.techniques.prepare import apply
+from advisor.workload.contract import Workload, build_model, check_metric, load_datasets
+
+
+class NonFiniteLoss(AdvisorError):
+    """The loss became NaN or infinite: the configuration diverged (failure class ``error``)."""
+
+
+def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[str, float]) -> TrialResult:
+    """Build the configured model and measure it; ``phases`` collects where time went."""
+    import torch
+
+    config, settings = payload.config, payload.settings
+    t = time.perf_counter()
+    train, val = load_datasets(workload)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if settings.device == "cuda" else torch.device("cpu")
+    phases["load"] = phases.get("load", 0.0) + time.perf_counter() - t
+
+    t = time.perf_counter()
+    memory = peak_memory_for(device)
+    memory.reset()
+    phases["memory_baseline"] = time.perf_counter() - t
+    t = time.perf_counter()
+    torch.manual_seed(settings.seed)
+    prepared = apply(build_model(workload), config, device, workload=settings.workload)
+    phases["build"] = time.perf_counter() - t
+    sampler = None
+    if device.type == "cuda":
+        from advisor.machine.nvml import nvml_sampler_for
+
+        sampler = nvml_sampler_for(device).start()
+    timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize)
+    if settings.workload == "inference":
+        figures = _inference(prepared, workload, val, settings, timer, phases, memory.peak_bytes)
+    else:
+        figures = _train(prepared, workload, train, val, settings, timer, phases, memory.peak_bytes)
+    timing = timer.result()
+    telemetry = sampler.stop() if sampler else {}
+    if hasattr(memory, "reserved_bytes"):
+        telemetry["reserved_peak_bytes"] = memory.reserved_bytes()
+    telemetry["peak_memory_exact"] = getattr(memory, "exact", True)
+    telemetry["timing"] = timing.to_dict()  # the measurement's spread, for a reader to judge
+    telemetry["intra_op_threads"] = torch.get_num_threads()
+    telemetry["model"] = _model_facts(prepared)
+    first_step_s = figures.pop("first_step_s")
+    return TrialResult(
+        ok=True,
+        throughput=config.batch_size / timing.median_s,  # global samples/s (all ranks)
+        step_time_median_s=timing.median_s,
+        step_time_iqr_s=timing.iqr_s,
+        timed_steps=timing.steps,
+        timing_converged=timing.converged,
+        first_step_s=first_step_s,
+        compile_s=max(0.0, first_step_s - timing.median_s) if prepared.compiled else 0.0,
+        phase_s=phases,
+        telemetry=telemetry,
+        **figures,
+    )
+
+
+def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, timer: Any,
+           phases: dict[str, float], memory_peak: Any) -> dict[str, Any]:
+    bs = prepared.config.batch_size
+    if bs > len(train):
+        raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
+    optimizer = workload.optimizer(prepared.module.parameters())
+    batches = _cycle(prepared.loader(train, shuffle=True, seed=settings.seed, drop_last=True))
+
+    def step(timed: bool) -> Any:
+        with timer.step() if timed else contextlib.nullcontext():  # data loading is timed too
+            x, y = next(batches)
+            return prepared.train_step(x, y, workload.loss, optimizer)
+
+    # 1. Train for the study's fixed number of samples; warm-up steps are untimed.
+    t = t_warm = time.perf_counter()
+    steps = max(1, round(settings.train_samples / bs))
+    first_step_s, loss, warm = 0.0, None, False
+    for i in range(steps):
+        t_step = time.perf_counter()
+        # Warm-up: at least warmup_steps and warmup_s of steps before timing starts. Every
+        # rank runs the same steps; only whether a step is timed can differ between ranks.
+        warm = warm or (i >= settings.warmup_steps and t_step - t_warm >= settings.warmup_s + first_step_s)
+        loss = step(timed=warm and not timer.done())
+        if i == 0:
+            prepared.synchronize()
+            first_step_s = time.perf_counter() - t_step
+        if i % 10 == 0 or i == steps - 1:
+            _check_finite(loss, i)
+    phases["train"] = time.perf_counter() - t
+
+    # 2. More timed steps if the timing has not settled yet, and 3. accuracy on the whole
+    #    validation set (every rank evaluates it; rank 0 reports). Extra steps must not
+    #    change the evaluated model: without finishing steps, evaluate first; with them
+    #    (pruning, QAT: the model is converted after training) time first on a copy of
+    #    the weights kept on the CPU, then restore, finish and evaluate.
+    if prepared.finishers:
+        peak = memory_peak()  # the extra steps repeat the same step: same peak
+        more = _agree_more(prepared, not timer.done())  # every rank decides alike
+        saved = _snapshot(prepared.module) if more else None
+        _extra_timing(prepared, timer, step, phases, more)
+        if saved is not None:
+            prepared.module.load_state_dict(saved)
+        t = time.perf_counter()
+        prepared.finish()
+        accuracy = _evaluate(prepared, workload, val)
+        phases["eval"] = time.perf_counter() - t
+    else:
+        t = time.perf_counter()
+        accuracy = _evaluate(prepared, workload, val)
+        phases["eval"] = time.perf_counter() - t
+        _extra_timing(prepared, timer, step, phases)
+        peak = memory_peak()
+    return {"accuracy": accuracy, "train_samples": steps * bs, "first_step_s": first_step_s,
+            "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": peak}
+
+
+def _extra_timing(prepared: Any, timer: Any, step: Any, phases: dict[str, float], more: bool | None = None) -> None:
+    """Timed steps until every rank's timer is done (``more``: already agreed for the first)."""
+    t = time.perf_counter()
+    prepared.model.train()
+    if more is None:
+        more = _agree_more(prepared, not timer.done())
+    while more:
+        step(timed=True)
+        more = _agree_more(prepared, not timer.done())
+    phases["extra_timing"] = time.perf_counter() - t
+
+
+def _snapshot(module: Any) -> dict[str, Any]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any,
+               phases: dict[str, float], memory_peak: Any) -> dict[str, Any]:
+    import torch
+
+    bs = prepared.config.batch_size
+    if bs > len(val):
+        raise UnsupportedError(f"batch size {bs} is larger than the validation set ({len(val)} samples)")
+    batches = _cycle(prepared.loader(val, drop_last=True))
+    t = t_warm = time.perf_counter()
+    first_step_s, i = 0.0, 0
+    with torch.inference_mode():
+        # Forward passes on validation batches: warm-up, then timed until the spread settles.
+        while not timer.done():
+            t_step = time.perf_counter()
+            warm = i >= settings.warmup_steps and t_step - t_warm >= settings.warmup_s + first_step_s
+            with timer.step() if warm else contextlib.nullcontext():
+                x, _ = next(batches)
+                prepared.predict(x)
+                prepared.synchronize()
+            if i == 0:
+                first_step_s = time.perf_counter() - t_step
+            i += 1
+    phases["timing"] = time.perf_counter() - t
+    t = time.perf_counter()
+    accuracy = _evaluate(prepared, workload, val)
+    phases["eval"] = time.perf_counter() - t
+    return {"accuracy": accuracy, "train_samples": 0, "first_step_s": first_step_s, "final_loss": None,
+            "peak_memory_bytes": memory_peak()}
+
+
+def _evaluate(prepared: Any, workload: Any, val: Any) -> float:
+    import torch
+
+    prepared.model.eval()
+    total, weighted = 0, 0.0
+    with torch.inference_mode():
+        for x, y in prepared.loader(val, per_rank=False):
+            out = prepared.predict(x)
+            n = len(y)
+            weighted += check_metric(workload, workload.metric(out, prepared.to_device(y))) * n
+            total += n
+    return weighted / total
+
+
+def _agree_more(prepared: Any, more: bool) -> bool:
+    """All ranks take another step if any rank's timer wants one (collectives stay paired)."""
+    if prepared.world == 1:
+        return more
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([int(more)], device=prepared.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def _model_facts(prepared: Any) -> dict[str, Any]:
+    from advisor.techniques.pruning import sparsity
+    from advisor.techniques.quantization import quantized_layers
+
+    try:
+        facts = sparsity(prepared.module) | {"quantized_linear_layers": quantized_layers(prepared.module)}
+    except Exception as exc:  # an exotic tensor subclass: report what we can
+        facts = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    return facts | prepared.stats
+
+
+def _cycle(loader: Any) -> Any:
+    epoch = 0
+    while True:
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def _check_finite(loss: Any, step: int) -> None:
+    value = float(loss)
+    if not math.isfinite(value):
+        raise NonFiniteLoss(f"loss became {value} at step {step}: this configuration diverged")

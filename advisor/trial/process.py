@@ -1,0 +1,65 @@
+"""What a process forked for a trial (or for one of its ranks) does first, and how its
+end is described. Linux-first: elsewhere the parent-death signal is not available."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_FORKED = False  # True in a trial process forked from the warm fork server
+
+
+def mark_forked(forked: bool) -> None:
+    """Record whether this trial process was forked from the warm fork server (torch
+    imported, single-threaded, no tensor operation run yet) or spawned."""
+    global _FORKED
+    _FORKED = forked
+
+
+def forked_trial() -> bool:
+    """True in a trial process forked from the warm fork server: it may itself fork (the
+    ranks of a DDP trial) instead of starting an interpreter per rank."""
+    return _FORKED
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: SIGKILL this process when its parent exits (PR_SET_PDEATHSIG), so a killed
+    Ray worker, fork server or trial supervisor leaves nothing running. If the parent
+    (``parent``, or any when None) already went before this call, exit now."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1 or (parent is not None and os.getppid() != parent):
+        os._exit(1)
+
+
+def adopt_environment(environ: dict[str, str]) -> None:
+    """In a forked process: take ``environ`` as this process's environment, and the
+    thread count it names (torch fixed its count at import, in the fork server)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    threads_from_env()
+
+
+def threads_from_env() -> None:
+    """Take this process's OMP_NUM_THREADS: torch fixed its thread count from the value it
+    saw when the fork server imported it, and a forked process inherits that count."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        import torch
+
+        torch.set_num_threads(int(value))
+
+
+def describe_exit(code: int | None) -> str:
+    """'killed by SIGKILL' for a negative exit code, 'exit status N' otherwise."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = ": the kernel's out-of-memory killer, or a kill from outside" if name == "SIGKILL" else ""
+        return f"killed by {name}{hint}"
+    return f"exit status {code}"

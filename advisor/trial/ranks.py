@@ -1,0 +1,228 @@
+"""Data-parallel trials: one process per rank, launched the way ``torchrun`` launches them,
+supervised by the trial's own (Ray worker) process.
+
+Each rank runs ``python -m advisor.trial.ranks DIR`` (in a warm trial process, a fork of it
+that runs the same ``main``: no interpreter start or imports) with RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR and MASTER_PORT set, measures the configuration in lockstep with the others
+and writes its result to DIR/rank-N.json. The supervisor watches them: when a rank fails
+or dies, the others are killed at once and the trial's result says which rank and why.
+Ranks die with their supervisor (PR_SET_PDEATHSIG), so the trial timeout, which kills the
+Ray worker, also ends a hung rank. Throughput is global samples/s (rank 0's step time);
+peak memory is the maximum over ranks (the sum is kept in telemetry).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.trial.process import adopt_environment, die_with_parent, forked_trial
+from advisor.trial.single import run_in_this_process
+
+RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result says why)
+
+
+def run_ranks(payload: TrialPayload, world: int, poll_s: float = 0.05) -> TrialResult:
+    """Run ``world`` ranks of the trial described by ``payload``; aggregate their results."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="advisor-ranks-") as tmp:
+        directory = Path(tmp)
+        (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
+        procs = _launch(directory, world, payload.settings.device)
+        try:
+            failed = _supervise(procs, poll_s)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                p.wait()
+        results = [_read(directory, rank) for rank in range(world)]
+        if failed is not None and all(r is not None and r.ok for r in results):
+            failed = None  # every rank measured and wrote its result; it died while exiting
+        if failed is not None:
+            rank = _root_cause(failed, procs, results)
+            return _failure(directory, rank, procs[rank].returncode, results[rank])
+        missing = [r for r, res in enumerate(results) if res is None]
+        if missing:
+            return TrialResult.failed("crash", f"rank {missing[0]} exited without a result\n{_log_tail(directory, missing[0])}")
+    result = _aggregate([res for res in results if res is not None])
+    # Starting the rank processes (interpreter, imports) and tearing them down.
+    result.phase_s["launch"] = time.perf_counter() - started - result.phase_s.pop("rank", 0.0)
+    return result
+
+
+def _launch(directory: Path, world: int, device: str) -> list[Any]:
+    port = _free_port()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   ADVISOR_SUPERVISOR_PID=str(os.getpid()))
+        if device == "cpu":  # the cores are split between the ranks (the threads knob overrides)
+            env["OMP_NUM_THREADS"] = str(max(1, cores // world))
+        log = open(directory / f"rank-{rank}.log", "wb")
+        try:
+            if forked_trial():  # torch is imported already: the rank starts as a fork of this process
+                procs.append(_ForkedRank(directory, env, log.fileno()))
+            else:
+                procs.append(subprocess.Popen([sys.executable, "-m", "advisor.trial.ranks", str(directory)],
+                                              env=env, stdout=log, stderr=subprocess.STDOUT))
+        finally:
+            log.close()
+    return procs
+
+
+class _ForkedRank:
+    """A rank forked from a warm trial process (advisor/trial/forkserver.py), which is single-threaded
+    and has run no tensor operation; the parts of ``subprocess.Popen`` the supervisor uses."""
+
+    def __init__(self, directory: Path, env: dict[str, str], log_fd: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                adopt_environment(env)  # with this rank's share of the cores
+                code = main(str(directory))
+            finally:
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(0.01)
+        return self.returncode  # type: ignore[return-value]
+
+
+def _supervise(procs: list[Any], poll_s: float, grace_s: float = 3.0) -> list[int] | None:
+    """Wait for every rank. Returns None when all succeeded, else the ranks that failed:
+    after the first failure the others get ``grace_s`` to fail on their own (a peer's
+    death surfaces as their collective erroring), so the root cause can be told apart."""
+    while True:
+        codes = [p.poll() for p in procs]
+        if any(code not in (None, 0) for code in codes):
+            deadline = time.monotonic() + grace_s
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(poll_s)
+            return [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if all(code == 0 for code in codes):
+            return None
+        time.sleep(poll_s)
+
+
+# How a rank's collective fails when a peer died first: a consequence, not the cause.
+_PEER_ERRORS = ("connection closed by peer", "connection reset by peer", "broken pipe", "socket timeout",
+                "nccl communicator was aborted", "watchdog caught collective operation timeout")
+
+
+def _root_cause(failed: list[int], procs: list[Any], results: list[TrialResult | None]) -> int:
+    """The rank whose failure explains the others': killed by a signal, else failed with
+    an error of its own, else the first."""
+    for rank in failed:
+        if (procs[rank].returncode or 0) < 0:
+            return rank
+    for rank in failed:
+        res = results[rank]
+        if res is not None and not any(e in (res.failure_message or "").lower() for e in _PEER_ERRORS):
+            return rank
+    return failed[0]
+
+
+def _failure(directory: Path, rank: int, code: int | None, result: TrialResult | None) -> TrialResult:
+    if result is not None and not result.ok:  # the rank caught it: oom, error, unsupported, ...
+        return TrialResult.failed(result.failure_class or "error", f"rank {rank}: {result.failure_message}",
+                                  phase_s=result.phase_s)
+    if code is not None and code < 0:
+        how = f"was killed by {signal.Signals(-code).name}"
+    else:
+        how = f"exited with status {code}"
+    return TrialResult.failed("crash", f"rank {rank} {how}; the other ranks were stopped\n{_log_tail(directory, rank)}")
+
+
+def _aggregate(results: list[TrialResult]) -> TrialResult:
+    first = results[0]
+    peaks = [r.peak_memory_bytes or 0 for r in results]
+    first.telemetry["ranks"] = [{"rank": i, "peak_memory_bytes": r.peak_memory_bytes, "step_time_median_s": r.step_time_median_s,
+                                 "accuracy": r.accuracy, "pid": r.pid} for i, r in enumerate(results)]
+    first.telemetry["peak_memory_sum_bytes"] = sum(peaks)
+    first.peak_memory_bytes = max(peaks)
+    return first
+
+
+def _read(directory: Path, rank: int) -> TrialResult | None:
+    try:
+        return TrialResult.from_dict(json.loads((directory / f"rank-{rank}.json").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _log_tail(directory: Path, rank: int, lines: int = 12) -> str:
+    try:
+        text = (directory / f"rank-{rank}.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main(directory: str) -> int:
+    """A rank's process: measure, write the result, leave the process group cleanly."""
+    started = time.perf_counter()
+    supervisor = int(os.environ.get("ADVISOR_SUPERVISOR_PID", "0")) or None
+    die_with_parent(supervisor)  # a timed-out trial leaves no rank behind
+    path = Path(directory)
+    rank = int(os.environ["RANK"])
+    payload = TrialPayload.from_dict(json.loads((path / "payload.json").read_text()))
+    result = run_in_this_process(payload, started)
+    result.host, result.pid = socket.gethostname(), os.getpid()
+    result.phase_s["rank"] = time.perf_counter() - started
+    tmp = path / f".rank-{rank}.json"
+    tmp.write_text(json.dumps(result.to_dict()))
+    tmp.replace(path / f"rank-{rank}.json")
+    if not result.ok:
+        sys.stdout.flush()
+        os._exit(RANK_FAILED)  # peers may be blocked in a collective: the supervisor ends them
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()  # no rank leaves while a peer still has communication in flight
+    # Leave without interpreter teardown: destroying gloo's threads at exit occasionally
+    # aborts ("terminate called without an active exception", seen with the fp16 hook)
+    # after the result is already written. The OS closes the sockets.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,63 @@
+"""One process measures the configuration: load model.py, run the loop, and turn a
+failure of the configuration into a result with its class (``oom``, ``unsupported``,
+``error``). Runs in the trial's process, or in each rank's."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+
+from advisor.core.errors import UnsupportedError, WorkloadError
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.workload.contract import Workload, load_workload
+
+
+def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
+    """Measure in this process; ``started`` is when the process began (import time)."""
+    # Imported before anything is measured: part of the "import" phase (instant in a warm
+    # process), never of a trial's peak memory. torch._dynamo is imported lazily by every
+    # optimizer's constructor (~70 MiB here), which would otherwise land inside the measured window.
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+
+    from advisor.trial.loop import NonFiniteLoss, run_configuration
+
+    phases: dict[str, float] = {"import": time.perf_counter() - started}
+    try:
+        t = time.perf_counter()
+        workload = load_same_workload(payload)
+        phases["load"] = time.perf_counter() - t
+        return run_configuration(payload, workload, phases)
+    except Exception as exc:  # a failure of the configuration is a result, not a crash
+        if isinstance(exc, (UnsupportedError, WorkloadError, NonFiniteLoss)):
+            message = str(exc)
+        else:
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+            message = f"{type(exc).__name__}: {exc}\n{tail}".strip()
+        return TrialResult.failed(classify(exc), message[-4000:], phase_s=phases)
+
+
+def load_same_workload(payload: TrialPayload) -> Workload:
+    """Load model.py from its path (from the shipped source if this node lacks the file),
+    refusing a file that changed since the study started."""
+    path = payload.workload_path
+    workload = load_workload(path, source=None if os.path.exists(path) else payload.workload_source)
+    if workload.sha256 != payload.workload_sha256:
+        raise WorkloadError(f"{path} changed since the study started (content hash differs); "
+                            "start a new study (--study NAME) to tune the new version")
+    return workload
+
+
+def classify(exc: BaseException) -> str:
+    """The failure class of an exception raised while running a configuration."""
+    import torch
+
+    if isinstance(exc, UnsupportedError):
+        return "unsupported"
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return "oom"
+    text = str(exc).lower()
+    if isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text):
+        return "oom"
+    return "error"

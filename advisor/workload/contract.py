@@ -1,0 +1,246 @@
+"""Load a user's model.py and hold it to the model.py contract (see README).
+
+The contract::
+
+    def model() -> torch.nn.Module             # required
+    def datasets() -> tuple[Dataset, Dataset]  # required: (train, validation)
+    def loss(output, target) -> Tensor         # optional; default cross entropy
+    def metric(output, target) -> float        # optional; default top-1 accuracy
+    def optimizer(parameters) -> Optimizer     # optional; default AdamW(lr=1e-3)
+    BASELINE = {"batch_size": 64}              # optional; the user's current setup
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from advisor.core.errors import WorkloadError
+
+_REQUIRED = ("model", "datasets")
+_OPTIONAL = ("loss", "metric", "optimizer")
+_counter = itertools.count()
+
+
+def default_loss(output: Any, target: Any) -> Any:
+    """Cross entropy, the default ``loss`` of the contract."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(output, target)
+
+
+def default_metric(output: Any, target: Any) -> float:
+    """Top-1 accuracy of a batch, the default ``metric`` of the contract."""
+    return (output.argmax(dim=-1) == target).float().mean().item()
+
+
+def default_optimizer(parameters: Any) -> Any:
+    """AdamW with lr=1e-3, the default ``optimizer`` of the contract."""
+    import torch
+
+    return torch.optim.AdamW(parameters, lr=1e-3)
+
+
+@dataclass
+class Workload:
+    """A loaded model.py: its functions (defaults filled in) and identity."""
+
+    path: Path
+    source: str
+    sha256: str
+    module: ModuleType
+    model: Callable[[], Any]
+    datasets: Callable[[], Any]
+    loss: Callable[[Any, Any], Any]
+    metric: Callable[[Any, Any], float]
+    optimizer: Callable[[Any], Any]
+    baseline: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def where(self, func: str) -> str:
+        return f"{self.path}: {func}()"
+
+
+def file_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_workload(path: str | Path, source: str | None = None) -> Workload:
+    """Import model.py from ``path`` and check the shape of the contract.
+
+    ``source`` (the file's text) lets a worker on another node run the same code when
+    the file is not on its disk. Raises WorkloadError naming the file and the problem.
+    """
+    path = Path(path).expanduser().resolve()
+    if source is None:
+        if not path.exists():
+            raise WorkloadError(f"{path}: no such file (expected a model.py with model() and datasets())")
+        if not path.is_file():
+            raise WorkloadError(f"{path}: is a directory, expected a Python file")
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise WorkloadError(f"{path}: cannot be read as Python source text ({exc})") from None
+    try:
+        code = compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise WorkloadError(
+            f"{path}:{exc.lineno}: not valid Python: {exc.msg} (expected a model.py with model() and datasets())"
+        ) from None
+    module = ModuleType(f"_advisor_workload_{path.stem}_{next(_counter)}")
+    module.__file__ = str(path)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:  # user code: any exception is a contract problem
+        raise WorkloadError(
+            f"{path}: importing it raised {type(exc).__name__}: {exc}\n{user_tail(exc)}"
+        ) from None
+    return _bind(path, source, module)
+
+
+def _bind(path: Path, source: str, module: ModuleType) -> Workload:
+    problems = []
+    for name in _REQUIRED:
+        if not callable(getattr(module, name, None)):
+            problems.append(f"{name}() is missing (required by the model.py contract)")
+    for name in _OPTIONAL:
+        if hasattr(module, name) and not callable(getattr(module, name)):
+            problems.append(f"{name} must be a function, found {type(getattr(module, name)).__name__}")
+    baseline = getattr(module, "BASELINE", {})
+    if not isinstance(baseline, dict):
+        problems.append(f"BASELINE must be a dict such as {{'batch_size': 64}}, found {type(baseline).__name__}")
+        baseline = {}
+    if problems:
+        raise WorkloadError(f"{path}: " + "; ".join(problems))
+    return Workload(
+        path=path,
+        source=source,
+        sha256=file_sha256(source),
+        module=module,
+        model=module.model,
+        datasets=module.datasets,
+        loss=getattr(module, "loss", default_loss),
+        metric=getattr(module, "metric", default_metric),
+        optimizer=getattr(module, "optimizer", default_optimizer),
+        baseline=dict(baseline),
+    )
+
+
+def user_tail(exc: BaseException, limit: int = 4) -> str:
+    """The last frames of a traceback, formatted for a message."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return "".join(lines[-limit:]).rstrip()
+
+
+def call(workload: Workload, func: str, *args: Any) -> Any:
+    """Call a contract function; any exception becomes a WorkloadError naming it."""
+    try:
+        return getattr(workload, func)(*args)
+    except WorkloadError:
+        raise
+    except Exception as exc:
+        raise WorkloadError(
+            f"{workload.where(func)} raised {type(exc).__name__}: {exc}\n{user_tail(exc)}"
+        ) from None
+
+
+def build_model(workload: Workload) -> Any:
+    import torch
+
+    model = call(workload, "model")
+    if not isinstance(model, torch.nn.Module):
+        raise WorkloadError(f"{workload.where('model')} must return a torch.nn.Module, found {type(model).__name__}")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise WorkloadError(f"{workload.where('model')} returned a module with no trainable parameters")
+    return model
+
+
+def load_datasets(workload: Workload) -> tuple[Any, Any]:
+    """Call datasets() and check it returns two non-empty, indexable datasets."""
+    pair = call(workload, "datasets")
+    where = workload.where("datasets")
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise WorkloadError(f"{where} must return (train, validation), found {_describe(pair)}")
+    for role, data in zip(("train", "validation"), pair):
+        if not hasattr(data, "__getitem__") or not hasattr(data, "__len__"):
+            raise WorkloadError(
+                f"{where}: the {role} dataset must be a map-style Dataset (with __len__ and __getitem__), found {type(data).__name__}"
+            )
+        if len(data) == 0:
+            raise WorkloadError(f"{where}: the {role} dataset is empty")
+        _check_items(where, role, data)
+    return pair[0], pair[1]
+
+
+def _check_items(where: str, role: str, data: Any) -> None:
+    shapes = []
+    for index in range(min(2, len(data))):
+        item = data[index]
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise WorkloadError(f"{where}: {role}[{index}] must be an (input, target) pair, found {_describe(item)}")
+        shapes.append(_shape(item))
+    if len(shapes) == 2 and shapes[0] != shapes[1]:
+        raise WorkloadError(
+            f"{where}: {role} items have inconsistent shapes: item 0 is {shapes[0]}, item 1 is {shapes[1]} "
+            "(every item must have the same shapes so batches can be collated)"
+        )
+
+
+def _shape(obj: Any) -> Any:
+    if hasattr(obj, "shape"):
+        return (type(obj).__name__, tuple(obj.shape))
+    if isinstance(obj, dict):
+        return {k: _shape(v) for k, v in sorted(obj.items())}
+    if isinstance(obj, (tuple, list)):
+        return tuple(_shape(v) for v in obj)
+    return type(obj).__name__
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, (tuple, list)):
+        return f"a {type(obj).__name__} of {len(obj)}"
+    return type(obj).__name__
+
+
+def forward(model: Any, inputs: Any) -> Any:
+    """Call the model the way the contract says: tensor, tuple (*x) or dict (**x)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def check_loss(workload: Workload, value: Any) -> None:
+    import torch
+
+    where = workload.where("loss")
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        found = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise WorkloadError(f"{where} must return a scalar tensor, found {found}")
+    if not value.requires_grad:
+        raise WorkloadError(f"{where} returned a tensor that does not require grad; backward() cannot train the model")
+
+
+def check_metric(workload: Workload, value: Any) -> float:
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkloadError(f"{workload.where('metric')} must return a number, found {type(value).__name__}")
+    if not math.isfinite(value):
+        raise WorkloadError(f"{workload.where('metric')} returned {value}, expected a finite number")
+    return float(value)

@@ -1,0 +1,64 @@
+"""The preflight: the model.py contract end to end on a two-sample batch, on CPU, in the
+driver, before anything else starts; bad workloads are refused with the function named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.core.errors import WorkloadError
+from advisor.workload.contract import (
+    Workload,
+    build_model,
+    call,
+    check_loss,
+    check_metric,
+    forward,
+    load_datasets,
+    user_tail,
+)
+from advisor.workload.structure import blocks, prunable
+
+
+def preflight(workload: Workload) -> dict[str, Any]:
+    """Run the contract end to end on a two-sample batch, on CPU, in this process.
+
+    Builds the model and datasets, collates two training samples, runs forward, loss,
+    backward, an optimizer step and the metric. Returns facts about the workload
+    (dataset sizes, parameter count). Raises WorkloadError on any violation.
+    """
+    import torch
+    from torch.utils.data import default_collate
+
+    model = build_model(workload)
+    train, val = load_datasets(workload)
+    try:
+        inputs, target = default_collate([train[i] for i in range(min(2, len(train)))])
+    except Exception as exc:
+        raise WorkloadError(f"{workload.where('datasets')}: training items cannot be batched: {exc}") from None
+    model.train()
+    try:
+        output = forward(model, inputs)
+    except Exception as exc:
+        raise WorkloadError(
+            f"{workload.where('model')}: the model's forward raised {type(exc).__name__} on a batch of 2 "
+            f"training samples: {exc}\n{user_tail(exc)}"
+        ) from None
+    value = call(workload, "loss", output, target)
+    check_loss(workload, value)
+    opt = call(workload, "optimizer", model.parameters())
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, found {type(opt).__name__}")
+    value.backward()
+    opt.step()
+    model.eval()
+    with torch.no_grad():
+        check_metric(workload, call(workload, "metric", forward(model, inputs), target))
+    return {
+        "train_size": len(train),
+        "val_size": len(val),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "has_conv2d": any(isinstance(m, torch.nn.Conv2d) for m in model.modules()),
+        "linear_layers": sum(isinstance(m, torch.nn.Linear) for m in model.modules()),
+        "prunable_layers": len(prunable(model)),
+        "top_level_blocks": len(blocks(model)),
+    }
