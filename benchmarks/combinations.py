@@ -4,7 +4,7 @@ short trials) and list every failure, to find knob combinations that break.
     python benchmarks/combinations.py examples/digits_cnn.py --space cpu -n 60
     python benchmarks/combinations.py examples/digits_inference.py --workload inference -n 60
 
-Combinations that cannot work by design are skipped (``advisor.techniques.conflicts``);
+Combinations that cannot work by design are skipped (``advisor.techniques.rules.conflicts``);
 any other failure is a bug or a missing conflict rule. Not a timing benchmark: trials are
 short and share this process (compile caches, threads), so only pass/fail means anything.
 """
@@ -16,11 +16,14 @@ import collections
 import random
 import sys
 
-from advisor.hardware import detect
-from advisor.space import filter_space, load_space
-from advisor.techniques import conflicts
-from advisor.trial import TrialSettings, run_trial
-from advisor.workload import load_workload, preflight
+from advisor.core.results import TrialPayload, TrialSettings
+from advisor.core.units import first_line
+from advisor.machine.hardware import detect
+from advisor.search.space import filter_space, load_space
+from advisor.techniques.rules import conflicts
+from advisor.trial.entry import run_trial
+from advisor.workload.contract import load_workload
+from advisor.workload.preflight import preflight
 
 
 def main() -> int:
@@ -38,16 +41,14 @@ def main() -> int:
                          detect(), facts)
     configs = [c for c in space.configs(limit=500_000) if not conflicts(c)]
     random.Random(args.seed).shuffle(configs)
-    settings = TrialSettings(train_samples=320, max_timing_s=0.3, min_steps=3, workload=args.workload).to_dict()
+    settings = TrialSettings(train_samples=320, max_timing_s=0.3, min_steps=3, workload=args.workload)
     failures: collections.Counter[str] = collections.Counter()
     for cfg in configs[: args.n]:
-        result = run_trial({"config": cfg.to_dict(), "settings": settings, "workload_path": str(workload.path),
-                            "workload_source": workload.source, "workload_sha256": workload.sha256})
-        if not result["ok"]:
-            first = (result["failure_message"] or "").splitlines()[0][:200]
+        result = run_trial(TrialPayload.of(workload, cfg, settings))
+        if not result.ok:
+            first = first_line(result.failure_message, 200)
             failures[first] += 1
-            changed = {k: v for k, v in cfg.to_dict().items() if v != getattr(type(cfg)(), k)}
-            print(f"FAILED [{result['failure_class']}] {changed}: {first}", flush=True)
+            print(f"FAILED [{result.failure_class}] {cfg.changed()}: {first}", flush=True)
     print(f"ran {min(args.n, len(configs))} configurations of {len(configs)}; {sum(failures.values())} failed")
     for message, count in failures.most_common():
         print(f"  {count} x {message}")

@@ -45,15 +45,16 @@ def spearman(a: list[float], b: list[float]) -> float | None:
 
 
 def repeats(model: str, n: int, executor, settings) -> list[dict]:
-    from advisor.config import TrialConfig
-    from advisor.trial import make_payload
-    from advisor.workload import load_workload
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload
+    from advisor.runner.executor import run_one
+    from advisor.workload.contract import load_workload
 
     workload = load_workload(model)
     config = TrialConfig.from_dict(workload.baseline)
     out = []
     for i in range(n):
-        r = executor.run_one(i, make_payload(workload, config, settings), timeout=600)
+        r = run_one(executor, i, TrialPayload.of(workload, config, settings), timeout=600)
         assert r.ok, r.failure_message
         out.append({"throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes, "accuracy": r.accuracy,
                     "rel_iqr": r.step_time_iqr_s / r.step_time_median_s})
@@ -64,13 +65,15 @@ def repeats(model: str, n: int, executor, settings) -> list[dict]:
 def study(model: str, space: str, trials: int, storage: str, name: str, train_samples: int):
     import optuna
 
-    from advisor.study import TuneOptions, Tuner
+    from advisor.core.stored import read_study
+    from advisor.study.options import TuneOptions
+    from advisor.study.plan import plan_study
+    from advisor.study.tuner import Tuner
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    tuner = Tuner(TuneOptions(workload_path=model, space=space, trials=trials, seed=0, storage=storage,
-                              study_name=name, train_samples=train_samples))
-    tuner.prepare()
-    return tuner.run()
+    plan = plan_study(TuneOptions(workload_path=model, space=space, trials=trials, seed=0, storage=storage,
+                                  study_name=name, train_samples=train_samples))
+    return read_study(Tuner(plan).run().study)
 
 
 def main() -> int:
@@ -85,17 +88,16 @@ def main() -> int:
     if args.tiny:
         args.model, args.repeats, args.trials = str(HERE.parent / "examples" / "digits_mlp.py"), 2, 2
 
-    from advisor import storage as st
-    from advisor.config import TrialConfig
-    from advisor.hardware import detect, fingerprint
-    from advisor.scheduler import RayExecutor
-    from advisor.trial import TrialSettings
-    from advisor.workload import load_workload, preflight
+    from advisor.core.results import TrialSettings, default_train_samples
+    from advisor.machine.hardware import detect, fingerprint
+    from advisor.runner.ray_executor import RayExecutor
+    from advisor.workload.contract import load_workload
+    from advisor.workload.preflight import preflight
 
     started = time.perf_counter()
     hw = detect()
     facts = preflight(load_workload(args.model))
-    samples = 300 if args.tiny else 5 * facts["train_size"]
+    samples = 300 if args.tiny else default_train_samples(facts["train_size"])
     executor = RayExecutor(hw.device).start()
     try:
         runs = repeats(args.model, args.repeats, executor, TrialSettings(train_samples=samples, device=hw.device))
@@ -106,12 +108,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="adv-fid-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'fidelity.db'}"
         a, b = (study(args.model, args.space, args.trials, url, f"run-{i}", samples) for i in "ab")
-        by_config = []
-        for s in (a, b):
-            by_config.append({TrialConfig.from_dict(t.user_attrs["config"]).key(): t.values[0]
-                              for t in s.trials if t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs})
+        by_config = [{r.config.key(): r.figures.throughput for r in s.records if r.state == "complete"}
+                     for s in (a, b)]
         common = sorted(set(by_config[0]) & set(by_config[1]))
-        fronts = [{TrialConfig.from_dict(t.user_attrs["config"]).key() for t in st.pareto_front(s)} for s in (a, b)]
+        fronts = [{r.config.key() for r in s.front()} for s in (a, b)]
     doc = {
         "what": "repeatability of one configuration, and of two studies with the same seed",
         "command": " ".join(["python", *sys.argv]), "model": args.model, "date": dt.date.today().isoformat(),

@@ -20,13 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import commit
+from advisor.core.config import TrialConfig
+from advisor.core.results import TrialPayload, TrialSettings
+from advisor.machine.hardware import detect, fingerprint
+from advisor.runner.executor import run_one
+from advisor.runner.ray_executor import RayExecutor
+from advisor.workload.contract import load_workload
+from advisor.workload.preflight import preflight
 
-from advisor.config import TrialConfig
-from advisor.hardware import detect, fingerprint
-from advisor.scheduler import RayExecutor
-from advisor.trial import TrialSettings, make_payload
-from advisor.workload import load_workload, preflight
+from common import commit
 
 TRAIN_VARIANTS = [
     {"precision": "bf16"}, {"threads": 1}, {"channels_last": True}, {"compile": True},
@@ -71,7 +73,7 @@ def main() -> int:
     try:
         for rep in range(args.repeats):
             for i, cfg in enumerate(configs):
-                result = executor.run_one(i, make_payload(workload, cfg, settings), timeout=600)
+                result = run_one(executor, i, TrialPayload.of(workload, cfg, settings), timeout=600)
                 runs[i].append(result.to_dict())
                 status = f"{result.throughput:,.0f}/s" if result.ok else f"FAILED {result.failure_class}"
                 print(f"[{rep + 1}/{args.repeats}] {_label(base, cfg):40s} {status}", flush=True)

@@ -60,7 +60,7 @@ def instrumented() -> Iterator[None]:
     only; removed again on exit)."""
     import optuna
 
-    from advisor.space import SearchSpace
+    from advisor.search.space import SearchSpace
 
     undo = [_wrap(optuna.Study, "ask", "sampler"), _wrap(SearchSpace, "sample", "sampler")]
     undo += [_wrap(optuna.Study, attr, "storage") for attr in ("tell", "enqueue_trial", "get_trials")]
@@ -87,27 +87,29 @@ def main() -> int:
 
     import optuna
 
-    from advisor.study import TuneOptions, Tuner
-    from advisor.trial import COMPUTE_PHASES
+    from advisor.core.events import Event, Finished
+    from advisor.core.results import COMPUTE_PHASES
+    from advisor.study.options import TuneOptions
+    from advisor.study.plan import plan_study
+    from advisor.study.tuner import Tuner
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     TIMERS.clear()
     finished: list[dict[str, Any]] = []
 
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "finished":
-            finished.append({"wall_s": data["wall_s"], "phase_s": dict(data["result"].phase_s),
-                             "ok": data["result"].ok})
+    def on_event(event: Event) -> None:
+        if isinstance(event, Finished):
+            finished.append({"wall_s": event.wall_s, "phase_s": dict(event.result.phase_s), "ok": event.result.ok})
 
     wall0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="adv-over-") as tmp, instrumented():
         options = TuneOptions(workload_path=args.model, space=args.space, trials=args.trials,
                               storage=f"sqlite:///{Path(tmp) / 'overhead.db'}")
-        tuner = Tuner(options, on_event=on_event)
         with timed("preflight"):
-            tuner.prepare()
+            plan = plan_study(options)
+        tuner = Tuner(plan, on_event=on_event)
         with timed("ray_start"):
-            tuner.start_ray()
+            tuner.start_executor()
         tuner.run()
     wall = time.perf_counter() - wall0
     n = len(finished)

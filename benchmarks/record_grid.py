@@ -18,11 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor.hardware import detect, fingerprint
-from advisor.scheduler import RayExecutor
-from advisor.space import filter_space, load_space
-from advisor.trial import TrialSettings, make_payload
-from advisor.workload import load_workload, preflight
+from advisor.core.results import TrialPayload, TrialSettings
+from advisor.machine.hardware import detect, fingerprint
+from advisor.runner.executor import run_one
+from advisor.runner.ray_executor import RayExecutor
+from advisor.search.space import filter_space, load_space
+from advisor.workload.contract import load_workload
+from advisor.workload.preflight import preflight
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,7 +54,7 @@ def main() -> int:
         for rep in range(args.repeats):
             for i, (cell, config) in enumerate(zip(cells, configs)):
                 t0 = time.perf_counter()
-                r = executor.run_one(i, make_payload(workload, config, settings), timeout=600)
+                r = run_one(executor, i, TrialPayload.of(workload, config, settings), timeout=600)
                 cell["runs"].append({k: getattr(r, k) for k in (
                     "ok", "failure_class", "throughput", "peak_memory_bytes", "accuracy", "step_time_median_s",
                     "step_time_iqr_s", "compute_s")} | {"wall_s": time.perf_counter() - t0})

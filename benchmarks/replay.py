@@ -1,8 +1,9 @@
 """A trial executor that answers from a recorded grid (benchmarks/record_grid.py) instead
 of running anything, so a whole study replays in well under a second of trial time. It
-has the interface of advisor.scheduler.RayExecutor and plugs into the same Tuner:
+satisfies advisor.runner.executor.Executor, as RayExecutor does, and plugs into the same
+Tuner:
 
-    tuner = Tuner(options, executor=ReplayExecutor(grid, seed=0))
+    tuner = Tuner(plan_study(options), executor=ReplayExecutor(grid, seed=0))
 
 Each answer is one of the cell's recorded repeats, drawn with the seed; a configuration
 outside the grid is an error (the replayed space must be the recorded one).
@@ -13,12 +14,13 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor.config import TrialConfig
-from advisor.trial import TrialResult
+from advisor.core.config import TrialConfig
+from advisor.core.results import TrialPayload, TrialResult
 
 
 @dataclass
@@ -55,26 +57,18 @@ class _Answer:
 class ReplayExecutor:
     """Answers trials from ``grid``; ``seed`` picks which recorded repeat each answer is."""
 
-    device = "cpu"
-    slots = 1
-    resources: dict[str, float] = {"num_cpus": 0}
-    startup_s = 0.0
-    started = False
-
     def __init__(self, grid: Grid, seed: int = 0) -> None:
         self.grid, self.rng = grid, random.Random(seed)
         self.calls = 0
+        self.device, self.slots, self.startup_s = "cpu", 1, 0.0
+        self.resources: dict[str, Any] = {"num_cpus": 0}
 
-    def start(self) -> ReplayExecutor:
-        self.started = True
-        return self
-
-    def submit(self, number: int, payload: dict[str, Any]) -> _Answer:
+    def submit(self, number: int, payload: TrialPayload) -> _Answer:
         import time
 
-        key = TrialConfig.from_dict(payload["config"]).key()
+        key = payload.config.key()
         if key not in self.grid.runs:
-            raise KeyError(f"configuration not in the recorded grid: {payload['config']}")
+            raise KeyError(f"configuration not in the recorded grid: {payload.config.to_dict()}")
         self.calls += 1
         run = self.rng.choice(self.grid.runs[key])
         if run["ok"]:
@@ -85,10 +79,10 @@ class ReplayExecutor:
             result = TrialResult.failed(run["failure_class"], "replayed failure")
         return _Answer(number, result, time.monotonic())
 
-    def wait(self, running: list[_Answer], timeout: float) -> list[tuple[_Answer, TrialResult]]:
+    def wait(self, running: Sequence[Any], timeout: float) -> list[tuple[Any, TrialResult]]:
         return [(r, r.result) for r in running]
 
-    def cancel(self, running: _Answer) -> None:
+    def cancel(self, running: Any) -> None:
         pass
 
     def shutdown(self) -> None:

@@ -30,9 +30,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import commit  # noqa: E402
+from advisor.core.objectives import REF, hypervolume  # noqa: E402, F401 - REF: for tests
 
-from advisor.hypervolume import REF, hypervolume  # noqa: E402, F401 - REF: for tests
+from common import commit  # noqa: E402
 
 STRATEGIES = ("default", "tpe", "nsga2", "random", "gp")
 
@@ -41,7 +41,7 @@ class Scorer:
     """Turns configurations of the grid into normalised loss points (feasible ones only)."""
 
     def __init__(self, grid, max_drop: float) -> None:
-        from advisor.config import TrialConfig
+        from advisor.core.config import TrialConfig
 
         self.grid = grid
         base_key = TrialConfig.from_dict(grid.doc["baseline"]).key()
@@ -87,8 +87,11 @@ def replay_study(strategy: str, seed: int, grid, grid_path: str, model: str, bud
     """Run one study on the replayed grid; the configuration key of each proposal in order."""
     import optuna
 
-    from advisor.config import TrialConfig
-    from advisor.study import TuneOptions, Tuner
+    from advisor.core.stored import read_trial
+    from advisor.study.options import TuneOptions
+    from advisor.study.plan import plan_study
+    from advisor.study.tuner import Tuner
+
     from replay import ReplayExecutor
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -96,14 +99,9 @@ def replay_study(strategy: str, seed: int, grid, grid_path: str, model: str, bud
     options = TuneOptions(workload_path=model, space=grid_path, trials=budget, sampler=strategy, seed=seed,
                           storage=f"sqlite:///{workdir / f'{strategy}-{seed}.db'}", max_accuracy_drop=max_drop,
                           train_samples=settings["train_samples"], study_name=f"{strategy}-{seed}")
-    tuner = Tuner(options, executor=ReplayExecutor(grid, seed=seed))
-    tuner.prepare()
-    study = tuner.run()
-    keys: list[str | None] = []
-    for t in sorted(study.trials, key=lambda t: t.number):
-        fresh = t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs
-        keys.append(TrialConfig.from_dict(t.user_attrs["config"]).key() if fresh else None)
-    return keys
+    study = Tuner(plan_study(options), executor=ReplayExecutor(grid, seed=seed)).run().study
+    records = [read_trial(t) for t in sorted(study.trials, key=lambda t: t.number)]
+    return [r.config.key() if r.state == "complete" and r.config else None for r in records]
 
 
 def first_reaching(curve: list[float], target: float) -> int | None:

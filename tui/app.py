@@ -9,7 +9,9 @@ from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 
-from tui.screens import MainScreen, StudyListScreen
+from advisor.core.errors import StudyError
+from advisor.core.events import Event, Started, Stopped
+from advisor.tui.screens import MainScreen, StudyListScreen
 
 
 class LiveRun(Protocol):
@@ -35,9 +37,9 @@ class AdvisorApp(App[None]):
     class TuneEvent(Message):
         """The background study reported something (a trial finished, it stopped, ...)."""
 
-        def __init__(self, kind: str, data: dict[str, Any]) -> None:
+        def __init__(self, event: Event) -> None:
             super().__init__()
-            self.kind, self.data = kind, data
+            self.event = event
 
     def __init__(self, storage: Any, study: str | None, summaries: list[Any], live: LiveRun | None = None,
                  export_dir: str | Path = ".") -> None:
@@ -54,21 +56,22 @@ class AdvisorApp(App[None]):
         if self.live is not None:
             self.live.start(self._from_tuner)
 
-    def _from_tuner(self, kind: str, data: dict[str, Any]) -> None:
+    def _from_tuner(self, event: Event) -> None:
         """Called in the tuner's thread: hand the event to the UI thread."""
         try:
-            self.post_message(self.TuneEvent(kind, data))
+            self.post_message(self.TuneEvent(event))
         except RuntimeError:
             pass  # the app has closed; the CLI prints the summary
 
-    def on_advisor_app_tune_event(self, event: TuneEvent) -> None:
-        if event.kind == "ray" and self.live is not None:
+    def on_advisor_app_tune_event(self, message: TuneEvent) -> None:
+        event = message.event
+        if isinstance(event, Started) and self.live is not None:
             self.storage = self.live.storage
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen):
                 screen.data.storage = self.storage
-                screen.live_event(event.kind, event.data)
-        if event.kind == "stopped" and event.data.get("error"):
+                screen.live_event(event)
+        if isinstance(event, Stopped) and event.error:
             self.exit()  # the CLI prints the error
 
     async def action_quit(self) -> None:
@@ -82,7 +85,7 @@ def make_app(storage_url: str | None = None, study: str | None = None, live: Liv
     """Build the explorer for ``study`` in ``storage_url`` (default as for the CLI).
 
     Bad input is refused here, before any screen opens: a missing storage file, a storage
-    without studies, an unknown study name (``advisor.errors.StudyError``). With ``live``,
+    without studies, an unknown study name (``advisor.core.errors.StudyError``). With ``live``,
     the study may not exist yet: it appears when the tuner creates it.
 
     Example:
@@ -90,21 +93,16 @@ def make_app(storage_url: str | None = None, study: str | None = None, live: Liv
     """
     import optuna
 
-    from advisor import storage as st
+    from advisor.study import storage as stores
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = st.storage_url(storage_url)
+    url = stores.storage_url(storage_url)
     if live is not None:  # the tuner opens (and may create) the storage; the screen follows
         if study is None:
-            raise ValueError("a live explorer needs the study name")
+            raise StudyError("a live explorer needs the study name")
         return AdvisorApp(None, study, [], live=live, export_dir=export_dir)
-    storage = st.open_storage(url, must_exist=True)
+    storage = stores.open_storage(url, must_exist=True)
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
-    names = [s.study_name for s in summaries]
-    if not names:
-        raise st.StudyError(f"storage {url!r} holds no study yet: run `advisor tune model.py` first")
-    if study is not None and study not in names:
-        raise st.StudyError(f"no study named {study!r} in {url} (studies: {', '.join(names)})")
-    if study is None and len(names) == 1:
-        study = names[0]
+    if study is not None or len(summaries) <= 1:
+        study = stores.find_study(storage, study, url)  # an empty storage or an unknown name is refused
     return AdvisorApp(storage, study, summaries, export_dir=export_dir)

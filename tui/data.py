@@ -4,11 +4,14 @@ and Pareto front the screens show. No Textual here, so it is tested on its own."
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from advisor import storage as st
-from advisor.report import describe_config, fmt_bytes, fmt_rate
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Versus, pareto_front
+from advisor.core.stored import TrialRecord, read_study
+from advisor.core.units import fmt_bytes, fmt_rate
+from advisor.study.storage import study_names
 
 VIEWS = ("front", "all", "failed")
 VIEW_TITLES = {"front": "Pareto front (feasible)", "all": "all trials", "failed": "failed and skipped trials"}
@@ -20,57 +23,78 @@ AXES: dict[str, tuple[str, Any, bool]] = {
     "step_time": ("step time (ms)", lambda v: f"{1000 * v:.1f} ms", False),
 }
 SORT_KEYS = ("trial", "throughput", "memory", "accuracy", "config")
+NO_BASELINE = Versus(None, None, None)
 
 
 @dataclass
 class TrialRow:
-    """One trial as the explorer shows it."""
+    """One trial as the explorer shows it: its stored record, against the baseline."""
 
-    number: int
-    state: str                       # complete, failed, skipped, duplicate, running
-    config: dict[str, Any]
-    attrs: dict[str, Any]
-    throughput: float | None = None
-    memory: float | None = None
-    accuracy: float | None = None
-    feasible: bool = False
-    baseline: bool = False
+    record: TrialRecord
+    versus: Versus = NO_BASELINE
     on_front: bool = False
-    throughput_ratio: float | None = None
-    memory_ratio: float | None = None
-    accuracy_delta: float | None = None
-    constraints: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        return self.record.number
+
+    @property
+    def state(self) -> str:
+        """complete, failed, skipped, duplicate, running or waiting."""
+        return self.record.state
+
+    @property
+    def config(self) -> TrialConfig:
+        return self.record.config or TrialConfig()
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return self.record.attrs
+
+    @property
+    def baseline(self) -> bool:
+        return self.record.baseline
+
+    @property
+    def feasible(self) -> bool:
+        return self.record.feasible
+
+    @property
+    def constraints(self) -> dict[str, float]:
+        return self.record.constraints
+
+    @property
+    def throughput(self) -> float | None:
+        return self.record.figures.throughput if self.record.figures else None
+
+    @property
+    def memory(self) -> float | None:
+        return self.record.figures.peak_memory_bytes if self.record.figures else None
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.record.figures.accuracy if self.record.figures else None
 
     @property
     def description(self) -> str:
-        return describe_config(self.config)
+        return self.config.describe() if self.record.config is not None else ""
 
     @property
     def failure(self) -> str:
-        return str(self.attrs.get("failure_class") or "")
+        return self.record.failure_class or ""
 
     @property
     def message(self) -> str:
-        return str(self.attrs.get("failure_message") or "").strip()
+        return (self.record.failure_message or "").strip()
 
     @property
     def step_time(self) -> float | None:
-        return self.attrs.get("step_time_median_s")
+        return self.record.get("step_time_median_s")
 
     def value(self, axis: str) -> float | None:
-        if axis == "memory" and self.memory is not None:
-            return self.memory / 2**20
-        return {"throughput": self.throughput, "memory": None, "accuracy": self.accuracy,
-                "step_time": self.step_time}.get(axis)
-
-    def summary(self) -> str:
-        """'1.52x faster, +2% memory, -0.3 pt accuracy' against the baseline."""
-        if self.throughput_ratio is None or self.memory_ratio is None or self.accuracy_delta is None:
-            return ""
-        speed = (f"{self.throughput_ratio:.2f}x faster" if self.throughput_ratio >= 1
-                 else f"{1 / self.throughput_ratio:.2f}x slower")
-        return (f"{speed}, {100 * (self.memory_ratio - 1):+.0f}% memory, "
-                f"{100 * self.accuracy_delta:+.1f} pt accuracy")
+        if axis == "memory":
+            return self.memory / 2**20 if self.memory is not None else None
+        return {"throughput": self.throughput, "accuracy": self.accuracy, "step_time": self.step_time}.get(axis)
 
 
 @dataclass
@@ -81,8 +105,8 @@ class Filters:
     memory_cap: float | None = None
 
     def keep(self, row: TrialRow) -> bool:
-        if self.max_drop_pt is not None and (row.accuracy_delta is None
-                                             or -100 * row.accuracy_delta > self.max_drop_pt + 1e-9):
+        delta = row.versus.accuracy_delta
+        if self.max_drop_pt is not None and (delta is None or -100 * delta > self.max_drop_pt + 1e-9):
             return False
         return self.memory_cap is None or (row.memory is not None and row.memory <= self.memory_cap)
 
@@ -107,18 +131,14 @@ class StudyData:
     def reload(self) -> None:
         import optuna
 
-        if self.storage is None or self.name not in st.study_names(self.storage):
+        if self.storage is None or self.name not in study_names(self.storage):
             self.rows, self.attrs = [], {}  # live: the study is created when Ray is up
             return
-        study = optuna.load_study(study_name=self.name, storage=self.storage)
-        self.attrs = dict(study.user_attrs)
-        self.rows = [_row(t) for t in study.get_trials(deepcopy=False)]
-        base = self.baseline
-        for row in self.rows:
-            if base is not None and row.throughput is not None and base.throughput:
-                row.throughput_ratio = row.throughput / base.throughput
-                row.memory_ratio = row.memory / base.memory if base.memory else None
-                row.accuracy_delta = row.accuracy - base.accuracy
+        study = read_study(optuna.load_study(study_name=self.name, storage=self.storage))
+        self.attrs = dict(study.attrs)
+        has_base = study.baseline is not None
+        self.rows = [TrialRow(r, study.versus_baseline(r) if has_base and r.figures else NO_BASELINE)
+                     for r in study.records]
         self._mark_front()
 
     @property
@@ -128,8 +148,9 @@ class StudyData:
     def _mark_front(self) -> None:
         """Non-dominated among the feasible completed trials that pass the filters."""
         pool = [r for r in self.rows if r.state == "complete" and r.feasible and self.filters.keep(r)]
+        front = {r.number for r in pareto_front(pool, lambda r: r.record.figures)}  # type: ignore[arg-type, return-value]
         for row in self.rows:
-            row.on_front = row in pool and not any(_dominates(o, row) for o in pool if o is not row)
+            row.on_front = row.number in front
 
     def set_filters(self, filters: Filters) -> None:
         self.filters = filters
@@ -151,32 +172,6 @@ class StudyData:
                 "skipped": states.count("skipped"), "running": states.count("running"),
                 "front": sum(r.on_front for r in self.rows),
                 "infeasible": sum(1 for r in self.rows if r.state == "complete" and not r.feasible)}
-
-
-def _row(t: Any) -> TrialRow:
-    u = t.user_attrs
-    if "duplicate_of" in u:
-        state = "duplicate"
-    elif u.get("skipped"):
-        state = "skipped"
-    elif t.state.name == "COMPLETE":
-        state = "complete"
-    elif t.state.name == "RUNNING":
-        state = "running"
-    else:
-        state = "failed"
-    row = TrialRow(number=t.number, state=state, config=u.get("config", {}), attrs=u,
-                   baseline=bool(u.get("baseline")), constraints=dict(t.constraints or {}))
-    if state == "complete" and t.values:
-        row.throughput, row.memory, row.accuracy = t.values
-        row.feasible = all(v <= 0 for v in row.constraints.values())
-    return row
-
-
-def _dominates(a: TrialRow, b: TrialRow) -> bool:
-    ge = (a.throughput >= b.throughput, a.memory <= b.memory, a.accuracy >= b.accuracy)  # type: ignore[operator]
-    gt = (a.throughput > b.throughput, a.memory < b.memory, a.accuracy > b.accuracy)  # type: ignore[operator]
-    return all(ge) and any(gt)
 
 
 def _sort_key(row: TrialRow, key: str) -> Any:

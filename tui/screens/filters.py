@@ -8,8 +8,9 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from advisor.errors import AdvisorError
-from tui.data import Filters
+from advisor.core.errors import AdvisorError
+from advisor.core.units import parse_size
+from advisor.tui.data import Filters
 
 
 class FilterScreen(ModalScreen[Filters | None]):
@@ -31,8 +32,6 @@ class FilterScreen(ModalScreen[Filters | None]):
             yield Static("", id="filter-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        from advisor.cli import parse_size
-
         drop_text = self.query_one("#max-drop", Input).value.strip()
         cap_text = self.query_one("#memory-cap", Input).value.strip()
         try:
@@ -43,9 +42,9 @@ class FilterScreen(ModalScreen[Filters | None]):
             self.query_one("#filter-error", Static).update(f"accuracy drop: expected a number >= 0, found {drop_text!r}")
             return
         try:
-            cap = parse_size(cap_text) if cap_text else None
+            cap = parse_size(cap_text, what="memory cap") if cap_text else None
         except AdvisorError as exc:
-            self.query_one("#filter-error", Static).update(str(exc).replace("--memory-cap", "memory cap"))
+            self.query_one("#filter-error", Static).update(str(exc))
             return
         self.dismiss(Filters(max_drop_pt=drop, memory_cap=cap))
 

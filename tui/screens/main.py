@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -12,8 +11,18 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
-from tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
-from tui.widgets import ScatterPlot, TrialDetail, TrialTable
+from advisor.core.events import (
+    Cancelled,
+    Duplicate,
+    Event,
+    Finished,
+    Note,
+    Skipped,
+    Started,
+    Stopped,
+)
+from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
+from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
 
 def _next(options: tuple[str, ...] | list[str], current: str, skip: str | None = None) -> str:
@@ -127,7 +136,7 @@ class MainScreen(Screen[None]):
         self.render_view()
 
     def action_filters(self) -> None:
-        from tui.screens.filters import FilterScreen
+        from advisor.tui.screens.filters import FilterScreen
 
         def done(filters: Filters | None) -> None:
             if filters is not None:
@@ -144,7 +153,7 @@ class MainScreen(Screen[None]):
         self.refresh_data()
 
     def action_help(self) -> None:
-        from tui.screens.help import HelpScreen
+        from advisor.tui.screens.help import HelpScreen
 
         self.app.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)]))
 
@@ -152,17 +161,21 @@ class MainScreen(Screen[None]):
         """Write the selected trial's config with the CLI's export code, and say where."""
         import optuna
 
-        from advisor.config import dump_export
-        from advisor.errors import AdvisorError
-        from advisor.export import export_document, trial_by_number
+        from advisor.core.errors import AdvisorError
+        from advisor.core.stored import read_study
+        from advisor.outputs.export import (
+            export_document,
+            trial_by_number,
+            write_export,
+        )
 
         if self.selected is None:
             self.notify("no trial selected", severity="warning")
             return
         path = Path(self.app.export_dir) / f"{self.data.name}-trial{self.selected}.yaml"  # type: ignore[attr-defined]
         try:
-            study = optuna.load_study(study_name=self.data.name, storage=self.data.storage)
-            dump_export(export_document(study, trial_by_number(study, self.selected)), path)
+            study = read_study(optuna.load_study(study_name=self.data.name, storage=self.data.storage))
+            write_export(export_document(study, trial_by_number(study, self.selected)), path)
         except AdvisorError as exc:
             self.notify(str(exc), title="not exported", severity="error", timeout=8)
             return
@@ -171,18 +184,18 @@ class MainScreen(Screen[None]):
         self.app.exported.append(path)  # type: ignore[attr-defined]
 
     # ---- live ------------------------------------------------------------------------
-    def live_event(self, kind: str, data: dict[str, Any]) -> None:
+    def live_event(self, event: Event) -> None:
         live = self.app.live  # type: ignore[attr-defined]
-        if kind in ("finished", "skipped", "duplicate", "cancelled", "stopped", "ray"):
+        if isinstance(event, (Finished, Skipped, Duplicate, Cancelled, Stopped, Started)):
             self.refresh_data()
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=live.total, progress=min(live.done, live.total))
         eta = self.query_one("#eta", Static)
-        if kind == "stopped":
-            outcome = data.get("error") or data.get("reason") or "finished"
+        if isinstance(event, Stopped):
+            outcome = event.error or event.reason or "finished"
             eta.update(f" study stopped: {outcome} — e exports, q quits")
             self.set_class(True, "done")
         else:
             remaining = live.eta_s()
             eta.update(f" {live.done}/{live.total} trials" + (f", about {remaining:.0f} s left" if remaining else "")
-                       + (f" · {data['text']}" if kind == "note" else ""))
+                       + (f" · {event.text}" if isinstance(event, Note) else ""))

@@ -28,6 +28,6 @@ class StudyListScreen(Screen[None]):
         yield Footer()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        from tui.screens.main import MainScreen
+        from advisor.tui.screens.main import MainScreen
 
         self.app.push_screen(MainScreen(str(event.option.id)))

@@ -9,9 +9,10 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from advisor.config import TrialConfig
-from advisor.report import describe_hardware, fmt_bytes, fmt_rate
-from tui.data import TrialRow
+from advisor.core.config import TrialConfig
+from advisor.core.units import fmt_bytes, fmt_rate
+from advisor.machine.hardware import describe_fingerprint
+from advisor.tui.data import TrialRow
 
 
 class TrialDetail(Static):
@@ -29,8 +30,8 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
     u = row.attrs
     if row.state == "complete":
         text.append(f"{fmt_rate(row.throughput)} samples/s, {fmt_bytes(row.memory)} peak, accuracy {row.accuracy:.4f}\n")
-        if row.summary():
-            text.append(row.summary() + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
+        if row.versus.summary():
+            text.append(row.versus.summary() + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
         if not row.feasible:
             broken = ", ".join(f"{k} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
             text.append(f"infeasible: {broken}\n", style="yellow")
@@ -48,7 +49,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
     else:
         text.append("running\n", style="italic")
     default = TrialConfig().to_dict()
-    config = {**default, **row.config}
+    config = row.config.to_dict()
     text.append("config\n", style="bold")
     for key, value in config.items():
         if value != default.get(key) or key == "batch_size":
@@ -68,7 +69,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
             text.append(f"  {key}: {_short(key, value)[:160]}\n")
     hw = study_attrs.get("hardware") or {}
     if hw:
-        text.append(f"hardware: {describe_hardware(hw)}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
+        text.append(f"hardware: {describe_fingerprint(hw)}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
                     style="dim")
     return text
 

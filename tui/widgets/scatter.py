@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from tui.data import AXES, TrialRow
+from advisor.tui.data import AXES, TrialRow
 
 
 class ScatterPlot(PlotextPlot):

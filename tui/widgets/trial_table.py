@@ -6,8 +6,8 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from advisor.report import fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
-from tui.data import TrialRow
+from advisor.core.units import first_line, fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
+from advisor.tui.data import TrialRow
 
 FIGURE_COLUMNS = ("trial", "samples/s", "vs base", "memory", "vs base", "accuracy", "Δ acc", "configuration")
 FAILED_COLUMNS = ("trial", "outcome", "message", "configuration")
@@ -59,15 +59,15 @@ class TrialTable(DataTable):
             return [Text(f"{row.number}", justify="right"), Text(row.failure or row.state, style="red"),
                     "", "", "", "", "", Text(row.description, style="red")]
         return [Text(f"{row.number}{mark}", justify="right", style=style),
-                Text(fmt_rate(row.throughput), justify="right"), Text(fmt_ratio(row.throughput_ratio), justify="right"),
-                Text(fmt_bytes(row.memory), justify="right"), Text(fmt_ratio(row.memory_ratio), justify="right"),
-                Text(f"{row.accuracy:.4f}", justify="right"), Text(fmt_delta_pt(row.accuracy_delta), justify="right"),
+                Text(fmt_rate(row.throughput), justify="right"), Text(fmt_ratio(row.versus.throughput_ratio), justify="right"),
+                Text(fmt_bytes(row.memory), justify="right"), Text(fmt_ratio(row.versus.memory_ratio), justify="right"),
+                Text(f"{row.accuracy:.4f}", justify="right"), Text(fmt_delta_pt(row.versus.accuracy_delta), justify="right"),
                 Text(row.description, style=style)]
 
     @staticmethod
     def _failed_cells(row: TrialRow) -> list[object]:
         outcome = f"{row.failure}, skipped" if row.state == "skipped" else row.failure
-        first = (row.message.splitlines() or [""])[0]
+        first = first_line(row.message, 100)
         return [Text(str(row.number), justify="right"), Text(outcome, style="red"), first[:100], row.description]
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
