@@ -1,0 +1,84 @@
+"""A study written by the code before the layers restructure (commit 35652ea) opens,
+exports, reports and resumes with today's code. The files in tests/data were recorded
+then, on this kind of 2-core CPU machine:
+
+    advisor tune study_before_layers_model.py --space study_before_layers_space.yaml --trials 4 \\
+        --train-samples 512 --storage sqlite:///study_before_layers.sqlite --study compat --no-tui
+    advisor export ... --study compat --pick balanced --format json -o export_before_layers.json
+
+(the model file is examples/digits_mlp.py as it was then; the space has no option that
+depends on the hardware).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+
+from advisor.cli.main import main
+from advisor.core.stored import read_study, read_trial
+from advisor.study.storage import open_storage
+from advisor.tui.data import StudyData
+
+from conftest import REPO
+
+DATA = REPO / "tests" / "data"
+MODEL = DATA / "study_before_layers_model.py"
+SPACE = DATA / "study_before_layers_space.yaml"
+
+
+@pytest.fixture
+def old_study(workdir):
+    """A copy of the recorded study file (the original stays untouched)."""
+    shutil.copy(DATA / "study_before_layers.sqlite", workdir / "old.sqlite")
+    return "sqlite:///old.sqlite"
+
+
+def test_it_reads_back_into_records(old_study, quiet_optuna):
+    study = read_study(optuna.load_study(study_name="compat", storage=old_study))
+    assert [r.state for r in study.records] == ["complete"] * 4
+    assert study.baseline is not None and study.baseline.number == 0
+    assert study.baseline.config.batch_size == 32
+    assert [r.number for r in study.front()] == [0, 2, 3]
+    assert all(r.counted and r.figures for r in study.records)
+
+
+def test_it_exports_what_it_exported_then(old_study, capsys):
+    before = json.loads((DATA / "export_before_layers.json").read_text())
+    assert main(["export", "--storage", old_study, "--study", "compat", "--pick", "balanced", "--format", "json",
+                 "-o", "now.json"]) == 0
+    now = json.loads(Path("now.json").read_text())
+    for document in (before, now):
+        document["source"].pop("exported")
+    assert now == before
+
+
+def test_the_explorer_and_the_report_open_it(old_study, capsys):
+    data = StudyData(open_storage(old_study), "compat")
+    data.reload()
+    assert [r.number for r in data.view("front")] == [0, 2, 3]
+    assert data.rows[2].versus.throughput_ratio == pytest.approx(data.rows[2].throughput / data.rows[0].throughput)
+    assert main(["report", "--storage", old_study, "-o", "report"]) == 0
+    assert "| 3 |" in Path("report/report.md").read_text()
+
+
+@pytest.mark.ray
+def test_it_resumes(ray_session, old_study, capsys, quiet_optuna):
+    args = ["tune", str(MODEL), "--space", str(SPACE), "--train-samples", "512", "--storage", old_study,
+            "--study", "compat", "--trials", "5", "--no-tui"]
+    if torch.cuda.is_available():  # its trials would run on the GPU: not comparable, refused
+        assert main(args) == 2
+        assert "different settings" in capsys.readouterr().err
+        return
+    before = optuna.load_study(study_name="compat", storage=old_study).trials
+    assert main(args) == 0
+    after = optuna.load_study(study_name="compat", storage=old_study).trials
+    assert [t.values for t in after[:4]] == [t.values for t in before]  # nothing re-measured
+    records = [read_trial(t) for t in after]
+    assert sum(r.counted for r in records) == 5
+    assert "resume" in capsys.readouterr().out
