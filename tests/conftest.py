@@ -22,7 +22,7 @@ def ray_session():
     """
     import ray
 
-    from advisor.scheduler import RayExecutor
+    from advisor.runner.ray_executor import RayExecutor
 
     state = Path(tempfile.mkdtemp(prefix="advr-"))  # short: Ray puts unix sockets there
     executor = RayExecutor("cpu", state_dir=state)

@@ -1,7 +1,8 @@
 """A stored study with fixed figures, for tests whose output must not depend on timing
 (TUI snapshots, report text). It is written to real Optuna storage through the same
-``storage.tell_result`` the tuner uses; only the measured numbers are made up (named as
-such: a real trial's figures vary from run to run), so screenshots stay stable.
+``record_result`` the search strategy stores every trial with; only the measured numbers
+are made up (named as such: a real trial's figures vary from run to run), so screenshots
+stay stable.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from typing import Any
 
 import optuna
 
-from advisor import storage as st
-from advisor.config import TrialConfig
-from advisor.trial import TrialResult
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import DIRECTIONS, OBJECTIVES, Limits
+from advisor.core.results import TrialResult
+from advisor.search.strategy import record_result
+from advisor.study import storage as st
 
 NAME = "digits_cnn-cpu"
 HARDWARE = {"cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2", "avx512_bf16", "avx512f"], "gpus": [],
@@ -47,12 +50,12 @@ def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 
     with only the knobs the first version had (as studies written back then look)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = st.open_storage(url)
-    study = optuna.create_study(storage=storage, study_name=name, directions=list(st.DIRECTIONS))
+    study = optuna.create_study(storage=storage, study_name=name, directions=list(DIRECTIONS))
     for key, value in {"workload_path": "/home/me/examples/digits_cnn.py", "workload_sha256": "0" * 64,
                        "workload": "train", "space_name": "cpu", "settings": {"train_samples": 7185, "seed": 0,
                                                                             "device": "cpu", "workload": "train"},
                        "hardware": HARDWARE, "max_accuracy_drop": max_accuracy_drop, "memory_cap_bytes": None,
-                       "objectives": list(st.OBJECTIVES)}.items():
+                       "objectives": list(OBJECTIVES)}.items():
         study.set_user_attr(key, value)
     base_accuracy = None
     for number, (changes, a, b, c) in enumerate(TRIALS if trials is None else trials):
@@ -75,5 +78,5 @@ def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 
                                  host="node-a", pid=1000 + number)
             if base_accuracy is None:
                 base_accuracy = c
-        st.tell_result(study, trial, result, 5.0 + number / 10, base_accuracy, max_accuracy_drop)
+        record_result(study, trial, result, 5.0 + number / 10, Limits(max_accuracy_drop), base_accuracy)
     return study

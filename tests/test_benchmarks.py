@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import random
 import sys
-from pathlib import Path
 
 import pytest
+
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -43,20 +43,24 @@ def test_spearman():
 
 
 def test_replay_answers_from_the_grid_and_refuses_other_configs():
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+
     from replay import Grid, ReplayExecutor
 
-    from advisor.config import TrialConfig
+    def payload(config: TrialConfig) -> TrialPayload:
+        return TrialPayload("digits_cnn.py", "", "0" * 64, config, TrialSettings(train_samples=1))
 
     grid = Grid.load(GRID)
     assert len(grid.runs) == 128 and grid.doc["repeats"] >= 2
-    executor = ReplayExecutor(grid, seed=3).start()
+    executor = ReplayExecutor(grid, seed=3)
     config = TrialConfig(batch_size=128, precision="bf16")
-    answer = executor.submit(0, {"config": config.to_dict()})
+    answer = executor.submit(0, payload(config))
     [(_, result)] = executor.wait([answer], timeout=0)
     recorded = grid.runs[config.key()]
     assert result.throughput in [r["throughput"] for r in recorded]
     with pytest.raises(KeyError, match="not in the recorded grid"):
-        executor.submit(1, {"config": TrialConfig(batch_size=16).to_dict()})
+        executor.submit(1, payload(TrialConfig(batch_size=16)))
 
 
 def test_search_efficiency_tiny(tmp_path, monkeypatch):
@@ -76,8 +80,9 @@ def test_search_efficiency_tiny(tmp_path, monkeypatch):
 
 
 def test_best_first_curve_reaches_the_whole_front():
-    from replay import Grid
     from search_efficiency import Scorer
+
+    from replay import Grid
 
     scorer = Scorer(Grid.load(GRID), max_drop=0.01)
     curve = scorer.oracle(len(scorer.feasible))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.cli import main
+from advisor.cli.main import main
+
 from conftest import EXAMPLES
 
 

@@ -16,11 +16,14 @@ token = state / "token"; token.write_text(secrets.token_hex(32)); os.chmod(token
 os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
 os.environ["RAY_TMPDIR"] = str(state)
 from ray.cluster_utils import Cluster
+
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
 worker = cluster.add_node(num_cpus=1)
 cluster.wait_for_nodes()
 print("cluster", cluster.address, flush=True)
-from advisor.cli import main
+from advisor.cli.main import main
+
+
 def remove_when_both_nodes_busy():
     import optuna
     optuna.logging.set_verbosity(optuna.logging.ERROR)

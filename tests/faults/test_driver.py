@@ -15,7 +15,8 @@ import time
 import optuna
 import pytest
 
-from advisor.cli import main
+from advisor.cli.main import main
+
 from conftest import EXAMPLES
 
 pytestmark = pytest.mark.ray

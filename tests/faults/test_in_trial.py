@@ -8,7 +8,8 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from advisor.cli import main
+from advisor.cli.main import main
+
 from conftest import EXAMPLES, WORKLOADS
 
 pytestmark = pytest.mark.ray

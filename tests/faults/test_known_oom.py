@@ -6,9 +6,10 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from advisor.cli import main
-from advisor.config import TrialConfig
-from advisor.oom import KnownOom
+from advisor.cli.main import main
+from advisor.core.config import TrialConfig
+from advisor.search.known_oom import KnownOom
+
 from conftest import WORKLOADS
 
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
-
 import optuna
 import pytest
-from conftest import WORKLOADS
 
-from advisor import storage as st
-from advisor.cli import main
-from advisor import trial as trial_mod
-from advisor.device_idle import IdleCheck, nvml_index, wait_until_idle
+from advisor.cli.main import main
+from advisor.core.config import TrialConfig
+from advisor.core.results import NOT_COUNTED, TrialPayload, TrialSettings
+from advisor.core.stored import read_trial
+from advisor.machine.device_idle import IdleCheck, nvml_index, wait_until_idle
+from advisor.trial import entry
+
+from conftest import WORKLOADS
 
 
 class FakeNvml:
@@ -84,18 +86,20 @@ def test_nvml_index_follows_cuda_visible_devices():
 
 def test_busy_gpu_fails_the_trial_as_device_busy_not_counted(monkeypatch):
     busy = IdleCheck("busy", 30.0, 2**30, [{"pid": 999, "used_bytes": 2**30}], note="1 other process(es) ...")
-    monkeypatch.setattr("advisor.device_idle.wait_until_idle", lambda device: busy)
-    payload = {"config": {"batch_size": 64}, "settings": {"device": "cuda", "train_samples": 10}}
-    result = trial_mod.TrialResult.from_dict(trial_mod.run_trial(payload))  # never builds a model
+    monkeypatch.setattr("advisor.machine.device_idle.wait_until_idle", lambda device: busy)
+    payload = TrialPayload("model.py", "", "0" * 64, TrialConfig(batch_size=64),
+                           TrialSettings(train_samples=10, device="cuda"))
+    result = entry.run_trial(payload)  # never builds a model
     assert result.failure_class == "device_busy" and "not measured" in result.failure_message
     assert result.telemetry["device_idle_check"][0]["status"] == "busy"
-    assert "device_busy" in st.NOT_COUNTED
-    stored = SimpleNamespace(user_attrs={"failure_class": "device_busy"}, state=SimpleNamespace(name="FAIL"))
-    assert not st.measured(stored)  # the configuration may run again
+    assert "device_busy" in NOT_COUNTED and not result.counted
+    stored = SimpleNamespace(number=3, user_attrs={"failure_class": "device_busy", "config": {}},
+                             state=SimpleNamespace(name="FAIL"), values=None, constraints={})
+    assert not read_trial(stored).counted  # the configuration may run again
 
 
 def test_cpu_trials_are_not_checked():
-    assert trial_mod._devices_idle("cpu", 2) is None
+    assert entry._devices_idle("cpu", 2) is None
 
 
 @pytest.mark.ray
@@ -107,7 +111,7 @@ def test_after_crash_and_oom_the_next_trials_are_clean(ray_session, workdir, cap
     assert main(["tune", str(WORKLOADS / "faulty.py"), "--space", str(space), "--trials", "5",
                  "--sampler", "random", "--train-samples", "300"]) == 0
     trials = [t for t in optuna.load_study(study_name="faulty-release", storage="sqlite:///advisor.db").trials
-              if st.measured(t)]
+              if read_trial(t).counted]
     assert len(trials) == 5
     outcomes = {t.user_attrs["config"]["batch_size"]: t.user_attrs.get("failure_class", "ok") for t in trials}
     assert outcomes == {64: "ok", 256: "crash", 512: "oom", 48: "ok", 96: "ok"}

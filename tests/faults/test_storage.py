@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from advisor.cli import main
+from advisor.cli.main import main
+
 from conftest import EXAMPLES
 
 

@@ -10,6 +10,7 @@ from technique_case import TechniqueCase
 class TestPrecision(TechniqueCase):
     key = "precision"
     apply_values = ("fp32", "bf16")  # this CPU has avx512_bf16; fp16/tf32 are refused here
+    workload_refusals = frozenset({("bf16_full", "train")})
 
     def check_applied(self, prepared, value):
         assert prepared.amp_dtype == (torch.bfloat16 if value == "bf16" else None)
@@ -19,6 +20,7 @@ class TestPrecision(TechniqueCase):
 class TestBf16Full(TechniqueCase):
     key = "precision"
     apply_values = ("bf16_full",)
+    workload_refusals = frozenset({("bf16_full", "train")})
     workload = "inference"
     example = "digits_inference.py"
 
@@ -48,9 +50,18 @@ class TestChannelsLast(TechniqueCase):
 
 class TestCompile(TechniqueCase):
     key = "compile"
-    apply_values = (False,)  # compiling for real is covered in test_apply (slow on CPU)
+    applied_elsewhere = ("test_prepare.py::test_compile_wraps_the_model_and_trains and TestCompileMode here "
+                         "(compiling costs seconds on a CPU; once is enough)")
     invalid_values = ("yes", 1, None)
 
 
 class TestCompileMode(TechniqueCase):
     key = "compile_mode"
+    apply_values = ("max-autotune-no-cudagraphs",)  # the one non-default mode a CPU runs
+    extra = {"compile": True}
+    example = "digits_mlp.py"
+
+    def check_applied(self, prepared, value):
+        assert prepared.compiled
+        config = prepared.model.get_compiler_config()  # inductor's options for this compiled module
+        assert config["max_autotune"] is True and config["triton.cudagraphs"] is False

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advisor.apply import apply
-from advisor.workload import load_datasets, load_workload
+from advisor.techniques.prepare import apply
+from advisor.workload.contract import load_datasets, load_workload
+
 from conftest import EXAMPLES
 from technique_case import DECLARED, TechniqueCase, digits_model
 
@@ -30,11 +31,15 @@ def test_loader_uses_workers_and_loads_every_sample():
 
 class TestPinMemory(TechniqueCase):
     key = "pin_memory"
+    apply_values = (True,)
     invalid_values = ("yes", 1, None)
+
+    def check_applied(self, prepared, value):
+        assert prepared.loader_options["pin_memory"] is False  # a CPU device: pinning has nothing to speed up
 
 
 def test_pin_memory_knob_is_removed_without_a_gpu():
-    from advisor.techniques import TECHNIQUES
+    from advisor.techniques.registry import TECHNIQUES
 
     assert "GPU" in TECHNIQUES["pin_memory"].applies(DECLARED["8-core CPU"])
     assert TECHNIQUES["pin_memory"].applies(DECLARED["A100"]) is None

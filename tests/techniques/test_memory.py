@@ -5,18 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advisor.apply import apply
-from advisor.errors import UnsupportedError
+from advisor.core.errors import UnsupportedError
+from advisor.techniques.prepare import apply
+
 from technique_case import TechniqueCase, digits_batches, digits_model
 
 
 class TestActivationCheckpointing(TechniqueCase):
     key = "activation_checkpointing"
     apply_values = (True,)
+    workload_refusals = frozenset({(True, "inference")})
     invalid_values = ("yes", 1, None)
 
     def check_applied(self, prepared, value):
-        from advisor.techniques.memory import blocks
+        from advisor.workload.structure import blocks
 
         assert all("forward" in vars(b) for b in blocks(prepared.module))  # patched per block
 
@@ -89,6 +91,7 @@ def test_checkpointing_refuses_a_model_without_blocks():
 class TestGradAccumulation(TechniqueCase):
     key = "grad_accumulation"
     apply_values = (2, 4)
+    workload_refusals = frozenset({(2, "inference"), (4, "inference"), (8, "inference")})
     invalid_values = (0, -1, 1.5, "two", True)
 
     def check_applied(self, prepared, value):

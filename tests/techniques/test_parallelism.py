@@ -11,23 +11,26 @@ import time
 import pytest
 import torch
 
-from advisor.apply import apply
-from advisor.errors import UnsupportedError
-from advisor.trial import TrialSettings, run_trial
-from advisor.workload import load_workload
+from advisor.core.config import TrialConfig
+from advisor.core.errors import UnsupportedError
+from advisor.core.results import TrialPayload, TrialSettings
+from advisor.techniques.prepare import apply
+from advisor.trial.entry import run_trial
+from advisor.workload.contract import load_workload
+
 from conftest import EXAMPLES, WORKLOADS
 from technique_case import DECLARED, TechniqueCase, digits_model
 
 
 def _payload(path, config, **settings):
-    workload = load_workload(path)
-    return {"workload_path": str(path), "workload_source": workload.source, "workload_sha256": workload.sha256,
-            "config": config, "settings": TrialSettings(train_samples=1024, max_timing_s=1.0, **settings).to_dict()}
+    return TrialPayload.of(load_workload(path), TrialConfig(**config),
+                           TrialSettings(train_samples=1024, max_timing_s=1.0, **settings))
 
 
 class TestParallelism(TechniqueCase):
     key = "parallelism"
     apply_values = ("single",)
+    workload_refusals = frozenset({("ddp", "inference"), ("fsdp", "inference")})
 
     def test_offered_only_with_two_devices(self):
         assert "at least 2" in self.technique.unavailable("ddp", DECLARED["1-core CPU"])
@@ -39,6 +42,8 @@ class TestParallelism(TechniqueCase):
 class TestDevices(TechniqueCase):
     key = "devices"
     apply_values = (1,)
+    workload_refusals = frozenset({(2, "inference"), (4, "inference"), (8, "inference")})
+    snippet_via = ("parallelism", "--nproc-per-node=K")
     invalid_values = (0, -1, 1.5, "two", True)
 
     def test_no_more_ranks_than_devices(self):
@@ -49,6 +54,8 @@ class TestDevices(TechniqueCase):
 
 class TestCommHook(TechniqueCase):
     key = "comm_hook"
+    applied_elsewhere = "test_two_gloo_ranks_train_and_results_are_aggregated[ddp-fp16-hook-accumulation] (needs DDP)"
+    workload_refusals = frozenset({("fp16", "inference"), ("bf16", "inference")})
 
     def test_bf16_hook_needs_nccl(self):
         assert "NCCL" in self.technique.unavailable("bf16", DECLARED["8-core CPU"])
@@ -57,7 +64,9 @@ class TestCommHook(TechniqueCase):
 
 class TestBucketMb(TechniqueCase):
     key = "bucket_mb"
+    applied_elsewhere = "test_two_gloo_ranks_train_and_results_are_aggregated[ddp-fp16-hook-accumulation] (needs DDP)"
     invalid_values = (0, -5, 2.5, "big", True)
+    snippet_via = ("parallelism", "BUCKET_MB")
 
 
 def test_apply_outside_a_launcher_says_how_to_launch():
@@ -91,21 +100,25 @@ def test_single_with_several_devices_is_refused():
 def test_two_gloo_ranks_train_and_results_are_aggregated(config):
     """digits_mlp has no BatchNorm: its accuracy does not depend on per-rank batch statistics."""
     result = run_trial(_payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64, **config}))
-    assert result["ok"], result["failure_message"]
-    ranks = result["telemetry"]["ranks"]
+    assert result.ok, result.failure_message
+    ranks = result.telemetry["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1] and len({r["pid"] for r in ranks}) == 2
+    if config["parallelism"] == "ddp":  # the DDP levers took effect in the ranks
+        model = result.telemetry["model"]
+        assert model["ddp_bucket_cap_mb"] == config.get("bucket_mb", 25)
+        assert model.get("ddp_comm_hook") == ("fp16_compress_hook" if config.get("comm_hook") == "fp16" else None)
     assert os.getpid() not in {r["pid"] for r in ranks}  # ranks are processes of their own
     peaks = [r["peak_memory_bytes"] for r in ranks]
     assert all(p > 0 for p in peaks)
-    assert result["peak_memory_bytes"] == max(peaks)
-    assert result["telemetry"]["peak_memory_sum_bytes"] == sum(peaks)
+    assert result.peak_memory_bytes == max(peaks)
+    assert result.telemetry["peak_memory_sum_bytes"] == sum(peaks)
     # the ranks step in lockstep: their step times agree
     times = [r["step_time_median_s"] for r in ranks]
     assert max(times) < 2 * min(times)
-    assert 0.5 < result["accuracy"] <= 1.0  # trained, not chance (0.1)
+    assert 0.5 < result.accuracy <= 1.0  # trained, not chance (0.1)
     assert ranks[0]["accuracy"] == ranks[1]["accuracy"]  # identical replicas evaluate alike
-    assert result["train_samples"] == 1024
-    assert result["phase_s"]["launch"] > 0
+    assert result.train_samples == 1024
+    assert result.phase_s["launch"] > 0
 
 
 @pytest.mark.parametrize("fault, failure_class, text", [
@@ -116,9 +129,9 @@ def test_two_gloo_ranks_train_and_results_are_aggregated(config):
 def test_a_failing_rank_fails_the_whole_trial(monkeypatch, fault, failure_class, text):
     monkeypatch.setenv("ADVISOR_TEST_RANK_FAULT", fault)
     result = run_trial(_payload(WORKLOADS / "rank_faults.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2}))
-    assert not result["ok"]
-    assert result["failure_class"] == failure_class
-    assert text in result["failure_message"]
+    assert not result.ok
+    assert result.failure_class == failure_class
+    assert text in result.failure_message
 
 
 def _ranks_of(supervisor: int) -> list[int]:
@@ -140,13 +153,14 @@ def test_hung_ranks_die_with_a_killed_trial(tmp_path):
     script = tmp_path / "trial.py"
     script.write_text(
         "import json, sys\n"
-        "from advisor.trial import run_trial\n"
-        "run_trial(json.loads(sys.argv[1]))\n")
+        "from advisor.core.results import TrialPayload\n"
+        "from advisor.trial.entry import run_trial\n"
+        "run_trial(TrialPayload.from_dict(json.loads(sys.argv[1])))\n")
     payload = _payload(WORKLOADS / "rank_faults.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2})
     env = dict(os.environ, ADVISOR_TEST_RANK_FAULT="hang")
     import json
 
-    trial = subprocess.Popen([sys.executable, str(script), json.dumps(payload)], env=env)
+    trial = subprocess.Popen([sys.executable, str(script), json.dumps(payload.to_dict())], env=env)
     try:
         deadline = time.monotonic() + 60
         while len(_ranks_of(trial.pid)) < 2 and time.monotonic() < deadline:
@@ -168,11 +182,11 @@ def test_hung_ranks_die_with_a_killed_trial(tmp_path):
 
 def test_a_gpu_trial_wider_than_any_node_is_answered_at_once():
     """No GPU here: the executor's plan is DECLARED (set by hand) and Ray is not involved."""
-    from advisor.scheduler import RayExecutor
+    from advisor.runner.ray_executor import RayExecutor
 
     executor = RayExecutor("cuda")
     executor.resources, executor.max_gpus_per_node = {"num_gpus": 1, "num_cpus": 4}, 4
-    running = executor.submit(3, {"config": {"devices": 8}})
+    running = executor.submit(3, _payload(EXAMPLES / "digits_mlp.py", {"parallelism": "ddp", "devices": 8}))
     [(done, result)] = executor.wait([running], timeout=0)
     assert done is running and result.failure_class == "unsupported"
     assert "largest node has 4" in result.failure_message
@@ -184,5 +198,5 @@ def test_a_gpu_trial_wider_than_any_node_is_answered_at_once():
 def test_two_gpu_ranks_over_nccl(parallelism):
     result = run_trial(_payload(EXAMPLES / "digits_cnn.py", {"batch_size": 64, "parallelism": parallelism, "devices": 2},
                                 device="cuda"))
-    assert result["ok"], result["failure_message"]
-    assert len(result["telemetry"]["ranks"]) == 2
+    assert result.ok, result.failure_message
+    assert len(result.telemetry["ranks"]) == 2

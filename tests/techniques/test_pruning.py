@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advisor.apply import apply
-from advisor.errors import UnsupportedError
-from advisor.techniques.pruning import mask_2_4, prunable, sparsity
+from advisor.core.errors import UnsupportedError
+from advisor.techniques.prepare import apply
+from advisor.techniques.pruning import mask_2_4, sparsity
+from advisor.workload.structure import prunable
+
 from technique_case import DECLARED, TechniqueCase, digits_batches, digits_model
 
 
@@ -90,7 +92,7 @@ def test_2_4_pattern_holds_after_training_on_cpu():
 
 
 def test_2_4_is_refused_without_an_ampere_gpu():
-    from advisor.techniques import TECHNIQUES
+    from advisor.techniques.registry import TECHNIQUES
 
     t = TECHNIQUES["pruning"]
     assert "CUDA" in t.unavailable("semi_structured_2_4", DECLARED["8-core CPU"])
@@ -105,7 +107,13 @@ def test_a_model_with_one_layer_has_nothing_to_prune():
 
 class TestPruneAmount(TechniqueCase):
     key = "prune_amount"
+    apply_values = (0.25, 0.75)
+    extra = {"pruning": "l1_unstructured"}
     invalid_values = (0.0, 1.0, 1, "half", None)
+    snippet_via = ("pruning", "AMOUNT")
+
+    def check_applied(self, prepared, value):
+        assert sparsity(prepared.module)["sparsity"] == pytest.approx(value, abs=0.01)
 
 
 @pytest.mark.cuda

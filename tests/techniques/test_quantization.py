@@ -6,10 +6,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advisor.apply import apply
-from advisor.errors import UnsupportedError
+from advisor.core.errors import UnsupportedError
+from advisor.techniques.prepare import apply
 from advisor.techniques.quantization import quantized_layers
-from technique_case import DECLARED, TechniqueCase, cpu_node, digits_batches, digits_model
+
+from technique_case import (
+    DECLARED,
+    TechniqueCase,
+    cpu_node,
+    digits_batches,
+    digits_model,
+)
+
+QUANTIZATION_REFUSALS = frozenset(
+    {(v, "inference") for v in ("qat_int8", "fp8_training")}
+    | {(v, "train") for v in ("int8_dynamic", "int8_weight_only", "int4_weight_only", "fp8")})
 
 
 def _linears(module):
@@ -17,7 +28,8 @@ def _linears(module):
 
 
 def _accuracy(prepared):
-    from advisor.workload import load_datasets, load_workload
+    from advisor.workload.contract import load_datasets, load_workload
+
     from conftest import EXAMPLES
 
     _, val = load_datasets(load_workload(EXAMPLES / "digits_inference.py"))
@@ -29,6 +41,7 @@ def _accuracy(prepared):
 class TestInferenceQuantization(TechniqueCase):
     key = "quantization"
     apply_values = ("int8_dynamic", "int8_weight_only")
+    workload_refusals = QUANTIZATION_REFUSALS
     workload = "inference"
     example = "digits_inference.py"
 
@@ -49,6 +62,7 @@ def test_int8_dynamic_model_still_classifies_digits():
 class TestQat(TechniqueCase):
     key = "quantization"
     apply_values = ("qat_int8",)
+    workload_refusals = QUANTIZATION_REFUSALS
 
     def check_applied(self, prepared, value):
         # after finish(): fake quantization converted to real int8 weights
@@ -64,7 +78,7 @@ def test_qat_trains_with_fake_quantized_linears():
 
 
 def test_qat_keeps_pruning_masks():
-    from advisor.techniques.pruning import prunable
+    from advisor.workload.structure import prunable
 
     prepared = apply(digits_model(), {"quantization": "qat_int8", "pruning": "l1_unstructured"}, "cpu")
     fc = [m for _, m in prunable(prepared.module) if isinstance(m, torch.nn.Linear)]
@@ -88,7 +102,7 @@ def test_a_model_without_linear_layers_is_refused():
 
 
 def test_capabilities_of_cuda_only_options():
-    from advisor.techniques import TECHNIQUES
+    from advisor.techniques.registry import TECHNIQUES
 
     q = TECHNIQUES["quantization"]
     for value in ("fp8", "fp8_training"):
@@ -114,7 +128,14 @@ def test_cuda_inference_quantization(value):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
                     reason="needs a CUDA GPU with compute capability >= 8.9")
 def test_fp8_training_on_cuda():
+    """Every Linear whose sizes fp8 matmuls take becomes a Float8Linear; the model trains
+    (finite losses) and still classifies after a few steps."""
     prepared = apply(digits_model("digits_inference.py"), {"quantization": "fp8_training", "precision": "bf16"}, "cuda")
+    converted = [m for m in prepared.module.modules() if type(m).__name__ == "Float8Linear"]
+    assert converted and quantized_layers(prepared.module) == len(converted)
     optimizer = torch.optim.AdamW(prepared.module.parameters())
-    for x, y in digits_batches("digits_inference.py", batch_size=64):
-        prepared.train_step(x, y, torch.nn.functional.cross_entropy, optimizer)
+    losses = [float(prepared.train_step(x, y, torch.nn.functional.cross_entropy, optimizer))
+              for x, y in digits_batches("digits_inference.py", batch_size=64)]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+    with torch.inference_mode():
+        assert prepared.predict(digits_batches("digits_inference.py", batch_size=64)[0][0]).shape == (64, 10)

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from recorded_study import NAME, write_recorded_study
 
 import advisor
-from advisor.cli import main
-from advisor.errors import StudyError
-from tui import make_app
-from tui.screens import FilterScreen, HelpScreen, MainScreen, StudyListScreen
-from tui.widgets import ScatterPlot, TrialDetail, TrialTable
+from advisor.cli.main import main
+from advisor.core.errors import StudyError
+from advisor.study.storage import open_storage
+from advisor.tui import make_app
+from advisor.tui.screens import FilterScreen, HelpScreen, MainScreen, StudyListScreen
+from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
+
+from recorded_study import NAME, write_recorded_study
 
 
 @pytest.fixture
@@ -155,7 +157,7 @@ async def test_help_lists_every_key(url):
 
 
 def test_every_binding_has_an_id():
-    from tui.app import AdvisorApp
+    from advisor.tui.app import AdvisorApp
 
     for owner in (MainScreen, HelpScreen, FilterScreen, StudyListScreen, AdvisorApp):
         assert all(b.id for b in owner.BINDINGS), owner
@@ -176,7 +178,7 @@ def test_bad_storage_and_study_are_refused_before_the_app_starts(url, tmp_path, 
     with pytest.raises(StudyError, match="no study named 'nope'"):
         make_app(url, "nope")
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
-    advisor.storage.open_storage(empty)  # creates the schema, no study
+    open_storage(empty)  # creates the schema, no study
     assert main(["tui", "--storage", empty]) == 2
     assert "holds no study yet" in capsys.readouterr().err
     assert main(["tui", "--storage", f"sqlite:///{tmp_path / 'missing.db'}"]) == 2

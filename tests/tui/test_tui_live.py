@@ -8,22 +8,24 @@ import asyncio
 import time
 
 import pytest
-from conftest import EXAMPLES
 
-from advisor import storage as st
-from advisor.background import BackgroundTune
-from advisor.study import TuneOptions, Tuner
-from tui import make_app
-from tui.widgets import TrialTable
+from advisor.core.stored import read_trial
+from advisor.study.background import BackgroundTune
+from advisor.study.options import TuneOptions
+from advisor.study.plan import plan_study
+from advisor.study.tuner import Tuner
+from advisor.tui import make_app
+from advisor.tui.widgets import TrialTable
+
+from conftest import EXAMPLES
 
 pytestmark = pytest.mark.ray
 
 
 def _tuner(trials: int) -> Tuner:
-    tuner = Tuner(TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=trials,
-                              train_samples=1437, trial_timeout=120))
-    tuner.prepare()
-    tuner.start_ray()  # joins the session's Ray
+    tuner = Tuner(plan_study(TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=trials,
+                                         train_samples=1437, trial_timeout=120)))
+    tuner.start_executor()  # joins the session's Ray
     return tuner
 
 
@@ -38,7 +40,7 @@ async def _until(pilot, condition, timeout: float = 240.0) -> None:
 async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, quiet_optuna):
     tuner = _tuner(trials=3)
     background = BackgroundTune(tuner)
-    app = make_app(tuner.url, tuner.study_name, live=background)
+    app = make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
     seen: list[int] = []
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
@@ -59,18 +61,18 @@ async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, q
         assert (bar.total, bar.progress) == (3, 3)
         assert "study stopped: finished" in str(screen.query_one("#eta").render())
         assert screen.has_class("done")
-    study = background.join()
-    assert sum(1 for t in study.trials if st.measured(t)) == 3
+    study = background.join().study
+    assert sum(1 for t in study.trials if read_trial(t).counted) == 3
 
 
 async def test_quitting_the_explorer_stops_the_study_gracefully(ray_session, workdir, quiet_optuna):
     tuner = _tuner(trials=50)
     background = BackgroundTune(tuner)
-    app = make_app(tuner.url, tuner.study_name, live=background)
+    app = make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
     async with app.run_test(size=(80, 24)) as pilot:
         await _until(pilot, lambda: background.done >= 2)
         await pilot.press("q")
-    study = background.join()  # returns: running trials were cancelled and recorded
-    assert tuner.stop_reason == "interrupted by the user (quit from the explorer)"
-    assert not [t for t in study.trials if t.state.name == "RUNNING"]
-    assert 2 <= sum(1 for t in study.trials if st.measured(t)) < 50
+    outcome = background.join()  # returns: running trials were cancelled and recorded
+    assert outcome.stop_reason == "interrupted by the user (quit from the explorer)" and outcome.interrupted
+    assert not [t for t in outcome.study.trials if t.state.name == "RUNNING"]
+    assert 2 <= sum(1 for t in outcome.study.trials if read_trial(t).counted) < 50

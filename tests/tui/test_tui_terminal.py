@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from recorded_study import write_recorded_study
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -1,4 +1,4 @@
-"""The default strategy's combination step (advisor/combine.py): which one-knob changes
+"""The default strategy's combination step (advisor/search/combine.py): which one-knob changes
 count, how combinations are predicted and chosen, and a real study that runs them."""
 
 from __future__ import annotations
@@ -8,14 +8,15 @@ import math
 import optuna
 import pytest
 
-from advisor.cli import main
-from advisor.combine import candidates, choose, combination_configs, moves
-from advisor.config import TrialConfig
-from advisor.hypervolume import REF, hypervolume
+from advisor.cli.main import main
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import REF, Figures, Limits, hypervolume
+from advisor.search.combine import candidates, choose, combination_configs, moves
+
 from conftest import EXAMPLES
 
 BASE = TrialConfig(batch_size=64)
-BASE_FIG = (1000.0, 100.0, 0.90)
+BASE_FIG = Figures(1000.0, 100.0, 0.90)
 MEASURED = [
     (BASE.replace(precision="bf16"), (1500.0, 102.0, 0.895)),           # faster, accuracy held
     (BASE.replace(channels_last=True), (1300.0, 100.0, 0.90)),          # faster
@@ -64,10 +65,10 @@ def test_choose_spreads_over_the_trade_offs_and_respects_the_rules():
 
 
 def test_the_whole_step_on_the_example_figures():
-    chosen = combination_configs(BASE, BASE_FIG, MEASURED, 0.01, None, 3, lambda c: True)
+    chosen = combination_configs(BASE, BASE_FIG, MEASURED, Limits(0.01, None), 3, lambda c: True)
     assert 1 <= len(chosen) <= 3 and len({c.key() for c in chosen}) == len(chosen)
     assert all(sum(c.to_dict()[k] != v for k, v in BASE.to_dict().items()) >= 2 for c in chosen)
-    capped = combination_configs(BASE, BASE_FIG, MEASURED, 0.01, 95.0, 3, lambda c: True)
+    capped = combination_configs(BASE, BASE_FIG, MEASURED, Limits(0.01, 95.0), 3, lambda c: True)
     assert capped and all(c.grad_accumulation == 2 for c in capped)  # only memory savers fit the cap
 
 

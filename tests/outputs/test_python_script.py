@@ -8,12 +8,13 @@ import subprocess
 import sys
 
 import pytest
+
+from advisor.cli.main import main
+from advisor.core.config import TrialConfig
+from advisor.outputs.python_script import plain_pytorch
+
 from conftest import EXAMPLES
 from recorded_study import write_recorded_study
-
-from advisor.cli import main
-from advisor.config import TrialConfig
-from advisor.export_python import plain_pytorch
 
 
 @pytest.fixture

@@ -16,11 +16,15 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from advisor.apply import Prepared, apply
-from advisor.config import TrialConfig
-from advisor.errors import UnsupportedError
-from advisor.hardware import CpuInfo, GpuInfo, Hardware, capability_table
-from advisor.techniques import TECHNIQUES
+from advisor.core.config import TrialConfig
+from advisor.core.errors import UnsupportedError
+from advisor.core.results import WORKLOADS
+from advisor.machine.hardware import CpuInfo, GpuInfo, Hardware
+from advisor.techniques.prepare import apply
+from advisor.techniques.prepared import Prepared
+from advisor.techniques.registry import TECHNIQUES
+from advisor.techniques.rules import capability_table
+
 from conftest import EXAMPLES
 
 
@@ -43,7 +47,7 @@ DECLARED = {
 
 
 def digits_batches(example: str = "digits_cnn.py", batch_size: int = 32, count: int = 2) -> list[tuple[Any, Any]]:
-    from advisor.workload import load_datasets, load_workload
+    from advisor.workload.contract import load_datasets, load_workload
 
     train, _ = load_datasets(load_workload(EXAMPLES / example))
     loader = torch.utils.data.DataLoader(train, batch_size=batch_size)
@@ -51,25 +55,44 @@ def digits_batches(example: str = "digits_cnn.py", batch_size: int = 32, count: 
 
 
 def digits_model(example: str = "digits_cnn.py") -> torch.nn.Module:
-    from advisor.workload import build_model, load_workload
+    from advisor.workload.contract import build_model, load_workload
 
     torch.manual_seed(0)
     return build_model(load_workload(EXAMPLES / example))
 
 
 class TechniqueCase:
-    """Subclass with ``key`` set; override ``check_applied`` for knob-specific assertions."""
+    """Subclass with ``key`` set; override ``check_applied`` for knob-specific assertions.
+
+    Every subclass either applies values for real here (``apply_values``) or names the
+    test that does (``applied_elsewhere``: a knob that acts only inside a DDP process
+    group, say), and declares which of its values a workload refuses
+    (``workload_refusals``), so no inherited test passes by looping over nothing.
+    """
 
     key: ClassVar[str]
     apply_values: ClassVar[tuple[Any, ...]] = ()     # applied for real here (CPU)
+    applied_elsewhere: ClassVar[str] = ""             # else: the test that applies the knob for real
+    workload_refusals: ClassVar[frozenset[tuple[Any, str]]] = frozenset()  # (value, workload) refused
     invalid_values: ClassVar[tuple[Any, ...]] = ("no-such-option", None, 1.5)
     workload: ClassVar[str] = "train"
     example: ClassVar[str] = "digits_cnn.py"
     extra: ClassVar[dict[str, Any]] = {}              # other knobs the values need
+    snippet_via: ClassVar[tuple[str, str] | None] = None  # (knob, placeholder) whose lines carry this value
+
+    @pytest.fixture(autouse=True)
+    def _keep_torch_threads(self):
+        """A knob may change process-wide torch state (the thread count): restore it."""
+        threads = torch.get_num_threads()
+        yield
+        torch.set_num_threads(threads)
 
     @property
     def technique(self) -> Any:
         return TECHNIQUES[self.key]
+
+    def all_values(self) -> list[Any]:
+        return list(dict.fromkeys([*self.technique.candidate_values(DECLARED["8x H100"]), *self.apply_values]))
 
     def test_registered_with_a_config_field(self):
         assert self.key in TrialConfig.keys()
@@ -93,14 +116,19 @@ class TechniqueCase:
                 assert len(row.reason.split()) >= 5, f"{node}: {row.value!r}: reason {row.reason!r} is not a sentence"
 
     def test_snippets_are_valid_python(self):
-        for value in self.technique.candidate_values(DECLARED["8x H100"]) + list(self.apply_values):
-            text = self.technique.snippet(value)
+        texts = {v: self.technique.snippet(v) for v in self.all_values()}
+        for value, text in texts.items():
             if text is not None:
                 compile(text, f"<{self.key}={value!r} snippet>", "exec")
+        if not any(texts.values()):  # a knob whose value goes into another knob's lines
+            assert self.snippet_via, f"{self.key} has no plain-PyTorch lines for any value"
+            owner, placeholder = self.snippet_via
+            assert any(placeholder in (TECHNIQUES[owner].snippet(v) or "") for v in TECHNIQUES[owner].values)
 
-    def test_wrong_workload_is_refused_by_apply(self):
-        for value, workload in [(v, "inference") for v in self.technique.train_only] + \
-                               [(v, "train") for v in self.technique.inference_only]:
+    def test_values_of_the_other_workload_are_refused_by_apply_naming_the_knob(self):
+        refused = {(v, w) for v in self.all_values() for w in WORKLOADS if self.technique.wrong_workload(v, w)}
+        assert refused == set(self.workload_refusals)
+        for value, workload in sorted(refused, key=repr):
             with pytest.raises(UnsupportedError, match=self.key):
                 apply(digits_model(self.example), {**self.extra, self.key: value}, "cpu", workload=workload)
 
@@ -108,6 +136,10 @@ class TechniqueCase:
         return apply(digits_model(self.example), {**self.extra, self.key: value}, "cpu", workload=self.workload)
 
     def test_each_cpu_value_applies_trains_and_evaluates(self):
+        if not self.apply_values:
+            assert self.applied_elsewhere, (f"{type(self).__name__} applies no value: set apply_values, or "
+                                            "applied_elsewhere naming the test that applies the knob for real")
+            pytest.skip(f"{self.key} is applied for real in {self.applied_elsewhere}")
         for value in self.apply_values:
             prepared = self.prepare(value)
             batches = digits_batches(self.example)

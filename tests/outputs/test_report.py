@@ -8,13 +8,16 @@ import sys
 
 import pytest
 import yaml
-from recorded_study import NAME, write_recorded_study
 
-from advisor import report_plots
-from advisor import storage as st
-from advisor.cli import main
-from advisor.errors import StudyError
-from advisor.markdown_report import knob_effects, write_report
+from advisor.cli.main import main
+from advisor.core.errors import StudyError
+from advisor.core.stored import read_study
+from advisor.outputs import report_plots
+from advisor.outputs.report import write_report
+from advisor.outputs.summary import knob_effects
+from advisor.study import storage as st
+
+from recorded_study import NAME, write_recorded_study
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FRONT = (0, 1, 2, 3, 4, 7, 10)  # the recorded study's feasible Pareto front (5 and 6 are infeasible)
@@ -138,9 +141,9 @@ def test_knob_effects_match_a_hand_computation(recorded):
     # a knob that varied only among failed trials (quantization: trial 9) has no row
     assert "`quantization=" not in text and "`num_workers=" not in text
 
-    study = st.load(st.open_storage(recorded["url"], must_exist=True), NAME)
-    trials = [t for t in study.get_trials() if t.state.name == "COMPLETE"]
-    effects = {e.label: e for e in knob_effects(trials, st.baseline_trial(study))}
+    study = read_study(st.load(st.open_storage(recorded["url"], must_exist=True), NAME))
+    trials = [r for r in study.records if r.state == "complete"]
+    effects = {e.label: e for e in knob_effects(trials, study.baseline)}
     fp32 = effects["precision=fp32"]
     assert fp32.n == 8
     assert fp32.throughput_ratio == pytest.approx(6873.5 / 6736)
@@ -151,7 +154,7 @@ def test_knob_effects_match_a_hand_computation(recorded):
 
 
 def test_same_study_gives_the_same_png_bytes(recorded, tmp_path):
-    study = st.load(st.open_storage(recorded["url"], must_exist=True), NAME)
+    study = read_study(st.load(st.open_storage(recorded["url"], must_exist=True), NAME))
     again = write_report(study, tmp_path / "again", recorded["url"])
     assert again == tmp_path / "again" / "report.md"
     assert again.read_text() == recorded["text"]
@@ -197,7 +200,7 @@ def test_without_matplotlib_it_says_how_to_install_and_writes_nothing(workdir, c
 
 
 def test_a_failure_while_drawing_leaves_no_report(workdir, monkeypatch):
-    study = write_recorded_study("sqlite:///study.db")
+    study = read_study(write_recorded_study("sqlite:///study.db"))
 
     def broken(*args, **kwargs):
         raise RuntimeError("drawing failed")
@@ -209,7 +212,7 @@ def test_a_failure_while_drawing_leaves_no_report(workdir, monkeypatch):
 
 
 def test_study_error_is_raised_for_a_file_in_the_way(workdir):
-    study = write_recorded_study("sqlite:///study.db")
+    study = read_study(write_recorded_study("sqlite:///study.db"))
     (workdir / "rep").write_text("")
     with pytest.raises(StudyError, match="is a file"):
         write_report(study, "rep")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.cli import main
-from advisor.errors import WorkloadError
-from advisor.workload import load_workload, preflight
+from advisor.cli.main import main
+from advisor.core.errors import WorkloadError
+from advisor.workload.contract import load_workload
+from advisor.workload.preflight import preflight
+
 from conftest import EXAMPLES, WORKLOADS, write_model
 
 GOOD_DATA = """

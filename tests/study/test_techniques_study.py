@@ -8,7 +8,8 @@ import json
 import optuna
 import pytest
 
-from advisor.cli import main
+from advisor.cli.main import main
+
 from conftest import EXAMPLES
 
 pytestmark = pytest.mark.ray
@@ -71,8 +72,8 @@ def test_inference_space_drops_training_options(workdir, capsys):
     """A training-only option in an inference study is dropped with the reason, before Ray."""
     code = main(["spaces", "default"])
     assert code == 0
-    from advisor.hardware import detect
-    from advisor.space import filter_space, load_space
+    from advisor.machine.hardware import detect
+    from advisor.search.space import filter_space, load_space
 
     filtered = filter_space(load_space("default"), detect(), {"workload": "inference", "val_size": 360})
     reasons = {(d.knob, d.value): d.reason for d in filtered.dropped}
@@ -139,7 +140,7 @@ def test_a_study_written_before_these_knobs_resumes(ray_session, workdir, capsys
     batch_sizes = [t.user_attrs["config"]["batch_size"] for t in resumed if "duplicate_of" not in t.user_attrs]
     assert len(batch_sizes) == 3 and len(set(batch_sizes)) == 3  # one new trial; nothing measured twice
     assert main(["export", "--study", "digits_mlp-old", "--trial", "0", "-o", "best.yaml"]) == 0
-    from advisor.config import load_config
+    from advisor.core.export_format import load_config
 
     assert load_config(workdir / "best.yaml").parallelism == "single"  # filled with today's defaults
 

@@ -1,129 +1,17 @@
-"""advisor/hardware.py (detect, capability_table, fingerprint) and each technique's
-``unavailable()`` reasons.
-
-Unless a test says it reads the real machine, its Hardware is DECLARED (built by hand):
-the GPUs and CPU flags it names do not exist here.
-"""
+"""advisor/techniques/rules.py: the capability table (each technique's ``unavailable()``
+reasons on DECLARED hardware), value checks and snippets through the registry, and the
+rules between knobs (conflicts, refusal)."""
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-
 import pytest
-import torch
 
-from advisor.hardware import (
-    CPU_FLAGS_OF_INTEREST, Capability, CpuInfo, GpuInfo, Hardware, capability_table, detect, fingerprint,
-)
-from advisor.techniques import TECHNIQUES
+from advisor.core.config import TrialConfig
+from advisor.machine.hardware import GpuInfo
+from advisor.techniques.registry import TECHNIQUES
+from advisor.techniques.rules import capability_table, conflicts, refusal
 
-GiB = 1 << 30
-A100 = GpuInfo(0, "NVIDIA A100-SXM4-40GB", (8, 0), 40 * GiB)
-T4 = GpuInfo(0, "Tesla T4", (7, 5), 16 * GiB)
-PLAIN_CPU = CpuInfo("declared CPU", 8, frozenset({"avx2", "avx512f"}))
-
-
-def gpu_node(*gpus: GpuInfo, triton: bool = True) -> Hardware:
-    return Hardware(cpu=PLAIN_CPU, gpus=gpus, triton=triton, compiler="/usr/bin/c++",
-                    torch_version="2.5.0", cuda_version="12.4", driver_version="550.54")
-
-
-def cpu_node(flags=frozenset({"avx2"}), cores: int = 8, compiler: str | None = "/usr/bin/c++") -> Hardware:
-    return Hardware(cpu=CpuInfo("declared CPU", cores, frozenset(flags)), compiler=compiler, torch_version="2.5.0")
-
-
-def table(hw: Hardware, keys=None) -> dict[tuple[str, object], Capability]:
-    return {(c.key, c.value): c for c in capability_table(hw, keys)}
-
-
-def reason(key: str, value, hw: Hardware) -> str | None:
-    return TECHNIQUES[key].unavailable(value, hw)
-
-
-# ---- detect(): the real machine -------------------------------------------------------
-
-def test_detect_reads_this_machine():
-    """Reads the REAL machine: CPU cores available to this process, torch's version."""
-    hw = detect()
-    expected_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert hw.cpu.cores == expected_cores
-    assert hw.cpu.model
-    assert hw.cpu.flags <= set(CPU_FLAGS_OF_INTEREST)
-    assert hw.torch_version == torch.__version__
-    assert hw.cuda_version == torch.version.cuda
-    assert len(hw.gpus) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
-    assert hw.device == ("cuda" if hw.gpus else "cpu")
-
-
-def test_detect_cpu_flags_match_proc_cpuinfo():
-    """Reads the REAL machine's /proc/cpuinfo and compares the flags advisor cares about."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            text = fh.read()
-    except OSError:
-        pytest.skip("no /proc/cpuinfo on this platform")
-    line = next((ln for ln in text.splitlines() if ln.split(":")[0].strip() in ("flags", "Features")), None)
-    if line is None:
-        pytest.skip("/proc/cpuinfo lists no flags")
-    flags = set(line.partition(":")[2].split())
-    assert detect().cpu.flags == frozenset(flags & set(CPU_FLAGS_OF_INTEREST))
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
-def test_detect_without_gpu_is_a_cpu_node():
-    """Reads the REAL machine, which has no CUDA GPU: no GPUs, no driver, no triton claim."""
-    hw = detect()
-    assert hw.gpus == ()
-    assert hw.device == "cpu"
-    assert hw.triton is False
-    assert hw.min_capability() is None
-    # The capability table of this machine never offers TF32 (a GPU-only format).
-    assert table(hw, ["precision"])[("precision", "tf32")].available is False
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_detect_finds_the_gpus_torch_sees():
-    """Reads the REAL GPUs: one GpuInfo per device torch sees, with its capability."""
-    hw = detect()
-    assert hw.device == "cuda"
-    assert len(hw.gpus) == torch.cuda.device_count()
-    for i, gpu in enumerate(hw.gpus):
-        props = torch.cuda.get_device_properties(i)
-        assert gpu.index == i
-        assert gpu.name == props.name
-        assert gpu.capability == torch.cuda.get_device_capability(i)
-        assert gpu.memory_bytes == props.total_memory > 0
-        assert gpu.cc == f"{gpu.capability[0]}.{gpu.capability[1]}"
-    assert hw.min_capability() == min(torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
-    # bf16 is offered exactly when every GPU is Ampere or newer.
-    offered = table(hw, ["precision"])[("precision", "bf16")].available
-    assert offered == (hw.min_capability() >= (8, 0))
-
-
-# ---- the declared hardware model ------------------------------------------------------
-
-def test_cpu_native_precision_flags():
-    """DECLARED CPUs, one per flag combination."""
-    assert not CpuInfo("c", 4, frozenset({"avx2", "avx512f"})).native_bf16
-    assert CpuInfo("c", 4, frozenset({"avx512_bf16"})).native_bf16
-    assert CpuInfo("c", 4, frozenset({"amx_bf16"})).native_bf16
-    assert not CpuInfo("c", 4, frozenset({"amx_bf16", "avx512_bf16"})).native_fp16
-    assert CpuInfo("c", 4, frozenset({"avx512_fp16"})).native_fp16
-    assert CpuInfo("c", 4, frozenset({"amx_fp16"})).native_fp16
-
-
-def test_gpu_node_properties():
-    """DECLARED A100 + T4 node: the weakest GPU decides, and names list both."""
-    hw = gpu_node(A100, GpuInfo(1, "Tesla T4", (7, 5), 16 * GiB))
-    assert hw.device == "cuda"
-    assert hw.min_capability() == (7, 5)
-    assert hw.gpu_names() == "NVIDIA A100-SXM4-40GB (compute capability 8.0), Tesla T4 (compute capability 7.5)"
-    # Two identical GPUs are named once.
-    assert gpu_node(A100, GpuInfo(1, A100.name, (8, 0), 40 * GiB)).gpu_names().count("A100") == 1
-
+from declared import A100, T4, GiB, cpu_node, gpu_node, reason, table
 
 # ---- capability_table -----------------------------------------------------------------
 
@@ -276,28 +164,27 @@ def test_techniques_apply_in_order_compile_last():
     assert keys.index("precision") < keys.index("channels_last") < keys.index("compile")
 
 
-# ---- fingerprint ----------------------------------------------------------------------
+# ---- rules between knobs --------------------------------------------------------------
 
-def test_fingerprint_is_json_and_describes_the_setup():
-    """DECLARED A100 node."""
-    fp = fingerprint(gpu_node(A100))
-    assert json.loads(json.dumps(fp)) == fp  # stored as a study attribute: plain JSON data
-    assert fp["cpu_model"] == "declared CPU" and fp["cpu_cores"] == 8
-    assert fp["cpu_flags"] == ["avx2", "avx512f"]  # sorted
-    assert fp["gpus"] == [{"index": 0, "name": A100.name, "capability": [8, 0], "memory_bytes": 40 * GiB}]
-    assert fp["driver_version"] == "550.54" and fp["torch_version"] == "2.5.0" and fp["cuda_version"] == "12.4"
-    assert fp["python_version"] == platform.python_version()
-
-
-def test_fingerprint_tells_setups_apart():
-    """DECLARED nodes: same hardware -> same fingerprint; a different GPU -> different."""
-    assert fingerprint(gpu_node(A100)) == fingerprint(gpu_node(A100))
-    assert fingerprint(gpu_node(A100)) != fingerprint(gpu_node(T4))
-    assert fingerprint(cpu_node(cores=4)) != fingerprint(cpu_node(cores=8))
+@pytest.mark.parametrize("changes,says", [
+    ({"comm_hook": "fp16"}, "comm_hook=fp16 applies to DDP"),
+    ({"bucket_mb": 5}, "bucket_mb=5 applies to DDP"),
+    ({"parallelism": "fsdp", "devices": 2, "pruning": "l1_unstructured"}, "FSDP shards them"),
+    ({"parallelism": "fsdp", "devices": 2, "quantization": "qat_int8"}, "QAT conversion swaps Linear layers"),
+    ({"parallelism": "fsdp", "devices": 2, "channels_last": True}, "channels_last weights are not"),
+    ({"parallelism": "fsdp", "devices": 2, "precision": "fp16"}, "sharded gradient scaler"),
+    ({"pruning": "l1_unstructured", "quantization": "fp8_training"}, "drop the pruning masks"),
+    ({"pruning": "semi_structured_2_4", "quantization": "int8_dynamic"}, "cannot be quantized again"),
+    ({"quantization": "int4_weight_only"}, "precision bf16_full"),
+])
+def test_conflicts_name_both_knobs_and_why(changes, says):
+    assert says in (conflicts(TrialConfig(**changes)) or "")
 
 
-def test_fingerprint_of_this_machine_is_json():
-    """Reads the REAL machine."""
-    fp = fingerprint(detect())
-    assert json.loads(json.dumps(fp)) == fp
-    assert fp["torch_version"] == torch.__version__
+def test_refusal_covers_workload_conflicts_and_batch_splits():
+    assert refusal(TrialConfig(), "train") is None and refusal(TrialConfig(), "inference") is None
+    assert "only applies to training" in refusal(TrialConfig(quantization="qat_int8"), "inference")
+    assert "is for inference" in refusal(TrialConfig(precision="bf16_full"), "train")
+    assert "applies to DDP" in refusal(TrialConfig(comm_hook="fp16"), "train")
+    uneven = TrialConfig(batch_size=30, parallelism="ddp", devices=2, grad_accumulation=4)
+    assert "does not split evenly into devices=2 x grad_accumulation=4" in refusal(uneven, "train")

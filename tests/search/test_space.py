@@ -11,11 +11,17 @@ import collections
 import optuna
 import pytest
 
-import search_spaces
-from advisor.config import TrialConfig
-from advisor.errors import AdvisorError, SpaceError
-from advisor.hardware import CpuInfo, GpuInfo, Hardware
-from advisor.space import Knob, SearchSpace, filter_space, load_space, parse_space
+from advisor import search_spaces
+from advisor.core.config import TrialConfig
+from advisor.core.errors import AdvisorError, SpaceError
+from advisor.machine.hardware import CpuInfo, GpuInfo, Hardware
+from advisor.search.space import (
+    Knob,
+    SearchSpace,
+    filter_space,
+    load_space,
+    parse_space,
+)
 
 GiB = 1 << 30
 

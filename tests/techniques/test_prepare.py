@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 import advisor
-from advisor.apply import Prepared, apply, default_device
-from advisor.config import TrialConfig
-from advisor.errors import ConfigError, UnsupportedError
+from advisor.core.config import TrialConfig
+from advisor.core.errors import ConfigError, UnsupportedError
+from advisor.techniques.prepare import apply
+from advisor.techniques.prepared import Prepared, default_device
 
 CPU = torch.device("cpu")
 
@@ -245,6 +246,12 @@ def test_apply_defaults_to_the_current_device():
 
 
 def test_public_apply_is_the_function():
-    importlib.import_module("advisor.apply")  # as anything that uses apply (trial.py) does
+    importlib.import_module("advisor.trial.loop")  # as the trial, which imports apply from its module
+    assert advisor.apply is apply
     prepared = advisor.apply(mlp(), TrialConfig(precision="bf16"), device="cpu")
     assert isinstance(prepared, Prepared) and prepared.amp_dtype == torch.bfloat16
+
+
+def test_an_unknown_workload_kind_is_a_config_error():
+    with pytest.raises(ConfigError, match="apply\\(\\): workload is 'serve', expected train or inference"):
+        apply(mlp(), TrialConfig(), device="cpu", workload="serve")

@@ -1,4 +1,4 @@
-"""Warm trial processes (advisor/warm.py): each trial forked from a fork server that has
+"""Warm trial processes (advisor/trial/forkserver.py): each trial forked from a fork server that has
 already imported torch and model.py's libraries. Real Ray, real SQLite, real trials."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from advisor.cli import main
-from advisor.warm import describe_exit, preload_list, workload_imports
+from advisor.cli.main import main
+from advisor.trial.forkserver import preload_list, workload_imports
+from advisor.trial.process import describe_exit
+
 from conftest import EXAMPLES, write_model
 
 
@@ -160,28 +162,44 @@ def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
 
 
 def test_cuda_initialised_in_the_fork_server_falls_back_to_spawned_trials(workdir, monkeypatch):
-    """No GPU here, so a fake (named as such: ADVISOR_TEST_PRETEND_CUDA_FORK_POISONED) makes
-    the forked trial process report what a real one reports when a library initialised
-    CUDA in the fork server. The trial must then run in a spawned, fresh interpreter, and
-    so must every later one."""
-    from advisor import warm
-    from advisor.config import TrialConfig
-    from advisor.trial import TrialSettings, make_payload
-    from advisor.workload import load_workload
+    """A forked trial that cannot use CUDA (a library model.py imports initialised it in
+    the fork server) makes its worker spawn fresh interpreters from then on. No GPU here,
+    so the check is monkeypatched (a fake, named as such) to say so, in trial processes
+    forked from this test process (``fork``: they inherit the patch; the fork server would
+    start clean). The trial must then run in a spawned process, and so must every later one.
+    """
+    import multiprocessing
 
-    monkeypatch.setattr(warm, "_CONTEXT", None)
-    monkeypatch.setattr(warm, "_SPAWN_ONLY", False)
-    monkeypatch.setenv(warm.PRETEND_POISONED_ENV, "1")
-    monkeypatch.setenv(warm.PRELOAD_ENV, "")
-    payload = make_payload(load_workload(str(EXAMPLES / "digits_mlp.py")), TrialConfig(batch_size=32),
-                           TrialSettings(train_samples=64, device="cuda"))
-    result = warm.run_forked(payload)
-    assert warm.CUDA_POISONED not in result and warm._SPAWN_ONLY
-    assert result["ok"] is False and result["failure_class"] in ("error", "unsupported")  # no CUDA here
-    assert "process_start" in result["phase_s"]  # it ran, in the spawned process
-    payload["settings"]["device"] = "cpu"
-    later = warm.run_forked(payload)  # spawned too, and measures normally
-    assert later["ok"] is True and later["throughput"] > 0
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.trial import forkserver
+    from advisor.workload.contract import load_workload
+
+    monkeypatch.setattr(forkserver, "_SPAWN_ONLY", False)
+    monkeypatch.setattr(forkserver, "_context", lambda payload: multiprocessing.get_context("fork"))
+    monkeypatch.setattr(forkserver, "_cannot_use_cuda", lambda payload: True)  # FAKE: no GPU here
+    payload = TrialPayload.of(load_workload(str(EXAMPLES / "digits_mlp.py")), TrialConfig(batch_size=32),
+                              TrialSettings(train_samples=64))
+    result = forkserver.run_forked(payload)
+    assert forkserver._SPAWN_ONLY
+    assert result.ok and result.throughput > 0, result.failure_message
+    assert result.telemetry["trial_process"] == "spawned" and "process_start" in result.phase_s
+    later = forkserver.run_forked(payload)  # spawned too, and measures normally
+    assert later.ok and later.telemetry["trial_process"] == "spawned"
+
+
+def test_a_forked_trial_runs_in_a_fork(monkeypatch):
+    """Without the fallback, a trial runs in a process forked from the fork server."""
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.trial import forkserver
+    from advisor.workload.contract import load_workload
+
+    monkeypatch.setattr(forkserver, "_SPAWN_ONLY", False)
+    payload = TrialPayload.of(load_workload(str(EXAMPLES / "digits_mlp.py")), TrialConfig(batch_size=32),
+                              TrialSettings(train_samples=64))
+    result = forkserver.run_forked(payload)
+    assert result.ok and result.telemetry["trial_process"] == "forked"
 
 
 @pytest.mark.ray
@@ -189,16 +207,17 @@ def test_trial_processes_take_their_own_thread_count(ray_session):
     """torch fixes its thread count at import, in the fork server: a single trial gets the
     Ray task's OMP_NUM_THREADS (the node's cores), each of a DDP trial's 2 forked ranks
     its share, not the fork server's count."""
-    from advisor.config import TrialConfig
-    from advisor.scheduler import RayExecutor
-    from advisor.trial import TrialSettings, make_payload
-    from advisor.workload import load_workload
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.runner.executor import run_one
+    from advisor.runner.ray_executor import RayExecutor
+    from advisor.workload.contract import load_workload
 
     executor = RayExecutor("cpu").start()  # joins the session's Ray
     workload = load_workload(str(EXAMPLES / "digits_mlp.py"))
     settings = TrialSettings(train_samples=128)
-    single = executor.run_one(0, make_payload(workload, TrialConfig(batch_size=32), settings), 120)
-    ddp = executor.run_one(1, make_payload(workload, TrialConfig(batch_size=32, parallelism="ddp", devices=2),
+    single = run_one(executor, 0, TrialPayload.of(workload, TrialConfig(batch_size=32), settings), 120)
+    ddp = run_one(executor, 1, TrialPayload.of(workload, TrialConfig(batch_size=32, parallelism="ddp", devices=2),
                                            settings), 120)
     cores = int(executor.resources["num_cpus"])
     assert single.ok and single.telemetry["intra_op_threads"] == cores

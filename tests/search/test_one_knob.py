@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import sys
 
-from conftest import EXAMPLES, REPO
+from advisor.core.config import TrialConfig
+from advisor.search.one_knob import seed_configs, seed_count
+from advisor.search.space import load_space
+from advisor.study.options import TuneOptions
+from advisor.study.plan import plan_study
+from advisor.study.tuner import Tuner
 
-from advisor.config import TrialConfig
-from advisor.report import describe_config
-from advisor.seeding import seed_configs, seed_count
-from advisor.space import load_space
-from advisor.study import TuneOptions, Tuner
+from conftest import EXAMPLES, REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 GRID_SPACE = str(REPO / "benchmarks" / "data" / "grid_cpu.yaml")
@@ -19,7 +20,7 @@ GRID_SPACE = str(REPO / "benchmarks" / "data" / "grid_cpu.yaml")
 
 def test_one_knob_each_first_then_the_rest():
     seeds = seed_configs(load_space(GRID_SPACE), TrialConfig(), 8)
-    assert [describe_config(c.to_dict()) for c in seeds] == [
+    assert [c.describe() for c in seeds] == [
         "bs=64 bf16", "bs=64 fp32 channels_last", "bs=128 fp32", "bs=64 fp32 grad_accumulation=2",
         "bs=64 fp32 activation_checkpointing", "bs=64 fp32 l1_unstructured:0.5", "bs=32 fp32", "bs=256 fp32"]
     base = TrialConfig()
@@ -44,13 +45,12 @@ def test_a_default_study_runs_the_seeds_right_after_the_baseline(tmp_path):
     grid = Grid.load(REPO / "benchmarks" / "data" / "grid_digits_cnn_cpu.json")
     options = TuneOptions(workload_path=str(EXAMPLES / "digits_cnn.py"), space=GRID_SPACE, trials=12,
                           storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=100)
-    tuner = Tuner(options, executor=ReplayExecutor(grid))
-    tuner.prepare()
-    study = tuner.run()
+    plan = plan_study(options)
+    study = Tuner(plan, executor=ReplayExecutor(grid)).run().study
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in sorted(study.trials, key=lambda t: t.number)
                if "duplicate_of" not in t.user_attrs]
     assert configs[0] == TrialConfig()
-    assert configs[1:5] == seed_configs(tuner.space, TrialConfig(), seed_count(12))
+    assert configs[1:5] == seed_configs(plan.space, TrialConfig(), seed_count(12))
 
 
 def test_a_seed_changes_only_its_knob_in_a_space_with_more_knobs(tmp_path, ray_session):
@@ -62,11 +62,10 @@ def test_a_seed_changes_only_its_knob_in_a_space_with_more_knobs(tmp_path, ray_s
     space.write_text("batch_size: {choices: [32, 64]}\nprecision: {choices: [fp32, bf16]}\nthreads: {choices: [1, 2]}\n")
     options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space=str(space), trials=4,
                           storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=100)
-    tuner = Tuner(options)
-    tuner.prepare()
-    tuner.run()
-    study = optuna.load_study(study_name=tuner.study_name, storage=options.storage)
-    base = tuner.baseline
+    plan = plan_study(options)
+    Tuner(plan).run()
+    study = optuna.load_study(study_name=plan.study_name, storage=options.storage)
+    base = plan.baseline
     assert base.threads is None
     seeds = [t for t in study.trials if "seed_config" in t.user_attrs]
     assert len(seeds) == 3

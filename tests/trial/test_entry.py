@@ -4,40 +4,43 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.trial import TrialResult, TrialSettings, run_trial
-from advisor.workload import load_workload
+from advisor.core.config import TrialConfig
+from advisor.core.results import TrialPayload, TrialSettings
+from advisor.trial.entry import run_trial
+from advisor.workload.contract import load_workload
+
 from conftest import EXAMPLES, WORKLOADS
 
 
 def payload(path, config, train_samples=600):
-    wl = load_workload(path)
-    return {"workload_path": str(wl.path), "workload_source": wl.source, "workload_sha256": wl.sha256,
-            "config": config, "settings": TrialSettings(train_samples=train_samples, max_timing_s=2.0).to_dict()}
+    return TrialPayload.of(load_workload(path), TrialConfig(**config),
+                           TrialSettings(train_samples=train_samples, max_timing_s=2.0))
 
 
 def test_trial_measures_throughput_memory_accuracy():
-    r = TrialResult.from_dict(run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64})))
+    r = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64}))
     assert r.ok, r.failure_message
     assert r.throughput > 0 and r.step_time_median_s > 0
     assert r.throughput == pytest.approx(64 / r.step_time_median_s)
     assert r.timed_steps >= 10
     assert 0.3 < r.accuracy <= 1.0  # 600 samples of training beat chance (0.1) clearly
-    assert r.peak_memory_bytes >= 0
+    assert r.peak_memory_bytes > 0  # the model, its optimizer state and activations
     assert r.train_samples == 576  # round(600 / 64) = 9 steps of 64: whole batches only
-    assert {"load", "build", "train", "eval"} <= set(r.phase_s)
+    assert {"load", "build", "train", "eval", "total"} <= set(r.phase_s)
+    assert r.pid > 0 and r.host
 
 
 def test_same_samples_across_batch_sizes():
     """Accuracy is compared after (nearly) the same number of samples whatever the batch size."""
     small = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 16}, 1024))
     large = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 256}, 1024))
-    assert small["train_samples"] == large["train_samples"] == 1024
+    assert small.train_samples == large.train_samples == 1024
 
 
 def test_trials_are_deterministic_in_accuracy():
     a = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 32}))
     b = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 32}))
-    assert a["accuracy"] == b["accuracy"]  # same seed, same data order, same init
+    assert a.ok and a.accuracy == b.accuracy  # same seed, same data order, same init
 
 
 @pytest.mark.parametrize("batch_size,failure_class,text", [
@@ -47,20 +50,20 @@ def test_trials_are_deterministic_in_accuracy():
 ])
 def test_failures_are_results(batch_size, failure_class, text):
     r = run_trial(payload(WORKLOADS / "faulty.py", {"batch_size": batch_size}))
-    assert r["ok"] is False
-    assert r["failure_class"] == failure_class
-    assert text in r["failure_message"]
+    assert r.ok is False
+    assert r.failure_class == failure_class
+    assert text in r.failure_message
 
 
 def test_unsupported_technique_is_recorded():
     r = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64, "channels_last": True}))
-    assert (r["ok"], r["failure_class"]) == (False, "unsupported")
-    assert "2-D convolutions" in r["failure_message"]
+    assert (r.ok, r.failure_class) == (False, "unsupported")
+    assert "2-D convolutions" in r.failure_message
 
 
 def test_batch_larger_than_training_set_is_unsupported():
     r = run_trial(payload(WORKLOADS / "valid.py", {"batch_size": 1024}))
-    assert r["failure_class"] == "unsupported" and "larger than the training set" in r["failure_message"]
+    assert r.failure_class == "unsupported" and "larger than the training set" in r.failure_message
 
 
 def test_changed_workload_is_refused(tmp_path):
@@ -69,4 +72,9 @@ def test_changed_workload_is_refused(tmp_path):
     p = payload(path, {"batch_size": 32})
     path.write_text(path.read_text() + "\n# edited\n")
     r = run_trial(p)
-    assert r["failure_class"] == "error" and "changed since the study started" in r["failure_message"]
+    assert r.failure_class == "error" and "changed since the study started" in r.failure_message
+
+
+def test_payload_survives_the_json_a_rank_reads():
+    p = payload(EXAMPLES / "digits_mlp.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2})
+    assert TrialPayload.from_dict(p.to_dict()) == p

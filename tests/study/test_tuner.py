@@ -8,8 +8,9 @@ import optuna
 import pytest
 import yaml
 
-from advisor.cli import main
-from advisor.config import load_config
+from advisor.cli.main import main
+from advisor.core.export_format import load_config
+
 from conftest import EXAMPLES, WORKLOADS
 
 pytestmark = pytest.mark.ray
@@ -103,8 +104,8 @@ def test_export_refuses_failed_trial(ray_session, workdir, capsys):
 
 
 def test_gpu_request_on_cpu_cluster_is_refused_up_front(ray_session):
-    from advisor.errors import SchedulerError
-    from advisor.scheduler import RayExecutor
+    from advisor.core.errors import SchedulerError
+    from advisor.runner.ray_executor import RayExecutor
 
     with pytest.raises(SchedulerError, match="no node of the Ray cluster has one"):
         RayExecutor("cuda").start()

@@ -7,10 +7,11 @@ import json
 
 import pytest
 import yaml
+
+from advisor.cli.main import main
+
 from conftest import EXAMPLES
 from recorded_study import write_recorded_study
-
-from advisor.cli import main
 
 MLP = str(EXAMPLES / "digits_mlp.py")
 

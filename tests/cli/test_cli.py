@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from advisor.cli import main, parse_size
-from advisor.errors import StudyError
-from advisor.workload import load_workload, preflight
+from advisor.cli.main import main
+from advisor.core.errors import StudyError
+from advisor.core.units import parse_size
+from advisor.workload.contract import load_workload
+from advisor.workload.preflight import preflight
 
 COMMANDS = ("tune", "hardware", "spaces", "export", "init", "tui", "report")
 
@@ -20,7 +22,7 @@ def run_py(code: str) -> str:
 
 
 def test_help_imports_no_heavy_module():
-    out = run_py("import sys\nfrom advisor.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    out = run_py("import sys\nfrom advisor.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
                  "print('LOADED', sorted(m for m in ('torch', 'ray', 'optuna', 'textual') if m in sys.modules))")
     assert "tune" in out and "LOADED []" in out
 
@@ -113,11 +115,11 @@ def test_export_on_empty_or_missing_storage(tmp_path, monkeypatch, capsys):
 
 
 def test_export_to_unwritable_path_is_exit_2(tmp_path, capsys):
-    from advisor.config import dump_export
-    from advisor.errors import ConfigError
+    from advisor.core.errors import ConfigError
+    from advisor.outputs.export import write_export
 
     with pytest.raises(ConfigError, match="cannot write"):
-        dump_export({"advisor_config": 1, "config": {}}, tmp_path / "missing-dir" / "best.yaml")
+        write_export({"advisor_config": 1, "config": {}}, tmp_path / "missing-dir" / "best.yaml")
     assert not (tmp_path / "missing-dir").exists()
 
 

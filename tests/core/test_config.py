@@ -1,4 +1,4 @@
-"""advisor/config.py: TrialConfig, value validation, the export file format."""
+"""advisor/core/config.py and export_format.py: TrialConfig, value validation, the export file format."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import pytest
 import yaml
 
 import advisor
-from advisor.config import FORMAT_VERSION, TrialConfig, dump_export, load_config, validate_values
-from advisor.errors import AdvisorError, ConfigError
+from advisor.core.config import TrialConfig, validate_values
+from advisor.core.errors import AdvisorError, ConfigError
+from advisor.core.export_format import FORMAT_VERSION, load_config
+from advisor.outputs.export import write_export
 
 
 def export_document(config: TrialConfig) -> dict:
@@ -109,39 +111,39 @@ def test_validate_values():
 def test_export_round_trip(tmp_path, fmt, name):
     cfg = TrialConfig(batch_size=128, precision="bf16", threads=2, channels_last=True)
     path = tmp_path / name
-    text = dump_export(export_document(cfg), path, fmt)
+    text = write_export(export_document(cfg), path, fmt)
     assert path.read_text() == text
     assert load_config(path) == cfg
     assert [p.name for p in tmp_path.iterdir()] == [name]  # no temporary file left behind
 
 
 def test_export_yaml_is_readable_and_keeps_order(tmp_path):
-    text = dump_export(export_document(TrialConfig()), None, "yaml")
+    text = write_export(export_document(TrialConfig()), None, "yaml")
     assert text.splitlines()[0] == f"advisor_config: {FORMAT_VERSION}"
     assert list(yaml.safe_load(text)) == ["advisor_config", "config", "source", "measured"]
 
 
 def test_export_json_is_json():
     doc = export_document(TrialConfig(precision="fp16"))
-    assert json.loads(dump_export(doc, None, "json")) == doc
+    assert json.loads(write_export(doc, None, "json")) == doc
 
 
 def test_export_without_path_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    dump_export(export_document(TrialConfig()), None, "yaml")
+    write_export(export_document(TrialConfig()), None, "yaml")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_export_overwrites_existing_file(tmp_path):
     path = tmp_path / "best.yaml"
-    dump_export(export_document(TrialConfig(batch_size=16)), path)
-    dump_export(export_document(TrialConfig(batch_size=512)), path)
+    write_export(export_document(TrialConfig(batch_size=16)), path)
+    write_export(export_document(TrialConfig(batch_size=512)), path)
     assert load_config(path).batch_size == 512
 
 
 def test_export_unknown_format(tmp_path):
     with pytest.raises(ConfigError, match="unknown export format 'toml'"):
-        dump_export(export_document(TrialConfig()), tmp_path / "x.toml", "toml")
+        write_export(export_document(TrialConfig()), tmp_path / "x.toml", "toml")
     assert not (tmp_path / "x.toml").exists()
 
 
@@ -181,7 +183,7 @@ def test_load_empty_file(tmp_path):
 def test_load_wrong_format_version(tmp_path):
     path = tmp_path / "future.yaml"
     doc = export_document(TrialConfig()) | {"advisor_config": 2}
-    dump_export(doc, path)
+    write_export(doc, path)
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert "advisor_config is 2" in str(info.value) and f"version {FORMAT_VERSION}" in str(info.value)
@@ -200,7 +202,7 @@ def test_load_reports_bad_values_with_file_and_key(tmp_path):
     doc = export_document(TrialConfig())
     doc["config"]["precision"] = "fp8"
     doc["config"]["batch_size"] = -1
-    dump_export(doc, path)
+    write_export(doc, path)
     with pytest.raises(ConfigError) as info:
         load_config(path)
     msg = str(info.value)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.cli import main
+from advisor.cli.main import main
+
 from conftest import EXAMPLES
 
 MODEL = str(EXAMPLES / "digits_mlp.py")
@@ -64,7 +65,7 @@ def _run(args: list[str]) -> int:
 
 
 def _empty_storage(workdir):
-    from advisor.storage import open_storage
+    from advisor.study.storage import open_storage
 
     open_storage("sqlite:///advisor.db")  # the schema, no study
 

@@ -1,0 +1,159 @@
+"""advisor/machine/timing.py: the step timer.
+
+Correctness only: these tests check what the protocol reports, not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from advisor.machine.timing import StepTimer, Timing, median_iqr
+
+MB = 1_000_000
+
+
+# ---- median_iqr -----------------------------------------------------------------------
+
+def test_median_iqr():
+    assert median_iqr([]) == (0.0, 0.0)
+    assert median_iqr([0.5]) == (0.5, 0.0)
+    assert median_iqr([5.0, 1.0, 4.0, 2.0, 3.0]) == (3.0, 2.0)  # order does not matter
+    median, iqr = median_iqr([1.0, 1.0, 1.0, 100.0])  # one outlier barely moves either
+    assert median == 1.0 and iqr == pytest.approx(24.75)
+    assert median_iqr([2.0, 4.0]) == (3.0, 1.0)
+
+
+# ---- Timing ---------------------------------------------------------------------------
+
+def test_timing_fields_and_dict():
+    t = Timing(median_s=0.02, iqr_s=0.001, steps=40, timed_s=0.8, converged=True)
+    assert t.rel_iqr == pytest.approx(0.05)
+    assert t.to_dict() == {"median_s": 0.02, "iqr_s": 0.001, "steps": 40, "timed_s": 0.8,
+                           "converged": True, "rel_iqr": pytest.approx(0.05)}
+    assert Timing(0.0, 0.0, 0, 0.0, False).rel_iqr == math.inf
+
+
+# ---- StepTimer ------------------------------------------------------------------------
+
+def test_step_timer_on_a_real_training_step():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    timer = StepTimer(min_steps=10, target_rel_iqr=0.10, max_seconds=2.0, block_s=0.01, min_blocks=5)
+    mine: list[float] = []  # each step timed independently, inside the timer's region
+    start = time.perf_counter()
+    while not timer.done():
+        with timer.step():
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            mine.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - start
+    result = timer.result()
+    assert isinstance(result, Timing)
+    assert result.median_s > 0 and result.iqr_s >= 0
+    assert result.steps == timer.steps >= 1
+    assert result.converged == timer.converged()
+    if result.converged:
+        assert result.steps >= 10 and len(timer.samples) >= 5
+        assert result.rel_iqr <= 0.10
+    else:  # capped: it ran its full time budget
+        assert result.timed_s >= 2.0
+    # Timed seconds are the steps' own time (not the loop's bookkeeping), and the median
+    # is a per-step time that actually occurred (not a block's total).
+    assert result.steps == len(mine)
+    assert sum(mine) <= result.timed_s <= wall
+    assert result.timed_s - sum(mine) < 0.25
+    assert min(mine) <= result.median_s <= max(mine)
+    assert wall < 2.0 + 2.0  # stopped at (about) the cap at the latest, even on a busy machine
+
+
+def test_capped_stops_at_max_seconds():
+    timer = StepTimer(min_steps=1, target_rel_iqr=-1.0, max_seconds=0.3, block_s=0.01, min_blocks=1)
+    # target_rel_iqr < 0: the estimate can never converge, only the cap ends timing.
+    start = time.perf_counter()
+    while not timer.done():
+        with timer.step():
+            time.sleep(0.02)
+    wall = time.perf_counter() - start
+    assert timer.capped() and not timer.converged()
+    result = timer.result()
+    assert result.converged is False
+    assert 0.3 <= result.timed_s < 0.3 + 0.3  # about one step over the cap at most
+    assert wall < 1.5
+    assert result.median_s == pytest.approx(0.02, rel=0.5)
+    assert 2 <= result.steps <= 15  # 0.3 s of 0.02 s steps (fewer if sleeps overrun)
+
+
+def test_short_steps_are_pooled_into_blocks_of_equal_count():
+    """The first timed step sizes the blocks (ceil(0.1 / 0.03) = 4 steps); every block then
+    has that many steps, so one slow step cannot become a sample of its own."""
+    timer = StepTimer(block_s=0.1)
+    for _ in range(3):
+        timer.add(0.03)
+    assert timer.samples == []  # 3 of 4 steps: the block is not full yet
+    timer.add(0.03)
+    assert timer.samples == [pytest.approx(0.03)]  # one block of 4 steps, per-step time
+    for seconds in (0.5, 0.03, 0.03, 0.03):
+        timer.add(seconds)
+    assert timer.samples == [pytest.approx(0.03), pytest.approx(0.59 / 4)]
+    assert timer.steps == 8 and timer.total_s == pytest.approx(0.71)
+
+
+def test_converged_needs_enough_steps_blocks_and_a_small_spread():
+    timer = StepTimer(min_steps=4, min_blocks=4, target_rel_iqr=0.1, block_s=0.0, max_seconds=100)
+    for _ in range(3):
+        timer.add(1.0)
+    assert not timer.converged() and not timer.done()
+    timer.add(1.0)
+    assert timer.converged() and timer.done()
+    noisy = StepTimer(min_steps=4, min_blocks=4, target_rel_iqr=0.1, block_s=0.0, max_seconds=100)
+    for s in (1.0, 2.0, 3.0, 4.0):
+        noisy.add(s)
+    assert not noisy.converged()  # IQR/median = 1.5/2.5 = 0.6
+    assert not noisy.capped()
+
+
+def test_capped_needs_a_sample():
+    timer = StepTimer(max_seconds=0.1, block_s=0.15)
+    timer.add(0.2)  # one step, one full block, over the cap
+    assert timer.capped()
+    partial = StepTimer(max_seconds=0.1, block_s=1.0)
+    partial.add(0.05)
+    partial.add(0.06)
+    assert not partial.capped()  # 0.11 s but no finished block yet
+
+
+def test_result_falls_back_to_the_unfinished_block():
+    timer = StepTimer(block_s=1.0)
+    timer.add(0.2)
+    timer.add(0.4)
+    result = timer.result()
+    assert result.median_s == pytest.approx(0.3)
+    assert result.steps == 2 and result.timed_s == pytest.approx(0.6)
+    assert not result.converged
+    empty = StepTimer().result()
+    assert empty.median_s == 0.0 and empty.steps == 0
+
+
+def test_step_syncs_around_the_timed_region_and_skips_failed_steps():
+    calls = []
+    timer = StepTimer(sync=lambda: calls.append(time.perf_counter()), block_s=0.0)
+    with timer.step():
+        time.sleep(0.01)
+    assert len(calls) == 2 and timer.steps == 1
+    assert timer.samples[0] >= 0.01
+    with pytest.raises(RuntimeError):
+        with timer.step():
+            raise RuntimeError("out of memory")
+    assert timer.steps == 1  # a failed step is not timed
+    assert len(calls) == 3   # synced before it started, not after it failed
+
+

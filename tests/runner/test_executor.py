@@ -1,0 +1,81 @@
+"""The Executor protocol: the Ray executor and the benchmarks' replay executor both satisfy
+it (checked by mypy, as the protocol is meant to be used), and ``run_one`` on top of it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.runner.executor import run_one
+
+from conftest import REPO
+
+CHECK = '''
+from advisor.runner.executor import Executor
+from advisor.runner.ray_executor import RayExecutor
+from replay import Grid, ReplayExecutor
+
+
+def takes(executor: Executor) -> None: ...
+
+
+takes(RayExecutor("cpu"))
+takes(ReplayExecutor(Grid({}), 0))
+
+
+class NotAnExecutor:
+    device = "cpu"
+
+    def submit(self, number: int, payload: int) -> None: ...
+
+
+takes(NotAnExecutor())  # the control: this line must be reported
+'''
+
+
+def test_both_executors_satisfy_the_protocol_and_mypy_would_say_otherwise(tmp_path):
+    pytest.importorskip("mypy")
+    probe = tmp_path / "probe.py"
+    probe.write_text(CHECK)
+    run = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
+                          "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(probe)],
+                         capture_output=True, text=True, cwd=REPO, env={"MYPYPATH": str(REPO / "benchmarks"),
+                                                                        "PATH": "/usr/bin:/bin"})
+    errors = [line for line in run.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "NotAnExecutor" in errors[0] and "Executor" in errors[0], run.stdout + run.stderr
+
+
+class NeverFinishes:
+    """A stand-in runner (named as such) whose trial never finishes: what a hung trial
+    looks like to the caller."""
+
+    device, slots, startup_s, resources = "cpu", 1, 0.0, {}
+
+    def __init__(self) -> None:
+        self.cancelled: list[int] = []
+
+    def submit(self, number, payload):
+        return type("Handle", (), {"number": number, "submitted": time.monotonic()})()
+
+    def wait(self, handles, timeout):
+        time.sleep(min(timeout, 0.05))
+        return []
+
+    def cancel(self, handle):
+        self.cancelled.append(handle.number)
+
+    def shutdown(self):
+        pass
+
+
+def test_run_one_cancels_a_trial_past_its_timeout():
+    runner = NeverFinishes()
+    payload = TrialPayload("model.py", "", "0" * 64, TrialConfig(), TrialSettings(train_samples=1))
+    result = run_one(runner, 7, payload, timeout=0.2)
+    assert isinstance(result, TrialResult) and result.failure_class == "timeout"
+    assert runner.cancelled == [7]
