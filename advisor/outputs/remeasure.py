@@ -86,7 +86,8 @@ def remeasure(workload_path: str, config_path: str, repeats: int = 3, ray_addres
     if repeats < 1:
         raise ConfigError(f"--repeats must be at least 1, found {repeats}")
     config, document = read_export(config_path)
-    source = document.get("source") if isinstance(document.get("source"), dict) else {}
+    stored_source = document.get("source")
+    source: dict[str, Any] = stored_source if isinstance(stored_source, dict) else {}
     kind = check_workload_kind(source.get("workload_kind") or "train", f"{config_path}: source.workload_kind")
     reason = refusal(config, kind)
     if reason:

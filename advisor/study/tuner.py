@@ -70,11 +70,13 @@ class Tuner:
         self.executor = executor
         self.emit = on_event
         self.storage: Any = None  # the Optuna storage, once run() has opened it
+        self.strategy: Strategy  # set by run(), once the study is open
         self.stop_reason: str | None = None
         self.running: dict[int, tuple[Handle, Proposal]] = {}
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
         self.done = 0  # trials that count towards the budget
         self.deadline = float("inf")
+        self.trial_timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S  # until the baseline's is known
 
     # ---- the study ------------------------------------------------------------------
     def start_executor(self) -> Executor:

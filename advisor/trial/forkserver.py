@@ -133,9 +133,9 @@ def run_forked(payload: TrialPayload) -> TrialResult:
     global _SPAWN_ONLY
     if not _SPAWN_ONLY:
         result = _run_in(_context(payload), payload)
-        if result != CUDA_POISONED:
+        if isinstance(result, TrialResult):
             return result
-        _SPAWN_ONLY = True
+        _SPAWN_ONLY = True  # the forked process answered CUDA_POISONED
     import multiprocessing
 
     result = _run_in(multiprocessing.get_context("spawn"), payload)

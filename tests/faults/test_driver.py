@@ -17,7 +17,7 @@ import pytest
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, WORKLOADS
 
 pytestmark = pytest.mark.ray
 
@@ -74,6 +74,17 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     assert "left running by an earlier run" in out
 
 
+def _wait_for_a_running_trial(db, name: str, after: int, timeout: float = 60.0) -> None:
+    """Until the study holds a RUNNING trial numbered above ``after`` (its config decided)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        trials = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").trials
+        if any(t.state.name == "RUNNING" and t.number > after and "config" in t.user_attrs for t in trials):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no trial of {name} was running within {timeout:.0f} s")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_sigint_and_sigterm_stop_gracefully(workdir, signum):
@@ -81,21 +92,24 @@ def test_sigint_and_sigterm_stop_gracefully(workdir, signum):
     and recorded, the front so far is printed, exit status 130, no RUNNING trial left."""
     env = {**os.environ, "ADVISOR_RAY_DIR": tempfile.mkdtemp(prefix="advs-")}
     env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", *ARGS, "--trials", "10"], cwd=workdir, env=env,
+    space = workdir / "bs.yaml"
+    space.write_text("batch_size: {choices: [16, 32, 64]}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "tune", str(WORKLOADS / "slow_steps.py"), "--space",
+                             str(space), "--train-samples", "320", "--trials", "10"], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line)
-        if line.startswith("trial   1"):  # trial 2 is submitted right after; give it a second
-            time.sleep(1.0)
+        if line.startswith("trial   1"):  # trial 2 is submitted right after and runs for seconds
+            _wait_for_a_running_trial(workdir / "advisor.db", "slow_steps-bs", after=1)
             proc.send_signal(signum)
             break
     rest, _ = proc.communicate(timeout=120)
     out = "".join(lines) + rest
     assert proc.returncode == 130, out
     assert f"interrupted by {signal.Signals(signum).name}" in out and "Pareto front" in out
-    study = optuna.load_study(study_name="digits_mlp-eager", storage=f"sqlite:///{workdir / 'advisor.db'}")
+    study = optuna.load_study(study_name="slow_steps-bs", storage=f"sqlite:///{workdir / 'advisor.db'}")
     assert "RUNNING" not in [t.state.name for t in study.trials]
     assert any(t.user_attrs.get("failure_class") == "cancelled" for t in study.trials)
     assert study.best_trials  # the front so far is stored
