@@ -10,8 +10,10 @@ Each technique answers three questions (``_base.Technique``):
 - ``registry``: every technique, in apply order (``TECHNIQUES``);
 - ``rules``: what cannot be combined or run as a workload (``conflicts``, ``refusal``),
   and what this hardware offers (``capability_table``);
-- ``prepare``: ``apply(model, config)`` and the ``Prepared`` step it returns, the one code
-  path trials and users share.
+- ``prepared``: ``Prepared``, the model set up for one configuration and its training /
+  inference step (what each technique sets its part of);
+- ``prepare``: ``apply(model, config)``, which builds it: the one code path trials and
+  users share.
 
 Adding a knob: a ``TrialConfig`` field and a value domain (``advisor.core.config``), a
 module here with a ``Technique`` subclass, and an entry in ``registry``. The space, the
