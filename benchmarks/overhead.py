@@ -8,7 +8,7 @@ against the compute measured inside the trials.
 Breakdown: Ray start; preflight (model.py built once in the driver); per trial, the
 driver-side wall (submit to result) split into in-trial compute (build, train, evaluate,
 timing: the figures themselves), the Ray task's dispatch and return, the trial process's
-start (a fork of the warm fork server, advisor/warm.py; the first trial also starts the
+start (a fork of the warm fork server, advisor/trial/forkserver.py; the first trial also starts the
 fork server), imports and data loading inside the trial, and the rest of the trial's own
 time (optimizer construction, result assembly: "in_trial_unattributed"); and in the
 driver, the sampler (study.ask and the space's sampling) and storage (tell, attributes).

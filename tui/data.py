@@ -77,7 +77,7 @@ class TrialRow:
 
     @property
     def description(self) -> str:
-        return self.config.describe() if self.record.config is not None else ""
+        return self.record.description
 
     @property
     def failure(self) -> str:
@@ -136,9 +136,7 @@ class StudyData:
             return
         study = read_study(optuna.load_study(study_name=self.name, storage=self.storage))
         self.attrs = dict(study.attrs)
-        has_base = study.baseline is not None
-        self.rows = [TrialRow(r, study.versus_baseline(r) if has_base and r.figures else NO_BASELINE)
-                     for r in study.records]
+        self.rows = [TrialRow(r, study.versus_baseline(r)) for r in study.records]
         self._mark_front()
 
     @property

@@ -4,9 +4,12 @@ explorer."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import AdvisorError
+
+if TYPE_CHECKING:
+    from advisor.core.stored import StoredStudy
 
 STORAGE_HELP = "Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)"
 
@@ -16,16 +19,17 @@ def add_storage_arguments(p: argparse.ArgumentParser, study_help: str) -> None:
     p.add_argument("--study", help=study_help)
 
 
-def open_stored_study(args: argparse.Namespace) -> tuple[Any, str]:
-    """The Optuna study ``--study`` names in ``--storage`` (which must exist), and the
+def open_stored_study(args: argparse.Namespace) -> tuple[StoredStudy, str]:
+    """The study ``--study`` names in ``--storage`` (which must exist), read, and the
     storage URL. Raises StudyError for a missing storage, an empty one or an unknown name."""
     import optuna
 
+    from advisor.core.stored import read_study
     from advisor.study import storage as stores
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = stores.storage_url(args.storage)
-    return stores.load(stores.open_storage(url, must_exist=True), args.study, url), url
+    return read_study(stores.load(stores.open_storage(url, must_exist=True), args.study, url)), url
 
 
 def load_tui() -> Any:

@@ -30,16 +30,9 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from advisor.core.stored import read_study
-    from advisor.outputs.export import (
-        export_document,
-        pick,
-        trial_by_number,
-        write_export,
-    )
+    from advisor.outputs.export import export_document, pick, trial_by_number, write_export
 
-    optuna_study, _ = open_stored_study(args)
-    study = read_study(optuna_study)
+    study, _ = open_stored_study(args)
     record = trial_by_number(study, args.trial) if args.trial is not None else pick(study, args.pick or "balanced")
     document = export_document(study, record)
     fmt = "json" if args.json else args.format

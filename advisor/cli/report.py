@@ -20,10 +20,9 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from advisor.core.stored import read_study
     from advisor.outputs.report import write_report
 
     study, url = open_stored_study(args)
-    path = write_report(read_study(study), args.output, url)
+    path = write_report(study, args.output, url)
     print(f"wrote {path} (and its plots beside it)")
     return 0

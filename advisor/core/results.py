@@ -120,11 +120,6 @@ class TrialResult:
     def compute_s(self) -> float:
         return sum(self.phase_s.get(p, 0.0) for p in COMPUTE_PHASES)
 
-    @property
-    def counted(self) -> bool:
-        """Whether this outcome counts towards the study's number of trials."""
-        return self.ok or self.failure_class not in NOT_COUNTED
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:
         return cls(**data)

@@ -11,6 +11,7 @@ through it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from advisor.core.config import TrialConfig
@@ -59,6 +60,11 @@ class TrialRecord:
         if self.state == "complete":
             return True
         return self.state == "failed" and self.failure_class not in NOT_COUNTED
+
+    @property
+    def description(self) -> str:
+        """The configuration in one line ('' when none was stored)."""
+        return self.config.describe() if self.config is not None else ""
 
     @property
     def seed(self) -> bool:
@@ -119,7 +125,7 @@ class StoredStudy:
     attrs: dict[str, Any]
     records: list[TrialRecord]
 
-    @property
+    @cached_property
     def baseline(self) -> TrialRecord | None:
         """The completed baseline trial (trial 0 unless it had to be re-run), or None."""
         return next((r for r in self.records if r.baseline and r.state == "complete"), None)
@@ -134,9 +140,6 @@ class StoredStudy:
         """``record``'s figures relative to the baseline's."""
         base = self.baseline
         return versus(record.figures, base.figures if base is not None else None)
-
-    def trial(self, number: int) -> TrialRecord | None:
-        return next((r for r in self.records if r.number == number), None)
 
 
 def read_study(study: Any) -> StoredStudy:

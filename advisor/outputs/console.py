@@ -7,25 +7,10 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from advisor.core.events import (
-    Cancelled,
-    Event,
-    Finished,
-    Note,
-    Started,
-    Stopped,
-    TimeoutSet,
-)
-from advisor.core.objectives import versus
+from advisor.core.events import Cancelled, Event, Finished, Note, Started, Stopped, TimeoutSet
 from advisor.core.stored import StoredStudy, read_study
 from advisor.core.units import first_line, fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
-from advisor.outputs.summary import (
-    counts,
-    describe,
-    dropped_lines,
-    failures_text,
-    front_rows,
-)
+from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
 from advisor.study.storage import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
@@ -95,13 +80,7 @@ class TuneOutput:
     def _start_progress(self) -> None:
         if self.json_mode or self.quiet or not self.console.is_terminal:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[best]}"), TimeRemainingColumn(), console=self.console)
@@ -190,10 +169,10 @@ def front_table(study: StoredStudy) -> Any:
                           ("accuracy", "right"), ("Δ acc", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in front_rows(study):
-        r, f, vs = row.record, row.figures, row.versus or versus(None, None)
+        r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
         table.add_row(
-            label, describe(r), fmt_rate(f.throughput), fmt_ratio(vs.throughput_ratio),
+            label, r.description, fmt_rate(f.throughput), fmt_ratio(vs.throughput_ratio),
             fmt_bytes(f.peak_memory_bytes), fmt_ratio(vs.memory_ratio), f"{f.accuracy:.4f}",
             fmt_delta_pt(vs.accuracy_delta))
     return table

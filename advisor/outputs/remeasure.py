@@ -12,13 +12,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, TrialFailed
 from advisor.core.export_format import read_export
 from advisor.core.objectives import ratio
-from advisor.core.results import (
-    TrialPayload,
-    TrialResult,
-    TrialSettings,
-    check_workload_kind,
-    default_train_samples,
-)
+from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import detect, fingerprint
 from advisor.runner.executor import run_one

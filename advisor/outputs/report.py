@@ -19,14 +19,7 @@ from advisor.core.stored import StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
 from advisor.outputs.export import PICKS, pick
-from advisor.outputs.summary import (
-    KnobEffect,
-    counts,
-    describe,
-    failures_text,
-    front_rows,
-    knob_effects,
-)
+from advisor.outputs.summary import KnobEffect, counts, failures_text, front_rows, knob_effects
 from advisor.study.storage import DEFAULT_STORAGE
 
 
@@ -117,9 +110,9 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in front_rows(study):
-        r, f, vs = row.record, row.figures, study.versus_baseline(row.record)
+        r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        lines.append(f"| {label} | `{_cell(describe(r))}` | {fmt_rate(f.throughput)} | "
+        lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)} | "
                      f"{fmt_ratio(vs.throughput_ratio)} | {fmt_bytes(f.peak_memory_bytes)} | "
                      f"{fmt_ratio(vs.memory_ratio)} | {100 * f.accuracy:.2f}% | {fmt_delta_pt(vs.accuracy_delta)} |")
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
@@ -157,7 +150,7 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
         thr, mem, acc = r.figures  # type: ignore[misc]
         vs = study.versus_baseline(r)
         command = f"advisor export{where} --study {shlex.quote(study.name)} --trial {r.number} -o {how}.yaml"
-        lines.append(f"- **{how}**: trial {r.number} `{describe(r)}`: "
+        lines.append(f"- **{how}**: trial {r.number} `{r.description}`: "
                      f"{fmt_rate(thr)} samples/s ({fmt_ratio(vs.throughput_ratio)}), {fmt_bytes(mem)} "
                      f"({fmt_ratio(vs.memory_ratio)}), {100 * acc:.2f}% ({fmt_delta_pt(vs.accuracy_delta)}); "
                      f"export it: `{command}`")

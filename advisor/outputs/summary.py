@@ -37,7 +37,7 @@ class FrontRow:
 
     record: TrialRecord
     on_front: bool
-    versus: Versus | None  # None when the study has no completed baseline
+    versus: Versus  # every figure None when the study has no completed baseline
 
     @property
     def figures(self) -> Figures:
@@ -51,7 +51,7 @@ class FrontRow:
                "config": r.config.to_dict() if r.config is not None else {},
                "throughput": self.figures.throughput, "peak_memory_bytes": self.figures.peak_memory_bytes,
                "accuracy": self.figures.accuracy, "throughput_iqr_rel": relative_iqr(r)}
-        if self.versus is not None:
+        if self.versus.accuracy_delta is not None:  # the study has a baseline
             row.update(self.versus.to_dict())
         return row
 
@@ -62,8 +62,7 @@ def front_rows(study: StoredStudy) -> list[FrontRow]:
     front = study.front()
     on_front = {r.number for r in front}
     shown = front + ([base] if base is not None and base.number not in on_front else [])
-    return [FrontRow(r, r.number in on_front, study.versus_baseline(r) if base is not None else None)
-            for r in sorted(shown, key=lambda r: r.number)]
+    return [FrontRow(r, r.number in on_front, study.versus_baseline(r)) for r in sorted(shown, key=lambda r: r.number)]
 
 
 def relative_iqr(record: TrialRecord) -> float | None:
@@ -87,13 +86,8 @@ def counts(study: StoredStudy) -> dict[str, Any]:
 
 def failures_text(study: StoredStudy) -> list[str]:
     """One line per failed trial that counts: number, class, configuration, message."""
-    return [f"trial {r.number} [{r.failure_class or '?'}] {describe(r)}: {first_line(r.failure_message, 10_000)}"
+    return [f"trial {r.number} [{r.failure_class or '?'}] {r.description}: {first_line(r.failure_message, 10_000)}"
             for r in study.records if r.state == "failed" and r.counted]
-
-
-def describe(record: TrialRecord) -> str:
-    """A trial's configuration in one line ('' when none was stored)."""
-    return record.config.describe() if record.config is not None else ""
 
 
 @dataclass(frozen=True)

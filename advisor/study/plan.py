@@ -108,7 +108,7 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
 def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any], on_event: Listener) -> None:
     old = dict(study.user_attrs)
     if isinstance(old.get("settings"), dict):  # studies from older versions lack newer fields
-        old["settings"] = TrialSettings.from_dict({**TrialSettings(train_samples=0).to_dict(), **old["settings"]}).to_dict()
+        old["settings"] = TrialSettings.from_dict({"train_samples": 0, **old["settings"]}).to_dict()
     diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
     if diffs:
         raise StudyError(

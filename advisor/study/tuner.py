@@ -19,16 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
-from advisor.core.events import (
-    Cancelled,
-    Finished,
-    Listener,
-    Note,
-    Started,
-    Submitted,
-    TimeoutSet,
-    ignore,
-)
+from advisor.core.events import Cancelled, Finished, Listener, Note, Started, Submitted, TimeoutSet, ignore
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stored import WALL, TrialRecord
 from advisor.runner.executor import Executor, Handle

@@ -111,9 +111,7 @@ class Quantization(Technique):
 def _tinygemm_format() -> Any:
     """The int4 layout of the tinygemm CUDA kernel (torchao's default needs fbgemm-gpu-genai)."""
     try:
-        from torchao.quantization.quantize_.workflows.int4.int4_packing_format import (
-            Int4PackingFormat,
-        )
+        from torchao.quantization.quantize_.workflows.int4.int4_packing_format import Int4PackingFormat
 
         return Int4PackingFormat.TILE_PACKED_TO_4D
     except ImportError:

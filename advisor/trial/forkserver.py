@@ -28,12 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
-from advisor.trial.process import (
-    adopt_environment,
-    describe_exit,
-    die_with_parent,
-    mark_forked,
-)
+from advisor.trial.process import adopt_environment, describe_exit, die_with_parent, mark_forked
 
 # Imported by the fork server whatever the workload imports (torch._dynamo: every torch
 # optimizer imports it on construction, ~1.5 s).

@@ -13,14 +13,7 @@ import platform
 import pytest
 import torch
 
-from advisor.machine.hardware import (
-    CPU_FLAGS_OF_INTEREST,
-    CpuInfo,
-    GpuInfo,
-    describe_fingerprint,
-    detect,
-    fingerprint,
-)
+from advisor.machine.hardware import CPU_FLAGS_OF_INTEREST, CpuInfo, GpuInfo, describe_fingerprint, detect, fingerprint
 
 from declared import A100, T4, GiB, cpu_node, gpu_node, table
 

@@ -1,4 +1,4 @@
-"""advisor/space.py and the shipped presets: load, validate, filter, sample.
+"""advisor/search/space.py and the shipped presets: load, validate, filter, sample.
 
 Hardware sets in the filtering tests are DECLARED (built by hand), not detected: the
 GPUs they name do not exist on the machines these tests run on.
@@ -15,13 +15,7 @@ from advisor import search_spaces
 from advisor.core.config import TrialConfig
 from advisor.core.errors import AdvisorError, SpaceError
 from advisor.machine.hardware import CpuInfo, GpuInfo, Hardware
-from advisor.search.space import (
-    Knob,
-    SearchSpace,
-    filter_space,
-    load_space,
-    parse_space,
-)
+from advisor.search.space import Knob, SearchSpace, filter_space, load_space, parse_space
 
 GiB = 1 << 30
 

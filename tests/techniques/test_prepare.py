@@ -1,4 +1,4 @@
-"""advisor/apply.py: apply() turns a TrialConfig into a prepared model and training step.
+"""advisor/techniques/prepare.py: apply() turns a TrialConfig into a prepared model and training step.
 
 Real torch models; the loss test trains on scikit-learn's bundled digits data.
 """

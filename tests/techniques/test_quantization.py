@@ -10,13 +10,7 @@ from advisor.core.errors import UnsupportedError
 from advisor.techniques.prepare import apply
 from advisor.techniques.quantization import quantized_layers
 
-from technique_case import (
-    DECLARED,
-    TechniqueCase,
-    cpu_node,
-    digits_batches,
-    digits_model,
-)
+from technique_case import DECLARED, TechniqueCase, cpu_node, digits_batches, digits_model
 
 QUANTIZATION_REFUSALS = frozenset(
     {(v, "inference") for v in ("qat_int8", "fp8_training")}

@@ -11,16 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
-from advisor.core.events import (
-    Cancelled,
-    Duplicate,
-    Event,
-    Finished,
-    Note,
-    Skipped,
-    Started,
-    Stopped,
-)
+from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Skipped, Started, Stopped
 from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
@@ -163,11 +154,7 @@ class MainScreen(Screen[None]):
 
         from advisor.core.errors import AdvisorError
         from advisor.core.stored import read_study
-        from advisor.outputs.export import (
-            export_document,
-            trial_by_number,
-            write_export,
-        )
+        from advisor.outputs.export import export_document, trial_by_number, write_export
 
         if self.selected is None:
             self.notify("no trial selected", severity="warning")
