@@ -98,7 +98,8 @@ def replay_study(strategy: str, seed: int, grid, grid_path: str, model: str, bud
     settings = grid.doc["settings"]
     options = TuneOptions(workload_path=model, space=grid_path, trials=budget, sampler=strategy, seed=seed,
                           storage=f"sqlite:///{workdir / f'{strategy}-{seed}.db'}", max_accuracy_drop=max_drop,
-                          train_samples=settings["train_samples"], study_name=f"{strategy}-{seed}")
+                          train_samples=settings["train_samples"], study_name=f"{strategy}-{seed}",
+                          confirm=False, accuracy_seeds=1)
     study = Tuner(plan_study(options), executor=ReplayExecutor(grid, seed=seed)).run().study
     records = [read_trial(t) for t in sorted(study.trials, key=lambda t: t.number)]
     return [r.config.key() if r.state == "complete" and r.config else None for r in records]

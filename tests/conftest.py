@@ -32,6 +32,14 @@ def ray_session():
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
 
 
+@pytest.fixture(autouse=True)
+def no_confirmation_by_default(monkeypatch):
+    """`advisor tune` in tests skips paired confirmation and the seed replicas (each would
+    add tens of seconds to every study); the tests of those turn them on explicitly."""
+    monkeypatch.setenv("ADVISOR_CONFIRM", "0")
+    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "1")
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """Run in a fresh directory so the default ./advisor.db lands there."""

@@ -41,3 +41,18 @@ def load_tui() -> Any:
         raise AdvisorError(f"the explorer needs textual and textual-plotext ({exc}); "
                            "reinstall advisor: pip install advisor") from None
     return tui
+
+
+def add_confirm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The paired-confirmation flags, shared by tune, confirm and measure."""
+    from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
+
+    parser.add_argument("--pairs", type=int, default=DEFAULT_MAX_PAIRS,
+                        help="paired confirmation: at most this many pairs per configuration "
+                             f"(default {DEFAULT_MAX_PAIRS})")
+    parser.add_argument("--confirm-target", type=float, default=DEFAULT_TARGET,
+                        help="stop pairing a configuration once its 95%% interval is within this relative "
+                             f"half-width (default {DEFAULT_TARGET}: +-{100 * DEFAULT_TARGET:.0f}%%)")
+    parser.add_argument("--confirm-top", type=int, default=DEFAULT_TOP,
+                        help=f"confirm at most this many configurations of the front, the export picks first "
+                             f"(default {DEFAULT_TOP})")

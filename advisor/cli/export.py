@@ -30,7 +30,8 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from advisor.outputs.export import export_document, pick, trial_by_number, write_export
+    from advisor.core.picks import pick
+    from advisor.outputs.export import export_document, trial_by_number, write_export
 
     study, _ = open_stored_study(args)
     record = trial_by_number(study, args.trial) if args.trial is not None else pick(study, args.pick or "balanced")

@@ -4,11 +4,14 @@ interactive terminal), print the summary."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from advisor.cli._common import STORAGE_HELP, load_tui
+from advisor.cli._common import STORAGE_HELP, add_confirm_arguments, load_tui
+from advisor.core.errors import StudyError
+from advisor.core.noise import ACCURACY_SEEDS
 from advisor.core.results import WORKLOADS
 from advisor.core.units import parse_size
 
@@ -54,6 +57,14 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     t.add_argument("--skip-preflight", action="store_true",
                    help="do not build the model in the driver first (for models too large for it)")
+    add_confirm_arguments(t)
+    t.add_argument("--confirm", action=argparse.BooleanOptionalAction, default=None,
+                   help="confirm the front in pairs against the baseline at the end (default: on, or "
+                        "$ADVISOR_CONFIRM=0 for off); --no-confirm leaves the ratios unconfirmed (advisor confirm "
+                        "runs it later)")
+    t.add_argument("--accuracy-seeds", type=int, default=None,
+                   help="train the baseline with this many seeds to measure the metric's noise "
+                        "(default 3, or $ADVISOR_ACCURACY_SEEDS; 1: no estimate)")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
     t.add_argument("--no-tui", action="store_true",
                    help="plain progress lines even in an interactive terminal (default there: the live explorer)")
@@ -73,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
         trials=args.trials, timeout=args.timeout, trial_timeout=args.trial_timeout,
         max_accuracy_drop=args.max_accuracy_drop, memory_cap=parse_size(args.memory_cap),
         sampler=args.sampler, seed=args.seed, train_samples=args.train_samples,
-        ray_address=args.ray_address, skip_preflight=args.skip_preflight)
+        ray_address=args.ray_address, skip_preflight=args.skip_preflight, confirm=_confirm_default(args.confirm),
+        confirm_top=args.confirm_top, pairs=args.pairs, confirm_target=args.confirm_target,
+        accuracy_seeds=_seeds_default(args.accuracy_seeds))
     live = not (args.json or args.no_tui) and sys.stdin.isatty() and sys.stdout.isatty()
     output = TuneOutput(json_mode=args.json)
     plan = plan_study(options)
@@ -81,6 +94,25 @@ def run(args: argparse.Namespace) -> int:
     tuner = Tuner(plan, on_event=output.event)
     outcome = _run_live(tuner, output) if live else tuner.run()
     return output.finish(plan, outcome)
+
+
+def _confirm_default(flag: bool | None) -> bool:
+    if flag is not None:
+        return flag
+    value = os.environ.get("ADVISOR_CONFIRM", "1").strip().lower()
+    if value not in ("0", "1", "yes", "no", "true", "false", "on", "off"):
+        raise StudyError(f"$ADVISOR_CONFIRM is {value!r}, expected 1 (confirm) or 0 (do not)")
+    return value in ("1", "yes", "true", "on")
+
+
+def _seeds_default(value: int | None) -> int:
+    if value is not None:
+        return value
+    text = os.environ.get("ADVISOR_ACCURACY_SEEDS", str(ACCURACY_SEEDS))
+    try:
+        return int(text)
+    except ValueError:
+        raise StudyError(f"$ADVISOR_ACCURACY_SEEDS is {text!r}, expected a whole number (1: no estimate)") from None
 
 
 def _run_live(tuner: Tuner, output: TuneOutput) -> StudyOutcome:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.core.config import TrialConfig
+from advisor.core.objectives import Versus
+from advisor.core.pairs import Confirmation
 from advisor.core.results import TrialResult
 from advisor.core.stored import TrialRecord
 
@@ -56,6 +58,7 @@ class Finished:
     result: TrialResult
     wall_s: float
     record: TrialRecord
+    versus: Versus | None = None  # against the latest baseline measurement (unconfirmed)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,17 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """A pair of paired confirmation ran (or a trial's confirmation stopped): the trial's
+    confirmation as it now stands, stored."""
+
+    number: int
+    config: TrialConfig
+    confirmation: Confirmation
+    wall_s: float
+
+
+@dataclass(frozen=True)
 class Stopped:
     """The study stopped (a background study's last event): why, or the error."""
 
@@ -88,7 +102,7 @@ class Stopped:
     error: str | None = None
 
 
-Event = Started | Note | TimeoutSet | Submitted | Finished | Skipped | Duplicate | Cancelled | Stopped
+Event = Started | Note | TimeoutSet | Submitted | Finished | Skipped | Duplicate | Cancelled | Paired | Stopped
 Listener = Callable[[Event], None]
 
 

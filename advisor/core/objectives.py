@@ -10,12 +10,14 @@ one is given. Optuna stores a constraint as a number that is <= 0 when satisfied
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 OBJECTIVES = ("throughput", "peak_memory_bytes", "accuracy")
 DIRECTIONS = ("maximize", "minimize", "maximize")
+METRIC = 2  # the index of the user's metric
 T = TypeVar("T")
 
 
@@ -61,23 +63,72 @@ def ratio(value: float | None, reference: float | None) -> float | None:
 @dataclass(frozen=True)
 class Versus:
     """A trial against the baseline: throughput and memory as ratios, the metric as a
-    difference."""
+    difference.
+
+    ``confirmed``: the ratios come from paired confirmation (``throughput_interval`` and
+    ``memory_interval`` hold their 95% intervals, ``pairs`` their pair count); otherwise
+    they are unconfirmed single-trial ratios (to the baseline measured nearest in time).
+    ``epsilon``: the metric's seed-to-seed noise (0 when not estimated).
+    """
 
     throughput_ratio: float | None
     memory_ratio: float | None
     accuracy_delta: float | None
+    confirmed: bool = False
+    throughput_interval: tuple[float, float] | None = None
+    memory_interval: tuple[float, float] | None = None
+    pairs: int = 0
+    epsilon: float = 0.0
 
-    def to_dict(self) -> dict[str, float | None]:
+    @property
+    def accuracy_within_noise(self) -> bool:
+        return self.accuracy_delta is not None and self.epsilon > 0 and abs(self.accuracy_delta) <= self.epsilon
+
+    def to_dict(self) -> dict[str, Any]:
         return {"throughput_ratio": self.throughput_ratio, "memory_ratio": self.memory_ratio,
-                "accuracy_delta": self.accuracy_delta}
+                "accuracy_delta": self.accuracy_delta, "confirmed": self.confirmed,
+                "throughput_interval": list(self.throughput_interval) if self.throughput_interval else None,
+                "memory_interval": list(self.memory_interval) if self.memory_interval else None,
+                "pairs": self.pairs, "accuracy_noise_epsilon": self.epsilon,
+                "accuracy_within_noise": self.accuracy_within_noise}
+
+    def cells(self) -> tuple[str, str, str]:
+        """Compact table cells: throughput ratio, memory ratio ('1.52x (1.46-1.58)' or
+        '1.52x unconfirmed'), and the pair count ('8' or '-')."""
+        thr = _ratio_text(self.throughput_ratio, self.throughput_interval, 0, self.confirmed, short=True)
+        mem = _ratio_text(self.memory_ratio, self.memory_interval, 0, self.confirmed, short=True)
+        return thr, mem, str(self.pairs) if self.confirmed else "-"
+
+    def throughput_text(self) -> str:
+        """'1.52x (1.46-1.58), 8 pairs', or '1.52x unconfirmed'."""
+        return _ratio_text(self.throughput_ratio, self.throughput_interval, self.pairs, self.confirmed)
+
+    def memory_text(self) -> str:
+        return _ratio_text(self.memory_ratio, self.memory_interval, self.pairs, self.confirmed)
+
+    def accuracy_text(self) -> str:
+        """'+0.3 pt', '+0.3 pt, within noise'."""
+        if self.accuracy_delta is None:
+            return "-"
+        return f"{100 * self.accuracy_delta:+.1f} pt" + (", within noise" if self.accuracy_within_noise else "")
 
     def summary(self) -> str:
-        """'1.52x faster, +2% memory, -0.3 pt accuracy' ('' when a figure is missing)."""
+        """'1.52x (1.46-1.58), 8 pairs faster, +2% memory, -0.3 pt accuracy' ('' when a
+        figure is missing)."""
         if self.throughput_ratio is None or self.memory_ratio is None or self.accuracy_delta is None:
             return ""
-        speed = (f"{self.throughput_ratio:.2f}x faster" if self.throughput_ratio >= 1
-                 else f"{1 / self.throughput_ratio:.2f}x slower")
-        return f"{speed}, {100 * (self.memory_ratio - 1):+.0f}% memory, {100 * self.accuracy_delta:+.1f} pt accuracy"
+        return (f"throughput {self.throughput_text()}, memory {self.memory_text()}, "
+                f"accuracy {self.accuracy_text()}")
+
+
+def _ratio_text(value: float | None, span: tuple[float, float] | None, pairs: int, confirmed: bool,
+                short: bool = False) -> str:
+    if value is None:
+        return "-"
+    if not confirmed:
+        return f"{value:.2f}x unconfirmed"
+    inside = f"{span[0]:.2f}-{span[1]:.2f}" if span and math.isfinite(span[1]) else "unbounded"
+    return f"{value:.2f}x ({inside})" + ("" if short else f", {pairs} pair{'s' if pairs != 1 else ''}")
 
 
 def versus(figures: Figures | None, baseline: Figures | None) -> Versus:
@@ -89,21 +140,28 @@ def versus(figures: Figures | None, baseline: Figures | None) -> Versus:
                   figures.accuracy - baseline.accuracy)
 
 
-def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
-    """``a`` is at least as good as ``b`` on every objective and better on one."""
+def dominates(a: Sequence[float], b: Sequence[float], epsilon: float = 0.0) -> bool:
+    """``a`` is at least as good as ``b`` on every objective and better on one.
+
+    ``epsilon``: the metric's noise. Metric values within it count as equal: ``a`` may be
+    up to ``epsilon`` less accurate and still dominate, and being more accurate makes
+    ``a`` better only beyond it.
+    """
     at_least, better = True, False
-    for x, y, direction in zip(a, b, DIRECTIONS):
+    for i, (x, y, direction) in enumerate(zip(a, b, DIRECTIONS)):
         if direction == "minimize":
             x, y = -x, -y
-        at_least = at_least and x >= y
-        better = better or x > y
+        slack = epsilon if i == METRIC else 0.0
+        at_least = at_least and x >= y - slack
+        better = better or x > y + slack
     return at_least and better
 
 
-def pareto_front(items: Iterable[T], figures: Callable[[T], Sequence[float]]) -> list[T]:
-    """The items no other item dominates (equal figures both stay), in input order."""
+def pareto_front(items: Iterable[T], figures: Callable[[T], Sequence[float]], epsilon: float = 0.0) -> list[T]:
+    """The items no other item dominates (``epsilon``: the metric's noise; equal figures
+    both stay), in input order."""
     pool = list(items)
-    return [a for a in pool if not any(dominates(figures(b), figures(a)) for b in pool if b is not a)]
+    return [a for a in pool if not any(dominates(figures(b), figures(a), epsilon) for b in pool if b is not a)]
 
 
 # ---- hypervolume: three minimisation objectives scaled to [0, 1] ------------------------

@@ -25,6 +25,7 @@ NOT_COUNTED = ("interrupted", "cancelled", "node_lost", "device_busy")
 COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing")
 EPOCHS_BY_DEFAULT = 5
 WORKLOADS = ("train", "inference")  # what a study tunes: training steps, or serving
+STAGES = ("full", "probe")  # a whole trial, or its timing and memory only
 
 
 def check_workload_kind(kind: Any, where: str) -> str:
@@ -52,6 +53,7 @@ class TrialSettings:
     warmup_s: float = 0.25
     device: str = "cpu"
     workload: str = "train"  # or "inference": forward passes only, no training
+    stage: str = "full"  # or "probe": timed steps and peak memory only, no training budget, no evaluation
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

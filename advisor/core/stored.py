@@ -15,13 +15,22 @@ from functools import cached_property
 from typing import Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.objectives import Figures, Versus, pareto_front, satisfied, versus
+from advisor.core.noise import AccuracyNoise
+from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
+from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
 
 # user-attribute keys besides the TrialResult fields
 CONFIG, CONFIG_KEY, WALL = "config", "config_key", "wall_s"
 BASELINE, DUPLICATE_OF, SKIPPED = "baseline", "duplicate_of", "skipped"
 SEED_CONFIG, COMBINATION = "seed_config", "combination"  # set when the strategy enqueues a trial
+DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run again (the noise sentinel)
+# study attributes written as the study runs (Optuna cannot change a finished trial, so
+# what is learnt about a trial later is stored with the study, keyed by trial number)
+CONFIRMATION = "confirmation:"  # + trial number: that trial's paired confirmation
+BASELINE_MEASUREMENTS = "baseline_measurements"  # the baseline's re-measurements (probes)
+ACCURACY_NOISE = "accuracy_noise"  # the baseline's metric over several seeds
+BASELINE_DISTURBED = "baseline_disturbed"  # why trial 0's speed is not a reference (its sentinel was off)
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,7 @@ class TrialRecord:
     failure_message: str | None = None
     duplicate_of: int | None = None
     attrs: dict[str, Any] = field(default_factory=dict)  # every stored attribute, for display
+    finished_at: float | None = None  # when it finished (POSIX seconds), if it did
 
     @property
     def feasible(self) -> bool:
@@ -93,11 +103,12 @@ def read_trial(trial: Any) -> TrialRecord:
     else:
         state = "failed"
     figures = Figures(*trial.values) if state_name == "COMPLETE" and trial.values else None
+    complete = getattr(trial, "datetime_complete", None)
     return TrialRecord(number=trial.number, state=state, config=config, figures=figures,
                        constraints=dict(getattr(trial, "constraints", None) or {}),
                        baseline=bool(attrs.get(BASELINE)), failure_class=attrs.get("failure_class"),
                        failure_message=attrs.get("failure_message"), duplicate_of=attrs.get(DUPLICATE_OF),
-                       attrs=attrs)
+                       attrs=attrs, finished_at=complete.timestamp() if complete is not None else None)
 
 
 def config_attrs(config: TrialConfig) -> dict[str, Any]:
@@ -119,7 +130,13 @@ def skipped_attrs(config: TrialConfig, reason: str, failure_class: str) -> dict[
 
 @dataclass(frozen=True)
 class StoredStudy:
-    """A stored study read once: its attributes and every trial as a record."""
+    """A stored study read once: its attributes and every trial as a record.
+
+    Ratios to the baseline (``versus_baseline``) are the confirmed ones where a trial was
+    confirmed in pairs; otherwise the trial's throughput against the baseline measured
+    nearest in time (trial 0 or a re-measurement), marked unconfirmed. The front and the
+    picks are decided on those ratios, with the metric's noise as epsilon.
+    """
 
     name: str
     attrs: dict[str, Any]
@@ -130,16 +147,83 @@ class StoredStudy:
         """The completed baseline trial (trial 0 unless it had to be re-run), or None."""
         return next((r for r in self.records if r.baseline and r.state == "complete"), None)
 
-    def front(self) -> list[TrialRecord]:
-        """The feasible Pareto front: completed feasible trials no other one dominates
-        (duplicates left out), by trial number."""
-        pool = [r for r in self.records if r.state == "complete" and r.feasible]
-        return pareto_front(pool, lambda r: r.figures)  # type: ignore[arg-type, return-value]
+    @cached_property
+    def confirmations(self) -> dict[int, Confirmation]:
+        """Paired confirmations by trial number (those with at least one pair)."""
+        out = {}
+        for key, value in self.attrs.items():
+            if key.startswith(CONFIRMATION) and isinstance(value, dict):
+                try:
+                    c = Confirmation.from_dict(value)
+                except (KeyError, TypeError, ValueError):
+                    continue  # unreadable: treated as never confirmed
+                if c.pairs:
+                    out[c.trial] = c
+        return out
+
+    @cached_property
+    def accuracy_noise(self) -> AccuracyNoise | None:
+        return AccuracyNoise.from_dict(self.attrs.get(ACCURACY_NOISE))
+
+    @property
+    def epsilon(self) -> float:
+        """The metric's noise (0 when the study did not estimate it)."""
+        return self.accuracy_noise.epsilon if self.accuracy_noise is not None else 0.0
+
+    @cached_property
+    def baseline_measurements(self) -> list[tuple[float, float]]:
+        """(when, throughput) of every measurement of the baseline, in time order: trial 0
+        (unless its sentinel showed a disturbed machine) and the re-measurements."""
+        out = [(float(m["at"]), float(m["throughput"])) for m in self.attrs.get(BASELINE_MEASUREMENTS) or []
+               if isinstance(m, dict) and isinstance(m.get("at"), (int, float)) and m.get("throughput")]
+        base = self.baseline
+        if base is not None and base.figures and base.finished_at is not None and not (
+                out and self.attrs.get(BASELINE_DISTURBED)):  # a disturbed trial 0 is no reference
+            out.append((base.finished_at, base.figures.throughput))
+        return sorted(out)
+
+    def reference_throughput(self, record: TrialRecord) -> float | None:
+        """The baseline's throughput measured nearest in time to ``record``."""
+        base = self.baseline
+        if base is None or base.figures is None:
+            return None
+        if record.finished_at is None or not self.baseline_measurements:
+            return base.figures.throughput
+        return min(self.baseline_measurements, key=lambda m: abs(m[0] - record.finished_at))[1]  # type: ignore[operator]
 
     def versus_baseline(self, record: TrialRecord) -> Versus:
-        """``record``'s figures relative to the baseline's."""
+        """``record``'s figures relative to the baseline's (confirmed where it was)."""
         base = self.baseline
-        return versus(record.figures, base.figures if base is not None else None)
+        if record.figures is None or base is None or base.figures is None:
+            return Versus(None, None, None)
+        delta = record.figures.accuracy - base.figures.accuracy
+        if record.number == base.number:
+            return Versus(1.0, 1.0, 0.0, epsilon=self.epsilon)
+        c = self.confirmations.get(record.number)
+        if c is not None and c.throughput is not None and c.memory is not None:
+            thr, mem = c.throughput, c.memory
+            return Versus(thr.center, mem.center, delta, True, (thr.low, thr.high), (mem.low, mem.high), thr.n,
+                          self.epsilon)
+        return Versus(ratio(record.figures.throughput, self.reference_throughput(record)),
+                      ratio(record.figures.peak_memory_bytes, base.figures.peak_memory_bytes), delta,
+                      epsilon=self.epsilon)
+
+    def relative_figures(self, record: TrialRecord) -> Figures:
+        """``record``'s figures as ratios to the baseline (confirmed where it was), the
+        metric as measured: what the front and the picks compare."""
+        assert record.figures is not None
+        vs = self.versus_baseline(record)
+        if vs.throughput_ratio is None or vs.memory_ratio is None:
+            return record.figures
+        return Figures(vs.throughput_ratio, vs.memory_ratio, record.figures.accuracy)
+
+    def front(self) -> list[TrialRecord]:
+        """The feasible Pareto front: completed feasible trials no other one dominates
+        (ratios to the baseline, the metric's noise as epsilon; duplicates left out), by
+        trial number."""
+        pool = [r for r in self.records if r.state == "complete" and r.feasible]
+        relative = {r.number: self.relative_figures(r) for r in pool}
+        return pareto_front(pool, lambda r: relative[r.number], self.epsilon)
 
 
 def read_study(study: Any) -> StoredStudy:

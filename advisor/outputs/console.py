@@ -7,9 +7,9 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from advisor.core.events import Cancelled, Event, Finished, Note, Started, Stopped, TimeoutSet
+from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Started, Stopped, TimeoutSet
 from advisor.core.stored import StoredStudy, read_study
-from advisor.core.units import first_line, fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
+from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
 from advisor.study.storage import DEFAULT_STORAGE
 
@@ -36,6 +36,7 @@ class TuneOutput:
         self.started = time.monotonic()
         self.trial_wall = 0.0
         self.trial_compute = 0.0
+        self.confirm_wall = 0.0
         self.ray_startup = 0.0
         self.best: float | None = None
         self.ended: float | None = None  # when a background study stopped (the explorer may stay open)
@@ -76,6 +77,16 @@ class TuneOutput:
             self.ended = time.monotonic()
         elif isinstance(event, Cancelled):
             self.say(f"trial {event.number:>3}  cancelled")
+        elif isinstance(event, Paired):
+            self.confirm_wall += event.wall_s
+            c = event.confirmation
+            thr, mem = c.throughput, c.memory
+            figures = (f"throughput {thr.text()}, memory {mem.text()}" if thr is not None and mem is not None
+                       else "no pair yet")
+            state = {"running": "", "confirmed": "  [confirmed]", "capped": "  [pair cap reached]",
+                     "dominated": f"  [stopped: {c.note}]", "failed": f"  [failed: {first_line(c.note, 120)}]"}
+            self.say(f"confirm {c.trial:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {figures}"
+                     f"{state.get(c.status, '')}")
 
     def _start_progress(self) -> None:
         if self.json_mode or self.quiet or not self.console.is_terminal:
@@ -95,6 +106,8 @@ class TuneOutput:
             if self.best is None or r.throughput > self.best:  # type: ignore[operator]
                 self.best = r.throughput
             text = f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, accuracy {r.accuracy:.4f}"
+            if event.versus is not None and event.versus.throughput_ratio is not None:
+                text += f"  ({event.versus.throughput_ratio:.2f}x the baseline, unconfirmed)"
         else:
             text = f"FAILED [{r.failure_class}] {first_line(r.failure_message, 100)}"
         self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {text}")
@@ -110,7 +123,7 @@ class TuneOutput:
         study = read_study(outcome.study)
         tally = counts(study)
         timing = {"wall_s": wall, "ray_startup_s": self.ray_startup, "trial_wall_s": self.trial_wall,
-                  "trial_compute_s": self.trial_compute}
+                  "trial_compute_s": self.trial_compute, "confirm_s": self.confirm_wall}
         if self.json_mode:
             print(json.dumps({"study": study.name, "storage": plan.storage_url, "stopped": outcome.stop_reason,
                               "counts": tally, "timing": timing, "front": [row.to_dict() for row in front_rows(study)]},
@@ -139,11 +152,11 @@ class TuneOutput:
                 markup=False)
         for line in failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)
-        overhead = timing["wall_s"] - timing["trial_compute_s"]
+        overhead = timing["wall_s"] - timing["trial_compute_s"] - timing["confirm_s"] - timing["ray_startup_s"]
         c.print(f"time: {timing['wall_s']:.1f} s wall; trial compute (build, train, evaluate, time) "
-                f"{timing['trial_compute_s']:.1f} s; ray start {timing['ray_startup_s']:.1f} s; other overhead "
-                f"(preflight, worker spawn, imports, data loading, storage) {overhead - timing['ray_startup_s']:.1f} s",
-                markup=False)
+                f"{timing['trial_compute_s']:.1f} s; paired confirmation {timing['confirm_s']:.1f} s; ray start "
+                f"{timing['ray_startup_s']:.1f} s; other (preflight, seed replicas, baseline re-measurements, worker "
+                f"spawn, imports, data loading, storage) {overhead:.1f} s", markup=False)
         url = plan.storage_url
         storage_flag = "" if url == DEFAULT_STORAGE else f" --storage {url}"
         c.print(f"stored: study {study.name!r} in {url}", markup=False)
@@ -161,18 +174,21 @@ def front_table(study: StoredStudy) -> Any:
     """A rich Table of the Pareto front (baseline row first, marked)."""
     from rich.table import Table
 
+    noise = study.accuracy_noise
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
-                  caption="· marks the baseline when it is not itself on the front; ratios are to the baseline",
+                  caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
+                          "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
+                          "trial against the baseline measured nearest in time" + (
+                              f". Metric noise (seeds {noise.seeds}): +-{100 * noise.epsilon:.2f} pt" if noise else ""),
                   caption_justify="left")
     for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
-                          ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"),
+                          ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"), ("pairs", "right"),
                           ("accuracy", "right"), ("Δ acc", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
-        table.add_row(
-            label, r.description, fmt_rate(f.throughput), fmt_ratio(vs.throughput_ratio),
-            fmt_bytes(f.peak_memory_bytes), fmt_ratio(vs.memory_ratio), f"{f.accuracy:.4f}",
-            fmt_delta_pt(vs.accuracy_delta))
+        thr, mem, pairs = ("1.00x", "1.00x", "") if r.baseline else vs.cells()
+        table.add_row(label, r.description, fmt_rate(f.throughput), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
+                      f"{f.accuracy:.4f}", "" if r.baseline else vs.accuracy_text())
     return table

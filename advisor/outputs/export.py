@@ -10,49 +10,9 @@ from typing import Any
 
 from advisor.core.errors import ConfigError, StudyError
 from advisor.core.export_format import FORMAT_VERSION, serialise, write_atomically
-from advisor.core.objectives import DIRECTIONS, Figures
 from advisor.core.stored import StoredStudy, TrialRecord
 
-PICKS = ("fastest", "smallest", "most-accurate", "balanced")
 FORMATS = ("yaml", "json", "python")
-
-
-def pick(study: StoredStudy, how: str) -> TrialRecord:
-    """A trial of the feasible Pareto front.
-
-    fastest: highest throughput; smallest: lowest peak memory; most-accurate: highest
-    accuracy; balanced: closest to the ideal point after scaling each objective to [0, 1]
-    over the front (ties go to the faster trial).
-    """
-    if how not in PICKS:
-        raise StudyError(f"--pick {how!r} is unknown (expected one of {', '.join(PICKS)})")
-    front = study.front()
-    if not front:
-        raise StudyError(f"study {study.name!r} has no feasible completed trial to pick from")
-    figures = {r.number: r.figures for r in front if r.figures is not None}  # every front trial has them
-    if how == "fastest":
-        return max(front, key=lambda r: figures[r.number].throughput)
-    if how == "smallest":
-        return min(front, key=lambda r: figures[r.number].peak_memory_bytes)
-    if how == "most-accurate":
-        return max(front, key=lambda r: figures[r.number].accuracy)
-    points = list(figures.values())
-    return min(front, key=lambda r: (_distance_to_ideal(figures[r.number], points), -figures[r.number].throughput))
-
-
-def _distance_to_ideal(point: Figures, front: list[Figures]) -> float:
-    """Distance to the ideal point, each objective scaled to [0, 1] over the front."""
-    total = 0.0
-    for i, direction in enumerate(DIRECTIONS):
-        values = [p[i] for p in front]
-        lo, hi = min(values), max(values)
-        if hi == lo:
-            continue
-        score = (point[i] - lo) / (hi - lo)
-        if direction == "minimize":
-            score = 1.0 - score
-        total += (1.0 - score) ** 2
-    return total**0.5
 
 
 def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
@@ -76,6 +36,9 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
                                             "step_time_iqr_s", "compile_s")}
     if study.baseline is not None and record.figures is not None:
         measured["vs_baseline"] = study.versus_baseline(record).to_dict()
+        confirmation = study.confirmations.get(record.number)
+        if confirmation is not None:
+            measured["confirmation"] = confirmation.to_dict()
     u = study.attrs
     return {
         "advisor_config": FORMAT_VERSION,
@@ -90,6 +53,8 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },
         "measured": measured,
+        # the configuration the ratios are to (advisor measure runs it beside this one)
+        "baseline": study.baseline.config.to_dict() if study.baseline and study.baseline.config else None,
         "hardware": u.get("hardware", {}),
     }
 

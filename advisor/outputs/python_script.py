@@ -107,12 +107,18 @@ def _measured_line(document: dict[str, Any]) -> str:
         return f"Measured on {where}."
     vs = m.get("vs_baseline") or {}
 
-    def ratio(key: str) -> str:
-        return f" ({vs[key]:.2f}x the baseline)" if vs.get(key) is not None else ""
+    def ratio(key: str, span: str) -> str:
+        if vs.get(key) is None:
+            return ""
+        low_high, pairs = vs.get(span), vs.get("pairs") or 0
+        if vs.get("confirmed") and low_high and low_high[1] is not None:
+            return (f" ({vs[key]:.2f}x the baseline, 95% interval {low_high[0]:.2f}-{low_high[1]:.2f}, "
+                    f"{pairs} pair{'s' if pairs != 1 else ''})")
+        return f" ({vs[key]:.2f}x the baseline, unconfirmed)"
 
     delta = f" ({100 * vs['accuracy_delta']:+.1f} pt)" if vs.get("accuracy_delta") is not None else ""
-    return (f"Measured on {where}:\n  {fmt_rate(m['throughput'])} samples/s{ratio('throughput_ratio')}, "
-            f"{fmt_bytes(m['peak_memory_bytes'])} peak memory{ratio('memory_ratio')}, "
+    return (f"Measured on {where}:\n  {fmt_rate(m['throughput'])} samples/s{ratio('throughput_ratio', 'throughput_interval')}, "
+            f"{fmt_bytes(m['peak_memory_bytes'])} peak memory{ratio('memory_ratio', 'memory_interval')}, "
             f"metric {m['accuracy']:.4f}{delta}.")
 
 

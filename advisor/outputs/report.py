@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 
 from advisor.core.errors import StudyError
+from advisor.core.picks import PICKS, pick
 from advisor.core.stored import StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
-from advisor.outputs.export import PICKS, pick
 from advisor.outputs.summary import KnobEffect, counts, failures_text, front_rows, knob_effects
 from advisor.study.storage import DEFAULT_STORAGE
 
@@ -105,7 +105,9 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          f"skipped without running: {c['skipped']}"), "",
         "## Pareto front", "",
         ("Feasible trials that no other feasible trial beats on all three objectives; "
-         "ratios and Δ are to the baseline."), "",
+         "ratios and Δ are to the baseline. A confirmed ratio is the median of paired runs against the baseline "
+         "with its 95% interval and the number of pairs; an unconfirmed one is a single trial against the "
+         "baseline measured nearest in time."), "",
         "| trial | configuration | samples/s | vs base | peak memory | vs base | accuracy | Δ accuracy |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -113,8 +115,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
         lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)} | "
-                     f"{fmt_ratio(vs.throughput_ratio)} | {fmt_bytes(f.peak_memory_bytes)} | "
-                     f"{fmt_ratio(vs.memory_ratio)} | {100 * f.accuracy:.2f}% | {fmt_delta_pt(vs.accuracy_delta)} |")
+                     f"{'1.00x' if r.baseline else vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
+                     f"{'1.00x' if r.baseline else vs.memory_text()} | {100 * f.accuracy:.2f}% | {vs.accuracy_text()} |")
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "
@@ -151,7 +153,7 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
         vs = study.versus_baseline(r)
         command = f"advisor export{where} --study {shlex.quote(study.name)} --trial {r.number} -o {how}.yaml"
         lines.append(f"- **{how}**: trial {r.number} `{r.description}`: "
-                     f"{fmt_rate(thr)} samples/s ({fmt_ratio(vs.throughput_ratio)}), {fmt_bytes(mem)} "
-                     f"({fmt_ratio(vs.memory_ratio)}), {100 * acc:.2f}% ({fmt_delta_pt(vs.accuracy_delta)}); "
+                     f"{fmt_rate(thr)} samples/s ({vs.throughput_text()}), {fmt_bytes(mem)} "
+                     f"({vs.memory_text()}), {100 * acc:.2f}% ({vs.accuracy_text()}); "
                      f"export it: `{command}`")
     return lines

@@ -8,7 +8,7 @@ before use (``RayExecutor.start()``) and shut down after.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from advisor.core.results import TrialPayload, TrialResult
@@ -53,14 +53,20 @@ class Executor(Protocol):
         ...
 
 
-def run_one(executor: Executor, number: int, payload: TrialPayload, timeout: float) -> TrialResult:
+def run_one(executor: Executor, number: int, payload: TrialPayload, timeout: float,
+            stop: Callable[[], str | None] | None = None) -> TrialResult:
     """Run one trial and wait for it (cancelled and recorded as ``timeout`` past
-    ``timeout`` seconds). For callers that measure one configuration at a time."""
+    ``timeout`` seconds; as ``cancelled`` as soon as ``stop`` returns a reason). For
+    callers that measure one configuration at a time."""
     handle = executor.submit(number, payload)
     while True:
-        done = executor.wait([handle], timeout=min(1.0, timeout))
+        done = executor.wait([handle], timeout=min(0.5, timeout))
         if done:
             return done[0][1]
+        reason = stop() if stop is not None else None
+        if reason is not None:
+            executor.cancel(handle)
+            return TrialResult.failed("cancelled", f"cancelled: {reason}")
         if time.monotonic() - handle.submitted > timeout:
             executor.cancel(handle)
             return TrialResult.failed("timeout", f"the trial ran longer than {timeout:.0f} s")

@@ -27,6 +27,7 @@ from advisor.core.results import TrialResult
 from advisor.core.stored import (
     BASELINE,
     COMBINATION,
+    DISTURBED_RUNS,
     DUPLICATE_OF,
     SEED_CONFIG,
     TrialRecord,
@@ -161,6 +162,26 @@ class Strategy:
         if proposal.baseline and record.state == "complete":
             self.baseline_record = record
         return record
+
+    def note_disturbed(self, number: int, result: TrialResult, why: str) -> None:
+        """Record with running trial ``number`` a measurement taken on a disturbed machine
+        (its figures and why); the trial runs again and counts once, when it completes."""
+        trial, _ = self._asked[number]
+        runs = list(trial.user_attrs.get(DISTURBED_RUNS, []))
+        runs.append({"reason": why, "throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes,
+                     "accuracy": result.accuracy, "sentinel": result.telemetry.get("sentinel")})
+        trial.set_user_attr(DISTURBED_RUNS, runs)
+
+    @property
+    def seeds_done(self) -> bool:
+        """The one-knob seeds are measured (their combinations queued), or there were none."""
+        return not self._seeds_due and not self._combine_due
+
+    @property
+    def last_number(self) -> int:
+        """The number of the latest trial of the study (-1 before any)."""
+        trials = self.study.get_trials(deepcopy=False)
+        return trials[-1].number if trials else -1
 
     @property
     def space_exhausted(self) -> bool:

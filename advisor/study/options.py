@@ -7,9 +7,12 @@ import math
 from dataclasses import dataclass
 
 from advisor.core.errors import StudyError
+from advisor.core.noise import ACCURACY_SEEDS
 from advisor.core.objectives import Limits
+from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.results import check_workload_kind
 from advisor.search.samplers import check_sampler
+from advisor.study.confirm import ConfirmOptions, check_confirm_options
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,15 @@ class TuneOptions:
     train_samples: int | None = None
     ray_address: str | None = None
     skip_preflight: bool = False
+    confirm: bool = True  # paired confirmation of the front at the end (--no-confirm)
+    confirm_top: int = DEFAULT_TOP
+    pairs: int = DEFAULT_MAX_PAIRS
+    confirm_target: float = DEFAULT_TARGET
+    accuracy_seeds: int = ACCURACY_SEEDS
+
+    @property
+    def confirm_options(self) -> ConfirmOptions:
+        return ConfirmOptions(self.confirm_top, self.pairs, self.confirm_target)
 
     @property
     def limits(self) -> Limits:
@@ -57,6 +69,9 @@ class TuneOptions:
         check_sampler(self.sampler)
         if self.train_samples is not None and self.train_samples < 1:
             raise StudyError(f"--train-samples must be at least 1, found {self.train_samples}")
+        check_confirm_options(self.confirm_options)
+        if self.accuracy_seeds < 1:
+            raise StudyError(f"--accuracy-seeds must be at least 1 (1: no noise estimate), found {self.accuracy_seeds}")
         if self.skip_preflight and self.train_samples is None and self.workload == "train":
             raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
         return self

@@ -2,10 +2,13 @@
 
 Read ``run()`` top to bottom: start the executor, open (or resume) the study, run the
 baseline alone (its accuracy anchors the accuracy constraint, its duration the default
-per-trial timeout), then keep every slot busy with the strategy's proposals until the
-budget or the time is spent, storing each result as it comes. Ctrl-C / SIGTERM (or
-``stop()`` from another thread) stop it gracefully: running trials are cancelled and
-recorded, so storage holds no RUNNING trial.
+per-trial timeout) and with more seeds (the metric's noise), then keep every slot busy
+with the strategy's proposals until the budget or the time is spent, storing each result
+as it comes, and finally confirm the front in pairs against the baseline
+(``advisor.study.confirm``). Between trials a ``BaselineWatch`` runs a trial again when
+its noise sentinel shows a disturbed machine, and measures the baseline again when due.
+Ctrl-C / SIGTERM (or ``stop()`` from another thread) stop it gracefully: running trials
+are cancelled and recorded, so storage holds no RUNNING trial.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Cancelled, Finished, Listener, Note, Started, Submitted, TimeoutSet, ignore
+from advisor.core.objectives import Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stored import WALL, TrialRecord
 from advisor.runner.executor import Executor, Handle
 from advisor.search.strategy import Proposal, Strategy
 from advisor.study import storage as stores
+from advisor.study.baseline_watch import BaselineWatch
+from advisor.study.confirm import Confirmer
 from advisor.study.plan import StudyPlan, open_study
 
 if TYPE_CHECKING:
@@ -62,7 +68,9 @@ class Tuner:
         self.emit = on_event
         self.storage: Any = None  # the Optuna storage, once run() has opened it
         self.strategy: Strategy  # set by run(), once the study is open
-        self.stop_reason: str | None = None
+        self.stop_reason: str | None = None  # why no more trials start (the budget, the time, the user)
+        self.halt: str | None = None  # the user stopped the study (Ctrl-C, SIGTERM, stop())
+        self.watch: BaselineWatch | None = None  # once the baseline is in
         self.running: dict[int, tuple[Handle, Proposal]] = {}
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
         self.done = 0  # trials that count towards the budget
@@ -100,17 +108,25 @@ class Tuner:
                     self.deadline = time.monotonic() + self.options.timeout
                 base = self._baseline()
                 if base is not None and self.stop_reason is None:
+                    self.watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline,
+                                               executor, lambda: self.halt, self.emit)
+                    if self.options.workload == "train":  # inference: the metric does not depend on a seed
+                        self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base))
                     self._search(base)
+                if base is not None and self.options.confirm and self.halt is None:
+                    self._cancel_all(self.stop_reason or "the study stopped")
+                    self._confirm(study, base)
             finally:
                 self._cancel_all(self.stop_reason or "the study stopped")
                 executor.shutdown()
-        return StudyOutcome(study, self.stop_reason)
+        return StudyOutcome(study, self.halt or self.stop_reason)
 
     def stop(self, reason: str) -> None:
         """Ask a running study to stop: no new trials; running ones are cancelled and
         recorded (not counted), and ``run()`` returns. Safe to call from another thread."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
+        if self.halt is None:
+            self.halt = reason
+            self.stop_reason = self.stop_reason or reason
             self.emit(Note(f"stopping ({reason}): cancelling running trials"))
 
     # ---- the steps -------------------------------------------------------------------
@@ -133,12 +149,22 @@ class Tuner:
                                 "most likely a model.py contract problem)")
         raise TrialFailed(message)
 
+    def _timeout(self, base: TrialRecord) -> float:
+        return self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))
+
     def _search(self, base: TrialRecord) -> None:
         """Keep every slot busy until the budget, the space or the time is spent."""
-        self.trial_timeout = self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))
+        assert self.watch is not None
+        self.trial_timeout = self._timeout(base)
         self.emit(TimeoutSet(self.trial_timeout))
         while self.stop_reason is None:
-            self._start_trials()
+            more = self.done + len(self.running) < self.options.trials  # trials still to start
+            remeasure = self.watch.remeasure_reason(self.done, self.strategy.seeds_done) if more else None
+            if remeasure and not self.running:  # alone on the machine, like every measurement
+                self.watch.remeasure(remeasure, self.done, self.strategy.last_number, self.trial_timeout)
+                continue
+            if not remeasure:
+                self._start_trials()
             if self.strategy.gave_up:
                 self.stop_reason = self.strategy.gave_up
                 break
@@ -150,6 +176,16 @@ class Tuner:
                 self.stop_reason = "the study's --timeout was reached"
                 break
             self._collect(self.trial_timeout)
+
+    def _confirm(self, study: optuna.Study, base: TrialRecord) -> None:
+        """Paired confirmation of the front against the baseline."""
+        assert self.executor is not None
+        confirmer = Confirmer(study, self.plan.workload, self.plan.settings, self.executor,
+                              self.options.confirm_options, self._timeout(base), lambda: self.halt, self.emit)
+        try:
+            confirmer.run()
+        except TrialFailed as exc:
+            self.emit(Note(f"confirmation stopped: {exc}"))
 
     def _start_trials(self) -> None:
         """Submit proposals while a slot is free, the budget allows and time is left."""
@@ -185,7 +221,8 @@ class Tuner:
         finished = []
         handles = [h for h, _ in self.running.values()]
         for handle, result in self.executor.wait(handles, timeout=0.5):
-            finished.append(self._record(handle.number, result, time.monotonic() - handle.submitted))
+            if not self._run_again(handle.number, result):
+                finished.append(self._record(handle.number, result, time.monotonic() - handle.submitted))
         now = time.monotonic()
         for number, (handle, _) in list(self.running.items()):
             if now - handle.submitted > timeout:
@@ -194,12 +231,35 @@ class Tuner:
                 finished.append(self._record(number, result, now - handle.submitted))
         return finished
 
+    def _run_again(self, number: int, result: TrialResult) -> bool:
+        """When the noise sentinel shows the trial ran on a disturbed machine: keep that
+        measurement with the trial and run the same trial again (it counts once)."""
+        why = self.watch.disturbed(number, result) if self.watch is not None else None
+        if why is None:
+            return False
+        assert self.executor is not None
+        _, proposal = self.running[number]
+        self.strategy.note_disturbed(number, result, why)
+        self.emit(Note(f"trial {number}: {why}; running it again"))
+        payload = TrialPayload.of(self.plan.workload, proposal.config, self.plan.settings)
+        self.running[number] = (self.executor.submit(number, payload), proposal)
+        return True
+
     def _record(self, number: int, result: TrialResult, wall: float) -> TrialRecord:
         _, proposal = self.running.pop(number)
         record = self.strategy.tell(number, result, wall)
         self.done += record.counted
-        self.emit(Finished(number, proposal.config, result, wall, record))
+        self.emit(Finished(number, proposal.config, result, wall, record, self._versus(result)))
         return record
+
+    def _versus(self, result: TrialResult) -> Versus | None:
+        """A result against the latest measurement of the baseline (unconfirmed)."""
+        base = self.strategy.baseline_record
+        if not result.ok or base is None or base.figures is None or result.accuracy is None:
+            return None
+        latest = self.watch.base_throughput if self.watch is not None else base.figures.throughput
+        return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.figures.peak_memory_bytes),
+                      result.accuracy - base.figures.accuracy)
 
     def _cancel_all(self, reason: str) -> None:
         """Cancel what still runs (and a proposal still waiting for GPUs) and record it,
@@ -233,8 +293,9 @@ class Tuner:
                 signal.signal(s, handler)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self.stop_reason is not None:  # a second Ctrl-C: stop at once
+        if self.halt is not None:  # a second Ctrl-C: stop at once
             raise KeyboardInterrupt
-        self.stop_reason = "interrupted by " + signal.Signals(signum).name
+        self.halt = "interrupted by " + signal.Signals(signum).name
+        self.stop_reason = self.stop_reason or self.halt
         self.emit(Note(f"{signal.Signals(signum).name}: stopping, cancelling running trials "
                        "(press Ctrl-C again to abort at once)"))

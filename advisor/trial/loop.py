@@ -1,6 +1,11 @@
 """The measured work of one trial in one process: build the model, apply the knobs, then
 the training loop (timed steps inside it, peak memory, evaluation) or the inference loop.
 
+A ``probe`` (``TrialSettings.stage``) stops once the timing has settled: warm-up, timed
+steps and peak memory, no full training and no evaluation (paired confirmation runs
+probes). Every trial times the noise sentinel (``advisor.machine.sentinel``) just before
+and just after its measured region.
+
 With data parallelism every rank runs this in lockstep (the ranks agree on when timing
 stops); ``advisor.trial.ranks`` collects their results. Without it, the trial runs it directly.
 """
@@ -16,6 +21,7 @@ from typing import Any
 from advisor.core.errors import AdvisorError, UnsupportedError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.machine.memory import peak_memory_for
+from advisor.machine.sentinel import describe_kernel, read_sentinel
 from advisor.machine.timing import StepTimer
 from advisor.techniques.prepare import apply
 from advisor.workload.contract import Workload, build_model, check_metric, load_datasets
@@ -50,12 +56,20 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
 
         sampler = nvml_sampler_for(device).start()
     timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize)
+    before = _sentinel(prepared)
     if settings.workload == "inference":
         figures = _inference(prepared, workload, val, settings, timer, phases, memory.peak_bytes)
+    elif settings.stage == "probe":
+        figures = _probe(prepared, workload, train, settings, timer, phases, memory.peak_bytes)
     else:
         figures = _train(prepared, workload, train, val, settings, timer, phases, memory.peak_bytes)
+    after = _sentinel(prepared)
     timing = timer.result()
     telemetry = sampler.stop() if sampler else {}
+    if before is not None and after is not None:  # rank 0, or the only process
+        telemetry["sentinel"] = {"before_s": before["s"], "after_s": after["s"], "kernel": describe_kernel(device)}
+        if device.type == "cuda":
+            telemetry["sentinel"]["slowdown_reasons"] = [before.get("slowdown_reasons"), after.get("slowdown_reasons")]
     if hasattr(memory, "reserved_bytes"):
         telemetry["reserved_peak_bytes"] = memory.reserved_bytes()
     telemetry["peak_memory_exact"] = getattr(memory, "exact", True)
@@ -134,6 +148,60 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
             "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": peak}
 
 
+def _probe(prepared: Any, workload: Any, train: Any, settings: Any, timer: Any,
+           phases: dict[str, float], memory_peak: Any) -> dict[str, Any]:
+    """Training steps until the timing settles (warm-up untimed), then stop: the speed and
+    the steady-state peak memory of a full trial without its training budget or evaluation."""
+    bs = prepared.config.batch_size
+    if bs > len(train):
+        raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
+    optimizer = workload.optimizer(prepared.module.parameters())
+    batches = _cycle(prepared.loader(train, shuffle=True, seed=settings.seed, drop_last=True))
+    t = t_warm = time.perf_counter()
+    first_step_s, loss, i, more = 0.0, None, 0, True
+    while more:
+        t_step = time.perf_counter()
+        warm = i >= settings.warmup_steps and t_step - t_warm >= settings.warmup_s + first_step_s
+        with timer.step() if warm else contextlib.nullcontext():
+            x, y = next(batches)
+            loss = prepared.train_step(x, y, workload.loss, optimizer)
+        if i == 0:
+            prepared.synchronize()
+            first_step_s = time.perf_counter() - t_step
+        if i % 10 == 0:
+            _check_finite(loss, i)
+        i += 1
+        more = _agree_more(prepared, not (warm and timer.done()))
+    _check_finite(loss, i - 1)
+    phases["timing"] = time.perf_counter() - t
+    return {"accuracy": None, "train_samples": i * bs, "first_step_s": first_step_s,
+            "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": memory_peak()}
+
+
+_SENTINEL_ROUNDS = iter(range(1_000_000))
+
+
+def _sentinel(prepared: Any) -> dict[str, Any] | None:
+    """The sentinel's reading (rank 0 times it; None on the other ranks). The other ranks
+    wait by sleeping on the process group's store, not in a collective, whose waiting can
+    take CPU from the kernel being timed."""
+    if prepared.world == 1:
+        return read_sentinel(prepared.device)
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    key = f"advisor-sentinel-{next(_SENTINEL_ROUNDS)}"
+    dist.barrier()
+    store = distributed_c10d._get_default_store()
+    if prepared.rank == 0:
+        reading = read_sentinel(prepared.device)
+        store.set(key, "done")
+        return reading
+    while not store.check([key]):
+        time.sleep(0.002)
+    return None
+
+
 def _extra_timing(prepared: Any, timer: Any, step: Any, phases: dict[str, float], more: bool | None = None) -> None:
     """Timed steps until every rank's timer is done (``more``: already agreed for the first)."""
     t = time.perf_counter()
@@ -173,9 +241,11 @@ def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any
                 first_step_s = time.perf_counter() - t_step
             i += 1
     phases["timing"] = time.perf_counter() - t
-    t = time.perf_counter()
-    accuracy = _evaluate(prepared, workload, val)
-    phases["eval"] = time.perf_counter() - t
+    accuracy = None
+    if settings.stage != "probe":
+        t = time.perf_counter()
+        accuracy = _evaluate(prepared, workload, val)
+        phases["eval"] = time.perf_counter() - t
     return {"accuracy": accuracy, "train_samples": 0, "first_step_s": first_step_s, "final_loss": None,
             "peak_memory_bytes": memory_peak()}
 

@@ -55,6 +55,14 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     now = json.loads(Path("now.json").read_text())
     for document in (before, now):
         document["source"].pop("exported")
+    # added since (the figures-you-can-trust issue): the baseline's configuration, and
+    # whether the ratios were confirmed in pairs (this study predates confirmation)
+    assert now.pop("baseline")["batch_size"] == 32  # the baseline trial's configuration
+    vs = now["measured"]["vs_baseline"]
+    assert vs.pop("confirmed") is False and vs.pop("pairs") == 0
+    for key in ("throughput_interval", "memory_interval"):
+        assert vs.pop(key) is None
+    assert vs.pop("accuracy_noise_epsilon") == 0 and vs.pop("accuracy_within_noise") is False
     assert now == before
 
 

@@ -44,7 +44,7 @@ async def test_rows_move_and_detail_follows(url, tmp_path):
         await pilot.pause()
         assert table.selected == 2
         text = _detail_text(app)
-        assert "1.76x faster, +33% memory, -0.6 pt accuracy" in text
+        assert "throughput 1.76x unconfirmed, memory 1.33x unconfirmed, accuracy -0.6 pt" in text
         assert "channels_last: true" in text and "spread (IQR) 2.0%" in text and "AMD EPYC" in text
 
 

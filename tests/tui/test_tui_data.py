@@ -50,7 +50,7 @@ def test_sorting_and_ratios(data):
     by_speed = data.view("front", sort="throughput", reverse=True)
     assert [r.number for r in by_speed][:3] == [2, 3, 1]
     two = next(r for r in data.rows if r.number == 2)
-    assert two.versus.summary() == "1.76x faster, +33% memory, -0.6 pt accuracy"
+    assert two.versus.summary() == "throughput 1.76x unconfirmed, memory 1.33x unconfirmed, accuracy -0.6 pt"
     four = next(r for r in data.rows if r.number == 4)
     assert four.versus.summary().startswith("1.63x slower")
     assert two.value("memory") == pytest.approx(131.0)

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.ray
 
 def _tuner(trials: int) -> Tuner:
     tuner = Tuner(plan_study(TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=trials,
-                                         train_samples=1437, trial_timeout=120)))
+                                         train_samples=1437, trial_timeout=120, confirm=False,
+                                         accuracy_seeds=1)))
     tuner.start_executor()  # joins the session's Ray
     return tuner
 

@@ -1,0 +1,60 @@
+"""``advisor confirm``: run (or extend) paired confirmation of a stored study's front."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from advisor.cli._common import add_confirm_arguments, add_storage_arguments
+
+NAME = "confirm"
+HELP = "Confirm a stored study's front in pairs against the baseline (or add pairs to it)."
+EPILOG = """Each pair runs the baseline and the configuration one right after the other in fresh
+processes (ABBA order), timing and peak memory only. Pairs already stored are kept: a
+higher --pairs adds pairs to configurations that reached the earlier cap.
+
+examples:
+  advisor confirm                                   # the only study in ./advisor.db
+  advisor confirm --study digits_cnn-default --pairs 12
+  advisor confirm --confirm-top 3 --confirm-target 0.02 --json"""
+
+
+def add_arguments(c: argparse.ArgumentParser) -> None:
+    add_storage_arguments(c, "study name (needed when the storage holds several)")
+    add_confirm_arguments(c)
+    c.add_argument("--model", help="the model.py the study ran (default: the path the study recorded); it must "
+                                   "be the same file (its content hash is checked)")
+    c.add_argument("--trial-timeout", type=float, default=600.0, help="limit for one run, seconds (default 600)")
+    c.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    c.add_argument("--json", action="store_true", help="print the confirmations as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    import optuna
+    from rich.console import Console
+
+    from advisor.core.errors import StudyError
+    from advisor.core.stored import read_study
+    from advisor.outputs.console import TuneOutput, front_table
+    from advisor.study import storage as stores
+    from advisor.study.confirm import ConfirmOptions, check_confirm_options, confirm_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if not args.trial_timeout > 0:
+        raise StudyError(f"--trial-timeout must be a positive number of seconds, found {args.trial_timeout}")
+    options = check_confirm_options(ConfirmOptions(args.confirm_top, args.pairs, args.confirm_target))
+    url = stores.storage_url(args.storage)
+    study = stores.load(stores.open_storage(url, must_exist=True), args.study, url)
+    output = TuneOutput(json_mode=args.json)
+    confirmations = confirm_study(study, options, args.ray_address, args.trial_timeout, args.model,
+                                  on_event=output.event)
+    stored = read_study(study)
+    if args.json:
+        print(json.dumps({"study": stored.name, "confirmations": [c.to_dict() for c in confirmations.values()]},
+                         indent=2))
+        return 0
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 160
+    console.print(front_table(stored))
+    return 0

@@ -1,0 +1,109 @@
+"""The two noise rules a study applies, as plain arithmetic.
+
+**The machine's noise (the sentinel).** Every trial process times a fixed kernel just
+before and after its measured region (``advisor.machine.sentinel``). ``SentinelJudge``
+keeps the study's recent readings: a trial whose reading is off their median by more than
+``DISTURBED_AT`` (a factor, either way) ran on a disturbed machine; when the median itself
+moves that far from where it was at the last baseline measurement, the machine drifted
+and the baseline is measured again.
+
+**The metric's noise (seed to seed).** The baseline is trained with ``ACCURACY_SEEDS``
+seeds; ``epsilon`` = 2 x their standard deviation. A difference in the metric within
+epsilon is "within noise": the front does not let it decide dominance, and displays say so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+DISTURBED_AT = 1.3  # a sentinel reading 30% off the study's median: a disturbed machine
+WINDOW = 15  # the median is over the last WINDOW readings (a lasting change moves it)
+MIN_READINGS = 3  # no verdict before the study has this many readings
+ACCURACY_SEEDS = 3  # the baseline trained with this many seeds (the first is trial 0)
+EPSILON_SDS = 2.0  # epsilon = EPSILON_SDS x the seed-to-seed standard deviation
+
+
+def reading_of(telemetry: dict[str, Any] | None) -> float | None:
+    """A trial's sentinel reading, seconds (None if absent): the geometric mean of before
+    and after, so that one reading's hiccup counts half while a disturbance that spans the
+    trial counts fully."""
+    sentinel = (telemetry or {}).get("sentinel")
+    if not isinstance(sentinel, dict):
+        return None
+    values = [v for v in (sentinel.get("before_s"), sentinel.get("after_s")) if isinstance(v, (int, float)) and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def off_by(value: float, reference: float) -> float:
+    """How far ``value`` is from ``reference`` as a factor >= 1 (1.3: 30% off, either way)."""
+    return math.exp(abs(math.log(value / reference)))
+
+
+class SentinelJudge:
+    """The study's recent sentinel readings and the verdicts drawn from them."""
+
+    def __init__(self, readings: Iterable[float] = (), threshold: float = DISTURBED_AT) -> None:
+        self.readings: deque[float] = deque(readings, maxlen=WINDOW)
+        self.threshold = threshold
+
+    def add(self, reading: float | None) -> None:
+        if reading is not None:
+            self.readings.append(reading)
+
+    @property
+    def median(self) -> float | None:
+        """The median of the recent readings, or None before ``MIN_READINGS``."""
+        return statistics.median(self.readings) if len(self.readings) >= MIN_READINGS else None
+
+    def disturbed(self, reading: float | None) -> str | None:
+        """Why ``reading`` shows a disturbed machine, or None (also when it cannot tell)."""
+        median = self.median
+        if reading is None or median is None:
+            return None
+        factor = off_by(reading, median)
+        if factor <= self.threshold:
+            return None
+        return (f"the noise sentinel read {1e3 * reading:.1f} ms against the study's median {1e3 * median:.1f} ms "
+                f"({factor:.2f}x off, the limit is {self.threshold:.2f}x): the machine was disturbed")
+
+    def drifted(self, since: float | None) -> bool:
+        """Whether the median moved more than the threshold from ``since`` (a reading)."""
+        median = self.median
+        return since is not None and median is not None and off_by(median, since) > self.threshold
+
+
+@dataclass(frozen=True)
+class AccuracyNoise:
+    """The baseline's metric over several seeds, and the epsilon drawn from it."""
+
+    seeds: list[int]
+    values: list[float]
+
+    @property
+    def sd(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) >= 2 else 0.0
+
+    @property
+    def epsilon(self) -> float:
+        return EPSILON_SDS * self.sd
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seeds": self.seeds, "values": self.values, "sd": self.sd, "epsilon": self.epsilon}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AccuracyNoise | None:
+        """The stored estimate; None when absent or unreadable."""
+        try:
+            return cls([int(s) for s in data["seeds"]], [float(v) for v in data["values"]])
+        except (TypeError, KeyError, ValueError):
+            return None
+
+
+def within_noise(delta: float | None, epsilon: float) -> bool:
+    """Whether a metric difference is within the noise (never, when no noise is known)."""
+    return delta is not None and epsilon > 0 and abs(delta) <= epsilon

@@ -1,0 +1,139 @@
+"""What keeps a running study's figures honest between trials: the baseline's accuracy over
+several seeds (the metric's noise), the noise sentinel's verdict on each trial (a disturbed
+one runs again), and the baseline measured again during the study (after the one-knob
+seeds, every ``REMEASURE_EVERY`` trials, and whenever the sentinel drifts), so that each
+ratio shown is to the baseline measured nearest in time.
+
+The Tuner owns one ``BaselineWatch`` and calls it at those points; the watch runs its own
+measurements (probes, seed replicas) through the Tuner's executor and stores them as
+study attributes (``advisor.core.stored``: ``BASELINE_MEASUREMENTS``, ``ACCURACY_NOISE``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.events import Listener, Note
+from advisor.core.noise import AccuracyNoise, SentinelJudge, reading_of
+from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.core.stored import ACCURACY_NOISE, BASELINE_DISTURBED, BASELINE_MEASUREMENTS, TrialRecord, read_trial
+from advisor.core.units import first_line
+from advisor.runner.executor import Executor, run_one
+from advisor.study.confirm import probe_settings
+
+REMEASURE_EVERY = 10  # counted trials between two measurements of the baseline
+RERUNS = 2  # a trial measured on a disturbed machine runs again at most this often
+
+
+class BaselineWatch:
+    """Args:
+        study: the Optuna study (measurements are stored as its attributes).
+        workload: the loaded model.py; settings: the study's trial settings.
+        baseline: the baseline configuration.
+        executor: runs the watch's own measurements, one at a time.
+        stop: returns why to stop (Ctrl-C), or None.
+        on_event: receives ``Note`` events.
+    """
+
+    def __init__(self, study: Any, workload: Any, settings: TrialSettings, baseline: TrialConfig,
+                 executor: Executor, stop: Callable[[], str | None], on_event: Listener) -> None:
+        self.study, self.workload, self.settings, self.baseline = study, workload, settings, baseline
+        self.executor, self.stop, self.emit = executor, stop, on_event
+        records = [read_trial(t) for t in study.get_trials(deepcopy=False)]
+        self.judge = SentinelJudge(x for x in (reading_of(r.get("telemetry")) for r in records) if x is not None)
+        self.measurements: list[dict[str, Any]] = list(study.user_attrs.get(BASELINE_MEASUREMENTS) or [])
+        base = next((r for r in records if r.baseline and r.state == "complete"), None)
+        self.base_reading = (self.measurements[-1].get("sentinel_s") if self.measurements
+                             else reading_of(base.get("telemetry")) if base else None)
+        self.base_throughput = (self.measurements[-1]["throughput"] if self.measurements
+                                else base.figures.throughput if base and base.figures else None)
+        self.counted_at_last = sum(r.counted for r in records)
+        self.reruns: dict[int, int] = {}  # by trial number
+        self._numbers = itertools.count(2_000_000)  # executor handle numbers, apart from trial numbers
+
+    # ---- the metric's noise ------------------------------------------------------------
+    def accuracy_noise(self, base: TrialRecord, seeds: int, timeout: float) -> None:
+        """Train the baseline with ``seeds - 1`` more seeds (once per study) and store the
+        metric's noise."""
+        if seeds < 2 or ACCURACY_NOISE in self.study.user_attrs or base.figures is None:
+            return
+        first = self.settings.seed
+        values, used = [base.figures.accuracy], [first]
+        self.emit(Note(f"training the baseline with {seeds - 1} more seed(s) to measure the metric's noise"))
+        for seed in range(first + 1, first + seeds):
+            result = self._run(self.baseline, replace(self.settings, seed=seed), timeout)
+            if self.stop() is not None:
+                return
+            self.judge.add(reading_of(result.telemetry))
+            if not result.ok or result.accuracy is None:
+                self.emit(Note(f"the baseline with seed {seed} failed [{result.failure_class}]: "
+                               f"{first_line(result.failure_message, 200)}; the noise estimate leaves it out"))
+                continue
+            values.append(result.accuracy)
+            used.append(seed)
+        noise = AccuracyNoise(used, values)
+        self.study.set_user_attr(ACCURACY_NOISE, noise.to_dict())
+        self.emit(Note(f"the metric's noise: {', '.join(f'{v:.4f}' for v in values)} over seeds {used}; "
+                       f"differences within +-{100 * noise.epsilon:.2f} pt are within noise"))
+
+    # ---- the machine's noise -----------------------------------------------------------
+    def disturbed(self, number: int, result: TrialResult) -> str | None:
+        """Why trial ``number`` must run again: its sentinel shows a disturbed machine (at
+        most ``RERUNS`` times per trial); None to keep the result."""
+        reading = reading_of(result.telemetry)
+        why = self.judge.disturbed(reading) if result.ok else None
+        self.judge.add(reading)
+        if why is None or self.reruns.get(number, 0) >= RERUNS:
+            return None
+        self.reruns[number] = self.reruns.get(number, 0) + 1
+        return why
+
+    # ---- the baseline, measured again -------------------------------------------------
+    def remeasure_reason(self, counted: int, seeds_done: bool) -> str | None:
+        """Why the baseline should be measured again now, or None."""
+        if self.judge.drifted(self.base_reading):
+            return "the noise sentinel drifted since the baseline was last measured"
+        since = counted - self.counted_at_last
+        if seeds_done and not self.measurements and since > 0:
+            return "the one-knob seeds are in"
+        if since >= REMEASURE_EVERY:
+            return f"{since} trials since the baseline was last measured"
+        return None
+
+    def remeasure(self, reason: str, counted: int, last_trial: int, timeout: float) -> None:
+        """Measure the baseline again (a probe; once more if the machine was disturbed)."""
+        self.counted_at_last = counted  # also when it fails: try again only after more trials
+        for attempt in range(2):
+            result = self._run(self.baseline, probe_settings(self.settings), timeout)
+            if self.stop() is not None:
+                return
+            if not result.ok:
+                self.base_reading = self.judge.median  # no new drift verdict until it moves again
+                self.emit(Note(f"measuring the baseline again failed [{result.failure_class}]: "
+                               f"{first_line(result.failure_message, 200)}"))
+                return
+            reading = reading_of(result.telemetry)
+            why = self.judge.disturbed(reading)
+            self.judge.add(reading)
+            if why is None or attempt == 1:
+                break
+        if self.base_reading is not None and self.judge.median is not None and not self.measurements and \
+                self.judge.disturbed(self.base_reading):
+            self.study.set_user_attr(BASELINE_DISTURBED, self.judge.disturbed(self.base_reading))
+        entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
+                 "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading, "reason": reason}
+        self.measurements.append(entry)
+        self.study.set_user_attr(BASELINE_MEASUREMENTS, self.measurements)
+        previous, self.base_reading, self.base_throughput = self.base_throughput, reading, result.throughput
+        change = f" ({result.throughput / previous:.2f}x the previous measurement)" if previous else ""
+        self.emit(Note(f"baseline measured again ({reason}): {result.throughput:,.0f} samples/s{change}; "
+                       "ratios from here are to this measurement"))
+
+    def _run(self, config: TrialConfig, settings: TrialSettings, timeout: float) -> TrialResult:
+        payload = TrialPayload.of(self.workload, config, settings)
+        return run_one(self.executor, next(self._numbers), payload, timeout, self.stop)

@@ -1,0 +1,63 @@
+"""The noise rules: the sentinel's verdicts, the metric's epsilon, and epsilon-dominance
+on the front."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.core.noise import DISTURBED_AT, MIN_READINGS, AccuracyNoise, SentinelJudge, reading_of, within_noise
+from advisor.core.objectives import dominates, pareto_front
+
+
+def test_reading_is_the_geometric_mean_of_before_and_after():
+    assert reading_of({"sentinel": {"before_s": 0.004, "after_s": 0.009}}) == pytest.approx(0.006)
+    assert reading_of({"sentinel": {"before_s": 0.004}}) == pytest.approx(0.004)
+    assert reading_of({}) is None and reading_of(None) is None and reading_of({"sentinel": "x"}) is None
+
+
+def test_judge_needs_readings_then_flags_either_way():
+    judge = SentinelJudge()
+    for _ in range(MIN_READINGS - 1):
+        judge.add(0.007)
+    assert judge.disturbed(0.030) is None  # too few readings to judge
+    judge.add(0.007)
+    assert judge.disturbed(0.007 * (DISTURBED_AT - 0.05)) is None
+    slow = judge.disturbed(0.007 * 2)
+    assert slow and "2.00x off" in slow
+    assert judge.disturbed(0.007 / 2)  # faster than the study's median by as much: also off
+    judge.add(None)
+    assert len(judge.readings) == MIN_READINGS
+
+
+def test_a_lasting_change_moves_the_median_and_counts_as_drift():
+    judge = SentinelJudge([0.007] * 5)
+    assert not judge.drifted(0.007)
+    for _ in range(12):
+        judge.add(0.014)
+    assert judge.disturbed(0.014) is None  # the window forgot the old speed
+    assert judge.drifted(0.007)  # ... and the baseline measured at it must be measured again
+    assert not judge.drifted(None)
+
+
+def test_accuracy_noise_epsilon_and_within_noise():
+    noise = AccuracyNoise([0, 1, 2], [0.96, 0.95, 0.97])
+    assert noise.sd == pytest.approx(0.01) and noise.epsilon == pytest.approx(0.02)
+    assert AccuracyNoise.from_dict(noise.to_dict()) == noise
+    assert AccuracyNoise.from_dict({"seeds": [0]}) is None and AccuracyNoise.from_dict(None) is None
+    assert within_noise(0.015, noise.epsilon) and not within_noise(0.03, noise.epsilon)
+    assert not within_noise(0.0, 0.0)  # no estimate: nothing is "within noise"
+
+
+def test_epsilon_dominance_on_the_metric():
+    fast = (2.0, 1.0, 0.960)
+    slow_but_luckier = (0.31, 1.0, 0.974)  # 1.4 points more accurate on one seed
+    assert not dominates(fast, slow_but_luckier)
+    assert dominates(fast, slow_but_luckier, epsilon=0.02)  # within the noise: no reason to keep it
+    assert not dominates(slow_but_luckier, fast, epsilon=0.02)
+    really_better = (0.31, 1.0, 0.99)
+    assert not dominates(fast, really_better, epsilon=0.02)
+    assert pareto_front([fast, slow_but_luckier], lambda p: p) == [fast, slow_but_luckier]
+    assert pareto_front([fast, slow_but_luckier], lambda p: p, epsilon=0.02) == [fast]
+    assert pareto_front([fast, really_better], lambda p: p, epsilon=0.02) == [fast, really_better]
+    same = (1.0, 1.0, 0.95)
+    assert pareto_front([same, (1.0, 1.0, 0.951)], lambda p: p, epsilon=0.02) == [same, (1.0, 1.0, 0.951)]

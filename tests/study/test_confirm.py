@@ -1,0 +1,204 @@
+"""Paired confirmation, the noise sentinel and the metric's noise on real studies: real
+local Ray, real SQLite, the real digits MLP. Timings are never asserted, only what was
+run, stored and shown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import optuna
+import pytest
+
+from advisor.cli.main import main
+from advisor.core.pairs import Confirmation
+from advisor.core.stored import ACCURACY_NOISE, CONFIRMATION, read_study
+from advisor.study.confirm import Confirmer, ConfirmOptions
+
+from conftest import EXAMPLES, REPO, WORKLOADS
+
+pytestmark = pytest.mark.ray
+
+FAST = ["--space", "quick", "--train-samples", "300", "--max-accuracy-drop", "0.5", "--no-tui"]
+
+
+def load(url, name):
+    return optuna.load_study(study_name=name, storage=url)
+
+
+@pytest.fixture(scope="module")
+def confirmed(ray_session, tmp_path_factory):
+    """One real study with confirmation (2 pairs at most, 2 configurations) and seeds."""
+    import os
+
+    where = tmp_path_factory.mktemp("confirmed")
+    url = f"sqlite:///{where / 'c.db'}"
+    old = {k: os.environ.get(k) for k in ("ADVISOR_CONFIRM", "ADVISOR_ACCURACY_SEEDS")}
+    os.environ.pop("ADVISOR_CONFIRM", None)
+    os.environ.pop("ADVISOR_ACCURACY_SEEDS", None)
+    try:
+        code = main(["tune", str(EXAMPLES / "digits_mlp.py"), *FAST, "--trials", "4", "--storage", url,
+                     "--study", "c", "--pairs", "2", "--confirm-top", "2", "--accuracy-seeds", "2", "--json"])
+    finally:
+        for k, v in old.items():
+            if v is not None:
+                os.environ[k] = v
+    assert code == 0
+    return url
+
+
+def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
+    study = load(confirmed, "c")
+    attrs = study.user_attrs
+    noise = attrs[ACCURACY_NOISE]
+    assert noise["seeds"] == [0, 1] and len(noise["values"]) == 2 and noise["epsilon"] >= 0
+    stored = read_study(study)
+    keys = [k for k in attrs if k.startswith(CONFIRMATION)]
+    assert 1 <= len(keys) <= 2
+    for key in keys:
+        c = Confirmation.from_dict(attrs[key])
+        assert c.trial == int(key.split(":")[1]) and c.trial != stored.baseline.number
+        assert c.status in ("capped", "confirmed", "dominated", "failed")
+        if c.status != "failed":
+            assert 1 <= len(c.pairs) <= 2
+            assert [p.baseline_first for p in c.pairs] == [True, False][: len(c.pairs)]  # ABBA
+            for p in c.pairs:
+                assert p.throughput_ratio == pytest.approx(p.config_throughput / p.baseline_throughput)
+                assert len(p.sentinel) == 2
+        vs = stored.versus_baseline(stored.records[c.trial])
+        assert vs.confirmed and vs.pairs == len(c.pairs) and vs.throughput_ratio == pytest.approx(c.throughput.center)
+    # every completed trial carries its sentinel readings
+    for r in stored.records:
+        if r.state == "complete":
+            assert r.get("telemetry")["sentinel"]["before_s"] > 0
+
+
+def test_confirmed_figures_are_shown_and_exported(confirmed, capsys, workdir):
+    assert main(["confirm", "--storage", confirmed, "--study", "c", "--pairs", "2"]) == 0  # nothing more due
+    out = capsys.readouterr().out
+    assert "pairs" in out and "confirmed in pairs" in out
+    stored = read_study(load(confirmed, "c"))
+    number = next(iter(stored.confirmations))
+    assert main(["export", "--storage", confirmed, "--study", "c", "--trial", str(number), "--format", "json",
+                 "-o", "e.json"]) == 0
+    document = json.loads(Path("e.json").read_text())
+    vs = document["measured"]["vs_baseline"]
+    assert vs["confirmed"] is True and vs["pairs"] >= 1 and len(vs["throughput_interval"]) == 2
+    assert document["measured"]["confirmation"]["trial"] == number
+    assert document["baseline"] == stored.baseline.config.to_dict()
+    assert main(["export", "--storage", confirmed, "--study", "c", "--trial", str(number), "--format", "python",
+                 "-o", "e.py"]) == 0
+    assert "95% interval" in Path("e.py").read_text()
+
+
+def test_confirm_extends_without_losing_or_repeating_a_pair(confirmed, tmp_path, capsys):
+    shutil.copy(confirmed.removeprefix("sqlite:///"), tmp_path / "x.db")
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    before = {n: c.pairs for n, c in read_study(load(url, "c")).confirmations.items()}
+    assert main(["confirm", "--storage", url, "--study", "c", "--pairs", "3", "--confirm-top", "2", "--json"]) == 0
+    after = read_study(load(url, "c")).confirmations
+    for number, pairs in before.items():
+        c = after[number]
+        assert c.pairs[: len(pairs)] == pairs  # kept as they were
+        if c.status in ("capped", "confirmed"):
+            assert len(c.pairs) in (3, len(pairs))  # one more where the cap allowed it, never a repeat
+        if len(c.pairs) == 3:
+            assert [p.baseline_first for p in c.pairs] == [True, False, True]
+
+
+def test_an_interrupted_confirmation_stores_no_half_pair(confirmed, tmp_path, capsys):
+    from advisor.core.results import TrialSettings
+    from advisor.runner.ray_executor import RayExecutor
+    from advisor.workload.contract import load_workload
+
+    shutil.copy(confirmed.removeprefix("sqlite:///"), tmp_path / "y.db")
+    url = f"sqlite:///{tmp_path / 'y.db'}"
+    study = load(url, "c")
+    before = {n: len(c.pairs) for n, c in read_study(study).confirmations.items()}
+    calls = []
+
+    def stop_after_first_probe():
+        calls.append(1)
+        return "interrupted by SIGINT" if len(calls) > 3 else None
+
+    executor = RayExecutor("cpu").start()
+    settings = TrialSettings.from_dict(study.user_attrs["settings"])
+    Confirmer(study, load_workload(str(EXAMPLES / "digits_mlp.py")), settings, executor,
+              ConfirmOptions(top=2, max_pairs=4), stop=stop_after_first_probe).run()
+    after = read_study(load(url, "c")).confirmations
+    assert {n: len(c.pairs) for n, c in after.items()} == before
+
+
+def test_old_study_is_confirmed_with_its_model_file(ray_session, workdir, capsys):
+    data = REPO / "tests" / "data"
+    shutil.copy(data / "study_before_layers.sqlite", workdir / "old.sqlite")
+    url = "sqlite:///old.sqlite"
+    assert main(["confirm", "--storage", url, "--study", "compat", "--model", "missing.py"]) == 2
+    assert "--model PATH" in capsys.readouterr().err
+    assert main(["confirm", "--storage", url, "--study", "compat", "--pairs", "2", "--confirm-top", "1",
+                 "--model", str(data / "study_before_layers_model.py")]) == 0
+    stored = read_study(load(url, "compat"))
+    assert len(stored.confirmations) == 1 and len(next(iter(stored.confirmations.values())).pairs) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pairs", "0"], "--pairs must be at least 1"),
+    (["--pairs", "abc"], "invalid int value"),
+    (["--confirm-target", "2"], "--confirm-target must be a fraction"),
+    (["--confirm-top", "0"], "--confirm-top must be at least 1"),
+    (["--study", "nope"], "no study named 'nope'"),
+])
+def test_bad_input_exits_2_and_writes_nothing(confirmed, tmp_path, capsys, argv, message):
+    shutil.copy(confirmed.removeprefix("sqlite:///"), tmp_path / "z.db")
+    before = (tmp_path / "z.db").read_bytes()
+    with pytest.raises(SystemExit) if "abc" in argv else _nothing() as raised:
+        code = main(["confirm", "--storage", f"sqlite:///{tmp_path / 'z.db'}", *argv])
+    code = raised.value.code if "abc" in argv else code
+    assert code == 2 and message in capsys.readouterr().err
+    assert (tmp_path / "z.db").read_bytes() == before
+
+
+def test_missing_or_empty_storage_exits_2(workdir, capsys, quiet_optuna):
+    assert main(["confirm", "--storage", "sqlite:///missing.db"]) == 2
+    assert "does not exist" in capsys.readouterr().err and not Path("missing.db").exists()
+    optuna.create_study(storage="sqlite:///empty.db", study_name="e", directions=["maximize"] * 3)
+    assert main(["confirm", "--storage", "sqlite:///empty.db"]) == 2
+    assert "no completed baseline" in capsys.readouterr().err
+
+
+def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
+    """A real disturbance: two busy processes started while trial 1 builds its model."""
+    from advisor.core.events import Note
+    from advisor.study.options import TuneOptions
+    from advisor.study.plan import plan_study
+    from advisor.study.tuner import Tuner
+
+    marker = Path(tempfile.gettempdir()) / "advisor-test-disturb-now"  # what tests/workloads/disturbing.py watches
+    marker.unlink(missing_ok=True)
+
+    def on_event(event):
+        if isinstance(event, Note) and event.text.startswith("the metric's noise"):
+            marker.write_text("1")  # the next trial's model build disturbs the machine
+
+    options = TuneOptions(workload_path=str(WORKLOADS / "disturbing.py"), space="quick", trials=3,
+                          train_samples=300, storage="sqlite:///d.db", study_name="d", confirm=False,
+                          accuracy_seeds=3)
+    stored = read_study(Tuner(plan_study(options), on_event=on_event).run().study)
+    assert not marker.exists()  # the disturbance happened
+    disturbed = [r for r in stored.records if r.get("disturbed_runs")]
+    assert 1 in [d.number for d in disturbed], [(r.number, r.attrs.get("disturbed_runs")) for r in stored.records]
+    for d in disturbed:  # the busy processes may outlast trial 1: a later trial can be disturbed too
+        runs = d.get("disturbed_runs")
+        assert d.state == "complete" and d.counted and 1 <= len(runs) <= 2  # ran again, counted once
+        assert "noise sentinel" in runs[0]["reason"] and runs[0]["throughput"] and runs[0]["sentinel"]["before_s"] > 0
+    assert sum(r.counted for r in stored.records) == 3
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
