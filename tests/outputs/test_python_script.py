@@ -37,7 +37,7 @@ def test_python_export_runs_and_scores(study_url, tmp_path, capsys):
     assert f"run it:    python {path}" in out
     text = path.read_text()
     ast.parse(text)
-    assert "'precision': 'bf16'" in text and "10,240 samples/s (1.52x the baseline)" in text
+    assert "'precision': 'bf16'" in text and "10,240 samples/s (1.52x the baseline, unconfirmed)" in text
     assert "# precision = 'bf16'" in text and "torch.autocast(device_type, dtype=torch.bfloat16)" in text
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr

@@ -78,8 +78,8 @@ def test_pareto_table_has_the_front_with_ratios_and_the_baseline_marked(recorded
         "| 0 (baseline) | `bs=64 fp32` | 6,736 | 1.00x | 98.6 MiB | 1.00x | 96.67% | +0.0 pt |")
     # trial 2: 11873 / 6736 = 1.763x, 131.0 / 98.6 = 1.329x, 0.9611 - 0.9667 = -0.56 pt
     assert table_row(text, "2") == (
-        "| 2 | `bs=256 fp32 channels_last` | 11,873 | 1.76x | 131.0 MiB | 1.33x | 96.11% | -0.6 pt |")
-    assert "| 3 | `bs=64 fp32 compile` | 10,911 | 1.62x | 192.5 MiB | 1.95x | 97.50% | +0.8 pt |" in text
+        "| 2 | `bs=256 fp32 channels_last` | 11,873 | 1.76x unconfirmed | 131.0 MiB | 1.33x unconfirmed | 96.11% | -0.6 pt |")
+    assert "| 3 | `bs=64 fp32 compile` | 10,911 | 1.62x unconfirmed | 192.5 MiB | 1.95x unconfirmed | 97.50% | +0.8 pt |" in text
 
 
 def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir, capsys):
@@ -90,7 +90,7 @@ def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir
         line = next(line for line in text.splitlines() if line.startswith(f"- **{how}**:"))
         assert line.startswith(f"- **{how}**: trial {number} `") and line.endswith(f"`{command}`")
     fastest = next(line for line in text.splitlines() if line.startswith("- **fastest**"))
-    assert "11,873 samples/s (1.76x), 131.0 MiB (1.33x), 96.11% (-0.6 pt)" in fastest
+    assert "11,873 samples/s (1.76x unconfirmed), 131.0 MiB (1.33x unconfirmed), 96.11% (-0.6 pt)" in fastest
     # the printed command, run as is, exports the trial it names
     argv = shlex.split(fastest.rsplit("export it: `", 1)[1].rstrip("`"))[1:]
     assert main(argv) == 0
