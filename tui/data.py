@@ -9,7 +9,7 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Versus, pareto_front
-from advisor.core.stored import TrialRecord, read_study
+from advisor.core.stored import StoredStudy, TrialRecord, read_study
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.study.storage import study_names
 
@@ -127,14 +127,15 @@ class StudyData:
         self.rows: list[TrialRow] = []
         self.attrs: dict[str, Any] = {}
         self.filters = Filters()
+        self.study: StoredStudy | None = None
 
     def reload(self) -> None:
         import optuna
 
         if self.storage is None or self.name not in study_names(self.storage):
-            self.rows, self.attrs = [], {}  # live: the study is created when Ray is up
+            self.rows, self.attrs, self.study = [], {}, None  # live: the study is created when Ray is up
             return
-        study = read_study(optuna.load_study(study_name=self.name, storage=self.storage))
+        study = self.study = read_study(optuna.load_study(study_name=self.name, storage=self.storage))
         self.attrs = dict(study.attrs)
         self.rows = [TrialRow(r, study.versus_baseline(r)) for r in study.records]
         self._mark_front()
@@ -144,9 +145,16 @@ class StudyData:
         return next((r for r in self.rows if r.baseline and r.state == "complete"), None)
 
     def _mark_front(self) -> None:
-        """Non-dominated among the feasible completed trials that pass the filters."""
+        """Non-dominated among the feasible completed trials that pass the filters, decided
+        as the stored front is (ratios to the baseline, confirmed where they were; the
+        metric's noise as epsilon)."""
         pool = [r for r in self.rows if r.state == "complete" and r.feasible and self.filters.keep(r)]
-        front = {r.number for r in pareto_front(pool, lambda r: r.record.figures)}  # type: ignore[arg-type, return-value]
+        study = self.study
+        if study is None:
+            front: set[int] = set()
+        else:
+            relative = {r.number: study.relative_figures(r.record) for r in pool}
+            front = {r.number for r in pareto_front(pool, lambda r: relative[r.number], study.epsilon)}
         for row in self.rows:
             row.on_front = row.number in front
 

@@ -1,11 +1,11 @@
-"""Paired confirmation's arithmetic: the order of a pair's two runs, a pair's ratios, the
-interval of the ratio, and when to stop pairing. Plain numbers; nothing here runs a trial
-(``advisor.study.confirm`` does).
+"""Paired confirmation's arithmetic: a pair's ratios, the interval of the ratio, and when
+to stop pairing. Plain numbers; nothing here runs a trial (``advisor.study.pairing`` does).
 
-A *pair* is one run of the baseline and one run of the configuration, one right after the
-other in fresh processes; pairs alternate their order (baseline first, then configuration
-first: A B, B A, A B, ... which reads ABBA), so a machine that drifts slowly cancels out.
-Each pair gives a throughput ratio and a memory ratio (configuration / baseline).
+A *pair* is one run of the configuration against the baseline measured around it: the
+baseline runs just before and just after (``advisor.study.pairing``: rounds A C... A), and
+the pair compares the configuration with the baseline interpolated at its moment, so a
+machine that drifts slowly cancels out, as in ABBA order. Each pair gives a throughput
+ratio and a memory ratio (configuration / baseline).
 
 The interval: a ratio of two timings is close to log-normal, so the pairs' log ratios are
 treated as normal. The ratio's median is then exp(mean of the log ratios) (the geometric
@@ -36,11 +36,6 @@ def t975(df: int) -> float:
     if df < 1:
         raise ValueError("t needs at least one degree of freedom")
     return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df  # within 0.002 beyond 30
-
-
-def baseline_first(index: int) -> bool:
-    """Whether pair ``index`` (0-based) runs the baseline first: A B, B A, A B, B A, ..."""
-    return index % 2 == 0
 
 
 @dataclass(frozen=True)
@@ -93,14 +88,19 @@ def interval(ratios: list[float]) -> Interval | None:
 
 @dataclass(frozen=True)
 class Pair:
-    """One pair: the baseline's and the configuration's figures, and which ran first."""
+    """One pair: the configuration's figures and the baseline's at its moment.
 
-    baseline_first: bool
+    ``position``: where the configuration ran between the round's two baseline runs
+    (0: right after the first, 1: right before the second); the baseline figures are
+    interpolated there. ``sentinel``: the readings of the three runs, seconds.
+    """
+
+    position: float
     baseline_throughput: float
     config_throughput: float
     baseline_memory: float
     config_memory: float
-    sentinel: list[float] = field(default_factory=list)  # both runs' sentinel readings, seconds
+    sentinel: list[float] = field(default_factory=list)
 
     @property
     def throughput_ratio(self) -> float:
@@ -115,7 +115,7 @@ class Pair:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Pair:
-        return cls(bool(data["baseline_first"]), float(data["baseline_throughput"]), float(data["config_throughput"]),
+        return cls(float(data["position"]), float(data["baseline_throughput"]), float(data["config_throughput"]),
                    float(data["baseline_memory"]), float(data["config_memory"]), list(data.get("sentinel") or []))
 
 
@@ -148,9 +148,6 @@ class Confirmation:
     @property
     def done(self) -> bool:
         return self.status != "running"
-
-    def next_baseline_first(self) -> bool:
-        return baseline_first(len(self.pairs))
 
     def settle(self, target: float, max_pairs: int) -> None:
         """Stop pairing once both intervals are within ``target`` (after ``MIN_PAIRS``) or

@@ -1,37 +1,40 @@
-"""``advisor measure``: measure an exported config again, in fresh trials on this machine,
-and compare with the figures stored when it was recommended."""
+"""``advisor measure``: an exported config measured again on this machine, as a paired
+ratio against the baseline run beside it (``advisor.study.pairing``: rounds of the
+baseline, the config, the baseline again), plus one full run for the metric; compared
+with the figures stored when it was recommended."""
 
 from __future__ import annotations
 
-import statistics
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, TrialFailed
+from advisor.core.events import Listener, Note, ignore
 from advisor.core.export_format import read_export
-from advisor.core.objectives import ratio
+from advisor.core.noise import SentinelJudge
+from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import detect, fingerprint
 from advisor.runner.executor import run_one
 from advisor.runner.ray_executor import RayExecutor
+from advisor.study.pairing import Candidate, Rounds
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 
-MEMORY_TOLERANCE = 0.02
-FIGURES = (("throughput", "samples/s"), ("peak_memory_bytes", "bytes"), ("accuracy", "metric"))
-
 
 @dataclass
 class Remeasured:
-    """The stored figures, each repeat's result and the comparison."""
+    """The stored figures, today's paired ratios and full run, and the comparison."""
 
     config: TrialConfig
+    baseline: TrialConfig
     document: dict[str, Any]
-    runs: list[TrialResult] = field(default_factory=list)
+    confirmation: Confirmation = field(default_factory=lambda: Confirmation(0))
+    full_run: TrialResult | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -39,56 +42,73 @@ class Remeasured:
         measured = self.document.get("measured")
         return measured if isinstance(measured, dict) else {}
 
-    def figure(self, key: str) -> dict[str, Any]:
-        """Median, range and spread of one figure over the repeats, and the stored value."""
-        values = [getattr(r, key) for r in self.runs if r.ok]
-        stored = self.stored.get(key)
-        out: dict[str, Any] = {"stored": stored if isinstance(stored, (int, float)) else None, "values": values}
-        if not values:
-            return out
-        low, high = min(values), max(values)
-        if key == "throughput":  # each run's own timing spread widens the range
-            rel = [r.step_time_iqr_s / r.step_time_median_s for r in self.runs
-                   if r.ok and r.step_time_iqr_s is not None and r.step_time_median_s]
-            widen = max(rel, default=0.0)
-            low, high = low * (1 - widen), high * (1 + widen)
-        elif key == "peak_memory_bytes":  # a process's peak varies by about 2% from run to run
-            low, high = low * (1 - MEMORY_TOLERANCE), high * (1 + MEMORY_TOLERANCE)
-        out.update(median=statistics.median(values), low=low, high=high)
-        if out["stored"] is not None:
-            out["within"] = low <= out["stored"] <= high
-            relative = ratio(out["median"], out["stored"])
-            out["difference"] = (out["median"] - out["stored"]) if key == "accuracy" else (
-                relative - 1 if relative is not None else None)
+    def ratio(self, key: str) -> dict[str, Any]:
+        """``throughput_ratio`` or ``memory_ratio``: today's interval, the stored ratio (and
+        its interval when it was confirmed), and whether the stored ratio lies in today's
+        interval."""
+        now: Interval | None = self.confirmation.throughput if key == "throughput_ratio" else self.confirmation.memory
+        vs = self.stored.get("vs_baseline") or {}
+        span = vs.get("throughput_interval" if key == "throughput_ratio" else "memory_interval")
+        out: dict[str, Any] = {"now": now.to_dict() if now else None, "stored": vs.get(key),
+                               "stored_confirmed": bool(vs.get("confirmed")), "stored_interval": span}
+        if now is not None and isinstance(vs.get(key), (int, float)):
+            out["stored_within_now"] = now.low <= vs[key] <= now.high
+            if span and span[1] is not None:
+                out["intervals_overlap"] = now.low <= span[1] and span[0] <= now.high
+        return out
+
+    def accuracy(self) -> dict[str, Any]:
+        stored = self.stored.get("accuracy")
+        now = self.full_run.accuracy if self.full_run is not None and self.full_run.ok else None
+        out: dict[str, Any] = {"stored": stored, "now": now}
+        if isinstance(stored, (int, float)) and now is not None:
+            out["difference"] = now - stored
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict(), "source": self.document.get("source"), "notes": self.notes,
-                "runs": [r.to_dict() for r in self.runs], "figures": {k: self.figure(k) for k, _ in FIGURES}}
+        return {"config": self.config.to_dict(), "baseline": self.baseline.to_dict(),
+                "source": self.document.get("source"), "notes": self.notes,
+                "confirmation": self.confirmation.to_dict(),
+                "full_run": self.full_run.to_dict() if self.full_run is not None else None,
+                "figures": {"throughput_ratio": self.ratio("throughput_ratio"),
+                            "memory_ratio": self.ratio("memory_ratio"), "accuracy": self.accuracy()}}
 
 
-def remeasure(workload_path: str, config_path: str, repeats: int = 3, ray_address: str | None = None,
-              trial_timeout: float = 600.0,
-              on_run: Callable[[int, TrialResult, float], None] | None = None) -> Remeasured:
-    """Run ``repeats`` fresh trials of the exported config, one after another (each alone
-    on its devices, as in a study), and return them beside the stored figures.
+def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAIRS, target: float = DEFAULT_TARGET,
+              ray_address: str | None = None, trial_timeout: float = 600.0, accuracy: bool = True,
+              on_pair: Callable[[Confirmation, float], None] | None = None, on_event: Listener = ignore) -> Remeasured:
+    """Pair the exported config against its baseline (until ``target`` or ``pairs``),
+    then (``accuracy``) run it once in full for its metric.
 
     Raises:
         ConfigError / WorkloadError: bad config file or model.py (before anything runs).
-        TrialFailed: every repeat failed.
+        TrialFailed: a run of the baseline failed, or every run of the config did.
     """
-    if repeats < 1:
-        raise ConfigError(f"--repeats must be at least 1, found {repeats}")
+    if pairs < 1:
+        raise ConfigError(f"--pairs must be at least 1, found {pairs}")
+    if not 0 < target < 1:
+        raise ConfigError(f"--confirm-target must be a fraction between 0 and 1 (0.03: +-3%), found {target}")
     config, document = read_export(config_path)
     stored_source = document.get("source")
     source: dict[str, Any] = stored_source if isinstance(stored_source, dict) else {}
     kind = check_workload_kind(source.get("workload_kind") or "train", f"{config_path}: source.workload_kind")
-    reason = refusal(config, kind)
-    if reason:
-        raise ConfigError(f"{config_path}: this config cannot run as a {kind} workload: {reason}")
     workload = load_workload(workload_path)
+    stored_base = document.get("baseline")
+    if isinstance(stored_base, dict):
+        baseline = TrialConfig.from_dict(stored_base, where=f"{config_path}: baseline")
+        base_note = None
+    else:
+        baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
+        base_note = (f"{config_path} names no baseline (written before exports recorded it): the baseline is "
+                     f"{workload.path}'s BASELINE")
+    for what, c in (("config", config), ("baseline", baseline)):
+        reason = refusal(c, kind)
+        if reason:
+            raise ConfigError(f"{config_path}: this {what} cannot run as a {kind} workload: {reason}")
     facts = preflight(workload)
-    result = Remeasured(config, document)
+    result = Remeasured(config, baseline, document)
+    if base_note:
+        result.notes.append(base_note)
     if source.get("workload_sha256") and source["workload_sha256"] != workload.sha256:
         result.notes.append(f"{workload.path} is not the file the config was measured with (its sha256 differs; "
                             f"that was {source.get('workload')}): the figures may differ for that reason")
@@ -100,42 +120,51 @@ def remeasure(workload_path: str, config_path: str, repeats: int = 3, ray_addres
     train_samples = int(source.get("train_samples") or default_train_samples(facts["train_size"]))
     settings = TrialSettings(train_samples=train_samples if kind == "train" else 1, device=hardware.device,
                              workload=kind)
+    for note in result.notes:
+        on_event(Note(note))
     executor = RayExecutor(hardware.device, ray_address).start()
     try:
-        for i in range(repeats):
-            started = time.monotonic()
-            outcome = run_one(executor, i, TrialPayload.of(workload, config, settings), trial_timeout)
-            result.runs.append(outcome)
-            if on_run is not None:
-                on_run(i, outcome, time.monotonic() - started)
+        candidate = Candidate("the config", config, result.confirmation)
+        Rounds(executor, workload, settings, SentinelJudge(), target, pairs, trial_timeout, lambda: None, on_event,
+               lambda c, wall: on_pair(c.confirmation, wall) if on_pair else None).run(baseline, [candidate])
+        if accuracy and result.confirmation.status != "failed":
+            result.full_run = run_one(executor, 0, TrialPayload.of(workload, config, settings), trial_timeout)
     finally:
         executor.shutdown()
-    if not any(r.ok for r in result.runs):
-        first = result.runs[0]
-        raise TrialFailed(f"every repeat failed; the first [{first.failure_class}]: {first.failure_message}")
+    if result.confirmation.status == "failed":
+        raise TrialFailed(f"the config failed to run: {result.confirmation.note}")
     return result
 
 
 def comparison_table(result: Remeasured) -> Any:
-    """A rich Table: stored figure, re-measured median and range, difference, verdict."""
+    """A rich Table: each figure as stored, as measured now (paired), and the verdict."""
     from rich.table import Table
 
-    formats = {"throughput": lambda v: f"{fmt_rate(v)}/s", "peak_memory_bytes": fmt_bytes,
-               "accuracy": lambda v: f"{v:.4f}"}
-    names = {"throughput": "throughput", "peak_memory_bytes": "peak memory", "accuracy": "accuracy"}
-    n = sum(r.ok for r in result.runs)
-    table = Table("figure", "stored", f"re-measured (median of {n})", "range", "difference", "verdict",
+    n = len(result.confirmation.pairs)
+    table = Table("figure", "stored", f"now ({n} pair{'s' if n != 1 else ''} against the baseline)", "verdict",
                   title="stored vs measured again on this machine", title_justify="left",
-                  caption="range: lowest to highest repeat, widened by the runs' timing spread (throughput) "
-                          f"or {100 * MEMORY_TOLERANCE:.0f}% (memory)", caption_justify="left")
-    for key, _ in FIGURES:
-        f = result.figure(key)
-        fmt = formats[key]
-        if "median" not in f:
-            continue
-        stored = "-" if f["stored"] is None else fmt(f["stored"])
-        diff = f.get("difference")
-        shown = "-" if diff is None else (f"{100 * diff:+.1f} pt" if key == "accuracy" else f"{100 * diff:+.1f}%")
-        verdict = "" if "within" not in f else ("within the spread" if f["within"] else "outside the spread")
-        table.add_row(names[key], stored, fmt(f["median"]), f"{fmt(f['low'])} – {fmt(f['high'])}", shown, verdict)
+                  caption="ratios: the config against the baseline run around it, median (95% interval); "
+                          "the metric: one full run of the config", caption_justify="left")
+    for key, name in (("throughput_ratio", "throughput vs baseline"), ("memory_ratio", "peak memory vs baseline")):
+        f = result.ratio(key)
+        stored = "-" if f["stored"] is None else f"{f['stored']:.2f}x" + (
+            f" ({f['stored_interval'][0]:.2f}-{f['stored_interval'][1]:.2f})"
+            if f["stored_confirmed"] and f["stored_interval"] and f["stored_interval"][1] is not None
+            else " unconfirmed")
+        now = Interval.from_dict(f["now"]).text() if f["now"] else "-"
+        verdict = ""
+        if "stored_within_now" in f:
+            verdict = "stored ratio within today's interval" if f["stored_within_now"] else (
+                "intervals overlap" if f.get("intervals_overlap") else "stored ratio outside today's interval")
+        table.add_row(name, stored, now, verdict)
+    acc = result.accuracy()
+    if acc["now"] is not None:
+        stored_acc = "-" if acc["stored"] is None else f"{acc['stored']:.4f}"
+        diff = f"{100 * acc['difference']:+.1f} pt" if "difference" in acc else ""
+        table.add_row("metric", stored_acc, f"{acc['now']:.4f}", diff)
     return table
+
+
+def describe_run(r: TrialResult) -> str:
+    """One line for a full run."""
+    return f"{fmt_rate(r.throughput)} samples/s, {fmt_bytes(r.peak_memory_bytes)}, metric {r.accuracy:.4f}"

@@ -24,7 +24,7 @@ from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import ACCURACY_NOISE, BASELINE_DISTURBED, BASELINE_MEASUREMENTS, TrialRecord, read_trial
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
-from advisor.study.confirm import probe_settings
+from advisor.study.pairing import probe_settings
 
 REMEASURE_EVERY = 10  # counted trials between two measurements of the baseline
 RERUNS = 2  # a trial measured on a disturbed machine runs again at most this often

@@ -8,21 +8,19 @@ import statistics
 
 import pytest
 
-from advisor.core.pairs import MIN_PAIRS, Confirmation, Interval, Pair, baseline_first, beaten, interval, t975
+from advisor.core.pairs import MIN_PAIRS, Confirmation, Interval, Pair, beaten, interval, t975
+from advisor.study.pairing import interpolate
 
 
-def pair(ratio: float, memory_ratio: float = 1.0, first: bool = True) -> Pair:
-    return Pair(first, 1000.0, 1000.0 * ratio, 100.0, 100.0 * memory_ratio)
+def pair(ratio: float, memory_ratio: float = 1.0, position: float = 0.5) -> Pair:
+    return Pair(position, 1000.0, 1000.0 * ratio, 100.0, 100.0 * memory_ratio)
 
 
-def test_pairs_alternate_abba():
-    assert [baseline_first(i) for i in range(4)] == [True, False, True, False]
-    c = Confirmation(3)
-    order = []
-    for _ in range(4):
-        order.append(c.next_baseline_first())
-        c.pairs.append(pair(1.5, first=order[-1]))
-    assert order == [True, False, True, False]  # A B | B A | A B | B A
+def test_the_baseline_is_interpolated_between_its_two_runs():
+    assert interpolate(1000.0, 4000.0, 0.0) == pytest.approx(1000.0)
+    assert interpolate(1000.0, 4000.0, 1.0) == pytest.approx(4000.0)
+    assert interpolate(1000.0, 4000.0, 0.5) == pytest.approx(2000.0)  # geometric: a drift by a factor cancels
+    assert interpolate(None, 4000.0, 0.5) == 4000.0 and interpolate(0.0, 0.0, 0.5) == 0.0
 
 
 def test_interval_is_a_t_interval_on_log_ratios():
@@ -98,9 +96,9 @@ def test_beaten_only_beyond_both_intervals():
 
 
 def test_confirmation_round_trips_through_its_stored_form():
-    c = Confirmation(7, [pair(1.5, 0.9), pair(1.52, 0.9, first=False), pair(1.48, 0.91)], "confirmed", "")
+    c = Confirmation(7, [pair(1.5, 0.9), pair(1.52, 0.9, position=0.25), pair(1.48, 0.91)], "confirmed", "")
     data = c.to_dict()
-    assert data["throughput_ratio"]["n"] == 3 and data["pairs"][1]["baseline_first"] is False
+    assert data["throughput_ratio"]["n"] == 3 and data["pairs"][1]["position"] == 0.25
     back = Confirmation.from_dict(data)
     assert back.trial == 7 and back.status == "confirmed" and len(back.pairs) == 3
     assert back.throughput == c.throughput and back.memory == c.memory

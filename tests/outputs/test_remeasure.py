@@ -1,5 +1,6 @@
-"""`advisor measure`: an exported config measured again in fresh trials (real Ray, the
-digits MLP), compared with the stored figures; bad input refused before anything runs."""
+"""`advisor measure`: an exported config measured again in pairs against its baseline,
+plus a full run for the metric (real Ray, the digits MLP), compared with the stored
+figures; bad input refused before anything runs."""
 
 from __future__ import annotations
 
@@ -29,21 +30,39 @@ def exported(tmp_path, capsys):
 
 
 @pytest.mark.ray
-def test_measure_runs_fresh_trials_and_compares(ray_session, exported, capsys):
-    assert main(["measure", MLP, "--config", str(exported), "--repeats", "2", "--json"]) == 0
+def test_measure_pairs_against_the_baseline_and_compares(ray_session, exported, capsys):
+    assert main(["measure", MLP, "--config", str(exported), "--pairs", "2", "--json"]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)
-    assert len(data["runs"]) == 2 and all(r["ok"] for r in data["runs"])
     assert data["config"]["precision"] == "bf16" and data["source"]["trial"] == 1
-    thr = data["figures"]["throughput"]
-    assert thr["stored"] == 10240.0 and len(thr["values"]) == 2
-    assert thr["low"] <= thr["median"] <= thr["high"]
-    assert thr["within"] == (thr["low"] <= 10240.0 <= thr["high"])
-    assert data["figures"]["accuracy"]["difference"] == pytest.approx(
-        data["figures"]["accuracy"]["median"] - 0.9639)
+    assert data["baseline"]["precision"] == "fp32"  # the export's baseline, run beside it
+    pairs = data["confirmation"]["pairs"]
+    assert len(pairs) == 2 and data["confirmation"]["status"] == "capped"
+    for p in pairs:
+        assert p["throughput_ratio"] == pytest.approx(p["config_throughput"] / p["baseline_throughput"])
+        assert 0 < p["position"] < 1
+    thr = data["figures"]["throughput_ratio"]
+    now = thr["now"]
+    assert now["n"] == 2 and now["low"] <= now["center"] <= now["high"]
+    assert thr["stored"] == pytest.approx(10240.0 / 6736.0) and thr["stored_confirmed"] is False
+    assert thr["stored_within_now"] == (now["low"] <= thr["stored"] <= now["high"])
+    assert data["full_run"]["ok"] and data["full_run"]["accuracy"] is not None
+    assert data["figures"]["accuracy"]["difference"] == pytest.approx(data["full_run"]["accuracy"] - 0.9639)
     # the recorded study names another file (and hash) than the MLP measured now: said so
     assert any("is not the file the config was measured with" in n for n in data["notes"])
-    assert captured.err.count("samples/s") == 2  # one progress line per run
+    assert captured.err.count("pair ") == 2 and "full run" in captured.err
+
+
+@pytest.mark.ray
+def test_measure_without_a_stored_baseline_uses_model_py(ray_session, exported, capsys):
+    document = yaml.safe_load(exported.read_text())
+    document.pop("baseline")
+    exported.write_text(yaml.safe_dump(document))
+    assert main(["measure", MLP, "--config", str(exported), "--pairs", "1", "--no-accuracy"]) == 0
+    out = capsys.readouterr()
+    assert "names no baseline" in out.out and "baseline  bs=32 fp32" in out.out
+    assert "throughput vs baseline" in out.out
+    assert not any(line.startswith("full run") for line in out.out.splitlines())  # --no-accuracy
 
 
 @pytest.mark.parametrize("change, message", [
@@ -68,4 +87,8 @@ def test_missing_files_and_bad_repeats_exit_2(exported, tmp_path, capsys):
     assert main(["measure", str(tmp_path / "none.py"), "--config", str(exported)]) == 2
     assert "none.py" in capsys.readouterr().err
     assert main(["measure", MLP, "--config", str(exported), "--repeats", "0"]) == 2
-    assert "--repeats must be at least 1" in capsys.readouterr().err
+    assert "--pairs must be at least 1" in capsys.readouterr().err
+    assert main(["measure", MLP, "--config", str(exported), "--pairs", "0"]) == 2
+    assert "--pairs must be at least 1" in capsys.readouterr().err
+    assert main(["measure", MLP, "--config", str(exported), "--pairs", "2", "--repeats", "3"]) == 2
+    assert "disagree" in capsys.readouterr().err

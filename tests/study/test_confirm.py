@@ -63,10 +63,10 @@ def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
         assert c.status in ("capped", "confirmed", "dominated", "failed")
         if c.status != "failed":
             assert 1 <= len(c.pairs) <= 2
-            assert [p.baseline_first for p in c.pairs] == [True, False][: len(c.pairs)]  # ABBA
             for p in c.pairs:
+                assert 0 < p.position < 1  # between the round's two runs of the baseline
                 assert p.throughput_ratio == pytest.approx(p.config_throughput / p.baseline_throughput)
-                assert len(p.sentinel) == 2
+                assert len(p.sentinel) == 3  # baseline, configuration, baseline
         vs = stored.versus_baseline(stored.records[c.trial])
         assert vs.confirmed and vs.pairs == len(c.pairs) and vs.throughput_ratio == pytest.approx(c.throughput.center)
     # every completed trial carries its sentinel readings
@@ -104,8 +104,6 @@ def test_confirm_extends_without_losing_or_repeating_a_pair(confirmed, tmp_path,
         assert c.pairs[: len(pairs)] == pairs  # kept as they were
         if c.status in ("capped", "confirmed"):
             assert len(c.pairs) in (3, len(pairs))  # one more where the cap allowed it, never a repeat
-        if len(c.pairs) == 3:
-            assert [p.baseline_first for p in c.pairs] == [True, False, True]
 
 
 def test_an_interrupted_confirmation_stores_no_half_pair(confirmed, tmp_path, capsys):
@@ -129,6 +127,38 @@ def test_an_interrupted_confirmation_stores_no_half_pair(confirmed, tmp_path, ca
               ConfirmOptions(top=2, max_pairs=4), stop=stop_after_first_probe).run()
     after = read_study(load(url, "c")).confirmations
     assert {n: len(c.pairs) for n, c in after.items()} == before
+
+
+def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(confirmed, tmp_path):
+    """A C1 C2 A C2 C1 A: the order the real executor was asked to run (a spy around it)."""
+    from advisor.core.noise import SentinelJudge
+    from advisor.core.results import TrialSettings
+    from advisor.runner.ray_executor import RayExecutor
+    from advisor.study.pairing import Candidate, Rounds
+    from advisor.workload.contract import load_workload
+
+    study = load(confirmed, "c")
+    stored = read_study(study)
+    base = stored.baseline.config
+    configs = [base.replace(batch_size=64), base.replace(batch_size=128)]
+    executor, order = RayExecutor("cpu").start(), []
+    submit = executor.submit
+
+    def spy(number, payload):
+        order.append(payload.config.batch_size)
+        assert payload.settings.stage == "probe"
+        return submit(number, payload)
+
+    executor.submit = spy
+    candidates = [Candidate(f"c{i}", config, Confirmation(i)) for i, config in enumerate(configs)]
+    paired = []
+    Rounds(executor, load_workload(str(EXAMPLES / "digits_mlp.py")), TrialSettings.from_dict(study.user_attrs["settings"]),
+           SentinelJudge(threshold=1e9), 0.0001, 2, 120, lambda: None, lambda e: None,
+           lambda c, wall: paired.append(c.label)).run(base, candidates)
+    assert order == [32, 64, 128, 32, 128, 64, 32]
+    assert paired == ["c0", "c1", "c1", "c0"]
+    assert [len(c.confirmation.pairs) for c in candidates] == [2, 2]
+    assert all(c.confirmation.status == "capped" for c in candidates)
 
 
 def test_old_study_is_confirmed_with_its_model_file(ray_session, workdir, capsys):

@@ -1,0 +1,161 @@
+"""Rounds of paired runs against the baseline: the engine under paired confirmation
+(``advisor tune``'s last step, ``advisor confirm``) and ``advisor measure``.
+
+A round runs the baseline, then each open candidate, then the baseline again; the closing
+baseline run opens the next round:
+
+    A  C1 C2 C3  A  C3 C2 C1  A  C1 C2 C3  A ...
+
+Each candidate's pair compares its run with the baseline interpolated (geometrically) at
+the candidate's moment between the round's two baseline runs, so a drift that is linear
+over the round cancels, as in ABBA; the candidates' order is reversed every other round,
+so no candidate always runs right after the baseline. With one candidate this is
+A C A C A: every run of C between two runs of A. A round of k candidates costs k + 1 runs
+instead of the 2k of separate pairs. Every run is a probe (timing and peak memory, in a
+fresh trial process, one at a time) and is judged by the noise sentinel: a disturbed run
+is run again (at most ``RETRIES`` times).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.errors import TrialFailed
+from advisor.core.events import Listener, Note
+from advisor.core.noise import SentinelJudge, reading_of
+from advisor.core.pairs import Confirmation, Pair
+from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.core.units import first_line
+from advisor.runner.executor import Executor, run_one
+
+PROBE_TIMING_S = 0.75  # a probe times steps for this long at most: the pairs, not the steps, measure the spread
+RETRIES = 2  # a run on a disturbed machine is run again at most this often
+
+
+def probe_settings(settings: TrialSettings) -> TrialSettings:
+    """The study's settings for a probe: timed steps and peak memory only."""
+    return replace(settings, stage="probe", max_timing_s=min(settings.max_timing_s, PROBE_TIMING_S))
+
+
+@dataclass
+class Candidate:
+    """A configuration being paired: ``label`` names it in messages (``trial 7``)."""
+
+    label: str
+    config: TrialConfig
+    confirmation: Confirmation
+
+
+@dataclass(frozen=True)
+class _Run:
+    result: TrialResult
+    at: float  # the middle of the run, time.monotonic()
+
+
+class Rounds:
+    """Runs rounds until every candidate's confirmation is done (or ``stop`` says so).
+
+    Args:
+        executor: runs the probes; workload: the loaded model.py; settings: the study's.
+        judge: the sentinel judge (the study's readings so far).
+        target, max_pairs: when a candidate's pairing stops (``Confirmation.settle``).
+        on_pair: called after each round for each candidate that got a pair (or failed),
+            with the round's wall time per candidate.
+        dominated: why a candidate is beaten beyond its interval, or None (optional).
+    """
+
+    def __init__(self, executor: Executor, workload: Any, settings: TrialSettings, judge: SentinelJudge,
+                 target: float, max_pairs: int, trial_timeout: float, stop: Callable[[], str | None],
+                 on_event: Listener, on_pair: Callable[[Candidate, float], None],
+                 dominated: Callable[[Candidate, list[Candidate]], str | None] | None = None) -> None:
+        self.executor, self.workload, self.settings = executor, workload, probe_settings(settings)
+        self.judge, self.target, self.max_pairs = judge, target, max_pairs
+        self.trial_timeout, self.stop, self.emit = trial_timeout, stop, on_event
+        self.on_pair, self.dominated = on_pair, dominated
+        self._numbers = itertools.count(1_000_000)  # executor handle numbers, apart from trial numbers
+
+    def run(self, baseline: TrialConfig, candidates: list[Candidate]) -> None:
+        """Pair the candidates against ``baseline`` until done.
+
+        Raises:
+            TrialFailed: a run of the baseline itself failed (nothing can be paired).
+        """
+        opening: _Run | None = None
+        for round_number in itertools.count():
+            active = [c for c in candidates if not c.confirmation.done]
+            if not active or self.stop() is not None:
+                return
+            order = active if round_number % 2 == 0 else active[::-1]
+            opening = opening or self._run(baseline, "the baseline")
+            if opening is None:
+                return
+            started = time.monotonic()
+            runs = []
+            for c in order:
+                run = self._run(c.config, c.label)
+                if self.stop() is not None:
+                    return
+                if run is not None and not run.result.ok:
+                    r = run.result
+                    c.confirmation.status = "failed"
+                    c.confirmation.note = f"a probe failed [{r.failure_class}] {first_line(r.failure_message, 1000)}"
+                    run = None
+                runs.append((c, run))
+            closing = self._run(baseline, "the baseline")
+            if closing is None:
+                return
+            for c, run in runs:
+                if run is not None:
+                    c.confirmation.pairs.append(_pair(opening, closing, run))
+                    c.confirmation.settle(self.target, self.max_pairs)
+            for c, _ in runs:
+                why = self.dominated(c, candidates) if self.dominated is not None and not c.confirmation.done else None
+                if why:
+                    c.confirmation.status, c.confirmation.note = "dominated", why
+                self.on_pair(c, (time.monotonic() - started) / len(runs))
+            opening = closing
+
+    def _run(self, config: TrialConfig, label: str) -> _Run | None:
+        """One probe, run again while the sentinel shows a disturbed machine; None when
+        stopped. A failed baseline raises TrialFailed; a failed candidate is returned."""
+        for attempt in range(RETRIES + 1):
+            started = time.monotonic()
+            payload = TrialPayload.of(self.workload, config, self.settings)
+            result = run_one(self.executor, next(self._numbers), payload, self.trial_timeout, self.stop)
+            if self.stop() is not None:
+                return None
+            if not result.ok:
+                if label == "the baseline":
+                    raise TrialFailed(f"a run of the baseline failed during paired confirmation "
+                                      f"[{result.failure_class}]: {first_line(result.failure_message, 1000)}")
+                return _Run(result, (started + time.monotonic()) / 2)
+            reading = reading_of(result.telemetry)
+            why = self.judge.disturbed(reading)
+            self.judge.add(reading)
+            if why is None or attempt == RETRIES:
+                return _Run(result, (started + time.monotonic()) / 2)
+            self.emit(Note(f"pairing {label}: a run was discarded ({why}); running it again"))
+        return None  # not reached
+
+
+def _pair(opening: _Run, closing: _Run, run: _Run) -> Pair:
+    """The candidate's run against the baseline interpolated at its moment in the round."""
+    span = closing.at - opening.at
+    w = min(1.0, max(0.0, (run.at - opening.at) / span)) if span > 0 else 0.5
+    a, b, x = opening.result, closing.result, run.result
+    return Pair(w, interpolate(a.throughput, b.throughput, w), x.throughput,  # type: ignore[arg-type]
+                interpolate(a.peak_memory_bytes, b.peak_memory_bytes, w), float(x.peak_memory_bytes or 0),
+                [v for v in (reading_of(r.telemetry) for r in (a, x, b)) if v is not None])
+
+
+def interpolate(a: float | None, b: float | None, w: float) -> float:
+    """Geometric interpolation from ``a`` (w = 0) to ``b`` (w = 1)."""
+    if not a or not b:
+        return float(a or b or 0.0)
+    return math.exp((1 - w) * math.log(a) + w * math.log(b))
