@@ -13,7 +13,9 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_vs_random": "<= 0.333",
            "overhead.fraction": "<= 0.25", "overhead.fixed_per_trial_s": "<= 2.0",
-           "fidelity.throughput_cv": "<= 0.03", "fidelity.memory_spread": "<= 0.02"}
+           "fidelity.throughput_cv": "<= 0.03", "fidelity.memory_spread": "<= 0.02",
+           "trust.pick_ratio_agreement": "<= 0.05", "trust.disturbed_baseline_error": "<= 0.05",
+           "trust.confirm_share": "<= 0.20", "trust.ci_halfwidth": "<= 0.03"}
 
 
 def _entry(doc: dict, value: object, key: str) -> dict:
@@ -50,6 +52,19 @@ def main() -> int:
         summary["search"]["held_out_digits_mlp_grid"] = {
             "hv_fraction_at_10pct_grid": {s: other[s]["hv_fraction_at_10pct_grid"] for s in other if s != "trials_to_random_final"},
             "trials_ratio_vs_random": other.get("trials_to_random_final", {}).get("ratio")}
+    trust_file = RESULTS / "trust.json"
+    if trust_file.exists():  # benchmarks/trust.py: figures a user can act on
+        trust = json.loads(trust_file.read_text())
+        agreement, disturbed = trust["pick_ratio_agreement"], trust["disturbed_baseline_error"]
+        summary["trust"] = {
+            "pick_ratio_agreement": _entry(trust, agreement["value"], "trust.pick_ratio_agreement")
+            | {"picks_consistent": agreement["picks_consistent"]},
+            "disturbed_baseline_error": _entry(trust, disturbed["value"], "trust.disturbed_baseline_error")
+            | {"unconfirmed_error": disturbed["unconfirmed_value"]},
+            "confirm_share": _entry(trust, trust["confirm_share"], "trust.confirm_share"),
+            "ci_halfwidth": _entry(trust, trust["ci_halfwidth"], "trust.ci_halfwidth"),
+            "readme_command_1_wall_s": trust["readme_command_1_wall_s"],
+        }
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     return 0

@@ -116,7 +116,30 @@ def test_fidelity_tiny(ray_session, tmp_path, monkeypatch):
 def test_summary_holds_the_headline_keys():
     doc = json.loads((REPO / "benchmarks" / "results" / "summary.json").read_text())
     for key in ("search.hv_fraction_at_10pct_grid", "search.trials_ratio_vs_random", "overhead.fraction",
-                "overhead.fixed_per_trial_s", "fidelity.throughput_cv", "fidelity.memory_spread"):
+                "overhead.fixed_per_trial_s", "fidelity.throughput_cv", "fidelity.memory_spread",
+                "trust.pick_ratio_agreement", "trust.disturbed_baseline_error", "trust.confirm_share",
+                "trust.ci_halfwidth"):
         section, name = key.split(".")
         entry = doc[section][name]
         assert isinstance(entry["value"], (int, float)) and entry["date"] and entry["commit"], key
+
+
+def test_trust_figures_from_study_figures():
+    """benchmarks/trust.py's arithmetic on two hand-made runs (the runs themselves take
+    minutes: python benchmarks/trust.py)."""
+    import trust
+
+    def run(fast: float, bal: float, raw: float, interval=(0.9, 1.1)):
+        trials = {"f": {"trial": 1, "config": "bf16", "raw_ratio": raw, "shown_ratio": fast, "confirmed": True,
+                        "interval": [fast * interval[0], fast * interval[1]], "pairs": 8},
+                  "b": {"trial": 2, "config": "cl", "raw_ratio": raw, "shown_ratio": bal, "confirmed": True,
+                        "interval": [bal * interval[0], bal * interval[1]], "pairs": 8}}
+        return {"trials": trials, "picks": {"fastest": "f", "balanced": "b"}}
+
+    a, b = run(1.50, 1.10, 1.6), run(1.53, 1.10, 3.2)
+    got = trust.agreement(a, b)
+    assert got["value"] == pytest.approx(abs(1.50 / 1.53 - 1)) and got["picks_consistent"]
+    assert got["fastest"]["same_config"] and got["fastest"]["both_confirmed"]
+    d = trust.disturbed_error(a, b)
+    assert d["value"] == pytest.approx(abs(1.53 / 1.50 - 1)) and d["unconfirmed_value"] == pytest.approx(1.0)
+    assert trust.disturbed_error(a, {"trials": {}, "picks": {}})["value"] is None

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Started, Stopped, TimeoutSet
+from advisor.core.objectives import Versus
 from advisor.core.stored import StoredStudy, read_study
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
@@ -106,8 +107,11 @@ class TuneOutput:
             if self.best is None or r.throughput > self.best:  # type: ignore[operator]
                 self.best = r.throughput
             text = f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, accuracy {r.accuracy:.4f}"
-            if event.versus is not None and event.versus.throughput_ratio is not None:
-                text += f"  ({event.versus.throughput_ratio:.2f}x the baseline, unconfirmed)"
+            vs = event.versus
+            if vs is not None and vs.throughput_ratio is not None:
+                text += f"  ({vs.throughput_ratio:.2f}x the baseline, unconfirmed)"
+            if event.record.state == "complete" and not event.record.feasible:
+                text += "  " + infeasible_text(event.record.constraints, vs)
         else:
             text = f"FAILED [{r.failure_class}] {first_line(r.failure_message, 100)}"
         self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {text}")
@@ -168,6 +172,21 @@ class TuneOutput:
                          storage_flag])
         c.print(f"        advisor tune {o.workload_path}{again} --trials {o.trials + 20}   (resume: run 20 more)",
                 markup=False)
+
+
+def infeasible_text(constraints: dict[str, float], vs: Versus | None) -> str:
+    """Why a trial is infeasible, and whether its metric drop is beyond the metric's noise."""
+    why = []
+    if constraints.get("accuracy_drop", 0) > 0:
+        text = "metric dropped more than --max-accuracy-drop allows"
+        if vs is not None and vs.accuracy_delta is not None and vs.epsilon > 0:
+            text += (f" ({100 * vs.accuracy_delta:+.1f} pt; " + (
+                f"within the metric's noise of +-{100 * vs.epsilon:.1f} pt: the limit is tighter than this study "
+                "can resolve)" if vs.accuracy_within_noise else f"beyond the metric's noise of +-{100 * vs.epsilon:.1f} pt)"))
+        why.append(text)
+    if constraints.get("memory_cap", 0) > 0:
+        why.append("peak memory over --memory-cap")
+    return "infeasible: " + "; ".join(why) if why else "infeasible"
 
 
 def front_table(study: StoredStudy) -> Any:

@@ -54,6 +54,8 @@ class BaselineWatch:
                                 else base.figures.throughput if base and base.figures else None)
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
+        noise = AccuracyNoise.from_dict(study.user_attrs.get(ACCURACY_NOISE))
+        self.epsilon = noise.epsilon if noise is not None else 0.0  # the metric's noise, once measured
         self._numbers = itertools.count(2_000_000)  # executor handle numbers, apart from trial numbers
 
     # ---- the metric's noise ------------------------------------------------------------
@@ -78,6 +80,7 @@ class BaselineWatch:
             used.append(seed)
         noise = AccuracyNoise(used, values)
         self.study.set_user_attr(ACCURACY_NOISE, noise.to_dict())
+        self.epsilon = noise.epsilon
         self.emit(Note(f"the metric's noise: {', '.join(f'{v:.4f}' for v in values)} over seeds {used}; "
                        f"differences within +-{100 * noise.epsilon:.2f} pt are within noise"))
 

@@ -112,6 +112,10 @@ class Tuner:
                                                executor, lambda: self.halt, self.emit)
                     if self.options.workload == "train":  # inference: the metric does not depend on a seed
                         self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base))
+                        if self.watch.epsilon > self.options.max_accuracy_drop:
+                            self.emit(Note(f"--max-accuracy-drop {self.options.max_accuracy_drop:g} is within the "
+                                           f"metric's noise (+-{self.watch.epsilon:.4f}): whether a trial passes "
+                                           "it is partly chance; infeasible trials say so"))
                     self._search(base)
                 if base is not None and self.options.confirm and self.halt is None:
                     self._cancel_all(self.stop_reason or "the study stopped")
@@ -259,7 +263,7 @@ class Tuner:
             return None
         latest = self.watch.base_throughput if self.watch is not None else base.figures.throughput
         return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.figures.peak_memory_bytes),
-                      result.accuracy - base.figures.accuracy)
+                      result.accuracy - base.figures.accuracy, epsilon=self.watch.epsilon if self.watch else 0.0)
 
     def _cancel_all(self, reason: str) -> None:
         """Cancel what still runs (and a proposal still waiting for GPUs) and record it,

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
-from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Skipped, Started, Stopped
+from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Paired, Skipped, Started, Stopped
 from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
@@ -173,8 +173,8 @@ class MainScreen(Screen[None]):
     # ---- live ------------------------------------------------------------------------
     def live_event(self, event: Event) -> None:
         live = self.app.live  # type: ignore[attr-defined]
-        if isinstance(event, (Finished, Skipped, Duplicate, Cancelled, Stopped, Started)):
-            self.refresh_data()
+        if isinstance(event, (Finished, Skipped, Duplicate, Cancelled, Paired, Stopped, Started)):
+            self.refresh_data()  # a pair of confirmation changes the ratios and maybe the front
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=live.total, progress=min(live.done, live.total))
         eta = self.query_one("#eta", Static)
@@ -182,6 +182,10 @@ class MainScreen(Screen[None]):
             outcome = event.error or event.reason or "finished"
             eta.update(f" study stopped: {outcome} — e exports, q quits")
             self.set_class(True, "done")
+        elif isinstance(event, Paired):
+            c = event.confirmation
+            eta.update(f" {live.done}/{live.total} trials · confirming trial {c.trial} in pairs: "
+                       + (c.throughput.text() if c.throughput is not None else c.note or c.status))
         else:
             remaining = live.eta_s()
             eta.update(f" {live.done}/{live.total} trials" + (f", about {remaining:.0f} s left" if remaining else "")
