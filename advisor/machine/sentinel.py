@@ -15,9 +15,12 @@ import statistics
 import time
 from typing import Any
 
-SIZE = 256  # a 256 x 256 float32 matmul: ~34 MFLOP, about a millisecond on one CPU core
+# CPU: 160 float32 128x128 matmuls a repeat (~4 ms on 2 cores: longer than a scheduler
+# slice, so another busy process shows; 192 KiB of tensors, small beside any model's
+# peak). Measured here: 3.7 ms quiet, 6.4-7.4 ms with one or two busy processes.
+CPU_SIZE, CPU_INNER = 128, 160
+GPU_SIZE, GPU_INNER = 1024, 64  # a GPU: 64 1024x1024 matmuls a repeat (12 MiB of tensors)
 REPEATS = 5  # timed repeats; the median is the reading
-INNER = 32  # matmuls per timed repeat (~5 ms on 2 CPU cores: longer than a scheduler slice)
 # NVML clock-event reasons that slow a GPU down (SW power cap, HW slowdown, SW thermal,
 # HW thermal, HW power brake)
 SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
@@ -42,17 +45,18 @@ def read_sentinel(device: Any) -> dict[str, Any]:
     if not cuda:
         torch.set_num_threads(sentinel_threads())
     try:
+        size, inner = (GPU_SIZE, GPU_INNER) if cuda else (CPU_SIZE, CPU_INNER)
         gen = torch.Generator(device="cpu").manual_seed(0)
-        a = torch.rand(SIZE, SIZE, generator=gen).to(device)
-        b = torch.rand(SIZE, SIZE, generator=gen).to(device)
-        inner = INNER * 8 if cuda else INNER
+        a = torch.rand(size, size, generator=gen).to(device)
+        b = torch.rand(size, size, generator=gen).to(device)
+        out = torch.empty(size, size, device=device)
         times = []
         for i in range(REPEATS + 1):  # the first repeat warms up and is not kept
             if cuda:
                 torch.cuda.synchronize(device)
             t = time.perf_counter()
             for _ in range(inner):
-                torch.mm(a, b)
+                torch.mm(a, b, out=out)
             if cuda:
                 torch.cuda.synchronize(device)
             if i:
@@ -90,5 +94,5 @@ def _slowdown_reasons(device: Any) -> int | None:
 def describe_kernel(device: Any) -> str:
     """What was timed, for a reader of the stored figures."""
     if device.type == "cuda":
-        return f"{INNER * 8} float32 matmuls {SIZE}x{SIZE} on {device}, median of {REPEATS}"
-    return f"{INNER} float32 matmuls {SIZE}x{SIZE} on {sentinel_threads()} CPU thread(s), median of {REPEATS}"
+        return f"{GPU_INNER} float32 matmuls {GPU_SIZE}x{GPU_SIZE} on {device}, median of {REPEATS}"
+    return f"{CPU_INNER} float32 matmuls {CPU_SIZE}x{CPU_SIZE} on {sentinel_threads()} CPU thread(s), median of {REPEATS}"
