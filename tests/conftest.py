@@ -48,6 +48,16 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def exit_status(argv: list[str]) -> int:
+    """`advisor ARGV`'s exit status (argparse itself exits with 2 on a value it cannot parse)."""
+    from advisor.cli.main import main
+
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
 def write_model(tmp_path: Path, body: str, name: str = "model.py") -> Path:
     path = tmp_path / name
     path.write_text(body)

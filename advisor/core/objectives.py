@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
+from advisor.core.noise import within_noise
+
 OBJECTIVES = ("throughput", "peak_memory_bytes", "accuracy")
 DIRECTIONS = ("maximize", "minimize", "maximize")
 METRIC = 2  # the index of the user's metric
@@ -79,10 +81,11 @@ class Versus:
     memory_interval: tuple[float, float] | None = None
     pairs: int = 0
     epsilon: float = 0.0
+    baseline: bool = False  # the baseline against itself: 1.00x by definition, neither confirmed nor not
 
     @property
     def accuracy_within_noise(self) -> bool:
-        return self.accuracy_delta is not None and self.epsilon > 0 and abs(self.accuracy_delta) <= self.epsilon
+        return within_noise(self.accuracy_delta, self.epsilon)
 
     def to_dict(self) -> dict[str, Any]:
         return {"throughput_ratio": self.throughput_ratio, "memory_ratio": self.memory_ratio,
@@ -94,16 +97,23 @@ class Versus:
 
     def cells(self) -> tuple[str, str, str]:
         """Compact table cells: throughput ratio, memory ratio ('1.52x (1.46-1.58)' or
-        '1.52x unconfirmed'), and the pair count ('8' or '-')."""
+        '1.52x unconfirmed'), and the pair count ('8' or '-'); '1.00x', '1.00x', '' for the
+        baseline itself."""
+        if self.baseline:
+            return "1.00x", "1.00x", ""
         thr = _ratio_text(self.throughput_ratio, self.throughput_interval, 0, self.confirmed, short=True)
         mem = _ratio_text(self.memory_ratio, self.memory_interval, 0, self.confirmed, short=True)
         return thr, mem, str(self.pairs) if self.confirmed else "-"
 
     def throughput_text(self) -> str:
-        """'1.52x (1.46-1.58), 8 pairs', or '1.52x unconfirmed'."""
+        """'1.52x (1.46-1.58), 8 pairs', or '1.52x unconfirmed' ('1.00x' for the baseline)."""
+        if self.baseline:
+            return "1.00x"
         return _ratio_text(self.throughput_ratio, self.throughput_interval, self.pairs, self.confirmed)
 
     def memory_text(self) -> str:
+        if self.baseline:
+            return "1.00x"
         return _ratio_text(self.memory_ratio, self.memory_interval, self.pairs, self.confirmed)
 
     def accuracy_text(self) -> str:

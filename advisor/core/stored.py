@@ -198,7 +198,7 @@ class StoredStudy:
             return Versus(None, None, None)
         delta = record.figures.accuracy - base.figures.accuracy
         if record.number == base.number:
-            return Versus(1.0, 1.0, 0.0, epsilon=self.epsilon)
+            return Versus(1.0, 1.0, 0.0, epsilon=self.epsilon, baseline=True)
         c = self.confirmations.get(record.number)
         if c is not None and c.throughput is not None and c.memory is not None:
             thr, mem = c.throughput, c.memory

@@ -207,7 +207,7 @@ def front_table(study: StoredStudy) -> Any:
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
-        thr, mem, pairs = ("1.00x", "1.00x", "") if r.baseline else vs.cells()
+        thr, mem, pairs = vs.cells()
         table.add_row(label, r.description, fmt_rate(f.throughput), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
-                      f"{f.accuracy:.4f}", "" if r.baseline else vs.accuracy_text())
+                      f"{f.accuracy:.4f}", vs.accuracy_text())
     return table

@@ -20,6 +20,7 @@ from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import detect, fingerprint
 from advisor.runner.executor import run_one
 from advisor.runner.ray_executor import RayExecutor
+from advisor.study.confirm import ConfirmOptions, check_confirm_options
 from advisor.study.pairing import Candidate, Rounds
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import load_workload
@@ -84,10 +85,7 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
         ConfigError / WorkloadError: bad config file or model.py (before anything runs).
         TrialFailed: a run of the baseline failed, or every run of the config did.
     """
-    if pairs < 1:
-        raise ConfigError(f"--pairs must be at least 1, found {pairs}")
-    if not 0 < target < 1:
-        raise ConfigError(f"--confirm-target must be a fraction between 0 and 1 (0.03: +-3%), found {target}")
+    check_confirm_options(ConfirmOptions(max_pairs=pairs, target=target))
     config, document = read_export(config_path)
     stored_source = document.get("source")
     source: dict[str, Any] = stored_source if isinstance(stored_source, dict) else {}

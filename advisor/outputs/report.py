@@ -115,8 +115,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
         lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)} | "
-                     f"{'1.00x' if r.baseline else vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
-                     f"{'1.00x' if r.baseline else vs.memory_text()} | {100 * f.accuracy:.2f}% | {vs.accuracy_text()} |")
+                     f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
+                     f"{vs.memory_text()} | {100 * f.accuracy:.2f}% | {vs.accuracy_text()} |")
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.cli.main import main
-
-from conftest import EXAMPLES
+from conftest import EXAMPLES, exit_status
 
 MODEL = str(EXAMPLES / "digits_mlp.py")
 
@@ -49,19 +47,11 @@ def test_bad_input_is_exit_2_with_a_message_and_nothing_written(row, workdir, ca
     if extra == ["--model-path-placeholder"]:
         args[1], extra = str(workdir / "no-such-model.py"), []
     before = sorted(p.name for p in workdir.iterdir())
-    code = _run([*args, *extra])
+    code = exit_status([*args, *extra])
     err = capsys.readouterr().err
     assert code == 2, err
     assert text in err, err
     assert sorted(p.name for p in workdir.iterdir()) == before  # no advisor.db, nothing else
-
-
-def _run(args: list[str]) -> int:
-    """The CLI's exit status (argparse itself exits with 2 on a bad choice)."""
-    try:
-        return main(args)
-    except SystemExit as exc:
-        return int(exc.code)
 
 
 def _empty_storage(workdir):
@@ -96,7 +86,7 @@ def test_other_commands_refuse_bad_input_with_exit_2(row, workdir, capsys):
     if setup is not None:
         setup(workdir)
     before = {p.name: p.stat().st_mtime_ns for p in workdir.iterdir()}
-    code = _run(args)
+    code = exit_status(args)
     err = capsys.readouterr().err
     assert code == 2, err
     assert text in err, err

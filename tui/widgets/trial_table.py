@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
@@ -61,8 +59,8 @@ class TrialTable(DataTable):
             return [Text(f"{row.number}", justify="right"), Text(row.failure or row.state, style="red"),
                     "", "", "", "", "", Text(row.description, style="red")]
         return [Text(f"{row.number}{mark}", justify="right", style=style),
-                Text(fmt_rate(row.throughput), justify="right"), Text(_ratio(row, 0), justify="right"),
-                Text(fmt_bytes(row.memory), justify="right"), Text(_ratio(row, 1), justify="right"),
+                Text(fmt_rate(row.throughput), justify="right"), Text(row.versus.cells()[0], justify="right"),
+                Text(fmt_bytes(row.memory), justify="right"), Text(row.versus.cells()[1], justify="right"),
                 Text(f"{row.accuracy:.4f}", justify="right"), Text(row.versus.accuracy_text(), justify="right"),
                 Text(row.description, style=style)]
 
@@ -75,8 +73,3 @@ class TrialTable(DataTable):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
         self.post_message(self.Selected(int(event.row_key.value) if event.row_key.value is not None else None))
-
-
-def _ratio(row: Any, index: int) -> str:
-    """A ratio cell: '1.00x' for the baseline, else confirmed with its interval or marked unconfirmed."""
-    return "1.00x" if row.baseline else row.versus.cells()[index]
