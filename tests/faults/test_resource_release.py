@@ -119,5 +119,6 @@ def test_after_crash_and_oom_the_next_trials_are_clean(ray_session, workdir, cap
     pids = [t.user_attrs["pid"] for t in completed]
     assert len(set(pids)) == len(pids)  # a fresh worker process per trial
     base = next(t for t in completed if t.user_attrs.get("baseline"))
-    for t in completed:
-        assert abs(t.values[1] / base.values[1] - 1) < 0.15, (t.number, t.values[1], base.values[1])
+    for t in completed:  # peaks of ~1.5 MiB move in allocator steps of a few hundred KiB between
+        # batch sizes and runs (benchmarks/fidelity.py); a crashed or OOM-killed worker's leftovers would add tens of MiB
+        assert abs(t.values[1] - base.values[1]) < max(0.15 * base.values[1], 2**20), (t.number, t.values[1], base.values[1])
