@@ -65,6 +65,10 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--accuracy-seeds", type=int, default=None,
                    help="train the baseline with this many seeds to measure the metric's noise "
                         "(default 3, or $ADVISOR_ACCURACY_SEEDS; 1: no estimate)")
+    t.add_argument("--accuracy", default="selective",
+                   help="selective (default): probe every configuration's speed and memory, and train only "
+                        "those that could still reach the feasible front (two-stage evaluation); all: train "
+                        "every configuration in full, as one process per trial")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
     t.add_argument("--no-tui", action="store_true",
                    help="plain progress lines even in an interactive terminal (default there: the live explorer)")
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         sampler=args.sampler, seed=args.seed, train_samples=args.train_samples,
         ray_address=args.ray_address, skip_preflight=args.skip_preflight, confirm=_confirm_default(args.confirm),
         confirm_top=args.confirm_top, pairs=args.pairs, confirm_target=args.confirm_target,
-        accuracy_seeds=_seeds_default(args.accuracy_seeds))
+        accuracy_seeds=_seeds_default(args.accuracy_seeds), accuracy=args.accuracy)
     live = not (args.json or args.no_tui) and sys.stdin.isatty() and sys.stdout.isatty()
     output = TuneOutput(json_mode=args.json)
     plan = plan_study(options)

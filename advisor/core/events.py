@@ -62,6 +62,18 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class Probed:
+    """Two-stage evaluation: a configuration's probe (speed and memory) is in; whether it
+    needs an accuracy run is decided later (a ``Finished`` follows either way)."""
+
+    number: int
+    config: TrialConfig
+    result: TrialResult
+    wall_s: float
+    versus: Versus | None = None  # against the latest baseline measurement (unconfirmed), metric unknown
+
+
+@dataclass(frozen=True)
 class Skipped:
     """A proposal recorded without running: it cannot work, or would run out of memory."""
 
@@ -102,7 +114,7 @@ class Stopped:
     error: str | None = None
 
 
-Event = Started | Note | TimeoutSet | Submitted | Finished | Skipped | Duplicate | Cancelled | Paired | Stopped
+Event = Started | Note | TimeoutSet | Submitted | Probed | Finished | Skipped | Duplicate | Cancelled | Paired | Stopped
 Listener = Callable[[Event], None]
 
 

@@ -22,7 +22,7 @@ FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled
 NOT_COUNTED = ("interrupted", "cancelled", "node_lost", "device_busy")
 # Phases of a trial that are the configuration's own work (the rest is per-trial overhead:
 # process start, imports, loading the workload and its data).
-COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing")
+COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing", "curve")
 EPOCHS_BY_DEFAULT = 5
 WORKLOADS = ("train", "inference")  # what a study tunes: training steps, or serving
 STAGES = ("full", "probe")  # a whole trial, or its timing and memory only
@@ -53,7 +53,10 @@ class TrialSettings:
     warmup_s: float = 0.25
     device: str = "cpu"
     workload: str = "train"  # or "inference": forward passes only, no training
-    stage: str = "full"  # or "probe": timed steps and peak memory only, no training budget, no evaluation
+    # "full": timed steps, the training budget and the evaluation in one process; "probe":
+    # timed steps and peak memory only; "accuracy": the training budget and the evaluation
+    # only, with a learning curve and the gate (``TrialPayload.gate``)
+    stage: str = "full"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,21 +78,23 @@ class TrialPayload:
     workload_sha256: str
     config: TrialConfig
     settings: TrialSettings
+    gate: dict[str, Any] | None = None  # an accuracy run's early-stop gate (``advisor.core.two_stage.Gate``)
 
     @classmethod
-    def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings) -> TrialPayload:
+    def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings,
+           gate: dict[str, Any] | None = None) -> TrialPayload:
         """From a loaded workload (anything with ``path``, ``source`` and ``sha256``)."""
-        return cls(str(workload.path), workload.source, workload.sha256, config, settings)
+        return cls(str(workload.path), workload.source, workload.sha256, config, settings, gate)
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload_path": self.workload_path, "workload_source": self.workload_source,
                 "workload_sha256": self.workload_sha256, "config": self.config.to_dict(),
-                "settings": self.settings.to_dict()}
+                "settings": self.settings.to_dict(), "gate": self.gate}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialPayload:
         return cls(data["workload_path"], data["workload_source"], data["workload_sha256"],
-                   TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]))
+                   TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]), data.get("gate"))
 
 
 @dataclass
@@ -120,7 +125,7 @@ class TrialResult:
 
     @property
     def compute_s(self) -> float:
-        return sum(self.phase_s.get(p, 0.0) for p in COMPUTE_PHASES)
+        return sum(v for k, v in self.phase_s.items() if k.removeprefix("accuracy_") in COMPUTE_PHASES)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:

@@ -25,6 +25,14 @@ CONFIG, CONFIG_KEY, WALL = "config", "config_key", "wall_s"
 BASELINE, DUPLICATE_OF, SKIPPED = "baseline", "duplicate_of", "skipped"
 SEED_CONFIG, COMBINATION = "seed_config", "combination"  # set when the strategy enqueues a trial
 DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run again (the noise sentinel)
+# two-stage evaluation (advisor.core.two_stage): the probe's figures are stored as soon as it
+# is in (PROBE_DONE); then the accuracy run's, or why none was needed, or whose was reused
+PROBE_DONE, PROBE_WALL = "probe_done", "probe_wall_s"
+ACCURACY_SKIPPED = "accuracy_skipped"  # why no accuracy run was needed (the trial is PRUNED)
+ACCURACY_REUSED = "accuracy_reused_from"  # the trial whose accuracy this one reuses
+ACCURACY_RUN = "accuracy_run"  # the accuracy run's own phases, wall time and peak memory
+CURVE, EARLY_STOP = "curve", "early_stop"  # the learning curve; why and where the gate stopped it
+INITIAL_LOSS = "initial_loss"  # an accuracy run's loss at its first step (the untrained model's)
 # study attributes written as the study runs (Optuna cannot change a finished trial, so
 # what is learnt about a trial later is stored with the study, keyed by trial number)
 CONFIRMATION = "confirmation:"  # + trial number: that trial's paired confirmation
@@ -40,7 +48,8 @@ class TrialRecord:
     ``state`` is what a reader needs to tell apart: ``complete``, ``failed`` (it ran and
     failed, or was cut short), ``skipped`` (not run: it could not work, or would run out of
     memory like an earlier trial), ``duplicate`` (answered from trial ``duplicate_of``),
-    ``running`` or ``waiting`` (enqueued, not started).
+    ``running`` or ``waiting`` (enqueued, not started), ``probed`` (two-stage evaluation:
+    its probe measured speed and memory, and no accuracy run was needed; Optuna's PRUNED).
     """
 
     number: int
@@ -67,7 +76,7 @@ class TrialRecord:
         timeout, a killed driver, a lost node) do not count; resuming runs the cut-short
         ones again.
         """
-        if self.state == "complete":
+        if self.state in ("complete", "probed"):
             return True
         return self.state == "failed" and self.failure_class not in NOT_COUNTED
 
@@ -85,6 +94,15 @@ class TrialRecord:
         """A stored attribute (a TrialResult field such as ``step_time_median_s``)."""
         return self.attrs.get(key, default)
 
+    @property
+    def probe(self) -> tuple[float, float] | None:
+        """(throughput, peak memory) as measured, with or without an accuracy: a trial's
+        figures, or a probed trial's probe."""
+        if self.figures is not None:
+            return self.figures.throughput, self.figures.peak_memory_bytes
+        t, m = self.attrs.get("throughput"), self.attrs.get("peak_memory_bytes")
+        return (float(t), float(m)) if t and m is not None and self.attrs.get(PROBE_DONE) else None
+
 
 def read_trial(trial: Any) -> TrialRecord:
     """The record of a stored Optuna trial (a ``FrozenTrial``)."""
@@ -98,6 +116,8 @@ def read_trial(trial: Any) -> TrialRecord:
         state = "skipped"
     elif state_name == "COMPLETE":
         state = "complete"
+    elif state_name == "PRUNED" and ACCURACY_SKIPPED in attrs:
+        state = "probed"
     elif state_name in ("RUNNING", "WAITING"):
         state = state_name.lower()
     else:

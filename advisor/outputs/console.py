@@ -7,9 +7,10 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Started, Stopped, TimeoutSet
+from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Probed, Started, Stopped, TimeoutSet
 from advisor.core.objectives import Versus
-from advisor.core.stored import StoredStudy, read_study
+from advisor.core.results import TrialResult
+from advisor.core.stored import ACCURACY_REUSED, ACCURACY_SKIPPED, EARLY_STOP, StoredStudy, TrialRecord, read_study
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
 from advisor.study.storage import DEFAULT_STORAGE
@@ -17,6 +18,27 @@ from advisor.study.storage import DEFAULT_STORAGE
 if TYPE_CHECKING:
     from advisor.study.plan import StudyPlan
     from advisor.study.tuner import StudyOutcome
+
+
+def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None) -> str:
+    """A finished trial's figures in one line: measured, probed only, accuracy reused, or
+    stopped early by the accuracy gate."""
+    ratios = ""
+    if vs is not None and vs.throughput_ratio is not None:
+        memory = f", {vs.memory_ratio:.2f}x its memory" if vs.memory_ratio is not None else ""
+        ratios = f"  ({vs.throughput_ratio:.2f}x the baseline{memory}, unconfirmed)"
+    if record.state == "probed":
+        return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{ratios}; "
+                f"accuracy not needed: {record.get(ACCURACY_SKIPPED)}")
+    text = f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, accuracy {r.accuracy:.4f}{ratios}"
+    if record.get(ACCURACY_REUSED) is not None:
+        text += f"  [accuracy from trial {record.get(ACCURACY_REUSED)}: same training numerics]"
+    stop = record.get(EARLY_STOP)
+    if stop:
+        text += f"  stopped at {100 * stop['fraction']:.0f}% of the training budget: {stop['reason']}"
+    elif record.state == "complete" and not record.feasible:
+        text += "  " + infeasible_text(record.constraints, vs)
+    return text
 
 
 class TuneOutput:
@@ -72,6 +94,12 @@ class TuneOutput:
             self.say(f"note      {event.text}")
         elif isinstance(event, TimeoutSet):
             self.say(f"timeout   {event.trial_timeout_s:.0f} s per trial")
+        elif isinstance(event, Probed):
+            r, vs = event.result, event.versus
+            ratios = (f"  ({vs.throughput_ratio:.2f}x the baseline, {vs.memory_ratio:.2f}x its memory, unconfirmed)"
+                      if vs is not None and vs.throughput_ratio is not None and vs.memory_ratio is not None else "")
+            self.say(f"probe {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
+                     f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{ratios}")
         elif isinstance(event, Finished):
             self._finished(event)
         elif isinstance(event, Stopped):
@@ -100,21 +128,17 @@ class TuneOutput:
         self.progress.start()
 
     def _finished(self, event: Finished) -> None:
-        r = event.result
+        r, record = event.result, event.record
         self.trial_wall += event.wall_s
         self.trial_compute += r.compute_s
         if r.ok:
             if self.best is None or r.throughput > self.best:  # type: ignore[operator]
                 self.best = r.throughput
-            text = f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, accuracy {r.accuracy:.4f}"
-            vs = event.versus
-            if vs is not None and vs.throughput_ratio is not None:
-                text += f"  ({vs.throughput_ratio:.2f}x the baseline, unconfirmed)"
-            if event.record.state == "complete" and not event.record.feasible:
-                text += "  " + infeasible_text(event.record.constraints, vs)
+            self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
+                     f"{trial_text(r, record, event.versus)}")
         else:
-            text = f"FAILED [{r.failure_class}] {first_line(r.failure_message, 100)}"
-        self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {text}")
+            self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
+                     f"FAILED [{r.failure_class}] {first_line(r.failure_message, 100)}")
         if self.progress is not None:
             self.progress.update(self.task, advance=1, best=f"best {fmt_rate(self.best)}" if self.best else "")
 
@@ -146,7 +170,8 @@ class TuneOutput:
             c.print(front_table(study))
         by_class = ", ".join(f"{n} {k}" for k, n in sorted(tally["failed_by_class"].items()))
         not_combinable = tally["skipped"] - tally["skipped_oom"]
-        c.print(f"trials: {tally['trials']} run, {tally['completed']} completed, {tally['failed']} failed"
+        probed = f", {tally['probed_only']} probed only" if tally["probed_only"] else ""
+        c.print(f"trials: {tally['trials']} run, {tally['completed']} completed{probed}, {tally['failed']} failed"
                 + (f" ({by_class})" if by_class else "") + f", {tally['infeasible']} infeasible"
                 + (f"; {tally['duplicates']} duplicate proposals answered from earlier trials" if tally["duplicates"] else "")
                 + (f"; {not_combinable} proposals skipped without running "
@@ -154,6 +179,11 @@ class TuneOutput:
                 + (f"; {tally['skipped_oom']} skipped as known to run out of memory (trials saved)"
                    if tally["skipped_oom"] else ""),
                 markup=False)
+        if tally["probes"]:
+            c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} accuracy runs "
+                    f"({tally['early_stops']} stopped early by the accuracy gate); {tally['probed_only']} "
+                    f"configurations needed no accuracy run (dominated beyond noise by a feasible one), "
+                    f"{tally['accuracy_reused']} reused one (same training numerics)", markup=False)
         for line in failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)
         overhead = timing["wall_s"] - timing["trial_compute_s"] - timing["confirm_s"] - timing["ray_startup_s"]

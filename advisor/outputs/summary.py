@@ -12,7 +12,14 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures, Versus
-from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.stored import (
+    ACCURACY_REUSED,
+    ACCURACY_RUN,
+    EARLY_STOP,
+    PROBE_DONE,
+    StoredStudy,
+    TrialRecord,
+)
 from advisor.core.units import first_line
 from advisor.search.space import SearchSpace
 
@@ -72,8 +79,9 @@ def relative_iqr(record: TrialRecord) -> float | None:
 
 
 def counts(study: StoredStudy) -> dict[str, Any]:
-    """Trials by outcome: run (counted), completed, failed by class, infeasible, and the
-    proposals answered without running (duplicates, skipped)."""
+    """Trials by outcome: run (counted), completed, failed by class, infeasible, the
+    proposals answered without running (duplicates, skipped), and two-stage evaluation's
+    probes, accuracy runs, probed-only trials, reused accuracies and early stops."""
     ran = [r for r in study.records if r.counted]
     failed = Counter(r.failure_class or "unknown" for r in ran if r.state == "failed")
     skipped = [r for r in study.records if r.state == "skipped"]
@@ -81,7 +89,13 @@ def counts(study: StoredStudy) -> dict[str, Any]:
             "failed": sum(failed.values()), "failed_by_class": dict(failed),
             "duplicates": sum(1 for r in study.records if r.state == "duplicate"),
             "skipped": len(skipped), "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom"),
-            "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible)}
+            "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible),
+            # two-stage evaluation: probes run, accuracy runs, and what spared or cut them
+            "probes": sum(1 for r in study.records if r.get(PROBE_DONE)),
+            "accuracy_runs": sum(1 for r in study.records if r.get(ACCURACY_RUN) is not None),
+            "probed_only": sum(1 for r in ran if r.state == "probed"),
+            "accuracy_reused": sum(1 for r in ran if r.get(ACCURACY_REUSED) is not None),
+            "early_stops": sum(1 for r in ran if r.get(EARLY_STOP))}
 
 
 def failures_text(study: StoredStudy) -> list[str]:

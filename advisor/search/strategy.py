@@ -27,6 +27,7 @@ from advisor.core.results import TrialResult
 from advisor.core.stored import (
     BASELINE,
     COMBINATION,
+    CONFIG,
     DISTURBED_RUNS,
     DUPLICATE_OF,
     SEED_CONFIG,
@@ -148,9 +149,25 @@ class Strategy:
 
     def tell(self, number: int, result: TrialResult, wall_s: float) -> TrialRecord:
         """Store the result of trial ``number`` and learn from it; returns the stored record."""
-        trial, proposal = self._asked.pop(number)
-        reference = self.baseline_record.figures.accuracy if self.baseline_record and self.baseline_record.figures else None
-        record = read_trial(record_result(self.study, trial, result, wall_s, self.limits, reference))
+        trial, _ = self._asked[number]
+        return self.finished(number, record_result(self.study, trial, result, wall_s, self.limits,
+                                                   self.reference_accuracy))
+
+    @property
+    def reference_accuracy(self) -> float | None:
+        """The baseline's metric (None until it is in: the baseline is its own reference)."""
+        base = self.baseline_record
+        return base.figures.accuracy if base is not None and base.figures is not None else None
+
+    def running(self, number: int) -> tuple[optuna.Trial, Proposal]:
+        """The Optuna trial and proposal of running trial ``number`` (for two-stage evaluation,
+        ``advisor.study.accuracy_queue``, which stores its parts)."""
+        return self._asked[number]
+
+    def finished(self, number: int, frozen: optuna.trial.FrozenTrial) -> TrialRecord:
+        """Learn from trial ``number``, now stored as ``frozen`` (told to Optuna)."""
+        _, proposal = self._asked.pop(number)
+        record = read_trial(frozen)
         key = proposal.config.key()
         if record.counted:
             self._seen[key] = record
@@ -162,6 +179,18 @@ class Strategy:
         if proposal.baseline and record.state == "complete":
             self.baseline_record = record
         return record
+
+    def adopt(self, frozen: optuna.trial.FrozenTrial) -> Proposal:
+        """Take over a trial an earlier driver left running between its two parts (its
+        probe stored): it continues here as if proposed now."""
+        import optuna
+
+        trial = optuna.trial.Trial(self.study, frozen._trial_id)
+        config = TrialConfig.from_dict(frozen.user_attrs[CONFIG])
+        proposal = Proposal(frozen.number, config, bool(frozen.user_attrs.get(BASELINE)))
+        self._asked[frozen.number] = (trial, proposal)
+        self._seen[config.key()] = proposal
+        return proposal
 
     def note_disturbed(self, number: int, result: TrialResult, why: str) -> None:
         """Record with running trial ``number`` a measurement taken on a disturbed machine

@@ -59,16 +59,17 @@ class BaselineWatch:
         self._numbers = itertools.count(2_000_000)  # executor handle numbers, apart from trial numbers
 
     # ---- the metric's noise ------------------------------------------------------------
-    def accuracy_noise(self, base: TrialRecord, seeds: int, timeout: float) -> None:
+    def accuracy_noise(self, base: TrialRecord, seeds: int, timeout: float, stage: str = "full") -> None:
         """Train the baseline with ``seeds - 1`` more seeds (once per study) and store the
-        metric's noise."""
+        metric's noise; as accuracy runs (``stage``), with their learning curves (which
+        the accuracy gate reads)."""
         if seeds < 2 or ACCURACY_NOISE in self.study.user_attrs or base.figures is None:
             return
         first = self.settings.seed
-        values, used = [base.figures.accuracy], [first]
+        values, used, curves = [base.figures.accuracy], [first], []
         self.emit(Note(f"training the baseline with {seeds - 1} more seed(s) to measure the metric's noise"))
         for seed in range(first + 1, first + seeds):
-            result = self._run(self.baseline, replace(self.settings, seed=seed), timeout)
+            result = self._run(self.baseline, replace(self.settings, seed=seed, stage=stage), timeout)
             if self.stop() is not None:
                 return
             self.judge.add(reading_of(result.telemetry))
@@ -78,8 +79,10 @@ class BaselineWatch:
                 continue
             values.append(result.accuracy)
             used.append(seed)
+            if result.telemetry.get("curve"):
+                curves.append(result.telemetry["curve"])
         noise = AccuracyNoise(used, values)
-        self.study.set_user_attr(ACCURACY_NOISE, noise.to_dict())
+        self.study.set_user_attr(ACCURACY_NOISE, noise.to_dict() | ({"curves": curves} if curves else {}))
         self.epsilon = noise.epsilon
         self.emit(Note(f"the metric's noise: {', '.join(f'{v:.4f}' for v in values)} over seeds {used}; "
                        f"differences within +-{100 * noise.epsilon:.2f} pt are within noise"))

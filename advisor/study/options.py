@@ -14,6 +14,8 @@ from advisor.core.results import check_workload_kind
 from advisor.search.samplers import check_sampler
 from advisor.study.confirm import ConfirmOptions, check_confirm_options
 
+ACCURACY_MODES = ("selective", "all")
+
 
 @dataclass(frozen=True)
 class TuneOptions:
@@ -39,6 +41,12 @@ class TuneOptions:
     pairs: int = DEFAULT_MAX_PAIRS
     confirm_target: float = DEFAULT_TARGET
     accuracy_seeds: int = ACCURACY_SEEDS
+    accuracy: str = "selective"  # two-stage evaluation; "all": every trial trains in full, as before
+
+    @property
+    def two_stage(self) -> bool:
+        """Probe every configuration, train only those that could reach the front."""
+        return self.accuracy == "selective" and self.workload == "train"
 
     @property
     def confirm_options(self) -> ConfirmOptions:
@@ -72,6 +80,8 @@ class TuneOptions:
         check_confirm_options(self.confirm_options)
         if self.accuracy_seeds < 1:
             raise StudyError(f"--accuracy-seeds must be at least 1 (1: no noise estimate), found {self.accuracy_seeds}")
+        if self.accuracy not in ACCURACY_MODES:
+            raise StudyError(f"--accuracy must be one of {', '.join(ACCURACY_MODES)}, found {self.accuracy!r}")
         if self.skip_preflight and self.train_samples is None and self.workload == "train":
             raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
         return self

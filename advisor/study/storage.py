@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import StudyError
+from advisor.core.stored import PROBE_DONE
 from advisor.core.units import first_line
 
 if TYPE_CHECKING:
@@ -162,11 +163,13 @@ def load(storage: Any, name: str | None, url: str | None = None) -> optuna.Study
 
 def fail_stale(study: optuna.Study, storage: Any) -> list[int]:
     """Mark the trials a killed driver left RUNNING as failed ('interrupted', not counted:
-    their configurations run again), through Optuna's public storage API. Returns their
-    numbers."""
+    their configurations run again), through Optuna's public storage API, except those
+    whose probe is stored (two-stage evaluation goes on with their accuracy part). Returns
+    their numbers."""
     import optuna
 
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    running = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+               if not t.user_attrs.get(PROBE_DONE)]  # probed: resumed with its probe (advisor.study.accuracy_queue)
     study_id = storage.get_study_id_from_name(study.study_name)
     for t in running:
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)

@@ -22,21 +22,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
-from advisor.core.events import Cancelled, Finished, Listener, Note, Started, Submitted, TimeoutSet, ignore
+from advisor.core.events import Cancelled, Finished, Listener, Note, Probed, Started, Submitted, TimeoutSet, ignore
 from advisor.core.objectives import Versus, ratio
-from advisor.core.results import TrialPayload, TrialResult
+from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import WALL, TrialRecord
 from advisor.runner.executor import Executor, Handle
 from advisor.search.strategy import Proposal, Strategy
 from advisor.study import storage as stores
+from advisor.study.accuracy_queue import AccuracyQueue, Waiting, probe_result
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
+from advisor.study.pairing import probe_settings
 from advisor.study.plan import StudyPlan, open_study
 
 if TYPE_CHECKING:
     import optuna
 
 BASELINE_TIMEOUT_S = 1800.0
+LOOKAHEAD = 2  # probed configurations waiting before an accuracy run goes ahead of a new probe
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Tuner:
         self.halt: str | None = None  # the user stopped the study (Ctrl-C, SIGTERM, stop())
         self.watch: BaselineWatch | None = None  # once the baseline is in
         self.running: dict[int, tuple[Handle, Proposal]] = {}
+        self.parts: dict[int, str] = {}  # what each running trial runs: "full", "probe" or "accuracy"
+        self.queue: AccuracyQueue | None = None  # two-stage evaluation: probed, waiting for accuracy
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
         self.done = 0  # trials that count towards the budget
         self.deadline = float("inf")
@@ -97,6 +102,10 @@ class Tuner:
             self.strategy = Strategy(study, self.plan.space, self.plan.baseline, workload=self.options.workload,
                                      sampler=self.options.sampler, budget=self.options.trials,
                                      limits=self.options.limits, max_devices=gpu_slots, on_event=self.emit)
+            if self.options.two_stage:
+                self.queue = AccuracyQueue(study, self.strategy, self.plan.settings, self.options.limits, self.emit)
+                for number in self.queue.adopt_unfinished():
+                    self.emit(Note(f"trial {number} was probed by an earlier run: its accuracy part runs now"))
         except BaseException:
             executor.shutdown()
             raise
@@ -111,7 +120,8 @@ class Tuner:
                     self.watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline,
                                                executor, lambda: self.halt, self.emit)
                     if self.options.workload == "train":  # inference: the metric does not depend on a seed
-                        self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base))
+                        self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base),
+                                                  stage="accuracy" if self.queue is not None else "full")
                         if self.watch.epsilon > self.options.max_accuracy_drop:
                             self.emit(Note(f"--max-accuracy-drop {self.options.max_accuracy_drop:g} is within the "
                                            f"metric's noise (+-{self.watch.epsilon:.4f}): whether a trial passes "
@@ -138,10 +148,16 @@ class Tuner:
         """The stored baseline, or the baseline run now, alone. None if stopped meanwhile."""
         if self.strategy.baseline_record is not None:
             return self.strategy.baseline_record
-        self._submit(self.strategy.propose_baseline())
+        if self.queue is None or not self.queue.waiting:  # else: adopted, probed already
+            self._submit(self.strategy.propose_baseline())
         timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S
         records: list[TrialRecord] = []
-        while self.running and self.stop_reason is None:
+        while self.stop_reason is None:
+            w = self.queue.next_run(anyway=False) if self.queue is not None and not self.running else None
+            if w is not None:
+                self._submit_accuracy(w)
+            if not self.running:
+                break
             records += self._collect(timeout)
         if self.stop_reason is not None or self.strategy.baseline_record is not None:
             return self.strategy.baseline_record
@@ -162,7 +178,7 @@ class Tuner:
         self.trial_timeout = self._timeout(base)
         self.emit(TimeoutSet(self.trial_timeout))
         while self.stop_reason is None:
-            more = self.done + len(self.running) < self.options.trials  # trials still to start
+            more = self.done + self._in_flight() < self.options.trials  # trials still to start
             remeasure = self.watch.remeasure_reason(self.done, self.strategy.seeds_done) if more else None
             if remeasure and not self.running:  # alone on the machine, like every measurement
                 self.watch.remeasure(remeasure, self.done, self.strategy.last_number, self.trial_timeout)
@@ -172,7 +188,7 @@ class Tuner:
             if self.strategy.gave_up:
                 self.stop_reason = self.strategy.gave_up
                 break
-            if not self.running:
+            if not self.running and not (self.queue is not None and self.queue.waiting):
                 if self.strategy.space_exhausted and self.done < self.options.trials:
                     self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured"))
                 break
@@ -192,18 +208,55 @@ class Tuner:
             self.emit(Note(f"confirmation stopped: {exc}"))
 
     def _start_trials(self) -> None:
-        """Submit proposals while a slot is free, the budget allows and time is left."""
+        """Submit work while a slot is free and time is left: with two-stage evaluation an
+        accuracy run when enough probed configurations wait to choose among (or no probe
+        can start), else a new configuration's probe while the budget allows."""
         assert self.executor is not None
-        while (len(self.running) < self.executor.slots and self.done + len(self.running) < self.options.trials
-               and time.monotonic() < self.deadline):
-            proposal = self.pending or self.strategy.propose()
-            if proposal is None:
+        while len(self.running) < self.executor.slots and time.monotonic() < self.deadline:
+            can_probe = self.done + self._in_flight() < self.options.trials
+            if self.queue is not None:
+                self._settle()
+                lookahead = len(self.queue.waiting) >= max(LOOKAHEAD, self.executor.slots)
+                w = self.queue.next_run(anyway=lookahead or not can_probe)
+                if w is not None:
+                    if not self._fits(w.proposal):
+                        return
+                    self._submit_accuracy(w)
+                    continue
+            if not can_probe:
                 return
+            proposal = self.pending or self.strategy.propose()
+            if proposal is None:  # the strategy waits for results: train what waits meanwhile
+                w = self.queue.next_run(anyway=True) if self.queue is not None else None
+                if w is None or not self._fits(w.proposal):
+                    return
+                self._submit_accuracy(w)
+                continue
             if not self._fits(proposal):
                 self.pending = proposal  # wait until enough GPUs are free for it
                 return
             self.pending = None
             self._submit(proposal)
+
+    def _in_flight(self) -> int:
+        """Configurations started and not yet stored: running, or probed and waiting."""
+        return len(set(self.running) | set(self.queue.waiting if self.queue is not None else ()))
+
+    def _settle(self) -> None:
+        """Store the probed configurations that need no accuracy run, or reuse one."""
+        assert self.queue is not None
+        for record in self.queue.settle():
+            w_result = probe_result(record)
+            self.done += record.counted
+            self.emit(Finished(record.number, record.config, w_result, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
+                               self._versus(w_result)))
+
+    def _submit_accuracy(self, w: Waiting) -> None:
+        assert self.executor is not None and self.queue is not None
+        w.running = True
+        payload = self.queue.payload(w, self.plan.workload)
+        self.running[w.proposal.number] = (self.executor.submit(w.proposal.number, payload), w.proposal)
+        self.parts[w.proposal.number] = "accuracy"
 
     def _fits(self, proposal: Proposal) -> bool:
         """Whether the trial can start now: a free node (CPU), or ``devices`` free GPUs."""
@@ -215,9 +268,14 @@ class Tuner:
 
     def _submit(self, proposal: Proposal) -> None:
         assert self.executor is not None
-        payload = TrialPayload.of(self.plan.workload, proposal.config, self.plan.settings)
+        payload = TrialPayload.of(self.plan.workload, proposal.config, self._settings())
         self.running[proposal.number] = (self.executor.submit(proposal.number, payload), proposal)
+        self.parts[proposal.number] = "probe" if self.queue is not None else "full"
         self.emit(Submitted(proposal.number, proposal.config))
+
+    def _settings(self) -> TrialSettings:
+        """A new configuration's first (or only) part."""
+        return probe_settings(self.plan.settings) if self.queue is not None else self.plan.settings
 
     def _collect(self, timeout: float) -> list[TrialRecord]:
         """Wait briefly for results; store finished and timed-out trials."""
@@ -225,8 +283,17 @@ class Tuner:
         finished = []
         handles = [h for h, _ in self.running.values()]
         for handle, result in self.executor.wait(handles, timeout=0.5):
-            if not self._run_again(handle.number, result):
-                finished.append(self._record(handle.number, result, time.monotonic() - handle.submitted))
+            if self._run_again(handle.number, result):
+                continue
+            wall = time.monotonic() - handle.submitted
+            if self.parts.get(handle.number) == "probe" and result.ok:
+                assert self.queue is not None
+                _, proposal = self.running.pop(handle.number)
+                self.parts.pop(handle.number)
+                self.queue.probed(proposal, result, wall)
+                self.emit(Probed(handle.number, proposal.config, result, wall, self._versus(result, probe=True)))
+                continue
+            finished.append(self._record(handle.number, result, wall))
         now = time.monotonic()
         for number, (handle, _) in list(self.running.items()):
             if now - handle.submitted > timeout:
@@ -245,25 +312,33 @@ class Tuner:
         _, proposal = self.running[number]
         self.strategy.note_disturbed(number, result, why)
         self.emit(Note(f"trial {number}: {why}; running it again"))
-        payload = TrialPayload.of(self.plan.workload, proposal.config, self.plan.settings)
+        payload = TrialPayload.of(self.plan.workload, proposal.config, self._settings())
         self.running[number] = (self.executor.submit(number, payload), proposal)
         return True
 
     def _record(self, number: int, result: TrialResult, wall: float) -> TrialRecord:
         _, proposal = self.running.pop(number)
-        record = self.strategy.tell(number, result, wall)
+        if self.parts.pop(number, None) == "accuracy":
+            assert self.queue is not None
+            shown = self.queue.merged(number, result)
+            record = self.queue.finished(number, result, wall)
+            result, wall = shown, record.get(WALL, wall)
+        else:
+            record = self.strategy.tell(number, result, wall)
         self.done += record.counted
         self.emit(Finished(number, proposal.config, result, wall, record, self._versus(result)))
         return record
 
-    def _versus(self, result: TrialResult) -> Versus | None:
-        """A result against the latest measurement of the baseline (unconfirmed)."""
+    def _versus(self, result: TrialResult, probe: bool = False) -> Versus | None:
+        """A result against the latest measurement of the baseline (unconfirmed); a probe's
+        (or a probed trial's) without the metric."""
         base = self.strategy.baseline_record
-        if not result.ok or base is None or base.figures is None or result.accuracy is None:
+        if not result.ok or base is None or base.figures is None or (result.accuracy is None and not probe):
             return None
         latest = self.watch.base_throughput if self.watch is not None else base.figures.throughput
+        delta = result.accuracy - base.figures.accuracy if result.accuracy is not None else None
         return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.figures.peak_memory_bytes),
-                      result.accuracy - base.figures.accuracy, epsilon=self.watch.epsilon if self.watch else 0.0)
+                      delta, epsilon=self.watch.epsilon if self.watch else 0.0)
 
     def _cancel_all(self, reason: str) -> None:
         """Cancel what still runs (and a proposal still waiting for GPUs) and record it,
@@ -274,6 +349,9 @@ class Tuner:
         for number, (handle, _) in list(self.running.items()):
             self.executor.cancel(handle)
             self.running.pop(number)
+            if self.parts.pop(number, None) == "accuracy":  # probed: stays running, resumed with its probe
+                self.emit(Cancelled(number))
+                continue
             self.strategy.tell(number, TrialResult.failed("cancelled", f"cancelled: {reason}"),
                                time.monotonic() - handle.submitted)
             self.emit(Cancelled(number))

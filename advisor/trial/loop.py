@@ -2,8 +2,11 @@
 the training loop (timed steps inside it, peak memory, evaluation) or the inference loop.
 
 A ``probe`` (``TrialSettings.stage``) stops once the timing has settled: warm-up, timed
-steps and peak memory, no full training and no evaluation (paired confirmation runs
-probes). Every trial times the noise sentinel (``advisor.machine.sentinel``) just before
+steps and peak memory, no full training and no evaluation (two-stage evaluation's first
+part; paired confirmation runs probes too); its first training steps leave a fingerprint
+(``advisor.trial.accuracy``). An ``accuracy`` run is the second part: the training budget
+with a learning curve and an early-stop gate, then the evaluation, nothing timed. A full
+trial does both in one process. Every timed trial times the noise sentinel (``advisor.machine.sentinel``) just before
 and just after its measured region.
 
 With data parallelism every rank runs this in lockstep (the ranks agree on when timing
@@ -20,10 +23,12 @@ from typing import Any
 
 from advisor.core.errors import AdvisorError, UnsupportedError
 from advisor.core.results import TrialPayload, TrialResult
+from advisor.core.two_stage import FINGERPRINT_STEPS
 from advisor.machine.memory import peak_memory_for
 from advisor.machine.sentinel import describe_kernel, read_sentinel
 from advisor.machine.timing import StepTimer
 from advisor.techniques.prepare import apply
+from advisor.trial.accuracy import accuracy_run, fingerprint
 from advisor.workload.contract import Workload, build_model, check_metric, load_datasets
 
 
@@ -50,6 +55,8 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     torch.manual_seed(settings.seed)
     prepared = apply(build_model(workload), config, device, workload=settings.workload)
     phases["build"] = time.perf_counter() - t
+    if settings.stage == "accuracy":
+        return _accuracy_part(prepared, workload, train, val, payload, phases, memory)
     sampler = None
     if device.type == "cuda":
         from advisor.machine.nvml import nvml_sampler_for
@@ -77,6 +84,9 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     telemetry["intra_op_threads"] = torch.get_num_threads()
     telemetry["model"] = _model_facts(prepared)
     first_step_s = figures.pop("first_step_s")
+    found = figures.pop("fingerprint", None)
+    if found is not None:
+        telemetry["fingerprint"] = found
     return TrialResult(
         ok=True,
         throughput=config.batch_size / timing.median_s,  # global samples/s (all ranks)
@@ -90,6 +100,18 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
         telemetry=telemetry,
         **figures,
     )
+
+
+def _accuracy_part(prepared: Any, workload: Any, train: Any, val: Any, payload: TrialPayload,
+                   phases: dict[str, float], memory: Any) -> TrialResult:
+    """Two-stage evaluation's second part: the training budget, a learning curve and the
+    gate (``advisor.trial.accuracy``); nothing timed, so no throughput."""
+    figures = accuracy_run(prepared, workload, train, val, payload.settings, payload.gate, phases,
+                           _evaluate, _agree_more, _cycle)
+    telemetry = {"curve": figures.pop("curve"), "early_stop": figures.pop("early_stop"),
+                 "initial_loss": figures.pop("initial_loss"),
+                 "peak_memory_exact": getattr(memory, "exact", True)}
+    return TrialResult(ok=True, peak_memory_bytes=memory.peak_bytes(), phase_s=phases, telemetry=telemetry, **figures)
 
 
 def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, timer: Any,
@@ -159,15 +181,21 @@ def _probe(prepared: Any, workload: Any, train: Any, settings: Any, timer: Any,
     batches = _cycle(prepared.loader(train, shuffle=True, seed=settings.seed, drop_last=True))
     t = t_warm = time.perf_counter()
     first_step_s, loss, i, more = 0.0, None, 0, True
+    losses: list[float] = []  # the first FINGERPRINT_STEPS, untimed
+    found = None
     while more:
         t_step = time.perf_counter()
-        warm = i >= settings.warmup_steps and t_step - t_warm >= settings.warmup_s + first_step_s
+        warm = i >= max(settings.warmup_steps, FINGERPRINT_STEPS) and t_step - t_warm >= settings.warmup_s + first_step_s
         with timer.step() if warm else contextlib.nullcontext():
             x, y = next(batches)
             loss = prepared.train_step(x, y, workload.loss, optimizer)
         if i == 0:
             prepared.synchronize()
             first_step_s = time.perf_counter() - t_step
+        if i < FINGERPRINT_STEPS:
+            losses.append(float(loss))
+            if i == FINGERPRINT_STEPS - 1:
+                found = fingerprint(prepared, losses)
         if i % 10 == 0:
             _check_finite(loss, i)
         i += 1
@@ -175,7 +203,8 @@ def _probe(prepared: Any, workload: Any, train: Any, settings: Any, timer: Any,
     _check_finite(loss, i - 1)
     phases["timing"] = time.perf_counter() - t
     return {"accuracy": None, "train_samples": i * bs, "first_step_s": first_step_s,
-            "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": memory_peak()}
+            "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": memory_peak(),
+            "fingerprint": found}
 
 
 _SENTINEL_ROUNDS = iter(range(1_000_000))

@@ -1,0 +1,177 @@
+"""Two-stage evaluation's rules, on plain numbers: when a probed configuration does not
+need its accuracy run, when it may reuse an accuracy already measured, and when an
+accuracy run stops early. ``advisor.study.accuracy_queue`` applies them; the trial process
+(``advisor.trial.accuracy``) applies the gate.
+
+1. **Dominated beyond noise.** A probe measured the configuration's throughput T and peak
+   memory M. It needs no accuracy run when a configuration already known to be feasible
+   has a throughput at least T x (1 + mt) and a memory at most M / (1 + mm): better on
+   both, each by more than the measurement noise (``ProbeMargins``). Whatever accuracy it
+   had, it could not reach the feasible front on (throughput, memory).
+2. **Same training numerics.** A configuration that differs from an accuracy-measured one
+   only in knobs that may leave the arithmetic alone (``REUSE_KNOBS``) reuses that accuracy
+   only when its probe's first ``FINGERPRINT_STEPS`` training steps agree with the other
+   probe's: the losses, and the sum and sum of squares of every floating tensor of the
+   model's state (weights and buffers, BatchNorm's running statistics included) within
+   ``REUSE_TOLERANCE``, relative. Knobs that change numerics on some models (BatchNorm under
+   DDP, recomputation updating running statistics twice) then fail the check on those
+   models and pass it on others.
+3. **The accuracy gate.** The baseline's accuracy run records its learning curve (mean
+   training loss since the previous point, and the metric on the validation set) at
+   ``CURVE_FRACTIONS`` of the study's sample budget, as do its extra seeds. Another
+   accuracy run, at the same number of samples seen, stops early when its metric is below
+   the baseline's there by more than the accuracy limit plus the noise (behind beyond
+   noise), or when its mean loss is not finite or above twice the baseline's loss at its
+   first step, the untrained model's (diverged). The noise at a point is the larger of the
+   study's metric noise (epsilon, 2 standard deviations of the seeds' final metrics) and 2
+   standard deviations of the seeds' metrics at that point. Without seeds only
+   divergence stops a run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CURVE_FRACTIONS = (0.25, 0.5, 0.75)  # of the sample budget, where learning curves are recorded
+NOISE_SDS = 2.0  # "beyond noise": this many standard deviations
+DIVERGED_LOSS_FACTOR = 2.0  # a mean loss above this many times the untrained baseline's: diverged
+FINGERPRINT_STEPS = 5  # training steps a probe's fingerprint covers
+REUSE_TOLERANCE = 1e-4  # relative difference within which two fingerprints are the same numerics
+# knobs that may leave a model's training arithmetic unchanged (whether they do is checked per model)
+REUSE_KNOBS = frozenset({"threads", "num_workers", "pin_memory", "channels_last", "compile", "compile_mode",
+                         "bucket_mb", "activation_checkpointing"})
+DEFAULT_THROUGHPUT_MARGIN = 0.15  # until the baseline has been measured MIN_MEASUREMENTS times
+DEFAULT_MEMORY_MARGIN = 0.10
+MIN_MEASUREMENTS = 3
+
+
+def curve_points(train_samples: int) -> list[int]:
+    """The sample counts at which learning curves are recorded."""
+    return sorted({max(1, round(f * train_samples)) for f in CURVE_FRACTIONS})
+
+
+@dataclass(frozen=True)
+class ProbeMargins:
+    """How far apart two probes' throughputs (``throughput``) and memories (``memory``) must
+    be, relative, to differ beyond noise."""
+
+    throughput: float = DEFAULT_THROUGHPUT_MARGIN
+    memory: float = DEFAULT_MEMORY_MARGIN
+    measured: bool = False  # from the baseline's own repeated measurements
+
+    @classmethod
+    def from_baseline(cls, throughputs: Sequence[float], memories: Sequence[float]) -> ProbeMargins:
+        """From the baseline's repeated measurements in this study: the ratio of two single
+        measurements has sqrt(2) x their log spread; the margin is ``NOISE_SDS`` of that,
+        at least 5% (throughput) and 2% (memory). Defaults until there are enough."""
+        t = [math.log(v) for v in throughputs if v and v > 0]
+        m = [math.log(v) for v in memories if v and v > 0]
+        if len(t) < MIN_MEASUREMENTS:
+            return cls()
+        mt = max(0.05, math.exp(NOISE_SDS * math.sqrt(2) * statistics.stdev(t)) - 1)
+        mm = (max(0.02, math.exp(NOISE_SDS * math.sqrt(2) * statistics.stdev(m)) - 1)
+              if len(m) >= MIN_MEASUREMENTS else DEFAULT_MEMORY_MARGIN)
+        return cls(mt, mm, True)
+
+    def text(self) -> str:
+        source = "the baseline's repeated measurements" if self.measured else "defaults until the baseline is measured 3 times"
+        return f"+-{100 * self.throughput:.0f}% throughput, +-{100 * self.memory:.0f}% memory ({source})"
+
+
+def dominates_beyond_noise(better: tuple[float, float], other: tuple[float, float], margins: ProbeMargins) -> bool:
+    """Whether ``better`` (throughput, peak memory) beats ``other`` on both, each by more
+    than the noise.
+
+    Example:
+        >>> dominates_beyond_noise((200.0, 10.0), (100.0, 20.0), ProbeMargins(0.15, 0.10))
+        True
+        >>> dominates_beyond_noise((110.0, 10.0), (100.0, 20.0), ProbeMargins(0.15, 0.10))
+        False
+    """
+    (bt, bm), (ot, om) = better, other
+    return bt >= ot * (1 + margins.throughput) and bm * (1 + margins.memory) <= om
+
+
+def fingerprint_difference(a: Any, b: Any) -> float | None:
+    """The largest relative difference between two probes' fingerprints (losses, then each
+    state tensor's sum and sum of squares); None when they cannot be compared (missing,
+    different steps or different tensors)."""
+    try:
+        if a["steps"] != b["steps"] or len(a["losses"]) != len(b["losses"]) or len(a["state"]) != len(b["state"]):
+            return None
+        pairs = list(zip(a["losses"], b["losses"], strict=True))
+        for (na, *va), (nb, *vb) in zip(a["state"], b["state"], strict=True):
+            if na != nb:
+                return None
+            pairs += list(zip(va, vb, strict=True))
+    except (KeyError, TypeError, ValueError):
+        return None
+    worst = 0.0
+    for x, y in pairs:
+        x, y = float(x), float(y)
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return None
+        scale = max(abs(x), abs(y))
+        if scale > 0:
+            worst = max(worst, abs(x - y) / scale)
+    return worst
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What stops an accuracy run early: at ``points`` (samples seen), a metric below
+    ``floors`` (None: no floor there) or a mean loss above ``loss_ceiling`` (or not finite)."""
+
+    points: tuple[int, ...]
+    floors: tuple[float | None, ...]
+    loss_ceiling: float | None = None
+    baseline_metrics: tuple[float, ...] = ()  # the baseline's metric at each point, for the record
+
+    def verdict(self, index: int, metric: float | None, loss: float | None) -> str | None:
+        """Why the run stops at point ``index``, or None to go on."""
+        if loss is not None and not math.isfinite(loss):
+            return f"diverged: the loss became {loss}"
+        if loss is not None and self.loss_ceiling is not None and loss > self.loss_ceiling:
+            return f"diverged: mean loss {loss:.4g} is above {self.loss_ceiling:.4g} (twice the untrained baseline's)"
+        floor = self.floors[index] if index < len(self.floors) else None
+        if metric is not None and floor is not None and metric < floor:
+            base = self.baseline_metrics[index] if index < len(self.baseline_metrics) else None
+            there = f" (baseline {base:.4f} there)" if base is not None else ""
+            return f"behind the baseline beyond noise: metric {metric:.4f} below {floor:.4f}{there}"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"points": list(self.points), "floors": list(self.floors), "loss_ceiling": self.loss_ceiling,
+                "baseline_metrics": list(self.baseline_metrics)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Gate | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(tuple(int(p) for p in data["points"]), tuple(data["floors"]), data.get("loss_ceiling"),
+                   tuple(data.get("baseline_metrics") or ()))
+
+
+def gate_from(base_curve: Sequence[dict[str, Any]], seed_curves: Sequence[Sequence[dict[str, Any]]],
+              max_drop: float, epsilon: float = 0.0, initial_loss: float | None = None) -> Gate | None:
+    """The gate from the baseline's curve and its extra seeds' curves (points as recorded
+    by ``advisor.trial.accuracy``: ``samples``, ``loss``, ``metric``), the study's metric
+    noise ``epsilon`` and the baseline's first-step loss; None without a curve."""
+    if not base_curve:
+        return None
+    points, floors, metrics = [], [], []
+    for i, point in enumerate(base_curve):
+        values = [point["metric"]] + [c[i]["metric"] for c in seed_curves
+                                      if i < len(c) and c[i].get("samples") == point["samples"]]
+        floor = None
+        if len(values) >= 2 and None not in values:
+            floor = point["metric"] - max_drop - max(epsilon, NOISE_SDS * statistics.stdev(values))
+        points.append(int(point["samples"]))
+        floors.append(floor)
+        metrics.append(float(point["metric"]))
+    ceiling = DIVERGED_LOSS_FACTOR * initial_loss if initial_loss is not None and initial_loss > 0 else None
+    return Gate(tuple(points), tuple(floors), ceiling, tuple(metrics))
