@@ -40,7 +40,8 @@ class TrialRow:
 
     @property
     def state(self) -> str:
-        """complete, failed, skipped, duplicate, running or waiting."""
+        """complete, probed (two-stage: speed and memory only), failed, skipped, duplicate,
+        running or waiting."""
         return self.record.state
 
     @property
@@ -65,11 +66,13 @@ class TrialRow:
 
     @property
     def throughput(self) -> float | None:
-        return self.record.figures.throughput if self.record.figures else None
+        probe = self.record.probe  # a probed-only trial's too
+        return probe[0] if probe else None
 
     @property
     def memory(self) -> float | None:
-        return self.record.figures.peak_memory_bytes if self.record.figures else None
+        probe = self.record.probe
+        return probe[1] if probe else None
 
     @property
     def accuracy(self) -> float | None:
@@ -166,7 +169,7 @@ class StudyData:
         if name == "front":
             rows = [r for r in self.rows if r.on_front or (r.baseline and r.state == "complete")]
         elif name == "all":
-            rows = [r for r in self.rows if r.state in ("complete", "failed", "running")
+            rows = [r for r in self.rows if r.state in ("complete", "probed", "failed", "running")
                     and (r.state != "complete" or self.filters.keep(r))]
         else:
             rows = [r for r in self.rows if r.state in ("failed", "skipped")]
@@ -174,7 +177,7 @@ class StudyData:
 
     def counts(self) -> dict[str, int]:
         states = [r.state for r in self.rows]
-        return {"complete": states.count("complete"), "failed": states.count("failed"),
+        return {"complete": states.count("complete"), "probed": states.count("probed"), "failed": states.count("failed"),
                 "skipped": states.count("skipped"), "running": states.count("running"),
                 "front": sum(r.on_front for r in self.rows),
                 "infeasible": sum(1 for r in self.rows if r.state == "complete" and not r.feasible)}

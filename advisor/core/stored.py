@@ -214,8 +214,14 @@ class StoredStudy:
     def versus_baseline(self, record: TrialRecord) -> Versus:
         """``record``'s figures relative to the baseline's (confirmed where it was)."""
         base = self.baseline
-        if record.figures is None or base is None or base.figures is None:
+        if base is None or base.figures is None:
             return Versus(None, None, None)
+        if record.figures is None:  # a probed-only trial: speed and memory, no metric
+            probe = record.probe
+            if probe is None:
+                return Versus(None, None, None)
+            return Versus(ratio(probe[0], self.reference_throughput(record)),
+                          ratio(probe[1], base.figures.peak_memory_bytes), None, epsilon=self.epsilon)
         delta = record.figures.accuracy - base.figures.accuracy
         if record.number == base.number:
             return Versus(1.0, 1.0, 0.0, epsilon=self.epsilon, baseline=True)

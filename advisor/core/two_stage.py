@@ -97,25 +97,27 @@ def dominates_beyond_noise(better: tuple[float, float], other: tuple[float, floa
 
 
 def fingerprint_difference(a: Any, b: Any) -> float | None:
-    """The largest relative difference between two probes' fingerprints (losses, then each
-    state tensor's sum and sum of squares); None when they cannot be compared (missing,
-    different steps or different tensors)."""
+    """The largest relative difference between two probes' fingerprints; None when they
+    cannot be compared (missing, different steps or different tensors). Losses and sums of
+    squares are compared relative to the larger of the two; a tensor's sums relative to
+    sqrt(sum of squares x size), the most its sum can be (a sum near zero would otherwise
+    make a rounding difference look large)."""
     try:
         if a["steps"] != b["steps"] or len(a["losses"]) != len(b["losses"]) or len(a["state"]) != len(b["state"]):
             return None
-        pairs = list(zip(a["losses"], b["losses"], strict=True))
-        for (na, *va), (nb, *vb) in zip(a["state"], b["state"], strict=True):
-            if na != nb:
+        pairs = [(float(x), float(y), max(abs(float(x)), abs(float(y))))
+                 for x, y in zip(a["losses"], b["losses"], strict=True)]
+        for (na, sa, qa, n), (nb, sb, qb, m) in zip(a["state"], b["state"], strict=True):
+            if na != nb or n != m:
                 return None
-            pairs += list(zip(va, vb, strict=True))
+            pairs.append((float(qa), float(qb), max(abs(float(qa)), abs(float(qb)))))
+            pairs.append((float(sa), float(sb), math.sqrt(max(float(qa), float(qb)) * n)))
     except (KeyError, TypeError, ValueError):
         return None
     worst = 0.0
-    for x, y in pairs:
-        x, y = float(x), float(y)
+    for x, y, scale in pairs:
         if not (math.isfinite(x) and math.isfinite(y)):
             return None
-        scale = max(abs(x), abs(y))
         if scale > 0:
             worst = max(worst, abs(x - y) / scale)
     return worst

@@ -142,11 +142,22 @@ class AccuracyQueue:
             trial.set_user_attr(key, getattr(result, key))
         curve, stop = result.telemetry.get("curve"), result.telemetry.get("early_stop")
         trial.set_user_attr(CURVE, curve)
+        if result.telemetry.get("model"):  # the trained and finished model's facts replace the probe's
+            trial.set_user_attr("telemetry", w.probe.telemetry | {"model": result.telemetry["model"]})
         trial.set_user_attr(INITIAL_LOSS, result.telemetry.get("initial_loss"))
         if stop:
             trial.set_user_attr(EARLY_STOP, stop)
         figures = Figures(*w.figures, float(result.accuracy))  # type: ignore[arg-type]
         return self._tell(number, trial, figures, early_stopped=bool(stop), baseline=proposal.baseline)
+
+    def cancel(self, number: int, reason: str) -> TrialRecord:
+        """The study stops before this configuration's accuracy part is done: stored as
+        cancelled (its probe kept with it; not counted: it runs again on resume)."""
+        self.waiting.pop(number)
+        trial, _ = self.strategy.running(number)
+        trial.set_user_attr("failure_class", "cancelled")
+        trial.set_user_attr("failure_message", f"cancelled before its accuracy part: {reason}")
+        return self._tell(number, trial, None)
 
     # ---- decisions --------------------------------------------------------------------
     def settle(self) -> list[TrialRecord]:
@@ -178,7 +189,8 @@ class AccuracyQueue:
         if base is not None or not anyway or not pool:
             return base
         margins = self.margins()
-        front = [w for w in pool if not any(dominates_beyond_noise(o.figures, w.figures, margins) for o in pool)]
+        others = list(self.waiting.values())  # running ones too: their verdict is pending
+        front = [w for w in pool if not any(dominates_beyond_noise(o.figures, w.figures, margins) for o in others)]
         return max(front or pool, key=lambda w: w.figures[0])
 
     def payload(self, w: Waiting, workload: Any) -> TrialPayload:

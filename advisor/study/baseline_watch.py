@@ -20,6 +20,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note
 from advisor.core.noise import AccuracyNoise, SentinelJudge, reading_of
+from advisor.core.objectives import Figures, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import ACCURACY_NOISE, BASELINE_DISTURBED, BASELINE_MEASUREMENTS, TrialRecord, read_trial
 from advisor.core.units import first_line
@@ -86,6 +87,16 @@ class BaselineWatch:
         self.epsilon = noise.epsilon
         self.emit(Note(f"the metric's noise: {', '.join(f'{v:.4f}' for v in values)} over seeds {used}; "
                        f"differences within +-{100 * noise.epsilon:.2f} pt are within noise"))
+
+    def versus(self, result: TrialResult, base: Figures, probe: bool = False) -> Versus | None:
+        """A result against the latest measurement of the baseline (unconfirmed); a
+        probe's (``probe``) without the metric."""
+        if not result.ok or (result.accuracy is None and not probe):
+            return None
+        latest = self.base_throughput or base.throughput
+        delta = result.accuracy - base.accuracy if result.accuracy is not None else None
+        return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.peak_memory_bytes),
+                      delta, epsilon=self.epsilon)
 
     # ---- the machine's noise -----------------------------------------------------------
     def disturbed(self, number: int, result: TrialResult) -> str | None:

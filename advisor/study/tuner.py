@@ -13,17 +13,15 @@ are cancelled and recorded, so storage holds no RUNNING trial.
 
 from __future__ import annotations
 
-import contextlib
 import signal
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Cancelled, Finished, Listener, Note, Probed, Started, Submitted, TimeoutSet, ignore
-from advisor.core.objectives import Versus, ratio
+from advisor.core.noise import reading_of
+from advisor.core.objectives import Versus
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import WALL, TrialRecord
 from advisor.runner.executor import Executor, Handle
@@ -34,6 +32,7 @@ from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
 from advisor.study.pairing import probe_settings
 from advisor.study.plan import StudyPlan, open_study
+from advisor.study.signals import stopped_by_signals
 
 if TYPE_CHECKING:
     import optuna
@@ -111,7 +110,7 @@ class Tuner:
             raise
         self.done = self.strategy.counted
         self.emit(Started(executor.startup_s, executor.slots, dict(executor.resources), self.done))
-        with self._stopped_by_signals():
+        with stopped_by_signals(self._on_signal):
             try:
                 if self.options.timeout:  # the budget counts from here, after Ray has started
                     self.deadline = time.monotonic() + self.options.timeout
@@ -305,6 +304,10 @@ class Tuner:
     def _run_again(self, number: int, result: TrialResult) -> bool:
         """When the noise sentinel shows the trial ran on a disturbed machine: keep that
         measurement with the trial and run the same trial again (it counts once)."""
+        if self.parts.get(number) == "accuracy":  # the metric does not depend on the machine's speed
+            if self.watch is not None:
+                self.watch.judge.add(reading_of(result.telemetry))
+            return False
         why = self.watch.disturbed(number, result) if self.watch is not None else None
         if why is None:
             return False
@@ -330,15 +333,10 @@ class Tuner:
         return record
 
     def _versus(self, result: TrialResult, probe: bool = False) -> Versus | None:
-        """A result against the latest measurement of the baseline (unconfirmed); a probe's
-        (or a probed trial's) without the metric."""
         base = self.strategy.baseline_record
-        if not result.ok or base is None or base.figures is None or (result.accuracy is None and not probe):
+        if self.watch is None or base is None or base.figures is None:
             return None
-        latest = self.watch.base_throughput if self.watch is not None else base.figures.throughput
-        delta = result.accuracy - base.figures.accuracy if result.accuracy is not None else None
-        return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.figures.peak_memory_bytes),
-                      delta, epsilon=self.watch.epsilon if self.watch else 0.0)
+        return self.watch.versus(result, base.figures, probe)
 
     def _cancel_all(self, reason: str) -> None:
         """Cancel what still runs (and a proposal still waiting for GPUs) and record it,
@@ -349,31 +347,21 @@ class Tuner:
         for number, (handle, _) in list(self.running.items()):
             self.executor.cancel(handle)
             self.running.pop(number)
-            if self.parts.pop(number, None) == "accuracy":  # probed: stays running, resumed with its probe
-                self.emit(Cancelled(number))
-                continue
-            self.strategy.tell(number, TrialResult.failed("cancelled", f"cancelled: {reason}"),
-                               time.monotonic() - handle.submitted)
+            if self.parts.pop(number, None) == "accuracy":
+                assert self.queue is not None
+                self.queue.cancel(number, reason)
+            else:
+                self.strategy.tell(number, TrialResult.failed("cancelled", f"cancelled: {reason}"),
+                                   time.monotonic() - handle.submitted)
+            self.emit(Cancelled(number))
+        for number in list(self.queue.waiting if self.queue is not None else ()):
+            self.queue.cancel(number, reason)  # type: ignore[union-attr]
             self.emit(Cancelled(number))
         for proposal in waiting:
             self.strategy.tell(proposal.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), 0.0)
             self.emit(Cancelled(proposal.number))
 
     # ---- stopping --------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _stopped_by_signals(self) -> Iterator[None]:
-        """Ctrl-C / SIGTERM stop the study gracefully; in a background thread (the live
-        explorer) the caller stops it with ``stop()`` instead."""
-        main_thread = threading.current_thread() is threading.main_thread()
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
-        for s in previous:
-            signal.signal(s, self._on_signal)
-        try:
-            yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.halt is not None:  # a second Ctrl-C: stop at once
             raise KeyboardInterrupt

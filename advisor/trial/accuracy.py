@@ -20,7 +20,7 @@ from advisor.core.two_stage import Gate, curve_points
 
 def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
     """The first training steps' losses and a summary of the model's state after them:
-    for every floating tensor (weights and buffers), its sum and sum of squares."""
+    for every floating tensor (weights and buffers), its sum, sum of squares and size."""
     import torch
 
     state = []
@@ -29,7 +29,7 @@ def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 local = value.to_local() if hasattr(value, "to_local") else value  # a DTensor shard
                 v = local.detach().double()
-                state.append([name, float(v.sum()), float((v * v).sum())])
+                state.append([name, float(v.sum()), float((v * v).sum()), v.numel()])
     return {"steps": len(losses), "losses": losses, "state": state}
 
 
@@ -37,7 +37,7 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
                  phases: dict[str, float], evaluate: Any, agree: Any, cycle: Any) -> dict[str, Any]:
     """Train the sample budget with a learning curve and the gate; evaluate. ``evaluate``,
     ``agree`` and ``cycle`` are the trial loop's (``advisor.trial.loop``)."""
-    from advisor.core.errors import UnsupportedError
+    from advisor.core.errors import NonFiniteLoss, UnsupportedError
 
     bs = prepared.config.batch_size
     if bs > len(train):
@@ -97,8 +97,6 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
         accuracy = evaluate(prepared, workload, val)
     phases["eval"] = time.perf_counter() - t
     if accuracy is None:  # the metric itself is not finite (a diverged model)
-        from advisor.trial.loop import NonFiniteLoss
-
         raise NonFiniteLoss(f"{early_stop['reason'] if early_stop else 'diverged'} at {done * bs} samples, "
                             "and the metric cannot be computed on the diverged model")
     return {"accuracy": accuracy, "train_samples": done * bs, "final_loss": float(loss) if loss is not None else None,
@@ -107,10 +105,14 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
 
 def _metric_or_none(prepared: Any, workload: Any, val: Any, evaluate: Any) -> float | None:
     """The metric on the validation set, or None where it is not finite."""
+    import torch
+
     from advisor.core.errors import WorkloadError
 
-    try:
-        return float(evaluate(prepared, workload, val))
+    try:  # the random state as it was: training goes on exactly as without this evaluation
+        devices = [prepared.device] if prepared.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            return float(evaluate(prepared, workload, val))
     except WorkloadError as exc:
         if "finite" in str(exc):
             return None

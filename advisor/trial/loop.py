@@ -21,7 +21,7 @@ import os
 import time
 from typing import Any
 
-from advisor.core.errors import AdvisorError, UnsupportedError
+from advisor.core.errors import NonFiniteLoss, UnsupportedError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.two_stage import FINGERPRINT_STEPS
 from advisor.machine.memory import peak_memory_for
@@ -30,10 +30,6 @@ from advisor.machine.timing import StepTimer
 from advisor.techniques.prepare import apply
 from advisor.trial.accuracy import accuracy_run, fingerprint
 from advisor.workload.contract import Workload, build_model, check_metric, load_datasets
-
-
-class NonFiniteLoss(AdvisorError):
-    """The loss became NaN or infinite: the configuration diverged (failure class ``error``)."""
 
 
 def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[str, float]) -> TrialResult:
@@ -105,12 +101,17 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
 def _accuracy_part(prepared: Any, workload: Any, train: Any, val: Any, payload: TrialPayload,
                    phases: dict[str, float], memory: Any) -> TrialResult:
     """Two-stage evaluation's second part: the training budget, a learning curve and the
-    gate (``advisor.trial.accuracy``); nothing timed, so no throughput."""
+    gate (``advisor.trial.accuracy``); nothing timed, so no throughput. The sentinel still
+    runs: its readings keep the study's judgement of the machine informed."""
+    before = _sentinel(prepared)
     figures = accuracy_run(prepared, workload, train, val, payload.settings, payload.gate, phases,
                            _evaluate, _agree_more, _cycle)
+    after = _sentinel(prepared)
     telemetry = {"curve": figures.pop("curve"), "early_stop": figures.pop("early_stop"),
-                 "initial_loss": figures.pop("initial_loss"),
-                 "peak_memory_exact": getattr(memory, "exact", True)}
+                 "initial_loss": figures.pop("initial_loss"), "peak_memory_exact": getattr(memory, "exact", True),
+                 "model": _model_facts(prepared)}  # after finishing (pruning made permanent, QAT converted)
+    if before is not None and after is not None:
+        telemetry["sentinel"] = {"before_s": before["s"], "after_s": after["s"], "kernel": describe_kernel(prepared.device)}
     return TrialResult(ok=True, peak_memory_bytes=memory.peak_bytes(), phase_s=phases, telemetry=telemetry, **figures)
 
 

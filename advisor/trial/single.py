@@ -8,7 +8,7 @@ import os
 import time
 import traceback
 
-from advisor.core.errors import UnsupportedError, WorkloadError
+from advisor.core.errors import NonFiniteLoss, UnsupportedError, WorkloadError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.workload.contract import Workload, load_workload
 
@@ -21,7 +21,7 @@ def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401
 
-    from advisor.trial.loop import NonFiniteLoss, run_configuration
+    from advisor.trial.loop import run_configuration
 
     phases: dict[str, float] = {"import": time.perf_counter() - started}
     try:

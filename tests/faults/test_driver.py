@@ -56,22 +56,28 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
 
     storage = "sqlite:///advisor.db"
     before = optuna.load_study(study_name="digits_mlp-eager", storage=storage).get_trials()
-    completed = {t.number: t.values for t in before if t.state.name == "COMPLETE"}
+    completed = {t.number: t.values for t in before if t.state.name in ("COMPLETE", "PRUNED")}
     running = [t.number for t in before if t.state.name == "RUNNING"]
+    probed = [n for n in running if before[n].user_attrs.get("probe_done")]  # between its two parts
     assert len(completed) >= 3 and running, [t.state.name for t in before]
 
     assert main([*ARGS, "--trials", "5"]) == 0  # the same command again
     out = capsys.readouterr().out
     after = optuna.load_study(study_name="digits_mlp-eager", storage=storage).get_trials()
     for number, values in completed.items():  # nothing lost, nothing re-measured
-        assert after[number].state.name == "COMPLETE" and after[number].values == values
-    for number in running:
-        assert after[number].user_attrs["failure_class"] == "interrupted"
-    measured = [t for t in after if t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs]
+        assert after[number].state == before[number].state and after[number].values == values
+    for number in running:  # probed ones go on with their accuracy part; the others ran again
+        if number in probed:
+            assert after[number].state.name in ("COMPLETE", "PRUNED")
+            assert after[number].user_attrs["throughput"] == before[number].user_attrs["throughput"]
+            assert f"trial {number} was probed by an earlier run" in out
+        else:
+            assert after[number].user_attrs["failure_class"] == "interrupted"
+            assert "left running by an earlier run" in out
+    measured = [t for t in after if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
     keys = [t.user_attrs["config_key"] for t in measured]
     assert len(keys) == len(set(keys)) == 5  # the study reached its total, each config once
     assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
-    assert "left running by an earlier run" in out
 
 
 def _wait_for_a_running_trial(db, name: str, after: int, timeout: float = 60.0) -> None:
@@ -113,3 +119,49 @@ def test_sigint_and_sigterm_stop_gracefully(workdir, signum):
     assert "RUNNING" not in [t.state.name for t in study.trials]
     assert any(t.user_attrs.get("failure_class") == "cancelled" for t in study.trials)
     assert study.best_trials  # the front so far is stored
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys):
+    """Two-stage evaluation: the driver is killed after the baseline's probe is stored and
+    while its accuracy part runs. The same command again adopts the trial: the probe is
+    kept (not measured again), the accuracy part runs, the study reaches its total."""
+    state = tempfile.mkdtemp(prefix="advk2-")
+    env = {**os.environ, "ADVISOR_RAY_DIR": state}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "60000",
+            "--accuracy-seeds", "1", "--trials", "2"]  # the accuracy part trains ~2,000 steps: seconds
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = workdir / "advisor.db"
+    try:
+        deadline = time.monotonic() + 120
+        probed = None
+        while probed is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                trials = optuna.load_study(study_name="digits_mlp-eager", storage=f"sqlite:///{db}").trials
+            except Exception:  # the study is not created yet
+                trials = []
+            probed = next((t for t in trials if t.state.name == "RUNNING" and t.user_attrs.get("probe_done")), None)
+            time.sleep(0.05)
+        assert probed is not None, "no trial was seen between its two parts"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        _kill_processes_of(state)
+    assert probed.number == 0 and "accuracy" not in probed.user_attrs
+
+    assert main(args) == 0  # the same command again
+    out = capsys.readouterr().out
+    assert "trial 0 was probed by an earlier run: its accuracy part runs now" in out
+    after = optuna.load_study(study_name="digits_mlp-eager", storage=f"sqlite:///{db}").get_trials()
+    base = after[0]
+    assert base.state.name == "COMPLETE" and base.user_attrs["baseline"] is True
+    assert base.user_attrs["throughput"] == probed.user_attrs["throughput"]  # the probe kept, not re-run
+    assert base.values[0] == probed.user_attrs["throughput"] and base.user_attrs["accuracy"] > 0.5
+    assert base.user_attrs["accuracy_run"]["wall_s"] > 0 and base.user_attrs["curve"]
+    assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
+    assert not [t for t in after if t.state.name == "RUNNING"]
+    counted = [t for t in after if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
+    assert len(counted) == 2

@@ -40,6 +40,11 @@ def test_tune_records_a_real_study(ray_session, workdir, capsys):
                 assert key in t.user_attrs
             assert t.values[0] == pytest.approx(t.user_attrs["throughput"])
             assert "accuracy_drop" in t.constraints
+        elif t.state.name == "PRUNED":  # two-stage: probed, and no accuracy run was needed
+            assert t.user_attrs["probe_done"] and t.user_attrs["accuracy_skipped"]
+            for key in ("throughput", "peak_memory_bytes", "step_time_iqr_s", "wall_s"):
+                assert key in t.user_attrs
+            assert "accuracy" not in t.user_attrs and t.values is None
         else:
             assert t.user_attrs["failure_class"] and t.user_attrs["failure_message"]
     attrs = study.user_attrs
@@ -62,8 +67,8 @@ def test_resume_completes_total_and_fails_stale_running(ray_session, workdir, ca
     assert trials[stale.number].user_attrs["failure_class"] == "interrupted"
     assert "left running by an earlier run" in out
     assert sum(1 for t in trials if t.user_attrs.get("baseline")) == 1  # baseline not re-run
-    real = [t for t in trials if t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs]
-    assert len(real) == 4  # --trials is the study's total (the interrupted one does not count... as completed)
+    real = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
+    assert len(real) == 4  # --trials is the study's total (the interrupted one does not count); probed ones do
     assert not [t for t in trials if t.state.name == "RUNNING"]
 
 

@@ -24,7 +24,35 @@ def test_views_split_the_trials(data):
     assert [r.number for r in data.view("front")] == [0, 1, 2, 3, 4, 7, 10]
     assert [r.number for r in data.view("failed")] == [8, 9]
     assert [r.number for r in data.view("all")] == list(range(11))
-    assert data.counts() == {"complete": 9, "failed": 2, "skipped": 0, "running": 0, "front": 7, "infeasible": 2}
+    assert data.counts() == {"complete": 9, "probed": 0, "failed": 2, "skipped": 0, "running": 0, "front": 7,
+                             "infeasible": 2}
+
+
+def test_a_probed_only_trial_shows_as_such(data):
+    """Two-stage evaluation: a trial stored PRUNED with its probe and why no accuracy run
+    was needed shows in the 'all' view with its speed and memory, never on the front."""
+    import optuna
+
+    from advisor.core.config import TrialConfig
+    from advisor.tui.widgets.detail import describe
+    from advisor.tui.widgets.trial_table import TrialTable
+
+    study = st.load(data.storage, NAME)
+    trial = study.ask()
+    config = TrialConfig(batch_size=16, threads=1)
+    for key, value in {"config": config.to_dict(), "config_key": config.key(), "throughput": 3000.0,
+                       "peak_memory_bytes": 120 * 2**20, "probe_done": True,
+                       "accuracy_skipped": "dominated by trial 1 (3.41x its throughput, 0.83x its memory)"}.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    data.reload()
+    row = next(r for r in data.rows if r.number == trial.number)
+    assert row.state == "probed" and not row.on_front and row.throughput == 3000.0
+    assert trial.number in [r.number for r in data.view("all")] and data.counts()["probed"] == 1
+    cells = [str(c) for c in TrialTable._figure_cells(row)]
+    assert cells[1] == "3,000" and "unconfirmed" in cells[2] and cells[5] == "probed"
+    text = describe(row, data.attrs).plain
+    assert "probed: 3,000 samples/s" in text and "accuracy not needed: dominated by trial 1" in text
 
 
 def test_front_matches_optuna_without_filters(data):

@@ -35,11 +35,23 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         if not row.feasible:
             broken = ", ".join(f"{k} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
             text.append(f"infeasible: {broken}\n", style="yellow")
+        if u.get("early_stop"):
+            stop = u["early_stop"]
+            text.append(f"accuracy run stopped at {100 * stop['fraction']:.0f}% of the budget: {stop['reason']}\n",
+                        style="yellow")
+        if u.get("accuracy_reused_from") is not None:
+            text.append(f"accuracy from trial {u['accuracy_reused_from']} (same training numerics: first steps agree "
+                        f"within {u.get('accuracy_reuse_difference', 0):.1e})\n", style="dim")
         med, iqr = u.get("step_time_median_s"), u.get("step_time_iqr_s")
         if med:
             spread = f", spread (IQR) {100 * iqr / med:.1f}%" if iqr is not None else ""
             text.append(f"step {1000 * med:.2f} ms median over {u.get('timed_steps', '?')} steps{spread}"
                         + ("" if u.get("timing_converged", True) else " (did not settle)") + "\n")
+    elif row.state == "probed":
+        thr, mem = row.versus.cells()[:2]
+        text.append(f"probed: {fmt_rate(row.throughput)} samples/s ({thr}), {fmt_bytes(row.memory)} peak ({mem}) "
+                    "vs the baseline\n")
+        text.append(f"accuracy not needed: {u.get('accuracy_skipped')}\n", style="dim")
     elif row.state in ("failed", "skipped"):
         outcome = f"{row.failure} (skipped, not run)" if row.state == "skipped" else row.failure
         text.append(f"{outcome}: ", style="bold red")

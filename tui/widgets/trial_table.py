@@ -55,6 +55,13 @@ class TrialTable(DataTable):
     def _figure_cells(row: TrialRow) -> list[object]:
         mark = " base" if row.baseline else (" *" if row.on_front else "")
         style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
+        if row.state == "probed":  # two-stage: speed and memory measured, no accuracy run needed
+            cells = row.versus.cells()
+            return [Text(f"{row.number} p", justify="right", style="dim"),
+                    Text(fmt_rate(row.throughput), justify="right", style="dim"), Text(cells[0], justify="right", style="dim"),
+                    Text(fmt_bytes(row.memory), justify="right", style="dim"), Text(cells[1], justify="right", style="dim"),
+                    Text("probed", justify="right", style="dim"), Text("not needed", justify="right", style="dim"),
+                    Text(row.description, style="dim")]
         if row.state != "complete":
             return [Text(f"{row.number}", justify="right"), Text(row.failure or row.state, style="red"),
                     "", "", "", "", "", Text(row.description, style="red")]

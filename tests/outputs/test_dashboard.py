@@ -1,0 +1,54 @@
+"""optuna-dashboard reads a study as advisor writes it, probed-only trials (two-stage
+evaluation: PRUNED, with their probe's figures as user attributes) included: its own web
+API, called in this process through its WSGI app."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import optuna
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.study import storage as st
+
+from recorded_study import NAME, write_recorded_study
+
+dashboard = pytest.importorskip("optuna_dashboard._app")
+
+
+def _get(app, path):
+    status = []
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "localhost",
+               "SERVER_PORT": "80", "wsgi.input": io.BytesIO(), "wsgi.errors": io.StringIO(),
+               "wsgi.url_scheme": "http"}
+    body = b"".join(app(environ, lambda s, h, *a: status.append(s)))
+    return status[0], body
+
+
+def test_the_dashboard_api_reads_a_study_with_probed_trials(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = write_recorded_study(url)
+    trial = study.ask()
+    config = TrialConfig(batch_size=16, threads=1)
+    for key, value in {"config": config.to_dict(), "config_key": config.key(), "throughput": 3000.0,
+                       "peak_memory_bytes": 120 * 2**20, "probe_done": True,
+                       "accuracy_skipped": "dominated by trial 1"}.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    storage = st.open_storage(url)
+    app = dashboard.create_app(storage)
+    study_id = storage.get_study_id_from_name(NAME)
+    status, body = _get(app, f"/api/studies/{study_id}")
+    assert status.startswith("200"), body[:500]
+    data = json.loads(body)
+    trials = {t["number"]: t for t in data["trials"]}
+    assert len(trials) == len(study.trials)
+    probed = trials[trial.number]
+    assert probed["state"] == "Pruned"
+    attrs = {a["key"]: a["value"] for a in probed["user_attrs"]}
+    assert attrs["accuracy_skipped"] == "dominated by trial 1" and "3000" in attrs["throughput"]
+    assert trials[0]["state"] == "Complete" and len(trials[0]["values"]) == 3
+    status, _ = _get(app, f"/csv/{study_id}")
+    assert status.startswith("200")

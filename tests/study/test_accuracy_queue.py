@@ -1,0 +1,165 @@
+"""Two-stage evaluation's decisions on a real Optuna study in a real SQLite file, with the
+real Strategy: probe results are given (numbers chosen for the case), so each decision is
+exact. The trial processes that produce such results are exercised by the study tests."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.events import Note
+from advisor.core.objectives import Limits
+from advisor.core.results import TrialResult, TrialSettings
+from advisor.core.stored import read_study
+from advisor.search.space import parse_space
+from advisor.search.strategy import Strategy
+from advisor.study.accuracy_queue import AccuracyQueue
+
+SPACE = parse_space({"batch_size": {"choices": [16, 32, 64, 128]}, "threads": {"choices": [None, 1]}},
+                    "test", "test")
+FP = {"steps": 5, "losses": [2.3, 2.2, 2.0, 1.9, 1.8], "state": [["w", 0.5, 9.0, 100]]}
+
+
+@pytest.fixture
+def study(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="q",
+                               directions=["maximize", "minimize", "maximize"],
+                               sampler=optuna.samplers.RandomSampler(seed=0))
+
+
+def probe(throughput, memory, fingerprint=None):
+    return TrialResult(ok=True, throughput=throughput, peak_memory_bytes=memory, step_time_median_s=0.01,
+                       telemetry={"fingerprint": fingerprint} if fingerprint else {})
+
+
+def accuracy(value, stop=None):
+    return TrialResult(ok=True, accuracy=value, train_samples=1000, final_loss=0.5,
+                       telemetry={"curve": [{"samples": 250, "loss": 1.0, "metric": 0.5}], "early_stop": stop,
+                                  "initial_loss": 2.3})
+
+
+class Run:
+    """A strategy and a queue on the study; ``propose(config)`` asks a trial with that config."""
+
+    def __init__(self, study, limits=Limits(0.01)):
+        self.notes: list[str] = []
+        self.strategy = Strategy(study, SPACE, TrialConfig(batch_size=32), workload="train", sampler="random",
+                                 budget=10, limits=limits)
+        self.queue = AccuracyQueue(study, self.strategy, TrialSettings(train_samples=1000), limits,
+                                   lambda e: self.notes.append(e.text) if isinstance(e, Note) else None)
+
+    def baseline(self, thr=1000.0, mem=100.0, acc=0.9):
+        p = self.strategy.propose_baseline()
+        self.queue.probed(p, probe(thr, mem, FP), 1.0)
+        assert self.queue.next_run(anyway=False).proposal is p  # the baseline runs, always, first
+        self.queue.waiting[p.number].running = True
+        return self.queue.finished(p.number, accuracy(acc), 5.0)
+
+    def probed(self, config, thr, mem, fingerprint=None):
+        trial = self.strategy.study.ask()
+        p = self.strategy._hand_out(trial, TrialConfig(**config))
+        self.queue.probed(p, probe(thr, mem, fingerprint), 1.0)
+        return p
+
+
+def test_the_baseline_is_stored_with_both_parts(study):
+    run = Run(study)
+    record = run.baseline()
+    assert record.state == "complete" and record.feasible and record.baseline
+    assert record.figures.throughput == 1000.0 and record.figures.accuracy == 0.9
+    assert record.get("probe_done") and record.get("accuracy_run")["wall_s"] == 5.0 and record.get("wall_s") == 6.0
+    assert record.get("curve")[0]["metric"] == 0.5 and record.get("initial_loss") == 2.3
+
+
+def test_dominated_beyond_noise_is_stored_as_probed_with_the_reason(study):
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    slow_big = run.probed({"batch_size": 64, "threads": 1}, 500.0, 150.0)
+    near = run.probed({"batch_size": 64}, 950.0, 105.0)  # worse, but within the default noise
+    small = run.probed({"batch_size": 16}, 300.0, 40.0)  # slower but smaller: a trade-off
+    done = run.queue.settle()
+    assert [r.number for r in done] == [slow_big.number]
+    stored = read_study(study)
+    rec = stored.records[slow_big.number]
+    assert rec.state == "probed" and rec.counted and rec.figures is None
+    assert rec.probe == (500.0, 150.0)
+    assert rec.get("accuracy_skipped").startswith("dominated by trial 0 (2.00x its throughput, 0.67x its memory")
+    assert study.trials[slow_big.number].state == optuna.trial.TrialState.PRUNED
+    assert set(run.queue.waiting) == {near.number, small.number}
+    assert run.strategy.counted == 2  # the baseline and the probed one count towards --trials
+    assert slow_big.number not in [r.number for r in stored.front()]
+
+
+def test_next_run_prefers_the_front_of_what_waits_fastest_first(study):
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    fast = run.probed({"batch_size": 64}, 1500.0, 120.0)
+    beaten = run.probed({"batch_size": 128}, 1200.0, 150.0)  # the fast one beats it: waits for its verdict
+    small = run.probed({"batch_size": 16}, 600.0, 50.0)
+    assert run.queue.next_run(anyway=False) is None  # the Tuner says when
+    order = []
+    for _ in range(3):
+        w = run.queue.next_run(anyway=True)
+        w.running = True
+        order.append(w.proposal.number)
+    assert order == [fast.number, small.number, beaten.number]
+
+
+def test_an_infeasible_front_leaves_the_others_to_run(study):
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.9)
+    fast = run.probed({"batch_size": 64}, 2000.0, 50.0)
+    other = run.probed({"batch_size": 128}, 1500.0, 80.0)
+    w = run.queue.next_run(anyway=True)
+    assert w.proposal.number == fast.number
+    w.running = True
+    record = run.queue.finished(fast.number, accuracy(0.5), 3.0)  # far below the baseline: infeasible
+    assert not record.feasible
+    assert run.queue.settle() == []  # an infeasible trial dominates nothing
+    assert run.queue.next_run(anyway=True).proposal.number == other.number
+
+
+def test_a_gate_stop_is_stored_infeasible_with_where_it_stopped(study):
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.9)
+    p = run.probed({"batch_size": 128}, 3000.0, 90.0)
+    run.queue.waiting[p.number].running = True
+    stop = {"samples": 256, "fraction": 0.25, "reason": "behind the baseline beyond noise", "baseline_metric": 0.7}
+    record = run.queue.finished(p.number, accuracy(0.895, stop), 1.0)  # within the limit, but stopped
+    assert record.state == "complete" and not record.feasible
+    assert record.constraints["accuracy_drop"] > 0 and record.get("early_stop")["fraction"] == 0.25
+
+
+def test_same_training_numerics_reuse_an_accuracy(study):
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.9)
+    same = run.probed({"batch_size": 32, "threads": 1}, 600.0, 100.0, FP)  # threads: may be neutral
+    other = {**FP, "losses": [2.3, 2.2, 2.0, 1.9, 1.7]}
+    differs = run.probed({"batch_size": 16, "threads": 1}, 700.0, 60.0, FP)  # batch size: never reused
+    numerics = run.probed({"batch_size": 32, "threads": 1}, 500.0, 100.0, other)
+    done = {r.number: r for r in run.queue.settle()}
+    assert same.number in done and differs.number not in done
+    rec = done[same.number]
+    assert rec.state == "complete" and rec.figures.accuracy == 0.9 and rec.get("accuracy_reused_from") == 0
+    assert rec.get("accuracy_reuse_difference") == 0.0
+    assert any("accuracy reused from trial 0" in n for n in run.notes)
+    assert numerics.number in run.queue.waiting  # its first steps differ: it trains
+
+
+def test_over_the_memory_cap_needs_no_accuracy_run(study):
+    run = Run(study, Limits(0.01, memory_cap=120.0))
+    run.baseline(1000.0, 100.0)
+    big = run.probed({"batch_size": 128}, 300.0, 130.0)
+    [record] = run.queue.settle()
+    assert record.number == big.number and "over the memory cap" in record.get("accuracy_skipped")
+
+
+def test_cancelled_keeps_the_probe_and_does_not_count(study):
+    run = Run(study)
+    run.baseline()
+    p = run.probed({"batch_size": 64}, 900.0, 90.0)
+    record = run.queue.cancel(p.number, "interrupted by SIGINT")
+    assert record.state == "failed" and not record.counted and record.get("throughput") == 900.0
+    assert "before its accuracy part" in record.failure_message

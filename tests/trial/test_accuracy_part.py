@@ -1,0 +1,102 @@
+"""Two-stage evaluation in the trial process (in this process, as ``run_trial`` runs it):
+the accuracy part's learning curve and gate on real models that really diverge and
+really lag, and the probe's fingerprint on knobs that do and do not change the numerics."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.noise import AccuracyNoise
+from advisor.core.results import TrialPayload, TrialSettings
+from advisor.core.two_stage import REUSE_TOLERANCE, fingerprint_difference, gate_from
+from advisor.trial.entry import run_trial
+from advisor.workload.contract import load_workload
+
+from conftest import EXAMPLES, WORKLOADS
+
+SETTINGS = TrialSettings(train_samples=4096, max_timing_s=0.5)
+MLP = EXAMPLES / "digits_mlp.py"
+
+
+def run(path, config, stage, seed=0, gate=None, settings=SETTINGS):
+    payload = TrialPayload.of(load_workload(path), TrialConfig(**config), replace(settings, stage=stage, seed=seed),
+                              gate.to_dict() if gate is not None else None)
+    result = run_trial(payload)
+    assert result.ok, result.failure_message
+    return result
+
+
+@pytest.fixture(scope="module")
+def gate():
+    """The gate as a study builds it: the baseline's accuracy runs with three seeds."""
+    runs = [run(MLP, {"batch_size": 64}, "accuracy", seed=s) for s in (0, 1, 2)]
+    noise = AccuracyNoise([0, 1, 2], [r.accuracy for r in runs])
+    return gate_from(runs[0].telemetry["curve"], [r.telemetry["curve"] for r in runs[1:]], 0.01, noise.epsilon,
+                     runs[0].telemetry["initial_loss"])
+
+
+def test_the_accuracy_part_trains_the_budget_with_a_curve_and_times_nothing():
+    acc = run(MLP, {"batch_size": 64}, "accuracy")
+    full = run(MLP, {"batch_size": 64}, "full")
+    assert acc.throughput is None and acc.timed_steps == 0
+    assert acc.train_samples == full.train_samples == 4096
+    assert acc.accuracy == full.accuracy  # the curve's evaluations change nothing in the training
+    curve = acc.telemetry["curve"]
+    assert [p["samples"] for p in curve] == [1024, 2048, 3072]
+    assert curve[0]["metric"] < curve[-1]["metric"] <= 1.0 and curve[0]["loss"] > curve[-1]["loss"]
+    assert acc.telemetry["early_stop"] is None and acc.telemetry["initial_loss"] > curve[0]["loss"]
+    assert {"train", "curve", "eval"} <= set(acc.phase_s)
+
+
+def test_a_probe_leaves_a_fingerprint_and_no_accuracy():
+    p = run(MLP, {"batch_size": 64}, "probe")
+    assert p.accuracy is None and p.throughput > 0
+    fp = p.telemetry["fingerprint"]
+    assert fp["steps"] == 5 and len(fp["losses"]) == 5
+    assert [s[0] for s in fp["state"]] == ["1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"]
+
+
+def test_the_gate_stops_a_model_that_really_diverges(gate):
+    """An absurd learning rate (tests/workloads/diverging.py, the same network and data)."""
+    r = run(WORKLOADS / "diverging.py", {"batch_size": 64}, "accuracy", gate=gate)
+    stop = r.telemetry["early_stop"]
+    assert stop is not None and stop["reason"].startswith("diverged"), r.telemetry["curve"]
+    assert stop["fraction"] < 1 and r.train_samples < 4096
+    assert r.accuracy == r.telemetry["curve"][-1]["metric"]  # evaluated where it stopped
+
+
+def test_the_gate_stops_a_configuration_that_really_lags(gate):
+    """A batch of 512 at the same sample budget takes 8 steps where the baseline takes 64:
+    after 1,024 samples it has taken 2 and is far behind."""
+    r = run(MLP, {"batch_size": 512}, "accuracy", gate=gate)
+    stop = r.telemetry["early_stop"]
+    assert stop is not None and stop["reason"].startswith("behind the baseline beyond noise")
+    assert stop["samples"] == 1024 and stop["baseline_metric"] == gate.baseline_metrics[0]
+
+
+def test_the_gate_lets_a_configuration_that_keeps_up_finish(gate):
+    r = run(MLP, {"batch_size": 32}, "accuracy", gate=gate)
+    assert r.telemetry["early_stop"] is None and r.train_samples == 4096
+
+
+def _fingerprint(path, config):
+    return run(path, config, "probe", settings=replace(SETTINGS, train_samples=600)).telemetry["fingerprint"]
+
+
+@pytest.mark.parametrize("path, knob, reusable", [
+    (MLP, {"threads": 1}, True),
+    (MLP, {"num_workers": 2}, True),
+    (MLP, {"activation_checkpointing": True}, True),
+    (EXAMPLES / "digits_cnn.py", {"activation_checkpointing": True}, True),  # BatchNorm's statistics included
+    (EXAMPLES / "digits_cnn.py", {"channels_last": True}, False),  # other kernels: AdamW amplifies the rounding
+    (MLP, {"precision": "bf16"}, False),
+])
+def test_the_fingerprint_tells_which_knobs_leave_the_numerics_alone(path, knob, reusable):
+    """The evidence behind reuse: on these models these knobs give the same first training
+    steps (or not) to within the tolerance."""
+    base = _fingerprint(path, {"batch_size": 64})
+    diff = fingerprint_difference(base, _fingerprint(path, {"batch_size": 64, **knob}))
+    assert diff is not None and (diff <= REUSE_TOLERANCE) is reusable, diff
