@@ -6,7 +6,15 @@ Tuner:
     tuner = Tuner(plan_study(options), executor=ReplayExecutor(grid, seed=0))
 
 Each answer is one of the cell's recorded repeats, drawn with the seed; a configuration
-outside the grid is an error (the replayed space must be the recorded one).
+outside the grid is an error (the replayed space must be the recorded one). A grid
+recorded with ``--parts`` answers each part of two-stage evaluation from its own
+recording (a probe from ``probes``, an accuracy run from ``accuracy_runs``, applying the
+payload's early-stop gate to the recorded learning curve), and a full trial from ``runs``.
+
+The executor keeps a clock: each answer advances it by the recorded wall time of what was
+asked (an accuracy run the gate stops, by the fraction it trained), one part at a time
+as the recordings were made. ``finished_at`` maps each trial number to the clock when its
+last part came back: a study's progress against the time it would have taken.
 """
 
 from __future__ import annotations
@@ -29,13 +37,17 @@ class Grid:
 
     doc: dict[str, Any]
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    parts: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # key -> probe / accuracy runs
 
     @classmethod
     def load(cls, path: str | Path) -> Grid:
         doc = json.loads(Path(path).read_text())
         grid = cls(doc)
         for cell in doc["cells"]:
-            grid.runs[TrialConfig.from_dict(cell["config"]).key()] = cell["runs"]
+            key = TrialConfig.from_dict(cell["config"]).key()
+            grid.runs[key] = cell["runs"]
+            if "probes" in cell:
+                grid.parts[key] = {"probe": cell["probes"], "accuracy": cell["accuracy_runs"]}
         return grid
 
     def median(self, key: str) -> tuple[float, float, float] | None:
@@ -60,6 +72,8 @@ class ReplayExecutor:
     def __init__(self, grid: Grid, seed: int = 0) -> None:
         self.grid, self.rng = grid, random.Random(seed)
         self.calls = 0
+        self.clock = 0.0  # seconds of recorded wall time answered so far
+        self.finished_at: dict[int, float] = {}
         self.device, self.slots, self.startup_s = "cpu", 1, 0.0
         self.resources: dict[str, Any] = {"num_cpus": 0}
 
@@ -70,14 +84,50 @@ class ReplayExecutor:
         if key not in self.grid.runs:
             raise KeyError(f"configuration not in the recorded grid: {payload.config.to_dict()}")
         self.calls += 1
-        run = self.rng.choice(self.grid.runs[key])
-        if run["ok"]:
-            result = TrialResult(ok=True, throughput=run["throughput"], peak_memory_bytes=run["peak_memory_bytes"],
-                                 accuracy=run["accuracy"], step_time_median_s=run.get("step_time_median_s"),
-                                 step_time_iqr_s=run.get("step_time_iqr_s"), phase_s={"train": run.get("compute_s", 0.0)})
+        stage = payload.settings.stage
+        cell = self.grid.parts.get(key, {})
+        if stage in ("probe", "accuracy") and stage in cell:
+            result, wall = self._part(stage, self.rng.choice(cell[stage]), payload.gate)
         else:
-            result = TrialResult.failed(run["failure_class"], "replayed failure")
+            run = self.rng.choice(self.grid.runs[key])
+            wall = run.get("wall_s", 0.0)
+            if run["ok"]:
+                result = TrialResult(ok=True, throughput=run["throughput"], peak_memory_bytes=run["peak_memory_bytes"],
+                                     accuracy=run["accuracy"], step_time_median_s=run.get("step_time_median_s"),
+                                     step_time_iqr_s=run.get("step_time_iqr_s"),
+                                     phase_s={"train": run.get("compute_s", 0.0)})
+            else:
+                result = TrialResult.failed(run["failure_class"], "replayed failure")
+        self.clock += wall
+        if number < 1_000_000:  # a study's trial (not a confirmation or watch measurement)
+            self.finished_at[number] = self.clock
         return _Answer(number, result, time.monotonic())
+
+    @staticmethod
+    def _part(stage: str, run: dict[str, Any], gate_data: Any) -> tuple[TrialResult, float]:
+        from advisor.core.two_stage import Gate
+
+        wall = run.get("wall_s", 0.0)
+        if not run["ok"]:
+            return TrialResult.failed(run["failure_class"], "replayed failure"), wall
+        if stage == "probe":
+            return TrialResult(ok=True, throughput=run["throughput"], peak_memory_bytes=run["peak_memory_bytes"],
+                               step_time_median_s=run.get("step_time_median_s"),
+                               step_time_iqr_s=run.get("step_time_iqr_s"), phase_s={"timing": run.get("compute_s", 0.0)},
+                               telemetry={"fingerprint": run.get("fingerprint")}), wall
+        curve, gate = run.get("curve") or [], Gate.from_dict(gate_data)
+        stop, accuracy = None, run["accuracy"]
+        for i, point in enumerate(curve if gate is not None else []):
+            reason = gate.verdict(i, point["metric"], point["loss"])
+            if reason:
+                fraction = point["samples"] / max(1, run.get("train_samples") or point["samples"])
+                stop = {"samples": point["samples"], "fraction": fraction, "reason": reason, "baseline_metric": None}
+                accuracy, wall = point["metric"], wall * fraction
+                break
+        return TrialResult(ok=True, accuracy=accuracy, train_samples=run.get("train_samples") or 0,
+                           phase_s={"train": run.get("compute_s", 0.0)},
+                           telemetry={"curve": curve, "early_stop": stop,
+                                      "initial_loss": run.get("initial_loss")}), wall
 
     def wait(self, running: Sequence[Any], timeout: float) -> list[tuple[Any, TrialResult]]:
         return [(r, r.result) for r in running]

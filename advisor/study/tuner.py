@@ -5,7 +5,9 @@ baseline alone (its accuracy anchors the accuracy constraint, its duration the d
 per-trial timeout) and with more seeds (the metric's noise), then keep every slot busy
 with the strategy's proposals until the budget or the time is spent, storing each result
 as it comes, and finally confirm the front in pairs against the baseline
-(``advisor.study.confirm``). Between trials a ``BaselineWatch`` runs a trial again when
+(``advisor.study.confirm``). In a training study each configuration runs in two parts
+(two-stage evaluation): its probe, then, where ``AccuracyQueue`` decides it can change the
+front, its accuracy run; ``Slots`` keeps what runs now. Between trials a ``BaselineWatch`` runs a trial again when
 its noise sentinel shows a disturbed machine, and measures the baseline again when due.
 Ctrl-C / SIGTERM (or ``stop()`` from another thread) stop it gracefully: running trials
 are cancelled and recorded, so storage holds no RUNNING trial.
@@ -22,9 +24,9 @@ from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Cancelled, Finished, Listener, Note, Probed, Started, Submitted, TimeoutSet, ignore
 from advisor.core.noise import reading_of
 from advisor.core.objectives import Versus
-from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stored import WALL, TrialRecord
-from advisor.runner.executor import Executor, Handle
+from advisor.runner.executor import Executor
 from advisor.search.strategy import Proposal, Strategy
 from advisor.study import storage as stores
 from advisor.study.accuracy_queue import AccuracyQueue, Waiting, probe_result
@@ -33,6 +35,7 @@ from advisor.study.confirm import Confirmer
 from advisor.study.pairing import probe_settings
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
+from advisor.study.slots import Done, Slots
 
 if TYPE_CHECKING:
     import optuna
@@ -73,8 +76,7 @@ class Tuner:
         self.stop_reason: str | None = None  # why no more trials start (the budget, the time, the user)
         self.halt: str | None = None  # the user stopped the study (Ctrl-C, SIGTERM, stop())
         self.watch: BaselineWatch | None = None  # once the baseline is in
-        self.running: dict[int, tuple[Handle, Proposal]] = {}
-        self.parts: dict[int, str] = {}  # what each running trial runs: "full", "probe" or "accuracy"
+        self.slots: Slots  # what runs now; set once the executor is started
         self.queue: AccuracyQueue | None = None  # two-stage evaluation: probed, waiting for accuracy
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
         self.done = 0  # trials that count towards the budget
@@ -90,6 +92,7 @@ class Tuner:
             from advisor.runner.ray_executor import RayExecutor
 
             self.executor = RayExecutor(self.plan.hardware.device, self.options.ray_address).start()
+        self.slots = Slots(self.executor)
         return self.executor
 
     def run(self) -> StudyOutcome:
@@ -152,10 +155,10 @@ class Tuner:
         timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S
         records: list[TrialRecord] = []
         while self.stop_reason is None:
-            w = self.queue.next_run(anyway=False) if self.queue is not None and not self.running else None
+            w = self.queue.next_run(anyway=False) if self.queue is not None and not self.slots else None
             if w is not None:
                 self._submit_accuracy(w)
-            if not self.running:
+            if not self.slots:
                 break
             records += self._collect(timeout)
         if self.stop_reason is not None or self.strategy.baseline_record is not None:
@@ -179,7 +182,7 @@ class Tuner:
         while self.stop_reason is None:
             more = self.done + self._in_flight() < self.options.trials  # trials still to start
             remeasure = self.watch.remeasure_reason(self.done, self.strategy.seeds_done) if more else None
-            if remeasure and not self.running:  # alone on the machine, like every measurement
+            if remeasure and not self.slots:  # alone on the machine, like every measurement
                 self.watch.remeasure(remeasure, self.done, self.strategy.last_number, self.trial_timeout)
                 continue
             if not remeasure:
@@ -187,7 +190,7 @@ class Tuner:
             if self.strategy.gave_up:
                 self.stop_reason = self.strategy.gave_up
                 break
-            if not self.running and not (self.queue is not None and self.queue.waiting):
+            if not self.slots and not (self.queue is not None and self.queue.waiting):
                 if self.strategy.space_exhausted and self.done < self.options.trials:
                     self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured"))
                 break
@@ -210,126 +213,100 @@ class Tuner:
         """Submit work while a slot is free and time is left: with two-stage evaluation an
         accuracy run when enough probed configurations wait to choose among (or no probe
         can start), else a new configuration's probe while the budget allows."""
-        assert self.executor is not None
-        while len(self.running) < self.executor.slots and time.monotonic() < self.deadline:
+        while self.slots.free and time.monotonic() < self.deadline:
             can_probe = self.done + self._in_flight() < self.options.trials
+            w = None
             if self.queue is not None:
                 self._settle()
-                lookahead = len(self.queue.waiting) >= max(LOOKAHEAD, self.executor.slots)
-                w = self.queue.next_run(anyway=lookahead or not can_probe)
-                if w is not None:
-                    if not self._fits(w.proposal):
-                        return
-                    self._submit_accuracy(w)
-                    continue
-            if not can_probe:
-                return
-            proposal = self.pending or self.strategy.propose()
-            if proposal is None:  # the strategy waits for results: train what waits meanwhile
-                w = self.queue.next_run(anyway=True) if self.queue is not None else None
-                if w is None or not self._fits(w.proposal):
+                w = self.queue.next_run(anyway=len(self.queue.waiting) >= max(LOOKAHEAD, self.executor.slots)  # type: ignore[union-attr]
+                                        or not can_probe)
+            proposal = None
+            if w is None and can_probe:
+                proposal = self.pending or self.strategy.propose()
+                if proposal is None and self.queue is not None:  # the strategy waits for results: train meanwhile
+                    w = self.queue.next_run(anyway=True)
+            if w is not None:
+                if not self.slots.fits(w.proposal):
                     return
                 self._submit_accuracy(w)
-                continue
-            if not self._fits(proposal):
-                self.pending = proposal  # wait until enough GPUs are free for it
+            elif proposal is not None:
+                if not self.slots.fits(proposal):
+                    self.pending = proposal  # wait until enough GPUs are free for it
+                    return
+                self.pending = None
+                self._submit(proposal)
+            else:
                 return
-            self.pending = None
-            self._submit(proposal)
 
     def _in_flight(self) -> int:
         """Configurations started and not yet stored: running, or probed and waiting."""
-        return len(set(self.running) | set(self.queue.waiting if self.queue is not None else ()))
+        return len(set(self.slots.running) | set(self.queue.waiting if self.queue is not None else ()))
 
     def _settle(self) -> None:
         """Store the probed configurations that need no accuracy run, or reuse one."""
         assert self.queue is not None
         for record in self.queue.settle():
-            w_result = probe_result(record)
+            shown = probe_result(record)
             self.done += record.counted
-            self.emit(Finished(record.number, record.config, w_result, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
-                               self._versus(w_result)))
+            self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
+                               self._versus(shown)))
 
     def _submit_accuracy(self, w: Waiting) -> None:
-        assert self.executor is not None and self.queue is not None
+        assert self.queue is not None
         w.running = True
-        payload = self.queue.payload(w, self.plan.workload)
-        self.running[w.proposal.number] = (self.executor.submit(w.proposal.number, payload), w.proposal)
-        self.parts[w.proposal.number] = "accuracy"
-
-    def _fits(self, proposal: Proposal) -> bool:
-        """Whether the trial can start now: a free node (CPU), or ``devices`` free GPUs."""
-        assert self.executor is not None
-        if self.executor.device != "cuda":
-            return len(self.running) < self.executor.slots
-        in_use = sum(p.config.devices for _, p in self.running.values())
-        return in_use + proposal.config.devices <= self.executor.slots
+        self.slots.submit(w.proposal, self.queue.payload(w, self.plan.workload), "accuracy")
 
     def _submit(self, proposal: Proposal) -> None:
-        assert self.executor is not None
-        payload = TrialPayload.of(self.plan.workload, proposal.config, self._settings())
-        self.running[proposal.number] = (self.executor.submit(proposal.number, payload), proposal)
-        self.parts[proposal.number] = "probe" if self.queue is not None else "full"
+        """A new configuration's first part (its probe), or its only one."""
+        settings = probe_settings(self.plan.settings) if self.queue is not None else self.plan.settings
+        self.slots.submit(proposal, TrialPayload.of(self.plan.workload, proposal.config, settings),
+                          "probe" if self.queue is not None else "full")
         self.emit(Submitted(proposal.number, proposal.config))
 
-    def _settings(self) -> TrialSettings:
-        """A new configuration's first (or only) part."""
-        return probe_settings(self.plan.settings) if self.queue is not None else self.plan.settings
-
     def _collect(self, timeout: float) -> list[TrialRecord]:
-        """Wait briefly for results; store finished and timed-out trials."""
-        assert self.executor is not None
+        """Wait briefly for results; store finished and timed-out trials (a probe that went
+        well waits in the queue for its accuracy decision)."""
         finished = []
-        handles = [h for h, _ in self.running.values()]
-        for handle, result in self.executor.wait(handles, timeout=0.5):
-            if self._run_again(handle.number, result):
+        for d in self.slots.done(timeout):
+            if self._run_again(d):
                 continue
-            wall = time.monotonic() - handle.submitted
-            if self.parts.get(handle.number) == "probe" and result.ok:
+            if d.part == "probe" and d.result.ok:
                 assert self.queue is not None
-                _, proposal = self.running.pop(handle.number)
-                self.parts.pop(handle.number)
-                self.queue.probed(proposal, result, wall)
-                self.emit(Probed(handle.number, proposal.config, result, wall, self._versus(result, probe=True)))
+                self.queue.probed(d.proposal, d.result, d.wall_s)
+                self.emit(Probed(d.number, d.proposal.config, d.result, d.wall_s, self._versus(d.result, probe=True)))
                 continue
-            finished.append(self._record(handle.number, result, wall))
-        now = time.monotonic()
-        for number, (handle, _) in list(self.running.items()):
-            if now - handle.submitted > timeout:
-                self.executor.cancel(handle)
-                result = TrialResult.failed("timeout", f"the trial ran longer than the trial timeout ({timeout:.0f} s)")
-                finished.append(self._record(number, result, now - handle.submitted))
+            finished.append(self._record(d))
         return finished
 
-    def _run_again(self, number: int, result: TrialResult) -> bool:
+    def _run_again(self, d: Done) -> bool:
         """When the noise sentinel shows the trial ran on a disturbed machine: keep that
-        measurement with the trial and run the same trial again (it counts once)."""
-        if self.parts.get(number) == "accuracy":  # the metric does not depend on the machine's speed
-            if self.watch is not None:
-                self.watch.judge.add(reading_of(result.telemetry))
+        measurement with the trial and run the same part again (it counts once). Accuracy
+        parts only inform the sentinel's judge: the metric does not depend on the speed."""
+        if self.watch is None:
             return False
-        why = self.watch.disturbed(number, result) if self.watch is not None else None
+        if d.part == "accuracy":
+            self.watch.judge.add(reading_of(d.result.telemetry))
+            return False
+        why = self.watch.disturbed(d.number, d.result)
         if why is None:
             return False
-        assert self.executor is not None
-        _, proposal = self.running[number]
-        self.strategy.note_disturbed(number, result, why)
-        self.emit(Note(f"trial {number}: {why}; running it again"))
-        payload = TrialPayload.of(self.plan.workload, proposal.config, self._settings())
-        self.running[number] = (self.executor.submit(number, payload), proposal)
+        self.strategy.note_disturbed(d.number, d.result, why)
+        self.emit(Note(f"trial {d.number}: {why}; running it again"))
+        settings = probe_settings(self.plan.settings) if d.part == "probe" else self.plan.settings
+        self.slots.submit(d.proposal, TrialPayload.of(self.plan.workload, d.proposal.config, settings), d.part)
         return True
 
-    def _record(self, number: int, result: TrialResult, wall: float) -> TrialRecord:
-        _, proposal = self.running.pop(number)
-        if self.parts.pop(number, None) == "accuracy":
+    def _record(self, d: Done) -> TrialRecord:
+        result, wall = d.result, d.wall_s
+        if d.part == "accuracy":
             assert self.queue is not None
-            shown = self.queue.merged(number, result)
-            record = self.queue.finished(number, result, wall)
+            shown = self.queue.merged(d.number, result)
+            record = self.queue.finished(d.number, result, wall)
             result, wall = shown, record.get(WALL, wall)
         else:
-            record = self.strategy.tell(number, result, wall)
+            record = self.strategy.tell(d.number, result, wall)
         self.done += record.counted
-        self.emit(Finished(number, proposal.config, result, wall, record, self._versus(result)))
+        self.emit(Finished(d.number, d.proposal.config, result, wall, record, self._versus(result)))
         return record
 
     def _versus(self, result: TrialResult, probe: bool = False) -> Versus | None:
@@ -339,21 +316,16 @@ class Tuner:
         return self.watch.versus(result, base.figures, probe)
 
     def _cancel_all(self, reason: str) -> None:
-        """Cancel what still runs (and a proposal still waiting for GPUs) and record it,
-        so storage holds no RUNNING trial."""
-        assert self.executor is not None
+        """Cancel what still runs (and a proposal still waiting for GPUs, and probed ones
+        waiting for their accuracy part) and record it, so storage holds no RUNNING trial."""
         waiting = [self.pending] if self.pending is not None else []
         self.pending = None
-        for number, (handle, _) in list(self.running.items()):
-            self.executor.cancel(handle)
-            self.running.pop(number)
-            if self.parts.pop(number, None) == "accuracy":
-                assert self.queue is not None
-                self.queue.cancel(number, reason)
+        for d in self.slots.cancel_all():
+            if d.part == "accuracy":
+                self.queue.cancel(d.number, reason)  # type: ignore[union-attr]
             else:
-                self.strategy.tell(number, TrialResult.failed("cancelled", f"cancelled: {reason}"),
-                                   time.monotonic() - handle.submitted)
-            self.emit(Cancelled(number))
+                self.strategy.tell(d.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), d.wall_s)
+            self.emit(Cancelled(d.number))
         for number in list(self.queue.waiting if self.queue is not None else ()):
             self.queue.cancel(number, reason)  # type: ignore[union-attr]
             self.emit(Cancelled(number))
