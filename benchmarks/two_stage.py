@@ -39,8 +39,8 @@ from advisor.core.objectives import hypervolume  # noqa: E402
 from common import commit  # noqa: E402
 from search_efficiency import Scorer  # noqa: E402
 
-GRIDS = {"digits_cnn": ("grid_digits_cnn_cpu.json", "digits_cnn.py"),
-         "digits_mlp": ("grid_digits_mlp_cpu.json", "digits_mlp.py")}
+GRIDS = {"digits_cnn": ("grid_digits_cnn_cpu_parts.json", "digits_cnn.py"),
+         "digits_mlp": ("grid_digits_mlp_cpu_parts.json", "digits_mlp.py")}
 TARGET = 0.95
 
 

@@ -14,6 +14,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 GRID = REPO / "benchmarks" / "data" / "grid_digits_cnn_cpu.json"
+PARTS_GRID = REPO / "benchmarks" / "data" / "grid_digits_mlp_cpu_parts.json"  # recorded with --parts
 
 
 def _main(module, argv, monkeypatch):
@@ -77,6 +78,53 @@ def test_search_efficiency_tiny(tmp_path, monkeypatch):
     oracle = doc["oracle_curve"]  # knowing the grid: never below any strategy's median curve
     assert len(oracle) == 5 and all(b >= a - 1e-12 for a, b in zip(oracle, oracle[1:]))
     assert all(o >= m - 1e-9 for curve in doc["median_curves"].values() for o, m in zip(oracle, curve))
+
+
+def test_replay_answers_each_part_from_its_recording_on_a_clock():
+    from dataclasses import replace
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.core.two_stage import Gate
+
+    from replay import Grid, ReplayExecutor
+
+    grid = Grid.load(PARTS_GRID)
+    config = TrialConfig(batch_size=64)
+    settings = TrialSettings(train_samples=1)
+    executor = ReplayExecutor(grid, seed=0)
+    [probe] = grid.parts[config.key()]["probe"]
+    [run] = grid.parts[config.key()]["accuracy"]
+    answer = executor.submit(3, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="probe")))
+    assert answer.result.throughput == probe["throughput"] and answer.result.accuracy is None
+    assert answer.result.telemetry["fingerprint"] == probe["fingerprint"]
+    assert executor.clock == pytest.approx(probe["wall_s"]) and executor.finished_at[3] == executor.clock
+    answer = executor.submit(3, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="accuracy")))
+    assert answer.result.accuracy == run["accuracy"] and answer.result.throughput is None
+    assert executor.clock == pytest.approx(probe["wall_s"] + run["wall_s"])
+    first = run["curve"][0]  # a gate whose floor is above the recorded curve stops it at the first point
+    gate = Gate((first["samples"],), (first["metric"] + 0.5,), None, (first["metric"] + 0.6,))
+    before = executor.clock
+    answer = executor.submit(4, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="accuracy"),
+                                             gate.to_dict()))
+    stop = answer.result.telemetry["early_stop"]
+    assert stop["samples"] == first["samples"] and answer.result.accuracy == first["metric"]
+    assert executor.clock - before == pytest.approx(run["wall_s"] * stop["fraction"])
+
+
+def test_two_stage_tiny(tmp_path, monkeypatch):
+    import two_stage
+
+    out = tmp_path / "t.json"
+    assert _main(two_stage, ["--tiny", "-o", str(out)], monkeypatch) == 0
+    doc = json.loads(out.read_text())
+    grid = doc["grids"]["digits_mlp"]
+    selective, everything = grid["modes"]["selective"]["runs"][0], grid["modes"]["all"]["runs"][0]
+    assert selective["counts"]["probes"] == 8 and everything["counts"]["probes"] == 0
+    assert everything["counts"]["completed"] == 8
+    for run in (selective, everything):
+        assert 0 < run["time_to_95_s"] <= run["study_s"] and 0 <= run["hv_final"] <= 1 + 1e-9
+    assert doc["wall_ratio_vs_previous_default"] == grid["wall_ratio"] > 0
 
 
 def test_best_first_curve_reaches_the_whole_front():

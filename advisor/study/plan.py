@@ -100,7 +100,7 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
     else:
         for key, value in attrs.items():
             study.set_user_attr(key, value)
-    for number in stores.fail_stale(study, storage):
+    for number in stores.fail_stale(study, storage, keep_probed=plan.options.two_stage):
         on_event(Note(f"trial {number} was left running by an earlier run: marked failed"))
     return study
 

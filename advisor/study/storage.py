@@ -161,15 +161,15 @@ def load(storage: Any, name: str | None, url: str | None = None) -> optuna.Study
     return optuna.load_study(study_name=find_study(storage, name, url), storage=storage)
 
 
-def fail_stale(study: optuna.Study, storage: Any) -> list[int]:
+def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True) -> list[int]:
     """Mark the trials a killed driver left RUNNING as failed ('interrupted', not counted:
     their configurations run again), through Optuna's public storage API, except those
-    whose probe is stored (two-stage evaluation goes on with their accuracy part). Returns
-    their numbers."""
+    whose probe is stored when ``keep_probed`` (two-stage evaluation goes on with their
+    accuracy part). Returns their numbers."""
     import optuna
 
     running = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-               if not t.user_attrs.get(PROBE_DONE)]  # probed: resumed with its probe (advisor.study.accuracy_queue)
+               if not (keep_probed and t.user_attrs.get(PROBE_DONE))]  # probed: resumed with its probe (advisor.study.accuracy_queue)
     study_id = storage.get_study_id_from_name(study.study_name)
     for t in running:
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)

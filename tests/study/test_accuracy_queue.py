@@ -163,3 +163,15 @@ def test_cancelled_keeps_the_probe_and_does_not_count(study):
     record = run.queue.cancel(p.number, "interrupted by SIGINT")
     assert record.state == "failed" and not record.counted and record.get("throughput") == 900.0
     assert "before its accuracy part" in record.failure_message
+
+
+def test_a_probed_only_trial_cannot_be_exported(study):
+    from advisor.core.errors import StudyError
+    from advisor.outputs.export import trial_by_number
+
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    slow_big = run.probed({"batch_size": 64, "threads": 1}, 500.0, 150.0)
+    run.queue.settle()
+    with pytest.raises(StudyError, match="was probed only .* its metric is unknown"):
+        trial_by_number(read_study(study), slow_big.number)
