@@ -34,10 +34,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from search_efficiency import Scorer  # noqa: E402
+
 from advisor.core.objectives import hypervolume  # noqa: E402
 
 from common import commit  # noqa: E402
-from search_efficiency import Scorer  # noqa: E402
 
 GRIDS = {"digits_cnn": ("grid_digits_cnn_cpu_parts.json", "digits_cnn.py"),
          "digits_mlp": ("grid_digits_mlp_cpu_parts.json", "digits_mlp.py")}
