@@ -60,14 +60,19 @@ def _fp(losses, state):
 
 
 def test_fingerprints_compare_losses_and_state_relatively():
-    a = _fp([2.3, 2.1, 1.9], [["w", 1.0, 4.0], ["bn.running_var", 3.0, 9.0]])
+    a = _fp([2.3, 2.1, 1.9], [["w", 1.0, 4.0, 16], ["bn.running_var", 3.0, 9.0, 1]])
     assert fingerprint_difference(a, a) == 0.0
-    close = _fp([2.3, 2.1, 1.9000001], [["w", 1.0, 4.0], ["bn.running_var", 3.0, 9.0]])
+    close = _fp([2.3, 2.1, 1.9000001], a["state"])
     assert fingerprint_difference(a, close) == pytest.approx(1e-7 / 1.9000001, rel=1e-3)
-    twice_updated = _fp([2.3, 2.1, 1.9], [["w", 1.0, 4.0], ["bn.running_var", 2.7, 7.3]])
-    assert fingerprint_difference(a, twice_updated) == pytest.approx(1.7 / 9.0)
+    twice_updated = _fp(a["losses"], [["w", 1.0, 4.0, 16], ["bn.running_var", 2.7, 7.29, 1]])
+    assert fingerprint_difference(a, twice_updated) == pytest.approx((9.0 - 7.29) / 9.0)
+    # a sum near zero is compared with the most it can be, sqrt(sum of squares x size)
+    near_zero = _fp(a["losses"], [["w", 1e-6, 4.0, 16], a["state"][1]])
+    assert fingerprint_difference(near_zero, _fp(a["losses"], [["w", -1e-6, 4.0, 16], a["state"][1]])) \
+        == pytest.approx(2e-6 / 8.0)
     assert fingerprint_difference(a, _fp([2.3, 2.1], a["state"])) is None  # different steps
-    assert fingerprint_difference(a, _fp(a["losses"], [["v", 1.0, 4.0], a["state"][1]])) is None  # other tensors
+    assert fingerprint_difference(a, _fp(a["losses"], [["v", 1.0, 4.0, 16], a["state"][1]])) is None  # other tensors
+    assert fingerprint_difference(a, _fp(a["losses"], [["w", 1.0, 4.0, 32], a["state"][1]])) is None  # other sizes
     assert fingerprint_difference(a, None) is None
     assert fingerprint_difference(a, _fp([2.3, 2.1, math.nan], a["state"])) is None
 
