@@ -216,7 +216,9 @@ def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
     stored = read_study(Tuner(plan_study(options), on_event=on_event).run().study)
     assert not marker.exists()  # the disturbance happened
     disturbed = [r for r in stored.records if r.get("disturbed_runs")]
-    assert 1 in [d.number for d in disturbed], [(r.number, r.attrs.get("disturbed_runs")) for r in stored.records]
+    # trials 1 and 2 start together (two slots): whichever builds its model first is disturbed
+    assert disturbed and min(d.number for d in disturbed) in (1, 2), \
+        [(r.number, r.attrs.get("disturbed_runs")) for r in stored.records]
     for d in disturbed:  # the busy processes may outlast trial 1: a later trial can be disturbed too
         runs = d.get("disturbed_runs")
         assert d.state == "complete" and d.counted and 1 <= len(runs) <= 2  # ran again, counted once
