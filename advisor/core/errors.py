@@ -64,7 +64,3 @@ class TrialFailed(AdvisorError):
     every repeat of ``advisor measure`` fails."""
 
     exit_code = 1
-
-
-class NonFiniteLoss(AdvisorError):
-    """The loss became NaN or infinite: the configuration diverged (failure class ``error``)."""

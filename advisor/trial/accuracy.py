@@ -37,7 +37,8 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
                  phases: dict[str, float], evaluate: Any, agree: Any, cycle: Any) -> dict[str, Any]:
     """Train the sample budget with a learning curve and the gate; evaluate. ``evaluate``,
     ``agree`` and ``cycle`` are the trial loop's (``advisor.trial.loop``)."""
-    from advisor.core.errors import NonFiniteLoss, UnsupportedError
+    from advisor.core.errors import UnsupportedError
+    from advisor.trial.errors import NonFiniteLoss
 
     bs = prepared.config.batch_size
     if bs > len(train):

@@ -21,7 +21,7 @@ import os
 import time
 from typing import Any
 
-from advisor.core.errors import NonFiniteLoss, UnsupportedError
+from advisor.core.errors import UnsupportedError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.two_stage import FINGERPRINT_STEPS
 from advisor.machine.memory import peak_memory_for
@@ -29,6 +29,7 @@ from advisor.machine.sentinel import describe_kernel, read_sentinel
 from advisor.machine.timing import StepTimer
 from advisor.techniques.prepare import apply
 from advisor.trial.accuracy import accuracy_run, fingerprint
+from advisor.trial.errors import NonFiniteLoss
 from advisor.workload.contract import Workload, build_model, check_metric, load_datasets
 
 

@@ -8,8 +8,9 @@ import os
 import time
 import traceback
 
-from advisor.core.errors import NonFiniteLoss, UnsupportedError, WorkloadError
+from advisor.core.errors import UnsupportedError, WorkloadError
 from advisor.core.results import TrialPayload, TrialResult
+from advisor.trial.errors import NonFiniteLoss
 from advisor.workload.contract import Workload, load_workload
 
 
