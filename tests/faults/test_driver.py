@@ -59,7 +59,7 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     completed = {t.number: t.values for t in before if t.state.name in ("COMPLETE", "PRUNED")}
     running = [t.number for t in before if t.state.name == "RUNNING"]
     probed = [n for n in running if before[n].user_attrs.get("probe_done")]  # between its two parts
-    assert len(completed) >= 3 and running, [t.state.name for t in before]
+    assert len(completed) >= 2 and running, [t.state.name for t in before]  # a trial may still be in its second part
 
     assert main([*ARGS, "--trials", "5"]) == 0  # the same command again
     out = capsys.readouterr().out

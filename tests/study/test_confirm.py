@@ -221,6 +221,6 @@ def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
         [(r.number, r.attrs.get("disturbed_runs")) for r in stored.records]
     for d in disturbed:  # the busy processes may outlast trial 1: a later trial can be disturbed too
         runs = d.get("disturbed_runs")
-        assert d.state == "complete" and d.counted and 1 <= len(runs) <= 2  # ran again, counted once
+        assert d.state in ("complete", "probed") and d.counted and 1 <= len(runs) <= 2  # ran again, counted once
         assert "noise sentinel" in runs[0]["reason"] and runs[0]["throughput"] and runs[0]["sentinel"]["before_s"] > 0
     assert sum(r.counted for r in stored.records) == 3

@@ -47,7 +47,7 @@ async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, q
         screen = app.screen
 
         def rows_now() -> int:
-            count = len([r for r in screen.data.rows if r.state in ("complete", "failed")])
+            count = len([r for r in screen.data.rows if r.state in ("complete", "probed", "failed")])
             if not seen or seen[-1] != count:
                 seen.append(count)
             return count

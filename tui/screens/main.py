@@ -87,7 +87,8 @@ class MainScreen(Screen[None]):
         c = self.data.counts()
         direction = "desc" if self.reverse else "asc"
         parts = [f"[b]{self.data.name}[/b]", f"{VIEW_TITLES[self.view]}: {shown} shown",
-                 f"{c['complete']} completed, {c['probed']} probed only, {c['failed']} failed, {c['infeasible']} infeasible, {c['skipped']} skipped",
+                 f"{c['complete']} completed, " + (f"{c['probed']} probed only, " if c["probed"] else "")
+                 + f"{c['failed']} failed, {c['infeasible']} infeasible, {c['skipped']} skipped",
                  f"sort {self.sort} {direction}"]
         if self.data.filters.describe():
             parts.append(f"[yellow]filter: {self.data.filters.describe()}[/yellow]")
