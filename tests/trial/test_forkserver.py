@@ -146,7 +146,7 @@ def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
     assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "quick", "--trials", "2", "--no-tui",
                  "--train-samples", "128"]) == 0
     trials = [t for t in optuna.load_study(study_name="digits_mlp-quick", storage="sqlite:///advisor.db").trials
-              if t.state.name == "COMPLETE"]
+              if t.state.name in ("COMPLETE", "PRUNED")]  # PRUNED: probed only (two-stage evaluation)
     assert len(trials) == 2
     assert all("process_start" not in t.user_attrs["phase_s"] for t in trials)  # a fresh Ray worker each
     # the same baseline in a warm trial: the process model does not change the figures
