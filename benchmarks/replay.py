@@ -117,8 +117,10 @@ class ReplayExecutor:
                                telemetry={"fingerprint": run.get("fingerprint")}), wall
         curve, gate = run.get("curve") or [], Gate.from_dict(gate_data)
         stop, accuracy = None, run["accuracy"]
+        behind_before = False
         for i, point in enumerate(curve if gate is not None else []):
-            reason = gate.verdict(i, point["metric"], point["loss"])
+            reason = gate.verdict(i, point["metric"], point["loss"], behind_before)
+            behind_before = gate.behind(i, point["metric"]) is not None
             if reason:
                 fraction = point["samples"] / max(1, run.get("train_samples") or point["samples"])
                 stop = {"samples": point["samples"], "fraction": fraction, "reason": reason, "baseline_metric": None}

@@ -102,13 +102,14 @@ def test_replay_answers_each_part_from_its_recording_on_a_clock():
     answer = executor.submit(3, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="accuracy")))
     assert answer.result.accuracy == run["accuracy"] and answer.result.throughput is None
     assert executor.clock == pytest.approx(probe["wall_s"] + run["wall_s"])
-    first = run["curve"][0]  # a gate whose floor is above the recorded curve stops it at the first point
-    gate = Gate((first["samples"],), (first["metric"] + 0.5,), None, (first["metric"] + 0.6,))
+    first, second = run["curve"][:2]  # floors above the recorded curve stop it at the second point behind
+    gate = Gate((first["samples"], second["samples"]), (first["metric"] + 0.5, second["metric"] + 0.5), None,
+                (first["metric"] + 0.6, second["metric"] + 0.6))
     before = executor.clock
     answer = executor.submit(4, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="accuracy"),
                                              gate.to_dict()))
     stop = answer.result.telemetry["early_stop"]
-    assert stop["samples"] == first["samples"] and answer.result.accuracy == first["metric"]
+    assert stop["samples"] == second["samples"] and answer.result.accuracy == second["metric"]
     assert executor.clock - before == pytest.approx(run["wall_s"] * stop["fraction"])
 
 

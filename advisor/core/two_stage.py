@@ -20,9 +20,9 @@ accuracy run stops early. ``advisor.study.accuracy_queue`` applies them; the tri
    training loss since the previous point, and the metric on the validation set) at
    ``CURVE_FRACTIONS`` of the study's sample budget, as do its extra seeds. Another
    accuracy run, at the same number of samples seen, stops early when its metric is below
-   the baseline's there by more than the accuracy limit plus the noise (behind beyond
-   noise), or when its mean loss is not finite or above twice the baseline's loss at its
-   first step, the untrained model's (diverged). The noise at a point is the larger of the
+   the baseline's by more than the accuracy limit plus the noise at two points in a row
+   (behind beyond noise), or when its mean loss is not finite or above twice the
+   baseline's loss at its first step, the untrained model's (diverged). The noise at a point is the larger of the
    study's metric noise (epsilon, 2 standard deviations of the seeds' final metrics) and 2
    standard deviations of the seeds' metrics at that point. Without seeds only
    divergence stops a run.
@@ -133,17 +133,35 @@ class Gate:
     loss_ceiling: float | None = None
     baseline_metrics: tuple[float, ...] = ()  # the baseline's metric at each point, for the record
 
-    def verdict(self, index: int, metric: float | None, loss: float | None) -> str | None:
-        """Why the run stops at point ``index``, or None to go on."""
+    def diverged(self, loss: float | None) -> str | None:
+        """Why a mean training loss shows a diverged run, or None."""
         if loss is not None and not math.isfinite(loss):
             return f"diverged: the loss became {loss}"
         if loss is not None and self.loss_ceiling is not None and loss > self.loss_ceiling:
             return f"diverged: mean loss {loss:.4g} is above {self.loss_ceiling:.4g} (twice the untrained baseline's)"
+        return None
+
+    def behind(self, index: int, metric: float | None) -> str | None:
+        """Why the metric at point ``index`` is behind the baseline's beyond noise, or None."""
         floor = self.floors[index] if index < len(self.floors) else None
-        if metric is not None and floor is not None and metric < floor:
-            base = self.baseline_metrics[index] if index < len(self.baseline_metrics) else None
-            there = f" (baseline {base:.4f} there)" if base is not None else ""
-            return f"behind the baseline beyond noise: metric {metric:.4f} below {floor:.4f}{there}"
+        if metric is None or floor is None or metric >= floor:
+            return None
+        base = self.baseline_metrics[index] if index < len(self.baseline_metrics) else None
+        there = f" (baseline {base:.4f} there)" if base is not None else ""
+        return f"metric {metric:.4f} below {floor:.4f}{there}"
+
+    def verdict(self, index: int, metric: float | None, loss: float | None, behind_before: bool = False) -> str | None:
+        """Why the run stops at point ``index``, or None to go on: diverged, or behind
+        beyond noise here and at the point before (``behind_before``). One point behind is
+        not enough: a larger batch at the same budget takes fewer steps and catches up (on
+        the recorded grids, stopping at the first point behind would have stopped 2 and 16
+        configurations that ended feasible; two in a row, none)."""
+        why = self.diverged(loss)
+        if why is not None:
+            return why
+        behind = self.behind(index, metric)
+        if behind is not None and behind_before:
+            return f"behind the baseline beyond noise at two points in a row: {behind}"
         return None
 
     def to_dict(self) -> dict[str, Any]:

@@ -57,7 +57,7 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
     curve: list[dict[str, Any]] = []
     early_stop: dict[str, Any] | None = None
     chunk: Any = 0.0
-    initial_loss = None
+    initial_loss, behind_before = None, False
     chunk_steps, loss = 0, None
     t = time.perf_counter()
     curve_s = 0.0
@@ -77,8 +77,9 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
             metric = _metric_or_none(prepared, workload, val, evaluate)
             index = at_step.get(i, len(curve))
             curve.append({"samples": i * bs, "loss": mean_loss, "metric": metric})
-            reason = (gate.verdict(index, metric, mean_loss) if gate is not None
+            reason = (gate.verdict(index, metric, mean_loss, behind_before) if gate is not None
                       else (f"diverged: the loss became {mean_loss}" if diverged else None))
+            behind_before = gate is not None and gate.behind(index, metric) is not None
             chunk, chunk_steps = 0.0, 0
             prepared.model.train()
             curve_s += time.perf_counter() - t_curve

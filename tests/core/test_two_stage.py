@@ -103,8 +103,10 @@ def test_gate_floors_take_the_larger_of_point_noise_and_the_studys_noise():
 def test_gate_verdicts():
     gate = gate_from(BASE, SEEDS, max_drop=0.01, epsilon=0.03, initial_loss=2.3)
     assert gate.verdict(0, 0.55, 1.5) is None  # behind, but within the noise
-    assert "behind the baseline beyond noise" in gate.verdict(1, 0.70, 0.9)
-    assert "baseline 0.7500 there" in gate.verdict(1, 0.70, 0.9)
+    assert gate.behind(1, 0.70) is not None and gate.verdict(1, 0.70, 0.9) is None  # one point behind: go on
+    assert "behind the baseline beyond noise at two points in a row" in gate.verdict(1, 0.70, 0.9, behind_before=True)
+    assert "baseline 0.7500 there" in gate.verdict(1, 0.70, 0.9, behind_before=True)
+    assert gate.verdict(1, 0.80, 0.9, behind_before=True) is None  # caught up
     assert gate.verdict(2, 0.95, 0.3) is None  # ahead
     assert gate.verdict(0, 0.60, math.inf).startswith("diverged")
     assert gate.verdict(0, 0.60, 5.0).startswith("diverged")
