@@ -7,13 +7,11 @@ from __future__ import annotations
 import io
 import json
 
-import optuna
 import pytest
 
-from advisor.core.config import TrialConfig
 from advisor.study import storage as st
 
-from recorded_study import NAME, write_recorded_study
+from recorded_study import NAME, add_probed_trial, write_recorded_study
 
 dashboard = pytest.importorskip("optuna_dashboard._app")
 
@@ -30,13 +28,7 @@ def _get(app, path):
 def test_the_dashboard_api_reads_a_study_with_probed_trials(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = write_recorded_study(url)
-    trial = study.ask()
-    config = TrialConfig(batch_size=16, threads=1)
-    for key, value in {"config": config.to_dict(), "config_key": config.key(), "throughput": 3000.0,
-                       "peak_memory_bytes": 120 * 2**20, "probe_done": True,
-                       "accuracy_skipped": "dominated by trial 1"}.items():
-        trial.set_user_attr(key, value)
-    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    trial = add_probed_trial(study, "dominated by trial 1")
     storage = st.open_storage(url)
     app = dashboard.create_app(storage)
     study_id = storage.get_study_id_from_name(NAME)

@@ -8,7 +8,7 @@ from advisor.core.stored import read_study
 from advisor.study import storage as st
 from advisor.tui.data import Filters, StudyData
 
-from recorded_study import NAME, write_recorded_study
+from recorded_study import NAME, add_probed_trial, write_recorded_study
 
 
 @pytest.fixture
@@ -31,20 +31,10 @@ def test_views_split_the_trials(data):
 def test_a_probed_only_trial_shows_as_such(data):
     """Two-stage evaluation: a trial stored PRUNED with its probe and why no accuracy run
     was needed shows in the 'all' view with its speed and memory, never on the front."""
-    import optuna
-
-    from advisor.core.config import TrialConfig
     from advisor.tui.widgets.detail import describe
     from advisor.tui.widgets.trial_table import TrialTable
 
-    study = st.load(data.storage, NAME)
-    trial = study.ask()
-    config = TrialConfig(batch_size=16, threads=1)
-    for key, value in {"config": config.to_dict(), "config_key": config.key(), "throughput": 3000.0,
-                       "peak_memory_bytes": 120 * 2**20, "probe_done": True,
-                       "accuracy_skipped": "dominated by trial 1 (3.41x its throughput, 0.83x its memory)"}.items():
-        trial.set_user_attr(key, value)
-    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    trial = add_probed_trial(st.load(data.storage, NAME))
     data.reload()
     row = next(r for r in data.rows if r.number == trial.number)
     assert row.state == "probed" and not row.on_front and row.throughput == 3000.0
