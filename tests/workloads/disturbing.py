@@ -1,6 +1,8 @@
 """The digits MLP, except that building the model while the file MARKER exists deletes it
-and starts two busy processes for a few seconds: a real disturbance of the machine during
-that one trial (tests/study/test_confirm.py). The marker lives in the temp directory, which
+and starts busy processes (two per CPU the trial may use; they inherit its CPU affinity) that
+spin until that trial's process exits (at most 30 s): a real disturbance of the machine for
+the whole of that one trial, both sentinel readings included, and none for its re-run in a
+fresh process (tests/study/test_confirm.py). The marker lives in the temp directory, which
 the trial processes (Ray workers started before the test) share with the test."""
 
 import os
@@ -20,6 +22,8 @@ _build = model  # noqa: F821 - defined by the example
 def model():  # noqa: F811
     if MARKER.exists():
         os.unlink(MARKER)
-        for _ in range(2):
-            subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 4: pass"])
+        spin = (f"import os, time\nt = time.time()\n"
+                f"while os.getppid() == {os.getpid()} and time.time() - t < 30: pass")
+        for _ in range(2 * len(os.sched_getaffinity(0))):
+            subprocess.Popen([sys.executable, "-c", spin])
     return _build()
