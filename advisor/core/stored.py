@@ -28,6 +28,7 @@ DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run ag
 # two-stage evaluation (advisor.core.two_stage): the probe's figures are stored as soon as it
 # is in (PROBE_DONE); then the accuracy run's, or why none was needed, or whose was reused
 PROBE_DONE, PROBE_WALL = "probe_done", "probe_wall_s"
+PROBED_AT = "probed_at"  # when the probe finished (POSIX seconds): its ratio is to the baseline nearest then
 ACCURACY_SKIPPED = "accuracy_skipped"  # why no accuracy run was needed (the trial is PRUNED)
 ACCURACY_REUSED = "accuracy_reused_from"  # the trial whose accuracy this one reuses
 ACCURACY_RUN = "accuracy_run"  # the accuracy run's own phases, wall time and peak memory
@@ -197,19 +198,26 @@ class StoredStudy:
         out = [(float(m["at"]), float(m["throughput"])) for m in self.attrs.get(BASELINE_MEASUREMENTS) or []
                if isinstance(m, dict) and isinstance(m.get("at"), (int, float)) and m.get("throughput")]
         base = self.baseline
-        if base is not None and base.figures and base.finished_at is not None and not (
+        when = base.get(PROBED_AT) or base.finished_at if base is not None else None
+        if base is not None and base.figures and when is not None and not (
                 out and self.attrs.get(BASELINE_DISTURBED)):  # a disturbed trial 0 is no reference
-            out.append((base.finished_at, base.figures.throughput))
+            out.append((float(when), base.figures.throughput))
         return sorted(out)
 
     def reference_throughput(self, record: TrialRecord) -> float | None:
-        """The baseline's throughput measured nearest in time to ``record``."""
+        """The baseline's throughput measured nearest in time to ``record`` (to its probe,
+        when it was probed first)."""
+        return self.reference_at(record.get(PROBED_AT) or record.finished_at)
+
+    def reference_at(self, when: float | None) -> float | None:
+        """The baseline's throughput measured nearest in time to ``when`` (POSIX seconds;
+        None: trial 0's)."""
         base = self.baseline
         if base is None or base.figures is None:
             return None
-        if record.finished_at is None or not self.baseline_measurements:
+        if when is None or not self.baseline_measurements:
             return base.figures.throughput
-        return min(self.baseline_measurements, key=lambda m: abs(m[0] - record.finished_at))[1]  # type: ignore[operator]
+        return min(self.baseline_measurements, key=lambda m: abs(m[0] - when))[1]
 
     def versus_baseline(self, record: TrialRecord) -> Versus:
         """``record``'s figures relative to the baseline's (confirmed where it was)."""

@@ -8,14 +8,17 @@ trial and goes on with its accuracy part. Whenever a slot is free the Tuner asks
 ``settle()`` to finish what needs no run: a configuration dominated beyond noise by one
 already known to be feasible is stored as probed (Optuna's PRUNED, with
 ``accuracy_skipped`` saying by which trial), and one whose fingerprint matches an
-accuracy-measured configuration's reuses that accuracy. Then ``next_run()`` names the
+accuracy-measured configuration's reuses that accuracy. Throughputs are compared as ratios
+to the baseline measured nearest in time to each probe (``StoredStudy.reference_at``), so a
+machine that was faster when one probe ran than when the other did decides nothing. Then ``next_run()`` names the
 configuration whose accuracy run goes next: one no other waiting configuration dominates,
 fastest first; the baseline always runs, and before anything else.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.core.events import Listener, Note
@@ -32,8 +35,11 @@ from advisor.core.stored import (
     INITIAL_LOSS,
     PROBE_DONE,
     PROBE_WALL,
+    PROBED_AT,
     WALL,
+    StoredStudy,
     TrialRecord,
+    read_study,
     read_trial,
     result_attrs,
 )
@@ -58,16 +64,28 @@ class Waiting:
     probe: TrialResult
     wall_s: float
     running: bool = False
+    at: float = field(default_factory=time.time)  # when the probe finished
 
     @property
     def figures(self) -> tuple[float, float]:
         return float(self.probe.throughput or 0.0), float(self.probe.peak_memory_bytes or 0)
 
+    def relative(self, stored: StoredStudy) -> tuple[float, float]:
+        """(throughput ratio to the baseline measured nearest the probe, peak memory)."""
+        return relative(stored, self.figures, self.at)
 
-def _dominated_text(by: TrialRecord, w: Waiting, margins: ProbeMargins) -> str:
-    t, m = by.probe  # type: ignore[misc]
-    return (f"dominated by trial {by.number} ({t / w.figures[0]:.2f}x its throughput, {m / w.figures[1]:.2f}x its "
-            f"memory; noise +-{100 * margins.throughput:.0f}% / +-{100 * margins.memory:.0f}%)")
+
+def relative(stored: StoredStudy, figures: tuple[float, float], when: float | None) -> tuple[float, float]:
+    """A probe's (throughput, peak memory) with the throughput as a ratio to the baseline
+    measured nearest in time to ``when``."""
+    reference = stored.reference_at(when)
+    return (figures[0] / reference if reference else figures[0]), figures[1]
+
+
+def _dominated_text(by: int, better: tuple[float, float], mine: tuple[float, float], margins: ProbeMargins) -> str:
+    return (f"dominated by trial {by} ({better[0] / mine[0]:.2f}x its throughput, {better[1] / mine[1]:.2f}x its "
+            f"memory, each against the baseline measured nearest in time; noise +-{100 * margins.throughput:.0f}% / "
+            f"+-{100 * margins.memory:.0f}%)")
 
 
 def probe_result(record: TrialRecord) -> TrialResult:
@@ -102,7 +120,8 @@ class AccuracyQueue:
                 continue
             proposal = self.strategy.adopt(frozen)
             probe = probe_result(read_trial(frozen))
-            self.waiting[frozen.number] = Waiting(proposal, probe, float(attrs.get(PROBE_WALL, 0.0)))
+            self.waiting[frozen.number] = Waiting(proposal, probe, float(attrs.get(PROBE_WALL, 0.0)),
+                                                  at=float(attrs.get(PROBED_AT) or time.time()))
             adopted.append(frozen.number)
         return adopted
 
@@ -111,9 +130,11 @@ class AccuracyQueue:
         trial, _ = self.strategy.running(proposal.number)
         for key, value in result_attrs(result, wall_s).items():
             trial.set_user_attr(key, value)
+        waiting = Waiting(proposal, result, wall_s)
         trial.set_user_attr(PROBE_WALL, wall_s)
+        trial.set_user_attr(PROBED_AT, waiting.at)
         trial.set_user_attr(PROBE_DONE, True)
-        self.waiting[proposal.number] = Waiting(proposal, result, wall_s)
+        self.waiting[proposal.number] = waiting
 
     def merged(self, number: int, result: TrialResult) -> TrialResult:
         """The trial's two parts as one result (for a reader of events): the probe's
@@ -164,17 +185,20 @@ class AccuracyQueue:
         """Finish every waiting configuration that needs no accuracy run (dominated beyond
         noise by a feasible one) or may reuse one (same training numerics)."""
         done = []
-        feasible = [r for r in self._records() if r.state == "complete" and r.feasible and r.probe is not None]
+        stored = read_study(self.study)
+        feasible = [(r.number, relative(stored, r.probe, r.get(PROBED_AT) or r.finished_at))
+                    for r in stored.records if r.state == "complete" and r.feasible and r.probe is not None]
         margins = self.margins()
         for number, w in sorted(self.waiting.items()):
             if w.proposal.baseline or w.running:
                 continue
             over = self._over_memory_cap(w)
-            by = next((r for r in feasible if dominates_beyond_noise(r.probe, w.figures, margins)), None)  # type: ignore[arg-type]
+            mine = w.relative(stored)
+            by = next(((n, f) for n, f in feasible if dominates_beyond_noise(f, mine, margins)), None)
             if over or by is not None:
-                done.append(self._skip(number, over or _dominated_text(by, w, margins)))  # type: ignore[arg-type]
+                done.append(self._skip(number, over or _dominated_text(*by, mine, margins)))  # type: ignore[misc]
                 continue
-            reuse = self._reusable(w)
+            reuse = self._reusable(w, stored.records)
             if reuse is not None:
                 done.append(self._reuse(number, *reuse))
         return done
@@ -188,10 +212,11 @@ class AccuracyQueue:
         base = next((w for w in pool if w.proposal.baseline), None)
         if base is not None or not anyway or not pool:
             return base
-        margins = self.margins()
-        others = list(self.waiting.values())  # running ones too: their verdict is pending
-        front = [w for w in pool if not any(dominates_beyond_noise(o.figures, w.figures, margins) for o in others)]
-        return max(front or pool, key=lambda w: w.figures[0])
+        margins, stored = self.margins(), read_study(self.study)
+        figures = {n: w.relative(stored) for n, w in self.waiting.items()}  # running ones too: verdict pending
+        front = [w for w in pool if not any(dominates_beyond_noise(f, figures[w.proposal.number], margins)
+                                            for f in figures.values())]
+        return max(front or pool, key=lambda w: figures[w.proposal.number][0])
 
     def payload(self, w: Waiting, workload: Any) -> TrialPayload:
         """The accuracy run of a waiting configuration, with the gate (none for the
@@ -219,23 +244,20 @@ class AccuracyQueue:
         return ProbeMargins.from_baseline([t for t, _ in measured if t], [m for _, m in measured if m])
 
     # ---- the steps --------------------------------------------------------------------
-    def _records(self) -> list[TrialRecord]:
-        return [read_trial(t) for t in self.study.get_trials(deepcopy=False)]
-
     def _over_memory_cap(self, w: Waiting) -> str | None:
         cap = self.limits.memory_cap
         if cap is not None and w.figures[1] > cap:
             return f"its peak memory ({w.figures[1] / 2**20:.1f} MiB) is over the memory cap ({cap / 2**20:.1f} MiB)"
         return None
 
-    def _reusable(self, w: Waiting) -> tuple[TrialRecord, float] | None:
+    def _reusable(self, w: Waiting, records: list[TrialRecord]) -> tuple[TrialRecord, float] | None:
         """An accuracy-measured trial whose configuration differs from ``w``'s only in
         ``REUSE_KNOBS`` and whose probe's fingerprint matches, with the difference."""
         mine = w.probe.telemetry.get("fingerprint")
         if mine is None:
             return None
         config = w.proposal.config.to_dict()
-        for r in self._records():
+        for r in records:
             if r.state != "complete" or r.config is None or r.get(ACCURACY_REUSED) is not None or r.get(EARLY_STOP):
                 continue
             other = r.config.to_dict()

@@ -4,6 +4,8 @@ exact. The trial processes that produce such results are exercised by the study 
 
 from __future__ import annotations
 
+import time
+
 import optuna
 import pytest
 
@@ -92,11 +94,28 @@ def test_dominated_beyond_noise_is_stored_as_probed_with_the_reason(study):
     assert slow_big.number not in [r.number for r in stored.front()]
 
 
+def test_dominance_compares_ratios_to_the_baseline_measured_nearest_each_probe(study):
+    """The baseline was probed on a fast machine (1,000/s) and measured again at 600/s once
+    the machine slowed: a probe at 700/s and 1.5x the memory is 1.17x the baseline then, not
+    0.7x, and is not dominated; one at 400/s (0.67x) still is."""
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    time.sleep(0.01)
+    study.set_user_attr("baseline_measurements", [{"at": time.time(), "throughput": 600.0,
+                                                   "peak_memory_bytes": 100.0}])
+    time.sleep(0.01)
+    kept = run.probed({"batch_size": 64}, 700.0, 150.0)  # raw: 1000 >= 700 x 1.3, dominated on raw figures
+    slow = run.probed({"batch_size": 128}, 400.0, 150.0)
+    done = run.queue.settle()
+    assert [r.number for r in done] == [slow.number] and set(run.queue.waiting) == {kept.number}
+    assert done[0].get("accuracy_skipped").startswith("dominated by trial 0 (1.50x its throughput")
+
+
 def test_next_run_prefers_the_front_of_what_waits_fastest_first(study):
     run = Run(study)
     run.baseline(1000.0, 100.0)
     fast = run.probed({"batch_size": 64}, 1500.0, 120.0)
-    beaten = run.probed({"batch_size": 128}, 1200.0, 150.0)  # the fast one beats it: waits for its verdict
+    beaten = run.probed({"batch_size": 128}, 1100.0, 150.0)  # the fast one beats it: waits for its verdict
     small = run.probed({"batch_size": 16}, 600.0, 50.0)
     assert run.queue.next_run(anyway=False) is None  # the Tuner says when
     order = []
