@@ -7,8 +7,9 @@ with the strategy's proposals until the budget or the time is spent, storing eac
 as it comes, and finally confirm the front in pairs against the baseline
 (``advisor.study.confirm``). In a training study each configuration runs in two parts
 (two-stage evaluation): its probe, then, where ``AccuracyQueue`` decides it can change the
-front, its accuracy run; ``Slots`` keeps what runs now. Between trials a ``BaselineWatch`` runs a trial again when
-its noise sentinel shows a disturbed machine, and measures the baseline again when due.
+front, its accuracy run. ``Parts`` (advisor/study/parts.py) submits the parts, collects and
+stores what comes back and runs a part again when its noise sentinel shows a disturbed
+machine; between trials a ``BaselineWatch`` measures the baseline again when due.
 Ctrl-C / SIGTERM (or ``stop()`` from another thread) stop it gracefully: running trials
 are cancelled and recorded, so storage holds no RUNNING trial.
 """
@@ -21,21 +22,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
-from advisor.core.events import Cancelled, Finished, Listener, Note, Probed, Started, Submitted, TimeoutSet, ignore
-from advisor.core.noise import reading_of
-from advisor.core.objectives import Versus
-from advisor.core.results import TrialPayload, TrialResult
+from advisor.core.events import Listener, Note, Started, TimeoutSet, ignore
 from advisor.core.stored import WALL, TrialRecord
 from advisor.runner.executor import Executor
 from advisor.search.strategy import Proposal, Strategy
 from advisor.study import storage as stores
-from advisor.study.accuracy_queue import AccuracyQueue, Waiting, probe_result
+from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
-from advisor.study.pairing import probe_settings
+from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
-from advisor.study.slots import Done, Slots
+from advisor.study.slots import Slots
 
 if TYPE_CHECKING:
     import optuna
@@ -78,8 +76,8 @@ class Tuner:
         self.watch: BaselineWatch | None = None  # once the baseline is in
         self.slots: Slots  # what runs now; set once the executor is started
         self.queue: AccuracyQueue | None = None  # two-stage evaluation: probed, waiting for accuracy
+        self.parts: Parts  # submits, collects and stores the parts; set once the study is open
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
-        self.done = 0  # trials that count towards the budget
         self.deadline = float("inf")
         self.trial_timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S  # until the baseline's is known
 
@@ -108,19 +106,20 @@ class Tuner:
                 self.queue = AccuracyQueue(study, self.strategy, self.plan.settings, self.options.limits, self.emit)
                 for number in self.queue.adopt_unfinished():
                     self.emit(Note(f"trial {number} was probed by an earlier run: its accuracy part runs now"))
+            self.parts = Parts(self.plan, self.strategy, self.slots, self.queue, self.emit)
         except BaseException:
             executor.shutdown()
             raise
-        self.done = self.strategy.counted
-        self.emit(Started(executor.startup_s, executor.slots, dict(executor.resources), self.done))
+        self.emit(Started(executor.startup_s, executor.slots, dict(executor.resources), self.parts.done))
         with stopped_by_signals(self._on_signal):
             try:
                 if self.options.timeout:  # the budget counts from here, after Ray has started
                     self.deadline = time.monotonic() + self.options.timeout
                 base = self._baseline()
                 if base is not None and self.stop_reason is None:
-                    self.watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline,
-                                               executor, lambda: self.halt, self.emit)
+                    self.watch = self.parts.watch = BaselineWatch(study, self.plan.workload, self.plan.settings,
+                                                                  self.plan.baseline, executor, lambda: self.halt,
+                                                                  self.emit)
                     if self.options.workload == "train":  # inference: the metric does not depend on a seed
                         self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base),
                                                   stage="accuracy" if self.queue is not None else "full")
@@ -151,16 +150,16 @@ class Tuner:
         if self.strategy.baseline_record is not None:
             return self.strategy.baseline_record
         if self.queue is None or not self.queue.waiting:  # else: adopted, probed already
-            self._submit(self.strategy.propose_baseline())
+            self.parts.submit(self.strategy.propose_baseline())
         timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S
         records: list[TrialRecord] = []
         while self.stop_reason is None:
             w = self.queue.next_run(anyway=False) if self.queue is not None and not self.slots else None
             if w is not None:
-                self._submit_accuracy(w)
+                self.parts.submit_accuracy(w)
             if not self.slots:
                 break
-            records += self._collect(timeout)
+            records += self.parts.collect(timeout)
         if self.stop_reason is not None or self.strategy.baseline_record is not None:
             return self.strategy.baseline_record
         failed = records[-1]
@@ -180,10 +179,11 @@ class Tuner:
         self.trial_timeout = self._timeout(base)
         self.emit(TimeoutSet(self.trial_timeout))
         while self.stop_reason is None:
-            more = self.done + self._in_flight() < self.options.trials  # trials still to start
-            remeasure = self.watch.remeasure_reason(self.done, self.strategy.seeds_done) if more else None
+            done = self.parts.done
+            more = done + self.parts.in_flight() < self.options.trials  # trials still to start
+            remeasure = self.watch.remeasure_reason(done, self.strategy.seeds_done) if more else None
             if remeasure and not self.slots:  # alone on the machine, like every measurement
-                self.watch.remeasure(remeasure, self.done, self.strategy.last_number, self.trial_timeout)
+                self.watch.remeasure(remeasure, done, self.strategy.last_number, self.trial_timeout)
                 continue
             if not remeasure:
                 self._start_trials()
@@ -191,13 +191,13 @@ class Tuner:
                 self.stop_reason = self.strategy.gave_up
                 break
             if not self.slots and not (self.queue is not None and self.queue.waiting):
-                if self.strategy.space_exhausted and self.done < self.options.trials:
+                if self.strategy.space_exhausted and self.parts.done < self.options.trials:
                     self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured"))
                 break
             if time.monotonic() >= self.deadline:
                 self.stop_reason = "the study's --timeout was reached"
                 break
-            self._collect(self.trial_timeout)
+            self.parts.collect(self.trial_timeout)
 
     def _confirm(self, study: optuna.Study, base: TrialRecord) -> None:
         """Paired confirmation of the front against the baseline."""
@@ -214,10 +214,10 @@ class Tuner:
         accuracy run when enough probed configurations wait to choose among (or no probe
         can start), else a new configuration's probe while the budget allows."""
         while self.slots.free and time.monotonic() < self.deadline:
-            can_probe = self.done + self._in_flight() < self.options.trials
+            can_probe = self.parts.done + self.parts.in_flight() < self.options.trials
             w = None
             if self.queue is not None:
-                self._settle()
+                self.parts.settle()
                 w = self.queue.next_run(anyway=len(self.queue.waiting) >= max(LOOKAHEAD, self.executor.slots)  # type: ignore[union-attr]
                                         or not can_probe)
             proposal = None
@@ -228,110 +228,20 @@ class Tuner:
             if w is not None:
                 if not self.slots.fits(w.proposal):
                     return
-                self._submit_accuracy(w)
+                self.parts.submit_accuracy(w)
             elif proposal is not None:
                 if not self.slots.fits(proposal):
                     self.pending = proposal  # wait until enough GPUs are free for it
                     return
                 self.pending = None
-                self._submit(proposal)
+                self.parts.submit(proposal)
             else:
                 return
 
-    def _in_flight(self) -> int:
-        """Configurations started and not yet stored: running, or probed and waiting."""
-        return len(set(self.slots.running) | set(self.queue.waiting if self.queue is not None else ()))
-
-    def _settle(self) -> None:
-        """Store the probed configurations that need no accuracy run, or reuse one."""
-        assert self.queue is not None
-        for record in self.queue.settle():
-            shown = probe_result(record)
-            self.done += record.counted
-            self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
-                               self._versus(shown)))
-
-    def _submit_accuracy(self, w: Waiting) -> None:
-        assert self.queue is not None
-        w.running = True
-        self.slots.submit(w.proposal, self.queue.payload(w, self.plan.workload), "accuracy")
-
-    def _submit(self, proposal: Proposal) -> None:
-        """A new configuration's first part (its probe), or its only one."""
-        settings = probe_settings(self.plan.settings) if self.queue is not None else self.plan.settings
-        self.slots.submit(proposal, TrialPayload.of(self.plan.workload, proposal.config, settings),
-                          "probe" if self.queue is not None else "full")
-        self.emit(Submitted(proposal.number, proposal.config))
-
-    def _collect(self, timeout: float) -> list[TrialRecord]:
-        """Wait briefly for results; store finished and timed-out trials (a probe that went
-        well waits in the queue for its accuracy decision)."""
-        finished = []
-        for d in self.slots.done(timeout):
-            if self._run_again(d):
-                continue
-            if d.part == "probe" and d.result.ok:
-                assert self.queue is not None
-                self.queue.probed(d.proposal, d.result, d.wall_s)
-                self.emit(Probed(d.number, d.proposal.config, d.result, d.wall_s, self._versus(d.result, probe=True)))
-                continue
-            finished.append(self._record(d))
-        return finished
-
-    def _run_again(self, d: Done) -> bool:
-        """When the noise sentinel shows the trial ran on a disturbed machine: keep that
-        measurement with the trial and run the same part again (it counts once). Accuracy
-        parts only inform the sentinel's judge: the metric does not depend on the speed."""
-        if self.watch is None:
-            return False
-        if d.part == "accuracy":
-            self.watch.judge.add(reading_of(d.result.telemetry))
-            return False
-        why = self.watch.disturbed(d.number, d.result)
-        if why is None:
-            return False
-        self.strategy.note_disturbed(d.number, d.result, why)
-        self.emit(Note(f"trial {d.number}: {why}; running it again"))
-        settings = probe_settings(self.plan.settings) if d.part == "probe" else self.plan.settings
-        self.slots.submit(d.proposal, TrialPayload.of(self.plan.workload, d.proposal.config, settings), d.part)
-        return True
-
-    def _record(self, d: Done) -> TrialRecord:
-        result, wall = d.result, d.wall_s
-        if d.part == "accuracy":
-            assert self.queue is not None
-            shown = self.queue.merged(d.number, result)
-            record = self.queue.finished(d.number, result, wall)
-            result, wall = shown, record.get(WALL, wall)
-        else:
-            record = self.strategy.tell(d.number, result, wall)
-        self.done += record.counted
-        self.emit(Finished(d.number, d.proposal.config, result, wall, record, self._versus(result)))
-        return record
-
-    def _versus(self, result: TrialResult, probe: bool = False) -> Versus | None:
-        base = self.strategy.baseline_record
-        if self.watch is None or base is None or base.figures is None:
-            return None
-        return self.watch.versus(result, base.figures, probe)
-
     def _cancel_all(self, reason: str) -> None:
-        """Cancel what still runs (and a proposal still waiting for GPUs, and probed ones
-        waiting for their accuracy part) and record it, so storage holds no RUNNING trial."""
-        waiting = [self.pending] if self.pending is not None else []
-        self.pending = None
-        for d in self.slots.cancel_all():
-            if d.part == "accuracy":
-                self.queue.cancel(d.number, reason)  # type: ignore[union-attr]
-            else:
-                self.strategy.tell(d.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), d.wall_s)
-            self.emit(Cancelled(d.number))
-        for number in list(self.queue.waiting if self.queue is not None else ()):
-            self.queue.cancel(number, reason)  # type: ignore[union-attr]
-            self.emit(Cancelled(number))
-        for proposal in waiting:
-            self.strategy.tell(proposal.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), 0.0)
-            self.emit(Cancelled(proposal.number))
+        """Cancel and record what still runs, waits for its accuracy part or for GPUs."""
+        pending, self.pending = self.pending, None
+        self.parts.cancel_all(reason, pending)
 
     # ---- stopping --------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:

@@ -1,0 +1,136 @@
+"""A study's trial parts from submission to storage (the Tuner decides what starts when).
+
+A configuration runs as one ``full`` part, or, with two-stage evaluation, as a ``probe`` and
+later, where ``AccuracyQueue`` decides it can change the front, an ``accuracy`` part.
+``Parts`` submits them to the ``Slots``, and for each that comes back either runs it again
+(the noise sentinel shows a disturbed machine: ``BaselineWatch``), hands a good probe to the
+queue, or stores the trial (``Strategy.tell`` / ``AccuracyQueue.finished``) and emits
+``Finished``. ``done`` counts the trials stored that count towards ``--trials``. When the
+study stops, ``cancel_all`` records what still runs or waits, so storage keeps no RUNNING
+trial.
+"""
+
+from __future__ import annotations
+
+from advisor.core.events import Cancelled, Finished, Listener, Note, Probed, Submitted
+from advisor.core.noise import reading_of
+from advisor.core.objectives import Versus
+from advisor.core.results import TrialPayload, TrialResult
+from advisor.core.stored import WALL, TrialRecord
+from advisor.search.strategy import Proposal, Strategy
+from advisor.study.accuracy_queue import AccuracyQueue, Waiting, probe_result
+from advisor.study.baseline_watch import BaselineWatch
+from advisor.study.pairing import probe_settings
+from advisor.study.plan import StudyPlan
+from advisor.study.slots import Done, Slots
+
+
+class Parts:
+    """Args:
+        plan: the study's plan (workload, settings); strategy: its Strategy.
+        slots: what runs now; queue: two-stage evaluation's queue (None: full trials).
+        on_event: receives ``Submitted``, ``Probed``, ``Finished``, ``Cancelled`` and notes.
+    The Tuner sets ``watch`` once the baseline is in."""
+
+    def __init__(self, plan: StudyPlan, strategy: Strategy, slots: Slots, queue: AccuracyQueue | None,
+                 on_event: Listener) -> None:
+        self.plan, self.strategy, self.slots, self.queue, self.emit = plan, strategy, slots, queue, on_event
+        self.watch: BaselineWatch | None = None
+        self.done = strategy.counted  # trials stored that count towards the budget
+
+    def in_flight(self) -> int:
+        """Configurations started and not yet stored: running, or probed and waiting."""
+        return len(set(self.slots.running) | set(self.queue.waiting if self.queue is not None else ()))
+
+    # ---- submitting -------------------------------------------------------------------
+    def submit(self, proposal: Proposal) -> None:
+        """A new configuration's first part (its probe), or its only one."""
+        settings = probe_settings(self.plan.settings) if self.queue is not None else self.plan.settings
+        self.slots.submit(proposal, TrialPayload.of(self.plan.workload, proposal.config, settings),
+                          "probe" if self.queue is not None else "full")
+        self.emit(Submitted(proposal.number, proposal.config))
+
+    def submit_accuracy(self, w: Waiting) -> None:
+        assert self.queue is not None
+        w.running = True
+        self.slots.submit(w.proposal, self.queue.payload(w, self.plan.workload), "accuracy")
+
+    def settle(self) -> None:
+        """Store the probed configurations that need no accuracy run, or reuse one."""
+        assert self.queue is not None
+        for record in self.queue.settle():
+            shown = probe_result(record)
+            self.done += record.counted
+            self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
+                               self.versus(shown)))
+
+    # ---- what came back ---------------------------------------------------------------
+    def collect(self, timeout: float) -> list[TrialRecord]:
+        """Wait briefly for results; store finished and timed-out trials (a probe that went
+        well waits in the queue for its accuracy decision)."""
+        finished = []
+        for d in self.slots.done(timeout):
+            if self._run_again(d):
+                continue
+            if d.part == "probe" and d.result.ok:
+                assert self.queue is not None
+                self.queue.probed(d.proposal, d.result, d.wall_s)
+                self.emit(Probed(d.number, d.proposal.config, d.result, d.wall_s, self.versus(d.result, probe=True)))
+                continue
+            finished.append(self._record(d))
+        return finished
+
+    def versus(self, result: TrialResult, probe: bool = False) -> Versus | None:
+        """A result against the latest measurement of the baseline (None before it is in)."""
+        base = self.strategy.baseline_record
+        if self.watch is None or base is None or base.figures is None:
+            return None
+        return self.watch.versus(result, base.figures, probe)
+
+    def _run_again(self, d: Done) -> bool:
+        """When the noise sentinel shows the trial ran on a disturbed machine: keep that
+        measurement with the trial and run the same part again (it counts once). Accuracy
+        parts only inform the sentinel's judge: the metric does not depend on the speed."""
+        if self.watch is None:
+            return False
+        if d.part == "accuracy":
+            self.watch.judge.add(reading_of(d.result.telemetry))
+            return False
+        why = self.watch.disturbed(d.number, d.result)
+        if why is None:
+            return False
+        self.strategy.note_disturbed(d.number, d.result, why)
+        self.emit(Note(f"trial {d.number}: {why}; running it again"))
+        settings = probe_settings(self.plan.settings) if d.part == "probe" else self.plan.settings
+        self.slots.submit(d.proposal, TrialPayload.of(self.plan.workload, d.proposal.config, settings), d.part)
+        return True
+
+    def _record(self, d: Done) -> TrialRecord:
+        result, wall = d.result, d.wall_s
+        if d.part == "accuracy":
+            assert self.queue is not None
+            shown = self.queue.merged(d.number, result)
+            record = self.queue.finished(d.number, result, wall)
+            result, wall = shown, record.get(WALL, wall)
+        else:
+            record = self.strategy.tell(d.number, result, wall)
+        self.done += record.counted
+        self.emit(Finished(d.number, d.proposal.config, result, wall, record, self.versus(result)))
+        return record
+
+    # ---- stopping ---------------------------------------------------------------------
+    def cancel_all(self, reason: str, pending: Proposal | None = None) -> None:
+        """Cancel what still runs (and ``pending``, a proposal still waiting for GPUs, and
+        probed ones waiting for their accuracy part) and record it."""
+        for d in self.slots.cancel_all():
+            if d.part == "accuracy":
+                self.queue.cancel(d.number, reason)  # type: ignore[union-attr]
+            else:
+                self.strategy.tell(d.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), d.wall_s)
+            self.emit(Cancelled(d.number))
+        for number in list(self.queue.waiting if self.queue is not None else ()):
+            self.queue.cancel(number, reason)  # type: ignore[union-attr]
+            self.emit(Cancelled(number))
+        if pending is not None:
+            self.strategy.tell(pending.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), 0.0)
+            self.emit(Cancelled(pending.number))
