@@ -40,14 +40,13 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     state = tempfile.mkdtemp(prefix="advk-")
     env = {**os.environ, "ADVISOR_RAY_DIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", *ARGS, "--trials", "5"], cwd=workdir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        for line in proc.stdout:
-            if line.startswith("trial   2"):  # trial 3 is submitted right after
-                time.sleep(1.0)
-                proc.send_signal(signal.SIGKILL)
-                break
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", *ARGS, "--trials", "8"], cwd=workdir, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # killed as soon as two trials are stored and another is under way (its config decided)
+        _wait_for(workdir / "advisor.db", "digits_mlp-eager", lambda trials: len(
+            [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]) >= 2 and any(
+            t.state.name == "RUNNING" and "config" in t.user_attrs for t in trials), proc)
+        proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         proc.kill()
@@ -61,7 +60,7 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     probed = [n for n in running if before[n].user_attrs.get("probe_done")]  # between its two parts
     assert len(completed) >= 2 and running, [t.state.name for t in before]  # a trial may still be in its second part
 
-    assert main([*ARGS, "--trials", "5"]) == 0  # the same command again
+    assert main([*ARGS, "--trials", "8"]) == 0  # the same command again
     out = capsys.readouterr().out
     after = optuna.load_study(study_name="digits_mlp-eager", storage=storage).get_trials()
     for number, values in completed.items():  # nothing lost, nothing re-measured
@@ -76,8 +75,22 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
             assert "left running by an earlier run" in out
     measured = [t for t in after if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
     keys = [t.user_attrs["config_key"] for t in measured]
-    assert len(keys) == len(set(keys)) == 5  # the study reached its total, each config once
+    assert len(keys) == len(set(keys)) == 8  # the study reached its total, each config once
     assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
+
+
+def _wait_for(db, name: str, condition, proc, timeout: float = 120.0) -> list:
+    """Until the study's trials meet ``condition`` (while ``proc`` runs); those trials."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            trials = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").trials
+        except Exception:  # the study is not created yet
+            trials = []
+        if condition(trials):
+            return trials
+        time.sleep(0.02)
+    raise AssertionError(f"{name}: the condition was not met while the driver ran ({timeout:.0f} s)")
 
 
 def _wait_for_a_running_trial(db, name: str, after: int, timeout: float = 60.0) -> None:
@@ -135,16 +148,10 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = workdir / "advisor.db"
     try:
-        deadline = time.monotonic() + 120
-        probed = None
-        while probed is None and time.monotonic() < deadline and proc.poll() is None:
-            try:
-                trials = optuna.load_study(study_name="digits_mlp-eager", storage=f"sqlite:///{db}").trials
-            except Exception:  # the study is not created yet
-                trials = []
-            probed = next((t for t in trials if t.state.name == "RUNNING" and t.user_attrs.get("probe_done")), None)
-            time.sleep(0.05)
-        assert probed is not None, "no trial was seen between its two parts"
+        def between(t):
+            return t.state.name == "RUNNING" and t.user_attrs.get("probe_done")
+
+        probed = next(filter(between, _wait_for(db, "digits_mlp-eager", lambda ts: any(map(between, ts)), proc)))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
