@@ -2,8 +2,11 @@
 as the previous default's best, on the same wall-time budget, sooner?
 
 Two real studies of examples/char_lm.py (a decoder-only character LM, whose accuracy run is
-tens of times its probe) run at the same time, each with its own embedded Ray and SQLite,
-so whatever the machine does during the run it does to both (the interleaving):
+tens of times its probe) run at the same time, each with its own embedded Ray and SQLite
+and pinned to its own half of this machine's CPUs (one core each here), so whatever drift
+the machine has during the run it has for both (the interleaving). Unpinned, the two
+studies' trials oversubscribed the cores and a probe measured while the other study
+trained ran 5-10x slower than one measured while it did not: no comparison at all.
 
 A  the previous default, full trials: `advisor tune MODEL --accuracy all --trials 20`;
 B  the new default, two-stage evaluation: `advisor tune MODEL --trials 500`, stopped
@@ -44,12 +47,21 @@ REPO = HERE.parent
 MODEL = REPO / "examples" / "char_lm.py"
 
 
-def start(args: list[str], ray_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+def halves() -> tuple[set[int], set[int]]:
+    """This process's CPUs, split in two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("real_study.py needs at least 2 CPUs: one half for each study")
+    return set(cpus[:len(cpus) // 2]), set(cpus[len(cpus) // 2:])
+
+
+def start(args: list[str], ray_dir: Path, log: Path, cpus: set[int]) -> subprocess.Popen[bytes]:
+    """`advisor ARGS` in its own process pinned to ``cpus`` (its Ray and trials inherit it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADVISOR_")}
     env["ADVISOR_RAY_DIR"] = str(ray_dir)  # one embedded Ray each
     with open(log, "wb") as fh:
         return subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=REPO, env=env, stdout=fh,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
 
 
 def study_figures(url: str, name: str) -> dict[str, Any]:
@@ -101,12 +113,13 @@ def main() -> int:
     common = [args.model, "--seed", "0", "--train-samples", str(args.train_samples), "--no-confirm", "--no-tui"]
     with tempfile.TemporaryDirectory(prefix="advisor-real-") as tmp:
         root = Path(tmp)
+        cpus = dict(zip("ab", halves(), strict=True))
         urls = {k: f"sqlite:///{root / f'{k}.db'}" for k in "ab"}
         t0 = time.monotonic()
         a = start(["tune", *common, "--accuracy", "all", "--trials", str(args.trials), "--storage", urls["a"],
-                   "--study", "all"], root / "ray-a", root / "a.log")
+                   "--study", "all"], root / "ray-a", root / "a.log", cpus["a"])
         b = start(["tune", *common, "--trials", "500", "--storage", urls["b"], "--study", "selective"],
-                  root / "ray-b", root / "b.log")
+                  root / "ray-b", root / "b.log", cpus["b"])
         print(f"A (--accuracy all, {args.trials} trials) and B (selective) started", flush=True)
         a_rc = a.wait()
         search_s = time.monotonic() - t0
@@ -115,7 +128,8 @@ def main() -> int:
         print(f"   A's search took {search_s:.0f} s (exit {a_rc}); B stopped (exit {b_rc}); confirming both ...",
               flush=True)
         t1 = time.monotonic()
-        confirms = [start(["confirm", "--storage", urls[k], "--study", name], root / f"ray-{k}c", root / f"{k}c.log")
+        confirms = [start(["confirm", "--storage", urls[k], "--study", name], root / f"ray-{k}c", root / f"{k}c.log",
+                          cpus[k])
                     for k, name in (("a", "all"), ("b", "selective"))]
         confirm_rcs = [p.wait() for p in confirms]
         confirm_s = time.monotonic() - t1
@@ -130,7 +144,7 @@ def main() -> int:
     result = {
         "date": dt.date.today().isoformat(), "commit": commit(), "command": "python benchmarks/real_study.py "
         f"--trials {args.trials} --train-samples {args.train_samples}", "model": os.path.relpath(args.model, REPO),
-        "train_samples": args.train_samples, "search_wall_s": search_s, "confirm_wall_s": confirm_s,
+        "train_samples": args.train_samples, "cpus": {k: sorted(v) for k, v in cpus.items()}, "search_wall_s": search_s, "confirm_wall_s": confirm_s,
         "bar": bar, "t_a_s": t_a, "t_b_s": t_b,
         "real_time_to_best_ratio": t_b / t_a if t_b is not None and t_a > 0 else None, "target": 1 / 3,
         "a": fa, "b": fb, "exit": {"a": a_rc, "b": b_rc, "confirm": confirm_rcs}, "logs": logs,

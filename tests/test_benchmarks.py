@@ -192,3 +192,18 @@ def test_trust_figures_from_study_figures():
     d = trust.disturbed_error(a, b)
     assert d["value"] == pytest.approx(abs(1.53 / 1.50 - 1)) and d["unconfirmed_value"] == pytest.approx(1.0)
     assert trust.disturbed_error(a, {"trials": {}, "picks": {}})["value"] is None
+
+
+def test_real_study_time_to_reach():
+    """benchmarks/real_study.py's t_B on hand-made trials (the run itself takes half an hour):
+    the first feasible trial other than the baseline at or above the bar."""
+    import real_study
+
+    trials = [{"trial": 0, "baseline": True, "at_s": 10.0, "feasible": True, "ratio": 1.0},
+              {"trial": 1, "baseline": False, "at_s": 20.0, "feasible": False, "ratio": 2.0},
+              {"trial": 2, "baseline": False, "at_s": 30.0, "feasible": True, "ratio": 1.2},
+              {"trial": 3, "baseline": False, "at_s": 40.0, "feasible": True, "ratio": None},
+              {"trial": 4, "baseline": False, "at_s": 50.0, "feasible": True, "ratio": 1.6}]
+    assert real_study.time_to_reach(trials, 1.0) == 30.0
+    assert real_study.time_to_reach(trials, 1.5) == 50.0
+    assert real_study.time_to_reach(trials, 1.7) is None
