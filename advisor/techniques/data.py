@@ -3,6 +3,8 @@ Loading the next batch is part of the measured training step."""
 
 from __future__ import annotations
 
+import multiprocessing
+import sys
 from typing import TYPE_CHECKING, Any
 
 from advisor.techniques._base import Technique
@@ -10,6 +12,15 @@ from advisor.techniques._base import Technique
 if TYPE_CHECKING:
     from advisor.machine.hardware import Hardware
     from advisor.techniques.prepared import Prepared
+
+
+_FORK = "fork"
+
+
+def _fork_workers() -> bool:
+    """DataLoader workers are forked on Linux (PyTorch's long-standing default there; on
+    macOS fork is unsafe and spawn the default, left alone)."""
+    return sys.platform.startswith("linux") and _FORK in multiprocessing.get_all_start_methods()
 
 
 class NumWorkers(Technique):
@@ -23,11 +34,18 @@ class NumWorkers(Technique):
     def apply(self, value: Any, prepared: Prepared) -> None:
         prepared.loader_options["num_workers"] = value
         prepared.loader_options["persistent_workers"] = value > 0
+        if value > 0 and _fork_workers():
+            # Workers forked from the training process inherit the dataset as it is. A trial
+            # process is started by a fork server, so its own children would start that way
+            # too (and Python 3.14 makes that the default): the dataset would be pickled, and
+            # a Dataset class defined in model.py, loaded under a private module name, cannot.
+            prepared.loader_options["multiprocessing_context"] = _FORK
 
     def snippet(self, value: Any) -> str | None:
         if value == 0:
             return None
-        return f"loader = DataLoader(dataset, batch_size=..., num_workers={value}, persistent_workers=True)"
+        context = ", multiprocessing_context='fork'" if _fork_workers() else ""
+        return f"loader = DataLoader(dataset, batch_size=..., num_workers={value}, persistent_workers=True{context})"
 
 
 class PinMemory(Technique):

@@ -222,3 +222,52 @@ def test_trial_processes_take_their_own_thread_count(ray_session):
     cores = int(executor.resources["num_cpus"])
     assert single.ok and single.telemetry["intra_op_threads"] == cores
     assert ddp.ok and ddp.telemetry["intra_op_threads"] == max(1, cores // 2)
+
+
+OWN_DATASET = '''"""A Dataset class of model.py's own (most real workloads have one): DataLoader workers
+must get it without importing model.py by name (the trial loaded it under a private name)."""
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+BASELINE = {"batch_size": 16}
+
+
+class Pairs(Dataset):
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = (self.x.sum(1) > 0).long()
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def model():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def datasets():
+    return Pairs(256, 0), Pairs(64, 1)
+'''
+
+
+@pytest.mark.parametrize("stage", ["full", "probe"])
+def test_loader_workers_get_a_dataset_class_defined_in_model_py(tmp_path, monkeypatch, stage):
+    """num_workers > 0 with model.py's own Dataset class, in a trial process forked from the
+    fork server (whose children start their own children by the fork server's method): the
+    workers must not need to import model.py by its private module name."""
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.trial import forkserver
+    from advisor.workload.contract import load_workload
+
+    monkeypatch.setattr(forkserver, "_SPAWN_ONLY", False)
+    path = write_model(tmp_path, OWN_DATASET)
+    payload = TrialPayload.of(load_workload(str(path)), TrialConfig(batch_size=16, num_workers=2),
+                              TrialSettings(train_samples=128, stage=stage))
+    result = forkserver.run_forked(payload)
+    assert result.ok and result.throughput > 0, result.failure_message
