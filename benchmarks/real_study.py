@@ -8,9 +8,14 @@ the machine has during the run it has for both (the interleaving). Unpinned, the
 studies' trials oversubscribed the cores and a probe measured while the other study
 trained ran 5-10x slower than one measured while it did not: no comparison at all.
 
-A  the previous default, full trials: `advisor tune MODEL --accuracy all --trials 20`;
-B  the new default, two-stage evaluation: `advisor tune MODEL --trials 500`, stopped
-   (SIGINT, as a user's Ctrl-C) when A's search ends: 20 of A's trials' worth of wall time.
+A  the previous default, full trials: `advisor tune MODEL --accuracy all --trials 24`;
+B  the new default, two-stage evaluation: `advisor tune MODEL --trials 24`, stopped (SIGINT,
+   as a user's Ctrl-C) if it still runs when A's search ends: at most A's wall time.
+
+The same --trials gives both the same one-knob seeds (a third of --trials, at most 8: 24
+gives all 8), so the comparison is of how each evaluates configurations, not of which it
+proposes first. (A first run gave B --trials 500 and A's wall time: B then had 8 seeds to
+A's 6, and its best came from a seed A never ran.)
 
 Both with --no-confirm, --seed 0 and the same --train-samples; then both confirmed at once
 (`advisor confirm`, default pairs), so the front and the picks rest on paired ratios.
@@ -22,9 +27,11 @@ Figures (results/real_study.json; summary.json `search.real_time_to_best_ratio`)
   than the baseline whose ratio (confirmed where it was) is at least A's fastest pick's;
 - search.real_time_to_best_ratio = t_B / t_A (target <= 1/3, as for the replayed grids);
   None when B found nothing as fast in its budget (then B's own best and when it came are
-  what to read).
+  what to read);
+- beside it: each study's search wall time for its --trials configurations (B's / A's is
+  what two-stage evaluation costs per configuration on this model).
 
-    python benchmarks/real_study.py [--trials 20] [--train-samples 8192]
+    python benchmarks/real_study.py [--trials 24] [--train-samples 8192]
 """
 
 from __future__ import annotations
@@ -106,7 +113,7 @@ def time_to_reach(trials: list[dict[str, Any]], ratio: float) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(MODEL))
-    parser.add_argument("--trials", type=int, default=20, help="A's budget (B gets A's wall time)")
+    parser.add_argument("--trials", type=int, default=24, help="both studies' --trials (B: at most A's wall time)")
     parser.add_argument("--train-samples", type=int, default=8192)
     parser.add_argument("--out", default=str(HERE / "results" / "real_study.json"))
     args = parser.parse_args()
@@ -118,14 +125,21 @@ def main() -> int:
         t0 = time.monotonic()
         a = start(["tune", *common, "--accuracy", "all", "--trials", str(args.trials), "--storage", urls["a"],
                    "--study", "all"], root / "ray-a", root / "a.log", cpus["a"])
-        b = start(["tune", *common, "--trials", "500", "--storage", urls["b"], "--study", "selective"],
+        b = start(["tune", *common, "--trials", str(args.trials), "--storage", urls["b"], "--study", "selective"],
                   root / "ray-b", root / "b.log", cpus["b"])
         print(f"A (--accuracy all, {args.trials} trials) and B (selective) started", flush=True)
-        a_rc = a.wait()
-        search_s = time.monotonic() - t0
-        b.send_signal(signal.SIGINT)  # B's budget: A's wall time
-        b_rc = b.wait()
-        print(f"   A's search took {search_s:.0f} s (exit {a_rc}); B stopped (exit {b_rc}); confirming both ...",
+        walls: dict[str, float] = {}
+        while len(walls) < 2:  # each study's search wall time
+            for key, proc in (("a", a), ("b", b)):
+                if key not in walls and proc.poll() is not None:
+                    walls[key] = time.monotonic() - t0
+            time.sleep(0.2)
+            if "a" in walls and "b" not in walls:
+                b.send_signal(signal.SIGINT)  # B's budget: at most A's wall time
+                b.wait()
+        a_rc, b_rc = a.returncode, b.returncode
+        search_s = walls["a"]
+        print(f"   searches: A {search_s:.0f} s (exit {a_rc}), B {walls['b']:.0f} s (exit {b_rc}); confirming both ...",
               flush=True)
         t1 = time.monotonic()
         confirms = [start(["confirm", "--storage", urls[k], "--study", name], root / f"ray-{k}c", root / f"{k}c.log",
@@ -144,13 +158,15 @@ def main() -> int:
     result = {
         "date": dt.date.today().isoformat(), "commit": commit(), "command": "python benchmarks/real_study.py "
         f"--trials {args.trials} --train-samples {args.train_samples}", "model": os.path.relpath(args.model, REPO),
-        "train_samples": args.train_samples, "cpus": {k: sorted(v) for k, v in cpus.items()}, "search_wall_s": search_s, "confirm_wall_s": confirm_s,
+        "train_samples": args.train_samples, "trials": args.trials, "cpus": {k: sorted(v) for k, v in cpus.items()},
+        "search_wall_s": search_s, "search_wall_b_s": walls["b"], "wall_ratio": walls["b"] / walls["a"], "confirm_wall_s": confirm_s,
         "bar": bar, "t_a_s": t_a, "t_b_s": t_b,
         "real_time_to_best_ratio": t_b / t_a if t_b is not None and t_a > 0 else None, "target": 1 / 3,
         "a": fa, "b": fb, "exit": {"a": a_rc, "b": b_rc, "confirm": confirm_rcs}, "logs": logs,
     }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("search_wall_s", "bar", "t_a_s", "t_b_s", "real_time_to_best_ratio")}))
+    print(json.dumps({k: result[k] for k in ("search_wall_s", "search_wall_b_s", "wall_ratio", "bar", "t_a_s", "t_b_s",
+                                             "real_time_to_best_ratio")}))
     print("A best", best_a, "\nB best", fb["best"], "\nstates A", fa["states"], "B", fb["states"])
     return 0
 
