@@ -70,7 +70,8 @@ def main() -> int:
         real = json.loads(real_file.read_text())
         summary["search"]["real_time_to_best_ratio"] = _entry(
             real, real["real_time_to_best_ratio"], "search.real_time_to_best_ratio") | {
-            "search_wall_s": real["search_wall_s"], "t_previous_s": real["t_a_s"], "t_new_s": real["t_b_s"],
+            "search_wall_previous_s": real["search_wall_s"], "search_wall_new_s": real.get("search_wall_b_s"),
+            "wall_ratio_same_trials": real.get("wall_ratio"), "t_previous_s": real["t_a_s"], "t_new_s": real["t_b_s"],
             "best_previous": real["a"]["best"], "best_new": real["b"]["best"]}
     trust_file = RESULTS / "trust.json"
     if trust_file.exists():  # benchmarks/trust.py: figures a user can act on
