@@ -30,5 +30,7 @@ def test_node_loss_mid_study(workdir):
     lost = [t for t in trials if t.user_attrs.get("failure_class") == "node_lost"]
     assert len(lost) == 1, out[-3000:]
     assert "node running this trial was lost" in lost[0].user_attrs["failure_message"]
-    completed = [t for t in trials if t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs]
-    assert len(completed) == 6  # the study's total, reached on the remaining node
+    # the study's total, reached on the remaining node (a configuration dominated beyond noise
+    # by a feasible one is stored probed only, PRUNED: which ones depends on measured speeds)
+    measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
+    assert len(measured) == 6 and sum(t.state.name == "COMPLETE" for t in measured) >= 1
