@@ -33,6 +33,7 @@ from advisor.core.stored import (
     SEED_CONFIG,
     TrialRecord,
     config_attrs,
+    read_study,
     read_trial,
     result_attrs,
     skipped_attrs,
@@ -245,8 +246,18 @@ class Strategy:
         base = self.baseline_record
         if base is None or base.figures is None:
             return
-        records = [read_trial(t) for t in self.study.get_trials(deepcopy=False)]
-        measured = [(r.config, r.figures) for r in records if r.counted and r.config is not None and not r.baseline]
+        stored = read_study(self.study)
+
+        def figures(r: TrialRecord) -> Figures | None:
+            """Its figures, throughput rescaled to the baseline measured nearest in time to it
+            (the combination step divides by trial 0's)."""
+            if r.figures is None:
+                return None
+            reference = stored.reference_throughput(r) or base.figures.throughput  # type: ignore[union-attr]
+            return r.figures._replace(throughput=r.figures.throughput * base.figures.throughput / reference)  # type: ignore[union-attr]
+
+        measured = [(r.config, figures(r)) for r in stored.records
+                    if r.counted and r.config is not None and not r.baseline]
         chosen = combination_configs(self.baseline, base.figures, measured, self.limits,
                                      combination_count(self.budget), self._allowed)
         for config in chosen:

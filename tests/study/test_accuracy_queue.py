@@ -194,3 +194,23 @@ def test_a_probed_only_trial_cannot_be_exported(study):
     run.queue.settle()
     with pytest.raises(StudyError, match="was probed only .* its metric is unknown"):
         trial_by_number(read_study(study), slow_big.number)
+
+
+def test_combinations_read_each_trial_against_the_baseline_measured_nearest_it(study):
+    """The one-knob changes that paid off are judged on ratios to the baseline measured
+    nearest each trial: measured at 700/s after the baseline fell from 1,000 to 600/s, a
+    batch of 64 is 1.17x faster (a move to combine), not 0.7x."""
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.9)
+    time.sleep(0.01)
+    study.set_user_attr("baseline_measurements", [{"at": time.time(), "throughput": 600.0,
+                                                   "peak_memory_bytes": 100.0}])
+    time.sleep(0.01)
+    for config, memory in (({"batch_size": 64}, 100.0), ({"threads": 1}, 70.0)):  # faster; smaller
+        p = run.probed({"batch_size": 32, **config}, 700.0, memory)
+        run.queue.waiting[p.number].running = True
+        assert run.queue.finished(p.number, accuracy(0.9), 1.0).feasible
+    run.strategy._enqueue_combinations()
+    queued = [t.user_attrs for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    assert [q["seed_config"]["batch_size"] for q in queued if q.get("combination")] == [64]
+    assert [q["seed_config"]["threads"] for q in queued if q.get("combination")] == [1]
