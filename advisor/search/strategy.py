@@ -247,14 +247,15 @@ class Strategy:
         if base is None or base.figures is None:
             return
         stored = read_study(self.study)
+        first = base.figures.throughput
 
         def figures(r: TrialRecord) -> Figures | None:
             """Its figures, throughput rescaled to the baseline measured nearest in time to it
             (the combination step divides by trial 0's)."""
             if r.figures is None:
                 return None
-            reference = stored.reference_throughput(r) or base.figures.throughput  # type: ignore[union-attr]
-            return r.figures._replace(throughput=r.figures.throughput * base.figures.throughput / reference)  # type: ignore[union-attr]
+            reference = stored.reference_throughput(r) or first
+            return r.figures._replace(throughput=r.figures.throughput * first / reference)
 
         measured = [(r.config, figures(r)) for r in stored.records
                     if r.counted and r.config is not None and not r.baseline]
