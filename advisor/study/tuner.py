@@ -163,7 +163,7 @@ class Tuner:
         if self.stop_reason is not None or self.strategy.baseline_record is not None:
             return self.strategy.baseline_record
         failed = records[-1]
-        message = (f"the baseline trial ({self.plan.baseline.to_dict()}) failed "
+        message = (f"the baseline trial ({self.plan.baseline.describe()}) failed "
                    f"[{failed.failure_class}]: {failed.failure_message}")
         if self.options.skip_preflight and failed.failure_class == "error":
             raise WorkloadError(f"{self.plan.workload.path}: {message} (preflight was skipped; this is "

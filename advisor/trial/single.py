@@ -12,6 +12,7 @@ from advisor.core.errors import UnsupportedError, WorkloadError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.errors import NonFiniteLoss
 from advisor.workload.contract import Workload, load_workload
+from advisor.workload.user_code import describe_exit, has_user_frames, user_frames
 
 
 def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
@@ -30,13 +31,26 @@ def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
         workload = load_same_workload(payload)
         phases["load"] = time.perf_counter() - t
         return run_configuration(payload, workload, phases)
-    except Exception as exc:  # a failure of the configuration is a result, not a crash
-        if isinstance(exc, (UnsupportedError, WorkloadError, NonFiniteLoss)):
-            message = str(exc)
-        else:
-            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
-            message = f"{type(exc).__name__}: {exc}\n{tail}".strip()
-        return TrialResult.failed(classify(exc), message[-4000:], phase_s=phases)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a failure is a result, not a crash
+        # (a cancelled trial is killed, never interrupted: SystemExit and KeyboardInterrupt
+        # here come from model.py's own code)
+        return TrialResult.failed(classify(exc), failure_message(exc)[-4000:], phase_s=phases)
+
+
+def failure_message(exc: BaseException) -> str:
+    """What a failed trial says: advisor's own errors as they are; an error raised in the
+    user's code in its frames; any other error with the last frames where it was raised."""
+    if isinstance(exc, (UnsupportedError, WorkloadError, NonFiniteLoss)):
+        return str(exc)
+    if isinstance(exc, SystemExit):
+        return (f"model.py called {describe_exit(exc)} during the trial: model.py must not end "
+                f"the process (its functions return, or raise an exception)\n{user_frames(exc)}")
+    if isinstance(exc, KeyboardInterrupt):
+        return f"model.py raised KeyboardInterrupt itself during the trial\n{user_frames(exc)}"
+    if has_user_frames(exc):
+        return f"{type(exc).__name__}: {exc}\n{user_frames(exc)}"
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+    return f"{type(exc).__name__}: {exc}\n{tail}".strip()
 
 
 def load_same_workload(payload: TrialPayload) -> Workload:

@@ -16,13 +16,13 @@ import hashlib
 import itertools
 import math
 import sys
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 from advisor.core.errors import WorkloadError
+from advisor.workload.user_code import user_code
 
 _REQUIRED = ("model", "datasets")
 _OPTIONAL = ("loss", "metric", "optimizer")
@@ -101,12 +101,8 @@ def load_workload(path: str | Path, source: str | None = None) -> Workload:
     module.__file__ = str(path)
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
-    try:
+    with user_code(f"{path}: importing it", importing=True):
         exec(code, module.__dict__)
-    except Exception as exc:  # user code: any exception is a contract problem
-        raise WorkloadError(
-            f"{path}: importing it raised {type(exc).__name__}: {exc}\n{user_tail(exc)}"
-        ) from None
     return _bind(path, source, module)
 
 
@@ -138,22 +134,10 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
     )
 
 
-def user_tail(exc: BaseException, limit: int = 4) -> str:
-    """The last frames of a traceback, formatted for a message."""
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return "".join(lines[-limit:]).rstrip()
-
-
 def call(workload: Workload, func: str, *args: Any) -> Any:
-    """Call a contract function; any exception becomes a WorkloadError naming it."""
-    try:
+    """Call a contract function; whatever it raises becomes a WorkloadError naming it."""
+    with user_code(workload.where(func)):
         return getattr(workload, func)(*args)
-    except WorkloadError:
-        raise
-    except Exception as exc:
-        raise WorkloadError(
-            f"{workload.where(func)} raised {type(exc).__name__}: {exc}\n{user_tail(exc)}"
-        ) from None
 
 
 def build_model(workload: Workload) -> Any:
@@ -187,7 +171,8 @@ def load_datasets(workload: Workload) -> tuple[Any, Any]:
 def _check_items(where: str, role: str, data: Any) -> None:
     shapes = []
     for index in range(min(2, len(data))):
-        item = data[index]
+        with user_code(f"{where}: {role}[{index}]"):
+            item = data[index]
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise WorkloadError(f"{where}: {role}[{index}] must be an (input, target) pair, found {_describe(item)}")
         shapes.append(_shape(item))

@@ -14,9 +14,9 @@ from advisor.workload.contract import (
     check_metric,
     forward,
     load_datasets,
-    user_tail,
 )
 from advisor.workload.structure import blocks, prunable
+from advisor.workload.user_code import user_code
 
 
 def preflight(workload: Workload) -> dict[str, Any]:
@@ -36,13 +36,8 @@ def preflight(workload: Workload) -> dict[str, Any]:
     except Exception as exc:
         raise WorkloadError(f"{workload.where('datasets')}: training items cannot be batched: {exc}") from None
     model.train()
-    try:
+    with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples,"):
         output = forward(model, inputs)
-    except Exception as exc:
-        raise WorkloadError(
-            f"{workload.where('model')}: the model's forward raised {type(exc).__name__} on a batch of 2 "
-            f"training samples: {exc}\n{user_tail(exc)}"
-        ) from None
     value = call(workload, "loss", output, target)
     check_loss(workload, value)
     opt = call(workload, "optimizer", model.parameters())
@@ -52,7 +47,9 @@ def preflight(workload: Workload) -> dict[str, Any]:
     opt.step()
     model.eval()
     with torch.no_grad():
-        check_metric(workload, call(workload, "metric", forward(model, inputs), target))
+        with user_code(f"{workload.where('model')}: the model's forward, in eval mode,"):
+            output = forward(model, inputs)
+        check_metric(workload, call(workload, "metric", output, target))
     return {
         "train_size": len(train),
         "val_size": len(val),

@@ -78,3 +78,20 @@ def test_changed_workload_is_refused(tmp_path):
 def test_payload_survives_the_json_a_rank_reads():
     p = payload(EXAMPLES / "digits_mlp.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2})
     assert TrialPayload.from_dict(p.to_dict()) == p
+
+
+@pytest.mark.parametrize("batch_size,first_line,frames", [
+    (32, "model.py called sys.exit(7) during the trial", ["in loss", "sys.exit(7)", "SystemExit: 7"]),
+    (48, "model.py raised KeyboardInterrupt itself during the trial", ["in forward", "raise KeyboardInterrupt"]),
+    (24, "ValueError: rejected a batch of 24", ["in forward", "reject(x)", "in reject"]),
+])
+def test_the_users_own_failure_is_a_result_told_in_the_users_frames(batch_size, first_line, frames):
+    """sys.exit() and KeyboardInterrupt from model.py end the trial as a recorded failure,
+    not the trial process; the message shows model.py's frames and none of advisor's (or
+    torch's, between two of the user's)."""
+    r = run_trial(payload(WORKLOADS / "exits.py", {"batch_size": batch_size}))
+    assert (r.ok, r.failure_class) == (False, "error")
+    assert r.failure_message.startswith(first_line), r.failure_message
+    assert all(f in r.failure_message for f in frames), r.failure_message
+    assert "exits.py" in r.failure_message
+    assert "advisor/" not in r.failure_message and "torch/nn/modules" not in r.failure_message

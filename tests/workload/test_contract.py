@@ -48,13 +48,23 @@ VIOLATIONS = [
     ("inconsistent-shapes", "import torch\n" + GOOD_MODEL +
      "def datasets():\n    d = [(torch.zeros(4), 0), (torch.zeros(5), 1)]\n    return d, d\n", "inconsistent shapes"),
     ("forward-raises", GOOD_DATA + "def model():\n    return torch.nn.Linear(3, 2)\n",
-     "forward raised RuntimeError on a batch of 2"),
+     "the model's forward, on a batch of 2 training samples, raised RuntimeError"),
     ("loss-not-scalar", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return o.sum(1)\n", "must return a scalar tensor"),
     ("loss-no-grad", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return torch.tensor(1.0)\n", "does not require grad"),
     ("metric-not-number", GOOD_DATA + GOOD_MODEL + "def metric(o, t):\n    return 'high'\n", "must return a number, found str"),
     ("metric-nan", GOOD_DATA + GOOD_MODEL + "def metric(o, t):\n    return float('nan')\n", "expected a finite number"),
     ("optimizer-wrong", GOOD_DATA + GOOD_MODEL + "def optimizer(p):\n    return None\n", "must return a torch.optim.Optimizer"),
     ("loss-not-callable", GOOD_DATA + GOOD_MODEL + "loss = 3\n", "loss must be a function"),
+    ("exit-at-import", "import sys\nsys.exit(3)\n", "importing it called sys.exit(3): model.py must not end the process"),
+    ("exit-in-datasets", "import sys, torch\n" + GOOD_MODEL + "def datasets():\n    sys.exit('no data')\n",
+     "datasets() called sys.exit('no data')"),
+    ("interrupt-in-model", GOOD_DATA + "def model():\n    raise KeyboardInterrupt\n",
+     "model() raised KeyboardInterrupt itself (not a Ctrl-C)"),
+    ("exit-in-forward", GOOD_DATA + "class M(torch.nn.Linear):\n    def forward(self, x):\n        raise SystemExit\n"
+     "def model():\n    return M(4, 2)\n", "the model's forward, on a batch of 2 training samples, called sys.exit()"),
+    ("exit-in-item", "import sys, torch\n" + GOOD_MODEL + "class D:\n    def __len__(self):\n        return 4\n"
+     "    def __getitem__(self, i):\n        sys.exit(1)\ndef datasets():\n    return D(), D()\n",
+     "datasets(): train[0] called sys.exit(1)"),
     ("baseline-not-dict", GOOD_DATA + GOOD_MODEL + "BASELINE = 64\n", "BASELINE must be a dict"),
     ("baseline-unknown-key", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batchsize': 64}\n", "batchsize: unknown key"),
     ("baseline-bad-value", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batch_size': 0}\n", "expected a positive integer"),
@@ -106,10 +116,24 @@ def test_load_from_source_when_file_is_absent(tmp_path):
     assert callable(wl.model)
 
 
-def test_error_names_function_and_keeps_traceback_tail(tmp_path):
-    path = write_model(tmp_path, GOOD_DATA + "def model():\n    return helper()\ndef helper():\n    raise KeyError('deep')\n")
+def test_error_names_function_and_shows_the_users_frames_only(tmp_path):
+    """The user's frames (file, line, its text) and the exception; none of advisor's, and
+    the library frames folded into one line saying where in them it was raised."""
+    path = write_model(tmp_path, GOOD_DATA + "def model():\n    return helper()\n"
+                                             "def helper():\n    return torch.zeros(2).view(3)\n")
     wl = load_workload(path)
     with pytest.raises(WorkloadError) as info:
         preflight(wl)
     text = str(info.value)
-    assert "model() raised KeyError" in text and "helper" in text
+    assert "model() raised RuntimeError" in text
+    assert f'File "{path}", line 8, in model' in text and "return helper()" in text
+    assert f'File "{path}", line 10, in helper' in text and "torch.zeros(2).view(3)" in text
+    assert "advisor/" not in text and "contract.py" not in text
+
+
+def test_a_real_ctrl_c_in_model_py_is_an_interrupt_not_a_contract_error(tmp_path):
+    """A KeyboardInterrupt from SIGINT (the user pressed Ctrl-C while model.py was being
+    imported) stays an interrupt; one raised by the code itself is a contract error."""
+    path = write_model(tmp_path, "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_workload(path)
