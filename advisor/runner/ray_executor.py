@@ -10,6 +10,7 @@ trial takes all of a node's CPUs (one trial per node at a time); on GPU nodes, o
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import tempfile
@@ -80,6 +81,8 @@ class RayExecutor:
                     raise SchedulerError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
             else:
                 self._prepare_state_dir()
+                logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+                    _not_the_auth_notice)
                 # Ray makes its temp dir world-writable (0777); inside our 0700 directory
                 # nobody else can reach it.
                 ray.init(_temp_dir=str(self.state_dir / "ray"), **kwargs)
@@ -180,6 +183,12 @@ class RayExecutor:
 
         if self.started_here and ray.is_initialized():
             ray.shutdown()
+
+
+def _not_the_auth_notice(record: logging.LogRecord) -> bool:
+    """Drops Ray's notice, at every local start, that it turned token authentication on by
+    default: it stays on, with a token of ours kept in the state directory."""
+    return not str(record.msg).startswith("Token authentication is enabled for this Ray cluster")
 
 
 def _loopback_only() -> None:
