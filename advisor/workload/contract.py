@@ -8,10 +8,14 @@ The contract::
     def metric(output, target) -> float        # optional; default top-1 accuracy
     def optimizer(parameters) -> Optimizer     # optional; default AdamW(lr=1e-3)
     BASELINE = {"batch_size": 64}              # optional; the user's current setup
+    LOSS = "output.loss"                       # optional, instead of loss(): the model returns its own
+
+The defaults, and how they read a model's output, are in ``advisor.workload.defaults``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -22,30 +26,12 @@ from types import ModuleType
 from typing import Any, Callable
 
 from advisor.core.errors import WorkloadError
+from advisor.workload.defaults import OUTPUT_LOSS, default_loss, default_metric, default_optimizer, output_loss
 from advisor.workload.user_code import user_code
 
 _REQUIRED = ("model", "datasets")
 _OPTIONAL = ("loss", "metric", "optimizer")
 _counter = itertools.count()
-
-
-def default_loss(output: Any, target: Any) -> Any:
-    """Cross entropy, the default ``loss`` of the contract."""
-    import torch.nn.functional as F
-
-    return F.cross_entropy(output, target)
-
-
-def default_metric(output: Any, target: Any) -> float:
-    """Top-1 accuracy of a batch, the default ``metric`` of the contract."""
-    return (output.argmax(dim=-1) == target).float().mean().item()
-
-
-def default_optimizer(parameters: Any) -> Any:
-    """AdamW with lr=1e-3, the default ``optimizer`` of the contract."""
-    import torch
-
-    return torch.optim.AdamW(parameters, lr=1e-3)
 
 
 @dataclass
@@ -114,6 +100,11 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
     for name in _OPTIONAL:
         if hasattr(module, name) and not callable(getattr(module, name)):
             problems.append(f"{name} must be a function, found {type(getattr(module, name)).__name__}")
+    declared_loss = getattr(module, "LOSS", None)
+    if declared_loss is not None and declared_loss != OUTPUT_LOSS:
+        problems.append(f'LOSS must be "{OUTPUT_LOSS}" (the model returns its own loss), found {declared_loss!r}')
+    elif declared_loss is not None and hasattr(module, "loss"):
+        problems.append(f'both loss() and LOSS = "{OUTPUT_LOSS}" are defined: keep one')
     baseline = getattr(module, "BASELINE", {})
     if not isinstance(baseline, dict):
         problems.append(f"BASELINE must be a dict such as {{'batch_size': 64}}, found {type(baseline).__name__}")
@@ -127,7 +118,8 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         module=module,
         model=module.model,
         datasets=module.datasets,
-        loss=getattr(module, "loss", default_loss),
+        loss=(functools.partial(output_loss, where=str(path)) if declared_loss == OUTPUT_LOSS
+              else getattr(module, "loss", default_loss)),
         metric=getattr(module, "metric", default_metric),
         optimizer=getattr(module, "optimizer", default_optimizer),
         baseline=dict(baseline),
