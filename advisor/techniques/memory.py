@@ -1,5 +1,6 @@
-"""Memory levers of the training step: activation checkpointing of the model's top-level
-blocks, and gradient accumulation (the same global batch in smaller micro-batches)."""
+"""Memory levers of the training step: activation checkpointing of the model's blocks
+(``advisor.workload.structure.blocks``: its repeated layers, else its top-level
+children), and gradient accumulation (the same global batch in smaller micro-batches)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ if TYPE_CHECKING:
 
 class ActivationCheckpointing(Technique):
     key = "activation_checkpointing"
-    description = "recompute each top-level block's activations in backward instead of storing them"
+    description = "recompute each block's activations in backward instead of storing them"
     train_only = (True,)
     order = 50
 
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value and facts.get("top_level_blocks", 2) < 2:
-            return "the model has fewer than two top-level blocks with parameters: nothing to trade"
+            return "the model has fewer than two blocks with parameters (repeated layers or top-level children): nothing to trade"
         return None
 
     def apply(self, value: Any, prepared: Prepared) -> None:
@@ -32,8 +33,8 @@ class ActivationCheckpointing(Technique):
             return
         found = blocks(prepared.module)
         if len(found) < 2:
-            raise UnsupportedError("activation checkpointing wraps the model's top-level blocks (its children "
-                                   f"with parameters); this model has {len(found)}")
+            raise UnsupportedError("activation checkpointing wraps the model's blocks (its repeated layers, else "
+                                   f"its children with parameters); this model has {len(found)}")
         for block in found:
             _checkpoint_forward(block)
 
@@ -41,7 +42,7 @@ class ActivationCheckpointing(Technique):
         if not value:
             return None
         return ("from torch.utils.checkpoint import checkpoint\n"
-                "# in forward, for each top-level block:\n"
+                "# in forward, for each block (each repeated layer, else each top-level child):\n"
                 "x = checkpoint(self.block, x, use_reentrant=False)\n"
                 "# BatchNorm in a block updates its running statistics again in the recomputation\n"
                 "# (advisor.apply() freezes them there: checkpoint(..., context_fn=...))")

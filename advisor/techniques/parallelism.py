@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import UnsupportedError
 from advisor.techniques._base import Technique
+from advisor.workload.structure import blocks, tied_parameters
 
 if TYPE_CHECKING:
     from advisor.machine.hardware import Hardware
@@ -73,7 +74,9 @@ class Parallelism(Technique):
             return ("# launch: torchrun --nproc-per-node=K train.py\n"
                     "torch.distributed.init_process_group()\n"
                     "from torch.distributed.fsdp import fully_shard\n"
-                    "for block in model.children(): fully_shard(block)\n"
+                    "# each block (a transformer's layers, else the top-level children), then the root;\n"
+                    "# a block holding a tied weight is left to the root\n"
+                    "for block in blocks: fully_shard(block)\n"
                     "fully_shard(model)")
         return None
 
@@ -120,9 +123,8 @@ def _shard_fsdp(prepared: Prepared) -> None:
     from torch.distributed.fsdp import fully_shard
 
     module = prepared.module
-    for child in module.children():
-        if any(p.requires_grad for p in child.parameters()):
-            fully_shard(child)
+    for unit in fsdp_units(module):
+        fully_shard(unit)
     fully_shard(module)
 
     @contextlib.contextmanager
@@ -134,6 +136,15 @@ def _shard_fsdp(prepared: Prepared) -> None:
             module.set_requires_gradient_sync(True)
 
     prepared.no_sync = no_sync
+
+
+def fsdp_units(module: Any) -> list[Any]:
+    """The blocks FSDP shards one by one before the root (which takes the rest): the model's
+    blocks (``advisor.workload.structure.blocks``) that train, except any holding a tied
+    parameter (a tied parameter must sit in one FSDP group: it stays with the root)."""
+    tied = tied_parameters(module)
+    return [b for b in blocks(module)
+            if any(p.requires_grad for p in b.parameters()) and not any(id(p) in tied for p in b.parameters())]
 
 
 class Devices(Technique):

@@ -5,13 +5,53 @@ techniques act on the same layers.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 
 def blocks(module: Any) -> list[Any]:
-    """The model's top-level children that hold parameters: what activation checkpointing
-    wraps, one block at a time."""
-    return [c for c in module.children() if any(True for _ in c.parameters())]
+    """The model's blocks, each a unit for activation checkpointing and FSDP sharding: its
+    repeated layers when it has them (a transformer's layers: the largest ModuleList or
+    Sequential of two or more sub-blocks of one class), else its top-level children that
+    hold parameters, looking inside ModuleList / ModuleDict containers (never called
+    themselves: their elements are)."""
+    repeated = _repeated_layers(module)
+    return repeated if repeated else list(_parameterised_children(module))
+
+
+def _parameterised_children(module: Any) -> Any:
+    import torch.nn as nn
+
+    for child in module.children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            yield from _parameterised_children(child)
+        elif any(True for _ in child.parameters()):
+            yield child
+
+
+def _repeated_layers(module: Any) -> list[Any]:
+    import torch.nn as nn
+
+    best: list[Any] = []
+    best_size = 0
+    for container in module.modules():
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)):
+            continue
+        layers = list(container.children())
+        if (len(layers) < 2 or len({type(layer) for layer in layers}) != 1
+                or not any(True for _ in layers[0].children())):  # a run of plain layers is no block
+            continue
+        size = sum(p.numel() for p in container.parameters())
+        if size > best_size:
+            best, best_size = layers, size
+    return best
+
+
+def tied_parameters(module: Any) -> set[int]:
+    """ids of the parameters reachable under more than one name (tied weights, such as a
+    language model's input embedding and output layer)."""
+    names = Counter(id(p) for _, p in module.named_parameters(remove_duplicate=False))
+    return {pid for pid, n in names.items() if n > 1}
 
 
 def prunable(module: Any) -> list[tuple[str, Any]]:

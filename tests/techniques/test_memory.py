@@ -84,7 +84,7 @@ def test_checkpointing_under_compile_trains_and_updates_batchnorm_statistics_onc
 
 def test_checkpointing_refuses_a_model_without_blocks():
     model = torch.nn.Sequential(torch.nn.Linear(64, 10))
-    with pytest.raises(UnsupportedError, match="top-level blocks"):
+    with pytest.raises(UnsupportedError, match="the model.s blocks"):
         apply(model, {"activation_checkpointing": True}, "cpu")
 
 

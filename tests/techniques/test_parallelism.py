@@ -121,6 +121,17 @@ def test_two_gloo_ranks_train_and_results_are_aggregated(config):
     assert result.phase_s["launch"] > 0
 
 
+@pytest.mark.parametrize("extra", [{}, {"activation_checkpointing": True}], ids=["fsdp", "fsdp-checkpointing"])
+def test_fsdp_shards_a_model_with_tied_weights_and_blocks_in_a_module_list(extra):
+    """A language model's output layer tied to its embedding, its layers in a ModuleList:
+    sharding each top-level child failed (a tied parameter in two FSDP groups; a container
+    has no forward). Each layer is sharded, the tied weight stays with the root."""
+    result = run_trial(_payload(WORKLOADS / "tied_lm.py", {"batch_size": 32, "parallelism": "fsdp",
+                                                           "devices": 2, **extra}))
+    assert result.ok, result.failure_message
+    assert result.accuracy > 0.15  # learning the rule (chance: 1/32)
+
+
 @pytest.mark.parametrize("fault, failure_class, text", [
     ("raise", "error", "rank 1: ValueError: rank 1 cannot go on"),
     ("abort", "crash", "rank 1 was killed by SIGABRT"),
