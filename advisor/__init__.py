@@ -5,6 +5,7 @@ Public API::
     import advisor
     config = advisor.load_config("best.yaml")     # an exported configuration
     prepared = advisor.apply(model, config)       # the setup that was measured
+    result = advisor.tune(make_model, make_datasets, trials=20)   # advisor tune, from Python
 
 Everything listed in ``__all__`` is public; the packages below are the engine's rooms
 (README: *Layout*). Every error a public function raises derives from ``AdvisorError``.
@@ -21,6 +22,8 @@ __version__ = "0.1.0"
 # `advisor --help`) stays fast and torch loads only when a model is prepared.
 _PUBLIC = {
     "apply": "advisor.techniques.prepare",
+    "tune": "advisor.api.tune",
+    "TuneResult": "advisor.api.result",
     "Prepared": "advisor.techniques.prepared",
     "load_config": "advisor.core.export_format",
     "TrialConfig": "advisor.core.config",
@@ -37,7 +40,8 @@ _PUBLIC = {
 
 __all__ = [
     "AdvisorError", "ConfigError", "Prepared", "SchedulerError", "SpaceError", "StudyError", "TrialConfig",
-    "TrialFailed", "TrialResult", "UnsupportedError", "WorkloadError", "__version__", "apply", "load_config",
+    "TrialFailed", "TrialResult", "TuneResult", "UnsupportedError", "WorkloadError", "__version__", "apply",
+    "load_config", "tune",
 ]
 
 

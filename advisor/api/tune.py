@@ -1,0 +1,100 @@
+"""``advisor.tune(...)``: ``advisor tune`` from Python (a script, a notebook), taking the
+pieces of a model.py as callables, or a model.py's path. Progress prints as the command's
+does (rich renders it in a notebook too); the live explorer never opens. Returns a
+``TuneResult``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from advisor.api.callables import write_workload
+from advisor.api.result import TuneResult
+from advisor.core.errors import StudyError, WorkloadError
+from advisor.core.noise import ACCURACY_SEEDS
+from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
+from advisor.core.units import parse_size
+
+
+def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | None = None, *,
+         loss: Callable[[Any, Any], Any] | str | None = None, metric: Callable[[Any, Any], float] | None = None,
+         optimizer: Callable[[Any], Any] | None = None, baseline: dict[str, Any] | None = None,
+         name: str | None = None, workdir: str | Path = ".advisor",
+         workload: str = "train", space: str | None = None, trials: int = 20, storage: str | None = None,
+         study: str | None = None, timeout: float | None = None, trial_timeout: float | None = None,
+         max_accuracy_drop: float = 0.01, memory_cap: int | str | None = None, train_samples: int | None = None,
+         sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,
+         confirm: bool = True, confirm_top: int = DEFAULT_TOP, pairs: int = DEFAULT_MAX_PAIRS,
+         confirm_target: float = DEFAULT_TARGET, accuracy_seeds: int = ACCURACY_SEEDS, accuracy: str = "selective",
+         progress: bool = True) -> TuneResult:
+    """Tune a model from Python; the keyword options are ``advisor tune``'s flags.
+
+    ``model`` and ``datasets`` (and optionally ``loss``, ``metric``, ``optimizer``) are
+    the model.py contract's functions, each defined at the top level of an importable
+    module (a trial runs in a fresh process, which imports them); ``loss="output.loss"``
+    for a model that returns its own loss; ``baseline`` is model.py's BASELINE. Or pass a
+    model.py's path as ``model`` and nothing else of the contract.
+
+    The callables become a small model.py of import lines under ``workdir`` (named
+    ``NAME-HASH.py``, NAME defaulting to the model function's name), which the study
+    records as its workload; calling again with the same callables resumes the study.
+
+    Raises an AdvisorError subclass (the command's exit status 2 cases) for bad input,
+    before anything runs.
+    """
+    import optuna
+
+    from advisor.outputs.console import TuneOutput
+    from advisor.study.options import TuneOptions
+    from advisor.study.plan import plan_study
+    from advisor.study.tuner import Tuner
+
+    path, label = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))
+    options = TuneOptions(
+        workload_path=str(path), space=space, workload=workload, storage=storage, study_name=study, trials=trials,
+        timeout=timeout,
+        trial_timeout=trial_timeout, max_accuracy_drop=max_accuracy_drop,
+        memory_cap=parse_size(memory_cap) if isinstance(memory_cap, str) else memory_cap, sampler=sampler,
+        seed=seed, train_samples=train_samples, ray_address=ray_address, skip_preflight=skip_preflight,
+        confirm=confirm, confirm_top=confirm_top, pairs=pairs, confirm_target=confirm_target,
+        accuracy_seeds=accuracy_seeds, accuracy=accuracy)
+    if study is None and label is not None:  # named after the model function, not the written file
+        options = replace(options, study_name=f"{label}-{options.space_name}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        plan = plan_study(options)
+    except StudyError as exc:  # the options' messages name the command's flags: name the arguments
+        raise StudyError(re.sub(r"--([a-z-]+)", lambda m: m.group(1).replace("-", "_") + "=", str(exc))) from None
+    output = TuneOutput(quiet=not progress)
+    output.planned(plan)
+    outcome = Tuner(plan, on_event=output.event).run()
+    if progress:
+        output.finish(plan, outcome)
+    from advisor.core.stored import read_study
+
+    return TuneResult.of(read_study(outcome.study), plan.storage_url, str(path), outcome.stop_reason)
+
+
+def _is_path(model: Any) -> bool:
+    return isinstance(model, (str, Path))
+
+
+def _workload_path(model: Any, datasets: Any, loss: Any, metric: Any, optimizer: Any, baseline: Any,
+                   name: str | None, workdir: Path) -> tuple[Path, str | None]:
+    """The model.py to tune, and the name of the callables' study (None for a path)."""
+    if _is_path(model):
+        given = [k for k, v in (("datasets", datasets), ("loss", loss), ("metric", metric),
+                                ("optimizer", optimizer), ("baseline", baseline)) if v is not None]
+        if given:
+            raise WorkloadError(f"advisor.tune({str(model)!r}, {', '.join(given)}=...): a model.py path brings its "
+                                "own contract; pass its path alone, or pass callables for model and datasets")
+        return Path(model).expanduser().resolve(), None
+    if datasets is None:
+        raise WorkloadError("advisor.tune(model=...): datasets is required (a function returning (train, validation))")
+    pieces = {"model": model, "datasets": datasets, "loss": loss, "metric": metric, "optimizer": optimizer}
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise WorkloadError(f"advisor.tune(name={name!r}): use letters, digits, '_', '-' or '.'")
+    label = name or re.sub(r"[^A-Za-z0-9_.-]", "_", str(getattr(model, "__name__", "model")))
+    return write_workload(pieces, baseline, label, workdir.expanduser().resolve()), label
