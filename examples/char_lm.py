@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 BASELINE = {"batch_size": 32}
+METRIC = {"name": "next-char accuracy", "fraction": True}  # what metric() below measures
 
 CONTEXT = 64
 WIDTH = 128

@@ -6,8 +6,9 @@ in a fresh process, which imports them).
     python examples/tune_from_python.py
 """
 
-import advisor
 from digits_mlp import datasets, model  # the directory of this script is on sys.path
+
+import advisor
 
 result = advisor.tune(model, datasets, baseline={"batch_size": 64}, space="eager", trials=8, name="digits_mlp_api")
 print(result.summary())

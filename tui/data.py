@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.objectives import Versus, pareto_front
+from advisor.core.metric import MetricSpec
+from advisor.core.objectives import ACCURACY, Versus, pareto_front
 from advisor.core.stored import StoredStudy, TrialRecord, read_study
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.study.storage import study_names
@@ -33,6 +34,7 @@ class TrialRow:
     record: TrialRecord
     versus: Versus = NO_BASELINE
     on_front: bool = False
+    metric: MetricSpec = ACCURACY  # the study's metric: its name, and how its scores read
 
     @property
     def number(self) -> int:
@@ -109,7 +111,8 @@ class Filters:
 
     def keep(self, row: TrialRow) -> bool:
         delta = row.versus.accuracy_delta
-        if self.max_drop_pt is not None and (delta is None or -100 * delta > self.max_drop_pt + 1e-9):
+        scale = 100 if row.metric.fraction else 1  # points of a fraction; else the metric's own amount
+        if self.max_drop_pt is not None and (delta is None or -scale * delta > self.max_drop_pt + 1e-9):
             return False
         return self.memory_cap is None or (row.memory is not None and row.memory <= self.memory_cap)
 
@@ -140,7 +143,7 @@ class StudyData:
             return
         study = self.study = read_study(optuna.load_study(study_name=self.name, storage=self.storage))
         self.attrs = dict(study.attrs)
-        self.rows = [TrialRow(r, study.versus_baseline(r)) for r in study.records]
+        self.rows = [TrialRow(r, study.versus_baseline(r), metric=study.metric) for r in study.records]
         self._mark_front()
 
     @property

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import StudyError
+from advisor.core.metric import MetricSpec
 from advisor.core.picks import PICKS, pick
 from advisor.core.stored import StoredStudy
 from advisor.outputs.export import FORMATS, export_document, trial_by_number, write_export
@@ -30,6 +31,7 @@ class TuneResult:
     counts: dict[str, Any]
     front: list[dict[str, Any]]
     picks: dict[str, int] = field(default_factory=dict)
+    metric: MetricSpec = field(default_factory=MetricSpec)
     _study: StoredStudy | None = field(default=None, repr=False)
 
     @classmethod
@@ -38,7 +40,7 @@ class TuneResult:
         if study.front():
             picks = {how: pick(study, how).number for how in PICKS}
         return cls(study.name, storage, workload_path, stop_reason, counts(study),
-                   [row.to_dict() for row in front_rows(study)], picks, study)
+                   [row.to_dict() for row in front_rows(study)], picks, study.metric, study)
 
     @property
     def interrupted(self) -> bool:
@@ -80,6 +82,6 @@ class TuneResult:
             mark = " (baseline)" if row["baseline"] else ""
             lines.append(f"  trial {row['trial']}{mark}: {row['throughput']:,.0f} samples/s"
                          + (f" ({ratio:.2f}x)" if ratio is not None else "")
-                         + f", metric {row['accuracy']:.4f}")
+                         + f", {self.metric.name} {self.metric.value_text(row['accuracy'])}")
         lines.append("  picks: " + ", ".join(f"{k} = trial {v}" for k, v in self.picks.items()))
         return "\n".join(lines)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from advisor.api.callables import write_workload
 from advisor.api.result import TuneResult
 from advisor.core.errors import StudyError, WorkloadError
+from advisor.core.metric import parse_drop
 from advisor.core.noise import ACCURACY_SEEDS
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.units import parse_size
@@ -24,7 +25,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          name: str | None = None, workdir: str | Path = ".advisor",
          workload: str = "train", space: str | None = None, trials: int = 20, storage: str | None = None,
          study: str | None = None, timeout: float | None = None, trial_timeout: float | None = None,
-         max_accuracy_drop: float = 0.01, memory_cap: int | str | None = None, train_samples: int | None = None,
+         max_metric_drop: float | str = 0.01, memory_cap: int | str | None = None, train_samples: int | None = None,
          sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,
          confirm: bool = True, confirm_top: int = DEFAULT_TOP, pairs: int = DEFAULT_MAX_PAIRS,
          confirm_target: float = DEFAULT_TARGET, accuracy_seeds: int = ACCURACY_SEEDS, accuracy: str = "selective",
@@ -51,11 +52,15 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
+    try:
+        drop, relative = parse_drop(max_metric_drop) if isinstance(max_metric_drop, str) else (max_metric_drop, False)
+    except ValueError as exc:
+        raise StudyError(f"max_metric_drop={max_metric_drop!r}: {exc}") from None
     path, label = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))
     options = TuneOptions(
         workload_path=str(path), space=space, workload=workload, storage=storage, study_name=study, trials=trials,
         timeout=timeout,
-        trial_timeout=trial_timeout, max_accuracy_drop=max_accuracy_drop,
+        trial_timeout=trial_timeout, max_accuracy_drop=drop, max_drop_relative=relative,
         memory_cap=parse_size(memory_cap) if isinstance(memory_cap, str) else memory_cap, sampler=sampler,
         seed=seed, train_samples=train_samples, ray_address=ray_address, skip_preflight=skip_preflight,
         confirm=confirm, confirm_top=confirm_top, pairs=pairs, confirm_target=confirm_target,

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                        not args.no_accuracy, on_pair, on_event)
     if result.full_run is not None:
         r = result.full_run
-        console.print("full run  " + (describe_run(r) if r.ok else f"FAILED [{r.failure_class}] {r.failure_message}"),
+        console.print("full run  " + (describe_run(r, result.metric) if r.ok else f"FAILED [{r.failure_class}] {r.failure_message}"),
                       markup=False)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

@@ -30,7 +30,8 @@ examples:
   advisor tune examples/digits_cnn.py --space cpu          # + DDP/FSDP, pruning, QAT on this CPU
   advisor tune examples/digits_inference.py --workload inference
   advisor tune model.py --storage postgresql://me@db/advisor --ray-address auto
-  advisor tune model.py --max-accuracy-drop 0.005 --memory-cap 2GiB --json"""
+  advisor tune model.py --max-metric-drop 0.005 --memory-cap 2GiB --json
+  advisor tune lm.py --max-metric-drop 2%                  # perplexity at most 2% worse than the baseline's"""
 
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
@@ -45,8 +46,13 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--timeout", type=float, help="wall-clock budget of the whole study, seconds")
     t.add_argument("--trial-timeout", type=float,
                    help="limit for one trial, seconds (default: 10x the baseline trial, at least 120)")
-    t.add_argument("--max-accuracy-drop", type=float, default=0.01,
-                   help="feasible trials lose at most this much metric vs the baseline (default 0.01 = 1 point)")
+    drop = t.add_mutually_exclusive_group()
+    drop.add_argument("--max-metric-drop", type=_drop, default=None, metavar="AMOUNT|PCT%",
+                      help="feasible trials are at most this much worse than the baseline on the metric: an "
+                           "amount of it (default 0.01: 1 point of a fraction such as accuracy), or a percentage "
+                           "of the baseline's (2%%); 'worse' follows the metric's direction (model.py's METRIC)")
+    drop.add_argument("--max-accuracy-drop", type=_drop, default=None, dest="max_accuracy_drop",
+                      help="the same as --max-metric-drop (its older name)")
     t.add_argument("--memory-cap", help="feasible trials peak below this, e.g. 2GiB or 500MiB")
     t.add_argument("--train-samples", type=int, help="samples each trial trains on before evaluation "
                    "(default: 5 epochs of the training set)")
@@ -83,10 +89,11 @@ def run(args: argparse.Namespace) -> int:
     from advisor.study.tuner import Tuner
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # advisor reports trials itself
+    drop = args.max_metric_drop or args.max_accuracy_drop or (0.01, False)
     options = TuneOptions(
         workload_path=args.model, space=args.space, workload=args.workload, storage=args.storage, study_name=args.study,
         trials=args.trials, timeout=args.timeout, trial_timeout=args.trial_timeout,
-        max_accuracy_drop=args.max_accuracy_drop, memory_cap=parse_size(args.memory_cap),
+        max_accuracy_drop=drop[0], max_drop_relative=drop[1], memory_cap=parse_size(args.memory_cap),
         sampler=args.sampler, seed=args.seed, train_samples=args.train_samples,
         ray_address=args.ray_address, skip_preflight=args.skip_preflight, confirm=_confirm_default(args.confirm),
         confirm_top=args.confirm_top, pairs=args.pairs, confirm_target=args.confirm_target,
@@ -98,6 +105,15 @@ def run(args: argparse.Namespace) -> int:
     tuner = Tuner(plan, on_event=output.event)
     outcome = _run_live(tuner, output) if live else tuner.run()
     return output.finish(plan, outcome)
+
+
+def _drop(text: str) -> tuple[float, bool]:
+    from advisor.core.metric import parse_drop
+
+    try:
+        return parse_drop(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _confirm_default(flag: bool | None) -> bool:

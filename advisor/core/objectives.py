@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
+from advisor.core.metric import MetricSpec
 from advisor.core.noise import within_noise
 
 OBJECTIVES = ("throughput", "peak_memory_bytes", "accuracy")
 DIRECTIONS = ("maximize", "minimize", "maximize")
 METRIC = 2  # the index of the user's metric
+ACCURACY = MetricSpec()  # the default metric's description
 T = TypeVar("T")
 
 
@@ -33,15 +35,22 @@ class Figures(NamedTuple):
 
 @dataclass(frozen=True)
 class Limits:
-    """What makes a trial feasible: at most ``max_accuracy_drop`` below the baseline's
-    metric, and (optionally) a peak memory under ``memory_cap`` bytes."""
+    """What makes a trial feasible: a metric at most ``max_accuracy_drop`` worse than the
+    baseline's (a fraction of the baseline's magnitude when ``relative``: "1%"), and
+    (optionally) a peak memory under ``memory_cap`` bytes. Metrics are scores here
+    (``advisor.core.metric``: higher is better)."""
 
     max_accuracy_drop: float = 0.01
     memory_cap: float | None = None
+    relative: bool = False
+
+    def allowed(self, baseline_accuracy: float) -> float:
+        """The largest drop of the score below the baseline's that stays feasible."""
+        return self.max_accuracy_drop * abs(baseline_accuracy) if self.relative else self.max_accuracy_drop
 
     def constraints(self, figures: Figures, baseline_accuracy: float) -> dict[str, float]:
         """Each constraint as Optuna stores it: <= 0 when satisfied."""
-        out = {"accuracy_drop": (baseline_accuracy - figures.accuracy) - self.max_accuracy_drop}
+        out = {"accuracy_drop": (baseline_accuracy - figures.accuracy) - self.allowed(baseline_accuracy)}
         if self.memory_cap is not None:
             out["memory_cap"] = figures.peak_memory_bytes - self.memory_cap
         return out
@@ -116,19 +125,19 @@ class Versus:
             return "1.00x"
         return _ratio_text(self.memory_ratio, self.memory_interval, self.pairs, self.confirmed)
 
-    def accuracy_text(self) -> str:
-        """'+0.3 pt', '+0.3 pt, within noise'."""
+    def accuracy_text(self, metric: MetricSpec = ACCURACY) -> str:
+        """'+0.3 pt', '+0.3 pt, within noise' (in the metric's own terms: '-0.12 nats')."""
         if self.accuracy_delta is None:
             return "-"
-        return f"{100 * self.accuracy_delta:+.1f} pt" + (", within noise" if self.accuracy_within_noise else "")
+        return metric.delta_text(self.accuracy_delta) + (", within noise" if self.accuracy_within_noise else "")
 
-    def summary(self) -> str:
+    def summary(self, metric: MetricSpec = ACCURACY) -> str:
         """'1.52x (1.46-1.58), 8 pairs faster, +2% memory, -0.3 pt accuracy' ('' when a
         figure is missing)."""
         if self.throughput_ratio is None or self.memory_ratio is None or self.accuracy_delta is None:
             return ""
         return (f"throughput {self.throughput_text()}, memory {self.memory_text()}, "
-                f"accuracy {self.accuracy_text()}")
+                f"{metric.name} {self.accuracy_text(metric)}")
 
 
 def _ratio_text(value: float | None, span: tuple[float, float] | None, pairs: int, confirmed: bool,

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from advisor.core.config import TrialConfig
+from advisor.core.metric import MetricSpec
 from advisor.core.noise import AccuracyNoise
 from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
@@ -162,6 +163,11 @@ class StoredStudy:
     name: str
     attrs: dict[str, Any]
     records: list[TrialRecord]
+
+    @cached_property
+    def metric(self) -> MetricSpec:
+        """What the study's metric is (its name, direction, how it reads)."""
+        return MetricSpec.from_dict(self.attrs.get("metric"))
 
     @cached_property
     def baseline(self) -> TrialRecord | None:

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.core.metric import MetricSpec
+
 CURVE_FRACTIONS = (0.25, 0.5, 0.75)  # of the sample budget, where learning curves are recorded
 NOISE_SDS = 2.0  # "beyond noise": this many standard deviations
 DIVERGED_LOSS_FACTOR = 2.0  # a mean loss above this many times the untrained baseline's: diverged
@@ -143,16 +145,19 @@ class Gate:
             return f"diverged: mean loss {loss:.4g} is above {self.loss_ceiling:.4g} (twice the untrained baseline's)"
         return None
 
-    def behind(self, index: int, metric: float | None) -> str | None:
-        """Why the metric at point ``index`` is behind the baseline's beyond noise, or None."""
+    def behind(self, index: int, metric: float | None, spec: MetricSpec = MetricSpec()) -> str | None:
+        """Why the metric (a score) at point ``index`` is behind the baseline's beyond
+        noise, or None; worded in the metric's own terms (``spec``)."""
         floor = self.floors[index] if index < len(self.floors) else None
         if metric is None or floor is None or metric >= floor:
             return None
         base = self.baseline_metrics[index] if index < len(self.baseline_metrics) else None
-        there = f" (baseline {base:.4f} there)" if base is not None else ""
-        return f"metric {metric:.4f} below {floor:.4f}{there}"
+        there = f" (baseline {spec.value_text(base)} there)" if base is not None else ""
+        worse = "below" if spec.higher_is_better else "above"
+        return f"{spec.name} {spec.value_text(metric)} {worse} {spec.value_text(floor)}{there}"
 
-    def verdict(self, index: int, metric: float | None, loss: float | None, behind_before: bool = False) -> str | None:
+    def verdict(self, index: int, metric: float | None, loss: float | None, behind_before: bool = False,
+                spec: MetricSpec = MetricSpec()) -> str | None:
         """Why the run stops at point ``index``, or None to go on: diverged, or behind
         beyond noise here and at the point before (``behind_before``). One point behind is
         not enough: a larger batch at the same budget takes fewer steps and catches up (on
@@ -161,7 +166,7 @@ class Gate:
         why = self.diverged(loss)
         if why is not None:
             return why
-        behind = self.behind(index, metric)
+        behind = self.behind(index, metric, spec)
         if behind is not None and behind_before:
             return f"behind the baseline beyond noise at two points in a row: {behind}"
         return None

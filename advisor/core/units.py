@@ -48,11 +48,6 @@ def fmt_ratio(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def fmt_delta_pt(delta: float | None) -> str:
-    """-0.0056 -> '-0.6 pt' (an accuracy difference in percentage points)."""
-    return "-" if delta is None else f"{100 * delta:+.1f} pt"
-
-
 def first_line(message: str | BaseException | None, limit: int = 300) -> str:
     """The first non-empty line of a message or an exception, at most ``limit`` characters
     (an exception with no message gives its type's name)."""

@@ -8,7 +8,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Probed, Started, Stopped, TimeoutSet
-from advisor.core.objectives import Versus
+from advisor.core.metric import MetricSpec
+from advisor.core.objectives import ACCURACY, Versus
 from advisor.core.results import TrialResult
 from advisor.core.stored import ACCURACY_REUSED, ACCURACY_SKIPPED, EARLY_STOP, StoredStudy, TrialRecord, read_study
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
@@ -20,9 +21,9 @@ if TYPE_CHECKING:
     from advisor.study.tuner import StudyOutcome
 
 
-def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None) -> str:
+def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: MetricSpec = ACCURACY) -> str:
     """A finished trial's figures in one line: measured, probed only, accuracy reused, or
-    stopped early by the accuracy gate."""
+    stopped early by the accuracy gate; the metric by its name (``metric``)."""
     ratios = ""
     if vs is not None and vs.throughput_ratio is not None:
         memory = f", {vs.memory_ratio:.2f}x its memory" if vs.memory_ratio is not None else ""
@@ -30,14 +31,15 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None) -> str:
     if record.state == "probed":
         return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{ratios}; "
                 f"accuracy not needed: {record.get(ACCURACY_SKIPPED)}")
-    text = f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, accuracy {r.accuracy:.4f}{ratios}"
+    text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, "
+            f"{metric.name} {metric.value_text(r.accuracy)}{ratios}")
     if record.get(ACCURACY_REUSED) is not None:
         text += f"  [accuracy from trial {record.get(ACCURACY_REUSED)}: same training numerics]"
     stop = record.get(EARLY_STOP)
     if stop:
         text += f"  stopped at {100 * stop['fraction']:.0f}% of the training budget: {stop['reason']}"
     elif record.state == "complete" and not record.feasible:
-        text += "  " + infeasible_text(record.constraints, vs)
+        text += "  " + infeasible_text(record.constraints, vs, metric)
     return text
 
 
@@ -56,6 +58,7 @@ class TuneOutput:
         self.progress: Any = None
         self.task: Any = None
         self.total = 0
+        self.metric = ACCURACY  # the study's metric, once planned
         self.started = time.monotonic()
         self.trial_wall = 0.0
         self.trial_compute = 0.0
@@ -83,6 +86,7 @@ class TuneOutput:
         self.say(f"study     {plan.study_name} in {plan.storage_url} ({plan.options.trials} trials, "
                  f"{plan.settings.train_samples} training samples each)")
         self.total = plan.options.trials
+        self.metric = plan.workload.metric_spec
 
     def event(self, event: Event) -> None:
         if isinstance(event, Started):
@@ -135,7 +139,7 @@ class TuneOutput:
             if self.best is None or r.throughput > self.best:  # type: ignore[operator]
                 self.best = r.throughput
             self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
-                     f"{trial_text(r, record, event.versus)}")
+                     f"{trial_text(r, record, event.versus, self.metric)}")
         else:
             self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
                      f"FAILED [{r.failure_class}] {first_line(r.failure_message, 100)}")
@@ -204,15 +208,16 @@ class TuneOutput:
                 markup=False)
 
 
-def infeasible_text(constraints: dict[str, float], vs: Versus | None) -> str:
+def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = ACCURACY) -> str:
     """Why a trial is infeasible, and whether its metric drop is beyond the metric's noise."""
     why = []
     if constraints.get("accuracy_drop", 0) > 0:
-        text = "metric dropped more than --max-accuracy-drop allows"
+        text = f"{metric.name} worse than --max-metric-drop allows"
         if vs is not None and vs.accuracy_delta is not None and vs.epsilon > 0:
-            text += (f" ({100 * vs.accuracy_delta:+.1f} pt; " + (
-                f"within the metric's noise of +-{100 * vs.epsilon:.1f} pt: the limit is tighter than this study "
-                "can resolve)" if vs.accuracy_within_noise else f"beyond the metric's noise of +-{100 * vs.epsilon:.1f} pt)"))
+            noise = metric.noise_text(vs.epsilon)
+            text += (f" ({metric.delta_text(vs.accuracy_delta)}; " + (
+                f"within the metric's noise of {noise}: the limit is tighter than this study can resolve)"
+                if vs.accuracy_within_noise else f"beyond the metric's noise of {noise})"))
         why.append(text)
     if constraints.get("memory_cap", 0) > 0:
         why.append("peak memory over --memory-cap")
@@ -223,21 +228,22 @@ def front_table(study: StoredStudy) -> Any:
     """A rich Table of the Pareto front (baseline row first, marked)."""
     from rich.table import Table
 
-    noise = study.accuracy_noise
+    noise, metric = study.accuracy_noise, study.metric
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
                   caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
                           "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
                           "trial against the baseline measured nearest in time" + (
-                              f". Metric noise (seeds {noise.seeds}): +-{100 * noise.epsilon:.2f} pt" if noise else ""),
+                              f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"
+                              if noise else "") + f". {metric.name}: {metric.direction_word}",
                   caption_justify="left")
     for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
                           ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"), ("pairs", "right"),
-                          ("accuracy", "right"), ("Δ acc", "right")):
+                          (metric.name, "right"), ("Δ acc" if metric.name == "accuracy" else f"Δ {metric.name}", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
         thr, mem, pairs = vs.cells()
         table.add_row(label, r.description, fmt_rate(f.throughput), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
-                      f"{f.accuracy:.4f}", vs.accuracy_text())
+                      metric.value_text(f.accuracy), vs.accuracy_text(metric))
     return table

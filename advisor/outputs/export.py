@@ -38,6 +38,8 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     assert record.config is not None
     measured = {k: record.get(k) for k in ("throughput", "peak_memory_bytes", "accuracy", "step_time_median_s",
                                             "step_time_iqr_s", "compile_s")}
+    if record.figures is not None:  # the metric as itself ("accuracy" above is its score: higher is better)
+        measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.accuracy)}
     if study.baseline is not None and record.figures is not None:
         measured["vs_baseline"] = study.versus_baseline(record).to_dict()
         confirmation = study.confirmations.get(record.number)

@@ -8,6 +8,7 @@ import pprint
 from typing import Any
 
 from advisor.core.config import TrialConfig
+from advisor.core.metric import MetricSpec
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import describe_fingerprint
 from advisor.techniques.registry import TECHNIQUES
@@ -116,10 +117,11 @@ def _measured_line(document: dict[str, Any]) -> str:
                     f"{pairs} pair{'s' if pairs != 1 else ''})")
         return f" ({vs[key]:.2f}x the baseline, unconfirmed)"
 
-    delta = f" ({100 * vs['accuracy_delta']:+.1f} pt)" if vs.get("accuracy_delta") is not None else ""
+    metric = MetricSpec.from_dict(m.get("metric"))
+    delta = f" ({metric.delta_text(vs['accuracy_delta'])})" if vs.get("accuracy_delta") is not None else ""
     return (f"Measured on {where}:\n  {fmt_rate(m['throughput'])} samples/s{ratio('throughput_ratio', 'throughput_interval')}, "
             f"{fmt_bytes(m['peak_memory_bytes'])} peak memory{ratio('memory_ratio', 'memory_interval')}, "
-            f"metric {m['accuracy']:.4f}{delta}.")
+            f"{metric.name} {metric.value_text(m['accuracy'])}{delta}.")
 
 
 def plain_pytorch(config: TrialConfig) -> str:

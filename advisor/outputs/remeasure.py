@@ -13,6 +13,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, TrialFailed
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.export_format import read_export
+from advisor.core.metric import MetricSpec
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
@@ -37,6 +38,7 @@ class Remeasured:
     confirmation: Confirmation = field(default_factory=lambda: Confirmation(0))
     full_run: TrialResult | None = None
     notes: list[str] = field(default_factory=list)
+    metric: MetricSpec = field(default_factory=MetricSpec)  # the workload's metric (scores are compared)
 
     @property
     def stored(self) -> dict[str, Any]:
@@ -104,7 +106,7 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
         if reason:
             raise ConfigError(f"{config_path}: this {what} cannot run as a {kind} workload: {reason}")
     facts = preflight(workload)
-    result = Remeasured(config, baseline, document)
+    result = Remeasured(config, baseline, document, metric=workload.metric_spec)
     if base_note:
         result.notes.append(base_note)
     if source.get("workload_sha256") and source["workload_sha256"] != workload.sha256:
@@ -155,14 +157,15 @@ def comparison_table(result: Remeasured) -> Any:
             verdict = "stored ratio within today's interval" if f["stored_within_now"] else (
                 "intervals overlap" if f.get("intervals_overlap") else "stored ratio outside today's interval")
         table.add_row(name, stored, now, verdict)
-    acc = result.accuracy()
+    acc, metric = result.accuracy(), result.metric
     if acc["now"] is not None:
-        stored_acc = "-" if acc["stored"] is None else f"{acc['stored']:.4f}"
-        diff = f"{100 * acc['difference']:+.1f} pt" if "difference" in acc else ""
-        table.add_row("metric", stored_acc, f"{acc['now']:.4f}", diff)
+        stored_acc = "-" if acc["stored"] is None else metric.value_text(acc["stored"])
+        diff = metric.delta_text(acc["difference"]) if "difference" in acc else ""
+        table.add_row(metric.name, stored_acc, metric.value_text(acc["now"]), diff)
     return table
 
 
-def describe_run(r: TrialResult) -> str:
+def describe_run(r: TrialResult, metric: MetricSpec = MetricSpec()) -> str:
     """One line for a full run."""
-    return f"{fmt_rate(r.throughput)} samples/s, {fmt_bytes(r.peak_memory_bytes)}, metric {r.accuracy:.4f}"
+    return (f"{fmt_rate(r.throughput)} samples/s, {fmt_bytes(r.peak_memory_bytes)}, "
+            f"{metric.name} {metric.value_text(r.accuracy)}")  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from pathlib import Path
 from advisor.core.errors import StudyError
 from advisor.core.picks import PICKS, pick
 from advisor.core.stored import StoredStudy, TrialRecord
-from advisor.core.units import fmt_bytes, fmt_delta_pt, fmt_rate, fmt_ratio
+from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
 from advisor.outputs.summary import KnobEffect, counts, failures_text, front_rows, knob_effects
 from advisor.study.storage import DEFAULT_STORAGE
@@ -85,7 +85,9 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
     c = counts(study)
     gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "none"
     cap = u.get("memory_cap_bytes")
-    drop = u.get("max_accuracy_drop")
+    drop, metric = u.get("max_accuracy_drop"), study.metric
+    drop_text = "-" if drop is None else (f"{100 * drop:g}% of the baseline's" if u.get("max_drop_relative")
+                                          else metric.delta_text(metric.sign * drop).lstrip("+"))
     failed = ", ".join(f"{k} {v}" for k, v in sorted(c["failed_by_class"].items()))
     lines = [
         f"# Study {study.name}: advisor report", "",
@@ -95,12 +97,13 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         f"- Hardware: {hw.get('cpu_model', '?')}, {hw.get('cpu_cores', '?')} CPU cores; GPUs: {gpus}",
         (f"- Software: torch {hw.get('torch_version', '?')}, torchao {hw.get('torchao_version') or '-'}, "
          f"CUDA {hw.get('cuda_version') or '-'}, Python {hw.get('python_version', '?')}"),
-        (f"- Max accuracy drop: {'-' if drop is None else f'{100 * drop:.1f} pt'} vs the baseline; "
+        f"- Metric: {metric.name} ({metric.direction_word})",
+        (f"- Max metric drop: {drop_text} vs the baseline; "
          f"memory cap: {fmt_bytes(cap) if cap else 'none'}"), "",
         "## Trials", "",
         (f"- Trials run: {c['trials']} (completed {c['completed']}, failed {c['failed']}"
          f"{f': {failed}' if failed else ''})"),
-        f"- Infeasible (completed, but over the accuracy drop or the memory cap): {c['infeasible']}",
+        f"- Infeasible (completed, but over the metric drop or the memory cap): {c['infeasible']}",
         (f"- Duplicates (answered from an earlier trial): {c['duplicates']}; "
          f"skipped without running: {c['skipped']}"), "",
         "## Pareto front", "",
@@ -108,7 +111,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          "ratios and Δ are to the baseline. A confirmed ratio is the median of paired runs against the baseline "
          "with its 95% interval and the number of pairs; an unconfirmed one is a single trial against the "
          "baseline measured nearest in time."), "",
-        "| trial | configuration | samples/s | vs base | peak memory | vs base | accuracy | Δ accuracy |",
+        f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | Δ {metric.name} |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in front_rows(study):
@@ -116,23 +119,24 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
         lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)} | "
                      f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
-                     f"{vs.memory_text()} | {100 * f.accuracy:.2f}% | {vs.accuracy_text()} |")
+                     f"{vs.memory_text()} | {metric.value_text(f.accuracy)} | {vs.accuracy_text(metric)} |")
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "
                "look beaten by others."), "",
               "![Throughput vs peak memory; Pareto front highlighted](pareto.png)", "",
-              "![Throughput vs accuracy; Pareto front highlighted](accuracy.png)", "",
+              f"![Throughput vs {metric.name}; Pareto front highlighted](accuracy.png)", "",
               "## Each knob's effect", "",
               ("For each value of every knob that varied: medians over the completed trials (feasible or not) "
                "that had that value, relative to the baseline. These are marginal medians over the trials the "
                "search happened to run, not controlled one-knob experiments: a value tried only together with "
                "other changes carries their effect too."), ""]
     if effects:
-        lines += ["| knob=value | median samples/s vs base | median peak memory vs base | median Δ accuracy | trials |",
+        lines += [f"| knob=value | median samples/s vs base | median peak memory vs base | median Δ {metric.name} | trials |",
                   "|---|---:|---:|---:|---:|"]
         lines += [f"| `{_cell(e.label)}` | {fmt_ratio(e.throughput_ratio)} | {fmt_ratio(e.memory_ratio)} | "
-                  f"{fmt_delta_pt(e.accuracy_delta)} | {e.n} |" for e in effects]
+                  f"{'-' if e.accuracy_delta is None else metric.delta_text(e.accuracy_delta)} | {e.n} |"
+                  for e in effects]
         lines += ["", "![Median throughput vs the baseline per knob value](knobs.png)"]
     else:
         lines.append("No knob varied among the completed trials.")
@@ -154,6 +158,7 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
         command = f"advisor export{where} --study {shlex.quote(study.name)} --trial {r.number} -o {how}.yaml"
         lines.append(f"- **{how}**: trial {r.number} `{r.description}`: "
                      f"{fmt_rate(thr)} samples/s ({vs.throughput_text()}), {fmt_bytes(mem)} "
-                     f"({vs.memory_text()}), {100 * acc:.2f}% ({vs.accuracy_text()}); "
+                     f"({vs.memory_text()}), {study.metric.name} {study.metric.value_text(acc)} "
+                     f"({vs.accuracy_text(study.metric)}); "
                      f"export it: `{command}`")
     return lines

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import StudyError
+from advisor.core.objectives import Limits
 from advisor.core.stored import StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes
 from advisor.outputs.summary import KnobEffect
@@ -35,7 +36,7 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
 
     front = {r.number for r in study.front()}
     points = [{"n": r.number, "x": r.figures.throughput, "mem": r.figures.peak_memory_bytes / MiB,
-               "acc": 100 * r.figures.accuracy, "feasible": r.feasible, "front": r.number in front}
+               "acc": _shown(study, r.figures.accuracy), "feasible": r.feasible, "front": r.number in front}
               for r in trials if r.figures is not None]
     assert base.figures is not None
     cap, drop = study.attrs.get("memory_cap_bytes"), study.attrs.get("max_accuracy_drop")
@@ -43,8 +44,13 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
     with matplotlib.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "advisor", "figure.dpi": 100}):
         _scatter(out / "pareto.png", points, base.number, "mem", "peak memory (MiB)",
                  "Throughput vs peak memory", (cap / MiB, f"memory cap ({fmt_bytes(cap)})") if cap else None)
-        floor = (100 * (base.figures.accuracy - drop), f"accuracy floor (baseline - {100 * drop:.1f} pt)") if drop else None
-        _scatter(out / "accuracy.png", points, base.number, "acc", "accuracy (%)", "Throughput vs accuracy", floor)
+        metric = study.metric
+        allowed = Limits(drop, None, bool(study.attrs.get("max_drop_relative"))).allowed(base.figures.accuracy) if drop else 0
+        floor = ((_shown(study, base.figures.accuracy - allowed), f"{metric.name} limit (baseline, "
+                  f"{metric.delta_text(-allowed)})") if drop else None)
+        unit = " (%)" if metric.fraction else (f" ({metric.unit})" if metric.unit else "")
+        _scatter(out / "accuracy.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
+                 floor)
         _knob_chart(out / "knobs.png", effects)
 
 
@@ -119,3 +125,9 @@ def _knob_chart(path: Path, effects: list[KnobEffect]) -> None:
                  "with that value, relative to the baseline", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, format="png", metadata=PNG_METADATA)
+
+
+def _shown(study: StoredStudy, score: float) -> float:
+    """A score as the plot shows it: the metric itself (a fraction in %)."""
+    value = study.metric.shown(score)
+    return 100 * value if study.metric.fraction else value

@@ -61,7 +61,7 @@ def combination_configs(base: TrialConfig, base_figures: Figures,
     def feasible(f: Figures) -> bool:
         return limits.feasible(f, base_figures[2])
 
-    found = moves(base, base_figures, measured, limits.max_accuracy_drop)
+    found = moves(base, base_figures, measured, limits.allowed(base_figures[2]))
     pool = candidates(base, found, base_figures)
     done = [Figures(*base_figures)] + [Figures(*f) for _, f in measured if f is not None]
     return choose(pool, done, limit, feasible, allowed)

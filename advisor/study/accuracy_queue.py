@@ -231,7 +231,8 @@ class AccuracyQueue:
         if base is None:
             return None
         noise = self.study.user_attrs.get(ACCURACY_NOISE) or {}
-        return gate_from(base.get(CURVE) or [], noise.get("curves") or [], self.limits.max_accuracy_drop,
+        allowed = self.limits.allowed(base.figures.accuracy) if base.figures is not None else self.limits.max_accuracy_drop
+        return gate_from(base.get(CURVE) or [], noise.get("curves") or [], allowed,
                          float(noise.get("epsilon") or 0.0), base.get(INITIAL_LOSS))
 
     def margins(self) -> ProbeMargins:

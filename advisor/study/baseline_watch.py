@@ -85,8 +85,9 @@ class BaselineWatch:
         noise = AccuracyNoise(used, values)
         self.study.set_user_attr(ACCURACY_NOISE, noise.to_dict() | ({"curves": curves} if curves else {}))
         self.epsilon = noise.epsilon
-        self.emit(Note(f"the metric's noise: {', '.join(f'{v:.4f}' for v in values)} over seeds {used}; "
-                       f"differences within +-{100 * noise.epsilon:.2f} pt are within noise"))
+        spec = self.workload.metric_spec
+        self.emit(Note(f"the metric's noise: {spec.name} {', '.join(spec.value_text(v) for v in values)} over seeds "
+                       f"{used}; differences within {spec.noise_text(noise.epsilon)} are within noise"))
 
     def versus(self, result: TrialResult, base: Figures, probe: bool = False) -> Versus | None:
         """A result against the latest measurement of the baseline (unconfirmed); a

@@ -29,7 +29,8 @@ class TuneOptions:
     trials: int = 20
     timeout: float | None = None
     trial_timeout: float | None = None
-    max_accuracy_drop: float = 0.01
+    max_accuracy_drop: float = 0.01  # how much worse the metric may get (--max-metric-drop)
+    max_drop_relative: bool = False  # ... as a fraction of the baseline's metric ("1%")
     memory_cap: int | None = None
     sampler: str = "default"
     seed: int = 0
@@ -55,7 +56,12 @@ class TuneOptions:
     @property
     def limits(self) -> Limits:
         """What makes a trial feasible in this study."""
-        return Limits(self.max_accuracy_drop, self.memory_cap)
+        return Limits(self.max_accuracy_drop, self.memory_cap, self.max_drop_relative)
+
+    @property
+    def drop_text(self) -> str:
+        """The limit as the user wrote it: '0.01' or '1%'."""
+        return f"{100 * self.max_accuracy_drop:g}%" if self.max_drop_relative else f"{self.max_accuracy_drop:g}"
 
     @property
     def space_name(self) -> str:
@@ -70,7 +76,9 @@ class TuneOptions:
             if value is not None and not value > 0:
                 raise StudyError(f"{flag} must be a positive number of seconds, found {value}")
         if not 0 <= self.max_accuracy_drop < math.inf:
-            raise StudyError(f"--max-accuracy-drop must be >= 0, found {self.max_accuracy_drop}")
+            raise StudyError(f"--max-metric-drop must be >= 0, found {self.drop_text}")
+        if self.max_drop_relative and self.max_accuracy_drop > 1:
+            raise StudyError(f"--max-metric-drop must be at most 100% of the baseline's metric, found {self.drop_text}")
         if self.memory_cap is not None and not self.memory_cap > 0:
             raise StudyError(f"--memory-cap must be positive, found {self.memory_cap}")
         check_workload_kind(self.workload, "--workload")

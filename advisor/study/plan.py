@@ -4,6 +4,7 @@ resumed (``open_study``)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import optuna
 
 # Study attributes that must match for a resumed study's trials to stay comparable.
-MUST_MATCH = ("workload_sha256", "space", "settings", "max_accuracy_drop", "memory_cap_bytes")
+MUST_MATCH = ("workload_sha256", "space", "settings", "max_accuracy_drop", "max_drop_relative", "memory_cap_bytes")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class StudyPlan:
             "settings": self.settings.to_dict(),
             "hardware": fingerprint(self.hardware),
             "max_accuracy_drop": self.options.max_accuracy_drop,
+            "max_drop_relative": self.options.max_drop_relative,
+            "metric": self.workload.metric_spec.to_dict(),
             "memory_cap_bytes": self.options.memory_cap,
             "objectives": list(OBJECTIVES),
         }
@@ -100,6 +103,11 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
     else:
         for key, value in attrs.items():
             study.set_user_attr(key, value)
+        # what optuna-dashboard and other Optuna tools call the three values (an API Optuna
+        # marks experimental since 3.2; it warns on every call)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(["throughput", "peak_memory_bytes", plan.workload.metric_spec.objective_name])
     for number in stores.fail_stale(study, storage, keep_probed=plan.options.two_stage):
         on_event(Note(f"trial {number} was left running by an earlier run: marked failed"))
     return study

@@ -123,9 +123,11 @@ class Tuner:
                     if self.options.workload == "train":  # inference: the metric does not depend on a seed
                         self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base),
                                                   stage="accuracy" if self.queue is not None else "full")
-                        if self.watch.epsilon > self.options.max_accuracy_drop:
-                            self.emit(Note(f"--max-accuracy-drop {self.options.max_accuracy_drop:g} is within the "
-                                           f"metric's noise (+-{self.watch.epsilon:.4f}): whether a trial passes "
+                        allowed = self.options.limits.allowed(base.figures.accuracy)  # type: ignore[union-attr]
+                        if self.watch.epsilon > allowed:
+                            spec = self.plan.workload.metric_spec
+                            self.emit(Note(f"--max-metric-drop {self.options.drop_text} is within the metric's "
+                                           f"noise ({spec.noise_text(self.watch.epsilon)}): whether a trial passes "
                                            "it is partly chance; infeasible trials say so"))
                     self._search(base)
                 if base is not None and self.options.confirm and self.halt is None:

@@ -77,7 +77,7 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
             metric = _metric_or_none(prepared, workload, val, evaluate)
             index = at_step.get(i, len(curve))
             curve.append({"samples": i * bs, "loss": mean_loss, "metric": metric})
-            reason = (gate.verdict(index, metric, mean_loss, behind_before) if gate is not None
+            reason = (gate.verdict(index, metric, mean_loss, behind_before, workload.metric_spec) if gate is not None
                       else (f"diverged: the loss became {mean_loss}" if diverged else None))
             behind_before = gate is not None and gate.behind(index, metric) is not None
             chunk, chunk_steps = 0.0, 0

@@ -292,7 +292,7 @@ def _evaluate(prepared: Any, workload: Any, val: Any) -> float:
             n = len(y)
             weighted += check_metric(workload, workload.metric(out, prepared.to_device(y))) * n
             total += n
-    return weighted / total
+    return workload.metric_spec.score(weighted / total)  # the study compares scores: higher is better
 
 
 def _agree_more(prepared: Any, more: bool) -> bool:

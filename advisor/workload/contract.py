@@ -9,6 +9,7 @@ The contract::
     def optimizer(parameters) -> Optimizer     # optional; default AdamW(lr=1e-3)
     BASELINE = {"batch_size": 64}              # optional; the user's current setup
     LOSS = "output.loss"                       # optional, instead of loss(): the model returns its own
+    METRIC = {"name": ..., "higher_is_better": ...}  # optional; what metric() is (advisor.core.metric)
 
 The defaults, and how they read a model's output, are in ``advisor.workload.defaults``.
 """
@@ -26,6 +27,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from advisor.core.errors import WorkloadError
+from advisor.core.metric import MetricSpec
 from advisor.workload.defaults import OUTPUT_LOSS, default_loss, default_metric, default_optimizer, output_loss
 from advisor.workload.user_code import user_code
 
@@ -48,6 +50,7 @@ class Workload:
     metric: Callable[[Any, Any], float]
     optimizer: Callable[[Any], Any]
     baseline: dict[str, Any] = field(default_factory=dict)
+    metric_spec: MetricSpec = field(default_factory=MetricSpec)
 
     @property
     def name(self) -> str:
@@ -111,6 +114,7 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         baseline = {}
     if problems:
         raise WorkloadError(f"{path}: " + "; ".join(problems))
+    spec = MetricSpec.from_contract(getattr(module, "METRIC", None), hasattr(module, "metric"), str(path))
     return Workload(
         path=path,
         source=source,
@@ -123,6 +127,7 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         metric=getattr(module, "metric", default_metric),
         optimizer=getattr(module, "optimizer", default_optimizer),
         baseline=dict(baseline),
+        metric_spec=spec,
     )
 
 

@@ -8,9 +8,9 @@ from advisor.outputs.console import infeasible_text
 
 def test_infeasible_says_whether_the_drop_is_beyond_noise():
     within = infeasible_text({"accuracy_drop": 0.004}, Versus(1.0, 1.0, -0.014, epsilon=0.02))
-    assert "-1.4 pt" in within and "within the metric's noise of +-2.0 pt" in within
+    assert "-1.4 pt" in within and "within the metric's noise of +-2.00 pt" in within
     beyond = infeasible_text({"accuracy_drop": 0.004, "memory_cap": 5.0}, Versus(1.0, 1.0, -0.014, epsilon=0.006))
-    assert "beyond the metric's noise of +-0.6 pt" in beyond and "--memory-cap" in beyond
+    assert "beyond the metric's noise of +-0.60 pt" in beyond and "--memory-cap" in beyond
     assert infeasible_text({"accuracy_drop": 0.004}, None) == (
-        "infeasible: metric dropped more than --max-accuracy-drop allows")
+        "infeasible: accuracy worse than --max-metric-drop allows")
     assert infeasible_text({"accuracy_drop": -0.01, "memory_cap": 2.0}, None) == "infeasible: peak memory over --memory-cap"

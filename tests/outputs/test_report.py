@@ -50,9 +50,9 @@ def test_report_writes_markdown_and_three_plots(recorded):
     for line in ("- Workload: `/home/me/examples/digits_cnn.py` (train)", "- Search space: cpu",
                  "- Hardware: AMD EPYC, 2 CPU cores; GPUs: none",
                  "- Software: torch 2.13.0+cpu, torchao 0.18.0, CUDA -, Python 3.11.7",
-                 "- Max accuracy drop: 1.0 pt vs the baseline; memory cap: none",
+                 "- Max metric drop: 1.0 pt vs the baseline; memory cap: none",
                  "- Trials run: 11 (completed 9, failed 2: error 1, oom 1)",
-                 "- Infeasible (completed, but over the accuracy drop or the memory cap): 2",
+                 "- Infeasible (completed, but over the metric drop or the memory cap): 2",
                  "- Duplicates (answered from an earlier trial): 0; skipped without running: 0"):
         assert line in text.splitlines()
     links = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", text)
@@ -75,11 +75,11 @@ def test_pareto_table_has_the_front_with_ratios_and_the_baseline_marked(recorded
         table_row(text, f"{number} (baseline)" if number == 0 else str(number))
     assert not [line for line in text.splitlines() if line.startswith(("| 5 |", "| 6 |", "| 8 |", "| 9 |"))]
     assert table_row(text, "0 (baseline)") == (
-        "| 0 (baseline) | `bs=64 fp32` | 6,736 | 1.00x | 98.6 MiB | 1.00x | 96.67% | +0.0 pt |")
+        "| 0 (baseline) | `bs=64 fp32` | 6,736 | 1.00x | 98.6 MiB | 1.00x | 0.9667 | +0.0 pt |")
     # trial 2: 11873 / 6736 = 1.763x, 131.0 / 98.6 = 1.329x, 0.9611 - 0.9667 = -0.56 pt
     assert table_row(text, "2") == (
-        "| 2 | `bs=256 fp32 channels_last` | 11,873 | 1.76x unconfirmed | 131.0 MiB | 1.33x unconfirmed | 96.11% | -0.6 pt |")
-    assert "| 3 | `bs=64 fp32 compile` | 10,911 | 1.62x unconfirmed | 192.5 MiB | 1.95x unconfirmed | 97.50% | +0.8 pt |" in text
+        "| 2 | `bs=256 fp32 channels_last` | 11,873 | 1.76x unconfirmed | 131.0 MiB | 1.33x unconfirmed | 0.9611 | -0.6 pt |")
+    assert "| 3 | `bs=64 fp32 compile` | 10,911 | 1.62x unconfirmed | 192.5 MiB | 1.95x unconfirmed | 0.9750 | +0.8 pt |" in text
 
 
 def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir, capsys):
@@ -90,7 +90,7 @@ def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir
         line = next(line for line in text.splitlines() if line.startswith(f"- **{how}**:"))
         assert line.startswith(f"- **{how}**: trial {number} `") and line.endswith(f"`{command}`")
     fastest = next(line for line in text.splitlines() if line.startswith("- **fastest**"))
-    assert "11,873 samples/s (1.76x unconfirmed), 131.0 MiB (1.33x unconfirmed), 96.11% (-0.6 pt)" in fastest
+    assert "11,873 samples/s (1.76x unconfirmed), 131.0 MiB (1.33x unconfirmed), accuracy 0.9611 (-0.6 pt)" in fastest
     # the printed command, run as is, exports the trial it names
     argv = shlex.split(fastest.rsplit("export it: `", 1)[1].rstrip("`"))[1:]
     assert main(argv) == 0

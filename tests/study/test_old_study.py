@@ -63,6 +63,11 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     for key in ("throughput_interval", "memory_interval"):
         assert vs.pop(key) is None
     assert vs.pop("accuracy_noise_epsilon") == 0 and vs.pop("accuracy_within_noise") is False
+    # added since (meeting users where their code is): what the metric is, and its value as
+    # itself; a study from before METRIC existed reads as accuracy
+    metric = now["measured"].pop("metric")
+    assert metric == {"name": "accuracy", "higher_is_better": True, "fraction": True, "unit": "",
+                      "value": now["measured"]["accuracy"]}
     assert now == before
 
 

@@ -65,6 +65,10 @@ VIOLATIONS = [
     ("exit-in-item", "import sys, torch\n" + GOOD_MODEL + "class D:\n    def __len__(self):\n        return 4\n"
      "    def __getitem__(self, i):\n        sys.exit(1)\ndef datasets():\n    return D(), D()\n",
      "datasets(): train[0] called sys.exit(1)"),
+    ("metric-unknown-key", GOOD_DATA + GOOD_MODEL + "METRIC = {'name': 'f1', 'higher': True}\n",
+     "METRIC: unknown key(s) 'higher'"),
+    ("metric-bad-direction", GOOD_DATA + GOOD_MODEL + "METRIC = {'name': 'ppl', 'higher_is_better': 'lower'}\n",
+     "METRIC['higher_is_better'] must be a bool"),
     ("baseline-not-dict", GOOD_DATA + GOOD_MODEL + "BASELINE = 64\n", "BASELINE must be a dict"),
     ("baseline-unknown-key", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batchsize': 64}\n", "batchsize: unknown key"),
     ("baseline-bad-value", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batch_size': 0}\n", "expected a positive integer"),

@@ -29,9 +29,10 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
     text.append(row.description + "\n", style="cyan")
     u = row.attrs
     if row.state == "complete":
-        text.append(f"{fmt_rate(row.throughput)} samples/s, {fmt_bytes(row.memory)} peak, accuracy {row.accuracy:.4f}\n")
-        if row.versus.summary():
-            text.append(row.versus.summary() + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
+        text.append(f"{fmt_rate(row.throughput)} samples/s, {fmt_bytes(row.memory)} peak, "
+                    f"{row.metric.name} {row.metric.value_text(row.accuracy)}\n")  # type: ignore[arg-type]
+        if row.versus.summary(row.metric):
+            text.append(row.versus.summary(row.metric) + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
         if not row.feasible:
             broken = ", ".join(f"{k} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
             text.append(f"infeasible: {broken}\n", style="yellow")

@@ -6,11 +6,18 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
+from advisor.core.metric import MetricSpec
+from advisor.core.objectives import ACCURACY
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.tui.data import TrialRow
 
-FIGURE_COLUMNS = ("trial", "samples/s", "vs base", "memory", "vs base", "accuracy", "Δ acc", "configuration")
 FAILED_COLUMNS = ("trial", "outcome", "message", "configuration")
+
+
+def figure_columns(metric: MetricSpec) -> tuple[str, ...]:
+    """The figure view's columns, the metric's two by its name."""
+    delta = "Δ acc" if metric.name == "accuracy" else f"Δ {metric.name}"
+    return ("trial", "samples/s", "vs base", "memory", "vs base", metric.name, delta, "configuration")
 
 
 class TrialTable(DataTable):
@@ -25,14 +32,14 @@ class TrialTable(DataTable):
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
-        self.mode = ""
+        self.mode: tuple[str, ...] = ()
 
     def show(self, rows: list[TrialRow], failed_view: bool, keep: int | None = None) -> None:
         """Replace the rows, keeping the cursor on trial ``keep`` when it is still shown."""
-        mode = "failed" if failed_view else "figures"
+        mode = FAILED_COLUMNS if failed_view else figure_columns(rows[0].metric if rows else ACCURACY)
         if mode != self.mode:
             self.clear(columns=True)
-            for name in FAILED_COLUMNS if failed_view else FIGURE_COLUMNS:
+            for name in mode:
                 self.add_column(name, key=None if name == "vs base" else name)
             self.mode = mode
         else:
@@ -68,7 +75,8 @@ class TrialTable(DataTable):
         return [Text(f"{row.number}{mark}", justify="right", style=style),
                 Text(fmt_rate(row.throughput), justify="right"), Text(row.versus.cells()[0], justify="right"),
                 Text(fmt_bytes(row.memory), justify="right"), Text(row.versus.cells()[1], justify="right"),
-                Text(f"{row.accuracy:.4f}", justify="right"), Text(row.versus.accuracy_text(), justify="right"),
+                Text(row.metric.value_text(row.accuracy), justify="right"),  # type: ignore[arg-type]
+                Text(row.versus.accuracy_text(row.metric), justify="right"),
                 Text(row.description, style=style)]
 
     @staticmethod

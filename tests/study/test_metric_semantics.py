@@ -1,0 +1,43 @@
+"""A study on a lower-is-better metric (MSE), end to end on real Ray and SQLite: the study
+stores what the metric is, every line and table names it and shows it as itself (never
+"accuracy" or "pt"), a percentage limit is of the baseline's metric, and Optuna tools get
+the objectives' names."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from advisor.cli.main import main
+from advisor.core.stored import read_study
+from advisor.outputs.export import export_document, trial_by_number
+
+from conftest import WORKLOADS
+
+pytestmark = pytest.mark.ray
+
+
+def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
+    space = workdir / "bs.yaml"
+    space.write_text("batch_size: {choices: [32, 64, 128]}\n")
+    code = main(["tune", str(WORKLOADS / "regression.py"), "--space", str(space), "--trials", "3",
+                 "--train-samples", "2048", "--max-metric-drop", "50%", "--accuracy", "all", "--no-tui"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    study = optuna.load_study(study_name="regression-bs", storage=f"sqlite:///{workdir / 'advisor.db'}")
+    assert study.metric_names == ["throughput", "peak_memory_bytes", "-mse (negated: higher is better)"]
+    assert study.user_attrs["metric"] == {"name": "mse", "higher_is_better": False, "fraction": False, "unit": ""}
+    assert study.user_attrs["max_drop_relative"] is True
+    stored = read_study(study)
+    base = stored.baseline
+    assert base is not None and base.figures.accuracy < 0  # the score: -mse
+    mse = -base.figures.accuracy
+    assert f"mse {mse:.4g}" in out  # the trial line and the table show the MSE itself
+    assert " pt" not in out and "accuracy 0." not in out and "-mse" not in out
+    assert "Δ mse" in out and "mse: lower is better" in out
+    for record in stored.records:  # feasible: at most 50% above the baseline's MSE
+        if record.figures is not None and record.state == "complete":
+            assert record.feasible == (-record.figures.accuracy <= 1.5 * mse + 1e-12)
+    document = export_document(stored, trial_by_number(stored, 0))
+    assert document["measured"]["metric"]["value"] == pytest.approx(mse)
+    assert document["measured"]["metric"]["name"] == "mse"
