@@ -10,20 +10,24 @@ from advisor.core.errors import WorkloadError
 NAME = "init"
 HELP = "Write a commented model.py template."
 EPILOG = """examples:
-  advisor init model.py      # a commented template to fill in"""
+  advisor init model.py                              # a commented template to fill in
+  advisor init lm.py --template transformers         # a transformers model (LOSS = "output.loss")"""
 
 
 def add_arguments(i: argparse.ArgumentParser) -> None:
     i.add_argument("path", nargs="?", default="model.py")
     i.add_argument("--force", action="store_true", help="overwrite an existing file")
+    i.add_argument("--template", default="plain", choices=("plain", "transformers"),
+                   help="plain (default): a PyTorch model and datasets; transformers: a Hugging Face model "
+                        "built from a config, returning its own loss")
 
 
 def run(args: argparse.Namespace) -> int:
-    from advisor.workload.template import TEMPLATE
+    from advisor.workload.template import TEMPLATES
 
     path = Path(args.path)
     if path.exists() and not args.force:
         raise WorkloadError(f"{path} already exists (use --force to overwrite)")
-    path.write_text(TEMPLATE)
+    path.write_text(TEMPLATES[args.template])
     print(f"wrote {path}: fill in model() and datasets(), then run: advisor tune {path}")
     return 0

@@ -1,6 +1,6 @@
-"""The model.py template written by `advisor init`."""
+"""The model.py templates written by `advisor init --template NAME`."""
 
-TEMPLATE = '''"""A workload for `advisor tune`. Fill in model() and datasets(); the rest is optional.
+PLAIN = '''"""A workload for `advisor tune`. Fill in model() and datasets(); the rest is optional.
 
     advisor tune model.py
 """
@@ -11,6 +11,9 @@ from torch.utils.data import TensorDataset
 
 # Your current setup. Trial 0 measures it (in fp32) and every result is compared with it.
 BASELINE = {"batch_size": 64}
+# What metric() measures: named in every output; "higher_is_better": False for a loss,
+# perplexity or an error; "fraction": True for a value in [0, 1] (differences in points).
+METRIC = {"name": "accuracy", "higher_is_better": True, "fraction": True}
 
 
 def model() -> nn.Module:
@@ -36,10 +39,72 @@ def loss(output, target):
 
 
 def metric(output, target) -> float:
-    """Higher is better; averaged over the validation set, weighted by batch size."""
+    """As METRIC describes it; averaged over the validation set, weighted by batch size."""
     return (output.argmax(dim=-1) == target).float().mean().item()
 
 
 def optimizer(parameters):
     return torch.optim.AdamW(parameters, lr=1e-3)
 '''
+
+
+TRANSFORMERS = '''"""A Hugging Face transformers model for `advisor tune`. Fill in model() and datasets().
+
+    advisor tune model.py
+
+Nothing may be downloaded while a study runs: build the model from a config (as below), or
+load weights already on this machine (from_pretrained("/path/to/local/dir")).
+"""
+
+import torch
+from torch.utils.data import Dataset
+from transformers import GPT2Config, GPT2LMHeadModel
+
+BASELINE = {"batch_size": 16}
+# The model computes its own loss when given labels in its input dict.
+LOSS = "output.loss"
+# The default metric reads the output's logits: top-1 accuracy per position, against the
+# target's tokens (-100 where a position does not count).
+METRIC = {"name": "next-token accuracy"}
+
+CONTEXT, VOCAB = 64, 256
+
+
+class Windows(Dataset):
+    """Items are ({"input_ids", "labels"}, next tokens): transformers shifts the labels for
+    its loss; the target, already shifted, is what the metric compares the logits with."""
+
+    def __init__(self, tokens: torch.Tensor, count: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.tokens = tokens
+        self.starts = torch.randint(0, len(tokens) - CONTEXT - 1, (count,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        s = int(self.starts[i])
+        window = self.tokens[s:s + CONTEXT]
+        return {"input_ids": window, "labels": window}, self.tokens[s + 1:s + CONTEXT + 1]
+
+
+def datasets():
+    """Replace with your tokenised data (on disk or made here): byte-level tokens of a text
+    that repeats, so that there is something to learn."""
+    text = ("advisor tunes a transformers model without glue. " * 400).encode()
+    tokens = torch.tensor(list(text), dtype=torch.long)
+    split = int(0.9 * len(tokens))
+    return Windows(tokens[:split], 1024, 0), Windows(tokens[split:], 128, 1)
+
+
+def model():
+    config = GPT2Config(vocab_size=VOCAB, n_positions=CONTEXT, n_embd=64, n_layer=2, n_head=4,
+                        bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config)
+
+
+def optimizer(parameters):
+    return torch.optim.AdamW(parameters, lr=1e-3)
+'''
+
+TEMPLATES = {"plain": PLAIN, "transformers": TRANSFORMERS}

@@ -81,8 +81,18 @@ def test_init_writes_a_template_that_passes_preflight(tmp_path, capsys):
     assert main(["init", str(path)]) == 0
     facts = preflight(load_workload(path))
     assert facts["train_size"] == 1600
+    assert load_workload(path).metric_spec.name == "accuracy"
     assert main(["init", str(path)]) == 2  # no silent overwrite
     assert "already exists" in capsys.readouterr().err
+
+
+def test_init_writes_a_transformers_template_that_passes_preflight(tmp_path):
+    pytest.importorskip("transformers")
+    path = tmp_path / "lm.py"
+    assert main(["init", str(path), "--template", "transformers"]) == 0
+    workload = load_workload(path)
+    assert preflight(workload)["train_size"] == 1024
+    assert workload.metric_spec.name == "next-token accuracy"
 
 
 @pytest.mark.parametrize("args,message", [
