@@ -99,7 +99,9 @@ class TrialRow:
     def value(self, axis: str) -> float | None:
         if axis == "memory":
             return self.memory / 2**20 if self.memory is not None else None
-        return {"throughput": self.throughput, "accuracy": self.accuracy, "step_time": self.step_time}.get(axis)
+        if axis == "accuracy":  # the metric as itself (the stored score is negated when lower is better)
+            return self.metric.shown(self.accuracy) if self.accuracy is not None else None
+        return {"throughput": self.throughput, "step_time": self.step_time}.get(axis)
 
 
 @dataclass

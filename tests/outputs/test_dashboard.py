@@ -4,25 +4,16 @@ API, called in this process through its WSGI app."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
+from dashboard_api import get
 
 from advisor.study import storage as st
 
 from recorded_study import NAME, add_probed_trial, write_recorded_study
 
 dashboard = pytest.importorskip("optuna_dashboard._app")
-
-
-def _get(app, path):
-    status = []
-    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "localhost",
-               "SERVER_PORT": "80", "wsgi.input": io.BytesIO(), "wsgi.errors": io.StringIO(),
-               "wsgi.url_scheme": "http"}
-    body = b"".join(app(environ, lambda s, h, *a: status.append(s)))
-    return status[0], body
 
 
 def test_the_dashboard_api_reads_a_study_with_probed_trials(tmp_path):
@@ -32,7 +23,7 @@ def test_the_dashboard_api_reads_a_study_with_probed_trials(tmp_path):
     storage = st.open_storage(url)
     app = dashboard.create_app(storage)
     study_id = storage.get_study_id_from_name(NAME)
-    status, body = _get(app, f"/api/studies/{study_id}")
+    status, body = get(app, f"/api/studies/{study_id}")
     assert status.startswith("200"), body[:500]
     data = json.loads(body)
     trials = {t["number"]: t for t in data["trials"]}
@@ -42,5 +33,5 @@ def test_the_dashboard_api_reads_a_study_with_probed_trials(tmp_path):
     attrs = {a["key"]: a["value"] for a in probed["user_attrs"]}
     assert attrs["accuracy_skipped"] == "dominated by trial 1" and "3000" in attrs["throughput"]
     assert trials[0]["state"] == "Complete" and len(trials[0]["values"]) == 3
-    status, _ = _get(app, f"/csv/{study_id}")
+    status, _ = get(app, f"/csv/{study_id}")
     assert status.startswith("200")

@@ -5,12 +5,16 @@ the objectives' names."""
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
+from dashboard_api import get
 
 from advisor.cli.main import main
 from advisor.core.stored import read_study
 from advisor.outputs.export import export_document, trial_by_number
+from advisor.study.storage import open_storage
 
 from conftest import WORKLOADS
 
@@ -38,6 +42,11 @@ def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
     for record in stored.records:  # feasible: at most 50% above the baseline's MSE
         if record.figures is not None and record.state == "complete":
             assert record.feasible == (-record.figures.accuracy <= 1.5 * mse + 1e-12)
+    dashboard = pytest.importorskip("optuna_dashboard._app")  # what optuna-dashboard's web API reports
+    storage = open_storage(f"sqlite:///{workdir / 'advisor.db'}")
+    status, body = get(dashboard.create_app(storage), f"/api/studies/{storage.get_study_id_from_name('regression-bs')}")
+    assert status.startswith("200") and json.loads(body)["objective_names"][2] == "-mse (negated: higher is better)"
     document = export_document(stored, trial_by_number(stored, 0))
     assert document["measured"]["metric"]["value"] == pytest.approx(mse)
     assert document["measured"]["metric"]["name"] == "mse"
+

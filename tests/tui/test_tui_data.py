@@ -78,3 +78,18 @@ def test_a_study_not_created_yet_is_empty(tmp_path):
     d = StudyData(st.open_storage(f"sqlite:///{tmp_path / 'new.db'}"), "later")
     d.reload()
     assert d.rows == [] and d.baseline is None and d.view("front") == []
+
+
+def test_a_lower_is_better_metric_reads_as_itself_in_the_explorer(tmp_path):
+    """The explorer's rows of an MSE study: the scatter axis and the filter's drop are the
+    metric itself (the stored score is its negative)."""
+    from advisor.core.metric import MetricSpec
+    from advisor.core.objectives import Figures, Versus
+    from advisor.core.stored import TrialRecord
+    from advisor.tui.data import Filters, TrialRow
+
+    mse = MetricSpec("mse", higher_is_better=False, fraction=False)
+    record = TrialRecord(1, "complete", None, Figures(100.0, 10.0, -0.5))
+    row = TrialRow(record, Versus(1.0, 1.0, -0.2), metric=mse)  # 0.2 worse than the baseline's MSE
+    assert row.value("accuracy") == 0.5
+    assert Filters(max_drop_pt=0.25).keep(row) and not Filters(max_drop_pt=0.1).keep(row)

@@ -1,4 +1,4 @@
-"""The filter dialog: largest accuracy drop and a memory cap."""
+"""The filter dialog: the largest drop of the study's metric, and a memory cap."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from advisor.core.errors import AdvisorError
+from advisor.core.metric import MetricSpec
+from advisor.core.objectives import ACCURACY
 from advisor.core.units import parse_size
 from advisor.tui.data import Filters
 
@@ -18,14 +20,17 @@ class FilterScreen(ModalScreen[Filters | None]):
 
     BINDINGS = [Binding("escape", "cancel", "cancel", id="filters.cancel")]
 
-    def __init__(self, current: Filters) -> None:
+    def __init__(self, current: Filters, metric: MetricSpec = ACCURACY) -> None:
         super().__init__()
-        self.current = current
+        self.current, self.metric = current, metric
 
     def compose(self) -> ComposeResult:
         c = self.current
         with Vertical(id="filter-box"):
-            yield Label("largest accuracy drop vs the baseline, in points (e.g. 0.5; empty: no limit)")
+            m = self.metric
+            unit = "in points (e.g. 0.5" if m.fraction else f"as an amount of it{f' in {m.unit}' if m.unit else ''} (e.g. 0.05"
+            yield Label(f"largest {m.name} drop vs the baseline ({m.direction_word}), {unit}; empty: no limit)"
+                        if m.name != "accuracy" else "largest accuracy drop vs the baseline, in points (e.g. 0.5; empty: no limit)")
             yield Input("" if c.max_drop_pt is None else f"{c.max_drop_pt:g}", id="max-drop")
             yield Label("memory cap (e.g. 120MiB, 2GiB; empty: no cap)")
             yield Input("" if c.memory_cap is None else f"{int(c.memory_cap)}", id="memory-cap")
@@ -39,7 +44,8 @@ class FilterScreen(ModalScreen[Filters | None]):
             if drop is not None and not drop >= 0:
                 raise ValueError
         except ValueError:
-            self.query_one("#filter-error", Static).update(f"accuracy drop: expected a number >= 0, found {drop_text!r}")
+            self.query_one("#filter-error", Static).update(f"{self.metric.name} drop: expected a number >= 0, "
+                                                           f"found {drop_text!r}")
             return
         try:
             cap = parse_size(cap_text, what="memory cap") if cap_text else None

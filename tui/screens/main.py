@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
 from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Paired, Skipped, Started, Stopped
+from advisor.core.objectives import ACCURACY
 from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
@@ -135,7 +136,8 @@ class MainScreen(Screen[None]):
                 self.data.set_filters(filters)
                 self.render_view()
 
-        self.app.push_screen(FilterScreen(self.data.filters), done)
+        metric = self.data.study.metric if self.data.study is not None else ACCURACY
+        self.app.push_screen(FilterScreen(self.data.filters, metric), done)
 
     def action_clear_filters(self) -> None:
         self.data.set_filters(Filters())
