@@ -56,9 +56,14 @@ def tied_parameters(module: Any) -> set[int]:
 
 def prunable(module: Any) -> list[tuple[str, Any]]:
     """(name, layer) of the Linear / Conv layers that pruning touches: all but the last,
-    the output layer, which is kept dense (pruning it removes whole classes)."""
+    the output layer, which is kept dense (pruning it removes whole classes), and none
+    inside an nn.MultiheadAttention: it reads its output projection's weight directly,
+    never calling that layer, so the mask's forward hook never runs there (training then
+    fails: "backward through the graph a second time")."""
     import torch.nn as nn
 
+    attention = [n + "." for n, m in module.named_modules() if isinstance(m, nn.MultiheadAttention)]
     layers = [(n, m) for n, m in module.named_modules()
-              if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))]
+              if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))
+              and not any(n.startswith(prefix) for prefix in attention)]
     return layers[:-1]

@@ -126,3 +126,30 @@ def test_2_4_sparse_kernels_on_cuda():
     assert prepared.stats["semi_structured_layers"] >= 1
     with torch.inference_mode():
         assert prepared.predict(torch.rand(128, 64)).shape == (128, 10)
+
+
+@pytest.mark.parametrize("config", [
+    {"pruning": "ln_structured", "prune_amount": 0.5},
+    {"pruning": "l1_unstructured", "quantization": "qat_int8"},
+    {"pruning": "ln_structured", "prune_amount": 0.5, "quantization": "qat_int8", "parallelism": "ddp",
+     "devices": 2, "bucket_mb": 100, "grad_accumulation": 4},
+], ids=["ln", "l1-qat", "ln-qat-ddp-accumulation"])
+def test_pruning_trains_a_transformer_encoder(config):
+    """nn.MultiheadAttention reads its output projection's weight without calling it, so the
+    mask's hook never ran there and every pruned Transformer trial failed ("backward through
+    the graph a second time"; with DDP, "modified by an inplace operation": a combination a
+    study proposed). The attention's projections stay dense; the feed-forward layers are pruned."""
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.trial.entry import run_trial
+    from advisor.workload.contract import load_workload
+
+    from conftest import WORKLOADS
+
+    workload = load_workload(WORKLOADS / "encoder.py")
+    names = [n for n, _ in prunable(workload.model())]
+    assert names and not any("self_attn" in n for n in names) and any("linear1" in n for n in names)
+    result = run_trial(TrialPayload.of(workload, TrialConfig(batch_size=16, **config),
+                                       TrialSettings(train_samples=512, max_timing_s=1.0)))
+    assert result.ok, result.failure_message
+    assert result.accuracy > 0.2  # trained (chance: 0.1)
