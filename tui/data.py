@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.metric import MetricSpec
-from advisor.core.objectives import ACCURACY, Versus, pareto_front
+from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.objectives import Versus, pareto_front
 from advisor.core.stored import StoredStudy, TrialRecord, read_study
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.study.storage import study_names

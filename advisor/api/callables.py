@@ -68,6 +68,9 @@ def _import_root(module: str) -> str | None:
 def workload_source(pieces: dict[str, Any], baseline: dict[str, Any] | None) -> str:
     """The text of a model.py that imports ``pieces`` (role -> callable, or "output.loss"
     for ``loss``) and sets BASELINE."""
+    if baseline is not None and not isinstance(baseline, dict):
+        raise WorkloadError(f"advisor.tune(baseline=...): expected a dict such as {{'batch_size': 64}}, "
+                            f"found {type(baseline).__name__}")
     lines = ['"""Written by advisor.tune(): the model.py contract from the callables it was given."""', "",
              "import sys", ""]
     roots, imports = [], []
@@ -86,9 +89,6 @@ def workload_source(pieces: dict[str, Any], baseline: dict[str, Any] | None) -> 
     lines += [f"if {root!r} not in sys.path:\n    sys.path.insert(0, {root!r})" for root in roots]
     lines += ["", *imports]
     if baseline:
-        if not isinstance(baseline, dict):
-            raise WorkloadError(f"advisor.tune(baseline=...): expected a dict such as {{'batch_size': 64}}, "
-                                f"found {type(baseline).__name__}")
         lines += ["", f"BASELINE = {baseline!r}"]
     return "\n".join(lines) + "\n"
 

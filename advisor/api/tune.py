@@ -16,6 +16,7 @@ from advisor.core.errors import StudyError, WorkloadError
 from advisor.core.metric import parse_drop
 from advisor.core.noise import ACCURACY_SEEDS
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
+from advisor.core.stored import read_study
 from advisor.core.units import parse_size
 
 
@@ -77,19 +78,13 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     outcome = Tuner(plan, on_event=output.event).run()
     if progress:
         output.finish(plan, outcome)
-    from advisor.core.stored import read_study
-
     return TuneResult.of(read_study(outcome.study), plan.storage_url, str(path), outcome.stop_reason)
-
-
-def _is_path(model: Any) -> bool:
-    return isinstance(model, (str, Path))
 
 
 def _workload_path(model: Any, datasets: Any, loss: Any, metric: Any, optimizer: Any, baseline: Any,
                    name: str | None, workdir: Path) -> tuple[Path, str | None]:
     """The model.py to tune, and the name of the callables' study (None for a path)."""
-    if _is_path(model):
+    if isinstance(model, (str, Path)):
         given = [k for k, v in (("datasets", datasets), ("loss", loss), ("metric", metric),
                                 ("optimizer", optimizer), ("baseline", baseline)) if v is not None]
         if given:

@@ -106,6 +106,14 @@ class MetricSpec:
     def direction_word(self) -> str:
         return "higher is better" if self.higher_is_better else "lower is better"
 
+    @property
+    def delta_header(self) -> str:
+        """A table's column of differences to the baseline ("Δ acc" for accuracy)."""
+        return "Δ acc" if self.name == "accuracy" else f"Δ {self.name}"
+
+
+ACCURACY = MetricSpec()  # the default metric: top-1 accuracy, a fraction, higher is better
+
 
 def parse_drop(text: str) -> tuple[float, bool]:
     """``--max-metric-drop``: an amount of the metric ("0.01") or a percentage of the

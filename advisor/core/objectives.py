@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from advisor.core.metric import MetricSpec
+from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.noise import within_noise
 
 OBJECTIVES = ("throughput", "peak_memory_bytes", "accuracy")
 DIRECTIONS = ("maximize", "minimize", "maximize")
 METRIC = 2  # the index of the user's metric
-ACCURACY = MetricSpec()  # the default metric's description
 T = TypeVar("T")
 
 

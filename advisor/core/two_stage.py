@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.core.metric import MetricSpec
+from advisor.core.metric import ACCURACY, MetricSpec
 
 CURVE_FRACTIONS = (0.25, 0.5, 0.75)  # of the sample budget, where learning curves are recorded
 NOISE_SDS = 2.0  # "beyond noise": this many standard deviations
@@ -145,7 +145,7 @@ class Gate:
             return f"diverged: mean loss {loss:.4g} is above {self.loss_ceiling:.4g} (twice the untrained baseline's)"
         return None
 
-    def behind(self, index: int, metric: float | None, spec: MetricSpec = MetricSpec()) -> str | None:
+    def behind(self, index: int, metric: float | None, spec: MetricSpec = ACCURACY) -> str | None:
         """Why the metric (a score) at point ``index`` is behind the baseline's beyond
         noise, or None; worded in the metric's own terms (``spec``)."""
         floor = self.floors[index] if index < len(self.floors) else None
@@ -157,7 +157,7 @@ class Gate:
         return f"{spec.name} {spec.value_text(metric)} {worse} {spec.value_text(floor)}{there}"
 
     def verdict(self, index: int, metric: float | None, loss: float | None, behind_before: bool = False,
-                spec: MetricSpec = MetricSpec()) -> str | None:
+                spec: MetricSpec = ACCURACY) -> str | None:
         """Why the run stops at point ``index``, or None to go on: diverged, or behind
         beyond noise here and at the point before (``behind_before``). One point behind is
         not enough: a larger batch at the same budget takes fewer steps and catches up (on

@@ -8,8 +8,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Probed, Started, Stopped, TimeoutSet
-from advisor.core.metric import MetricSpec
-from advisor.core.objectives import ACCURACY, Versus
+from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.objectives import Versus
 from advisor.core.results import TrialResult
 from advisor.core.stored import ACCURACY_REUSED, ACCURACY_SKIPPED, EARLY_STOP, StoredStudy, TrialRecord, read_study
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
@@ -238,7 +238,7 @@ def front_table(study: StoredStudy) -> Any:
                   caption_justify="left")
     for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
                           ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"), ("pairs", "right"),
-                          (metric.name, "right"), ("Δ acc" if metric.name == "accuracy" else f"Δ {metric.name}", "right")):
+                          (metric.name, "right"), (metric.delta_header, "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus

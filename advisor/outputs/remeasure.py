@@ -13,7 +13,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, TrialFailed
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.export_format import read_export
-from advisor.core.metric import MetricSpec
+from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
@@ -165,7 +165,7 @@ def comparison_table(result: Remeasured) -> Any:
     return table
 
 
-def describe_run(r: TrialResult, metric: MetricSpec = MetricSpec()) -> str:
+def describe_run(r: TrialResult, metric: MetricSpec = ACCURACY) -> str:
     """One line for a full run."""
     return (f"{fmt_rate(r.throughput)} samples/s, {fmt_bytes(r.peak_memory_bytes)}, "
             f"{metric.name} {metric.value_text(r.accuracy)}")  # type: ignore[arg-type]

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 
 from advisor.core.errors import UnsupportedError, WorkloadError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.errors import NonFiniteLoss
 from advisor.workload.contract import Workload, load_workload
-from advisor.workload.user_code import describe_exit, has_user_frames, user_frames
+from advisor.workload.user_code import describe_exit, user_frames
 
 
 def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
@@ -39,7 +38,8 @@ def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
 
 def failure_message(exc: BaseException) -> str:
     """What a failed trial says: advisor's own errors as they are; an error raised in the
-    user's code in its frames; any other error with the last frames where it was raised."""
+    user's code in its frames (``user_frames``: the last frames where it was raised when
+    none is the user's)."""
     if isinstance(exc, (UnsupportedError, WorkloadError, NonFiniteLoss)):
         return str(exc)
     if isinstance(exc, SystemExit):
@@ -47,10 +47,7 @@ def failure_message(exc: BaseException) -> str:
                 f"the process (its functions return, or raise an exception)\n{user_frames(exc)}")
     if isinstance(exc, KeyboardInterrupt):
         return f"model.py raised KeyboardInterrupt itself during the trial\n{user_frames(exc)}"
-    if has_user_frames(exc):
-        return f"{type(exc).__name__}: {exc}\n{user_frames(exc)}"
-    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
-    return f"{type(exc).__name__}: {exc}\n{tail}".strip()
+    return f"{type(exc).__name__}: {exc}\n{user_frames(exc)}"
 
 
 def load_same_workload(payload: TrialPayload) -> Workload:

@@ -39,10 +39,6 @@ def is_user_file(filename: str) -> bool:
     return not path.startswith(_OURS) and not path.startswith(_LIBRARIES)
 
 
-def has_user_frames(exc: BaseException) -> bool:
-    return any(is_user_file(f.filename) for f in traceback.extract_tb(exc.__traceback__))
-
-
 def user_frames(exc: BaseException) -> str:
     """The traceback of ``exc`` in the user's frames (file, line, its text), then the
     exception itself. Without any user frame, the last frames as they are."""

@@ -9,8 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from advisor.core.errors import AdvisorError
-from advisor.core.metric import MetricSpec
-from advisor.core.objectives import ACCURACY
+from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.units import parse_size
 from advisor.tui.data import Filters
 

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
 from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Paired, Skipped, Started, Stopped
-from advisor.core.objectives import ACCURACY
+from advisor.core.metric import ACCURACY
 from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 

@@ -6,8 +6,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from advisor.core.metric import MetricSpec
-from advisor.core.objectives import ACCURACY
+from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.tui.data import TrialRow
 
@@ -16,8 +15,7 @@ FAILED_COLUMNS = ("trial", "outcome", "message", "configuration")
 
 def figure_columns(metric: MetricSpec) -> tuple[str, ...]:
     """The figure view's columns, the metric's two by its name."""
-    delta = "Δ acc" if metric.name == "accuracy" else f"Δ {metric.name}"
-    return ("trial", "samples/s", "vs base", "memory", "vs base", metric.name, delta, "configuration")
+    return ("trial", "samples/s", "vs base", "memory", "vs base", metric.name, metric.delta_header, "configuration")
 
 
 class TrialTable(DataTable):
