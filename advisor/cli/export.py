@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         from advisor.outputs.python_script import launch_command
 
         assert record.config is not None
-        print(f"run it:    {launch_command(record.config, args.output)}")
+        print(f"run it:    {'python ' + args.output if 'lightning' in document else launch_command(record.config, args.output)}")
     else:
         print(f"apply it:  prepared = advisor.apply(model, advisor.load_config({args.output!r}))")
     return 0

@@ -78,6 +78,8 @@ class TuneOutput:
         self.say(f"workload  {plan.workload.path}" + (
             f"  ({f['parameters']:,} parameters; {f['train_size']} train / {f['val_size']} validation samples)"
             if "parameters" in f else "  (preflight skipped)"))
+        for note in f.get("notes", []):
+            self.say(f"          {note}")
         hw = plan.hardware
         self.say(f"hardware  {hw.cpu.model}, {hw.cpu.cores} cores" + (f"; {hw.gpu_names()}" if hw.gpus else "; no GPU"))
         self.say(f"space     {plan.space.name}: {plan.space.size()} configurations on this machine")

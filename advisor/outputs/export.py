@@ -62,7 +62,16 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
         # the configuration the ratios are to (advisor measure runs it beside this one)
         "baseline": study.baseline.config.to_dict() if study.baseline and study.baseline.config else None,
         "hardware": u.get("hardware", {}),
-    }
+    } | (_lightning(record.config, u) if u.get("workload_format") == "lightning" else {})
+
+
+def _lightning(config: Any, attrs: dict[str, Any]) -> dict[str, Any]:
+    """A Lightning file's export also says the config in Lightning's terms."""
+    from advisor.outputs.lightning_export import lightning_arguments
+
+    parts = attrs.get("workload_parts") or {}
+    return {"lightning": lightning_arguments(config),
+            "lightning_parts": {"module": parts.get("model", "model()"), "data": parts.get("datamodule", "datamodule()")}}
 
 
 def render(document: dict[str, Any], fmt: str = "yaml", name: str = "this_file.py") -> str:

@@ -82,6 +82,10 @@ def python_script(document: dict[str, Any], name: str = "this_file.py") -> str:
     Example:
         >>> text = python_script(export_document(study, trial))  # doctest: +SKIP
     """
+    if document.get("lightning") is not None:
+        from advisor.outputs.lightning_export import lightning_script
+
+        return lightning_script(document, _measured_line(document), name)
     source, config = document["source"], TrialConfig.from_dict(document["config"])
     kind = source.get("workload_kind") or "train"
     samples = source.get("train_samples") or 1

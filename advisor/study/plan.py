@@ -49,6 +49,9 @@ class StudyPlan:
             "workload_path": str(self.workload.path),
             "workload_sha256": self.workload.sha256,
             "workload": self.options.workload,
+            "workload_format": self.workload.kind,  # "model.py" or "lightning" (export speaks its terms)
+            "workload_parts": {role: self.workload.names[role] for role in ("model", "datamodule")
+                               if role in self.workload.names},
             "space_name": self.space.name,
             "space": self.space.to_dict(),
             "dropped_options": [[d.knob, d.value, d.reason] for d in self.space.dropped],

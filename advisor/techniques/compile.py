@@ -32,10 +32,16 @@ class Compile(Technique):
     def apply(self, value: Any, prepared: Prepared) -> None:
         import torch
 
-        if value:
-            mode = prepared.config.compile_mode
-            prepared.model = torch.compile(prepared.model, mode=None if mode == "default" else mode)  # the DDP wrapper, if any
-            prepared.compiled = True
+        if not value:
+            return
+        mode = prepared.config.compile_mode
+        mode = None if mode == "default" else mode
+        target = getattr(prepared.module, "compile_target", None)
+        if target is not None:  # a LightningModule in its step: its forward, as Lightning compiles it
+            target.forward = torch.compile(target.forward, mode=mode)
+        else:
+            prepared.model = torch.compile(prepared.model, mode=mode)  # the DDP wrapper, if any
+        prepared.compiled = True
 
     def snippet(self, value: Any) -> str | None:
         return "model = torch.compile(model)" if value else None

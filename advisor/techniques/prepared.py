@@ -111,10 +111,10 @@ class Prepared:
         return total
 
     def loader(self, dataset: Any, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-               per_rank: bool = True) -> Any:
+               per_rank: bool = True, collate_fn: Any = None) -> Any:
         """A DataLoader with the configured batch size and data knobs. With several ranks
         and ``per_rank``, each rank loads its shard (DistributedSampler) and its share of
-        the global batch."""
+        the global batch. ``collate_fn``: the DataLoader's (torch's default collate if None)."""
         import torch
         from torch.utils.data import DataLoader, DistributedSampler
 
@@ -124,7 +124,7 @@ class Prepared:
                                       seed=seed, drop_last=drop_last) if split_ranks else None)
         generator = torch.Generator().manual_seed(seed) if shuffle and sampler is None else None
         return DataLoader(dataset, batch_size=batch, shuffle=shuffle and sampler is None, sampler=sampler,
-                          drop_last=drop_last, generator=generator, **self.loader_options)
+                          drop_last=drop_last, generator=generator, collate_fn=collate_fn, **self.loader_options)
 
     def finish(self) -> None:
         """End of training: run the techniques' finishing steps once (pruning made

@@ -34,9 +34,9 @@ def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
 
 
 def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, gate_data: Any,
-                 phases: dict[str, float], evaluate: Any, agree: Any, cycle: Any) -> dict[str, Any]:
+                 phases: dict[str, float], evaluate: Any, agree: Any, batches_of: Any) -> dict[str, Any]:
     """Train the sample budget with a learning curve and the gate; evaluate. ``evaluate``,
-    ``agree`` and ``cycle`` are the trial loop's (``advisor.trial.loop``)."""
+    ``agree`` and ``batches_of`` are the trial loop's (``advisor.trial.loop``)."""
     from advisor.core.errors import UnsupportedError
     from advisor.trial.errors import NonFiniteLoss
 
@@ -53,7 +53,7 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
         if step < steps and step not in at_step:
             at_step[step] = index
     optimizer = workload.optimizer(prepared.module.parameters())
-    batches = cycle(prepared.loader(train, shuffle=True, seed=settings.seed, drop_last=True))
+    batches = batches_of(prepared, workload, train, settings.seed)
     curve: list[dict[str, Any]] = []
     early_stop: dict[str, Any] | None = None
     chunk: Any = 0.0

@@ -51,6 +51,9 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     t = time.perf_counter()
     torch.manual_seed(settings.seed)
     prepared = apply(build_model(workload), config, device, workload=settings.workload)
+    if workload.start_trial is not None:  # a Lightning module's trainer, for configure_optimizers
+        workload.start_trial(batch_size=config.batch_size, accumulation=prepared.accumulation, rank=prepared.rank,
+                             world=prepared.world, precision=config.precision, train_samples=settings.train_samples)
     phases["build"] = time.perf_counter() - t
     if settings.stage == "accuracy":
         return _accuracy_part(prepared, workload, train, val, payload, phases, memory)
@@ -106,7 +109,7 @@ def _accuracy_part(prepared: Any, workload: Any, train: Any, val: Any, payload: 
     runs: its readings keep the study's judgement of the machine informed."""
     before = _sentinel(prepared)
     figures = accuracy_run(prepared, workload, train, val, payload.settings, payload.gate, phases,
-                           _evaluate, _agree_more, _cycle)
+                           _evaluate, _agree_more, _training_batches)
     after = _sentinel(prepared)
     telemetry = {"curve": figures.pop("curve"), "early_stop": figures.pop("early_stop"),
                  "initial_loss": figures.pop("initial_loss"), "peak_memory_exact": getattr(memory, "exact", True),
@@ -122,7 +125,7 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
     if bs > len(train):
         raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
     optimizer = workload.optimizer(prepared.module.parameters())
-    batches = _cycle(prepared.loader(train, shuffle=True, seed=settings.seed, drop_last=True))
+    batches = _training_batches(prepared, workload, train, settings.seed)
 
     def step(timed: bool) -> Any:
         with timer.step() if timed else contextlib.nullcontext():  # data loading is timed too
@@ -180,7 +183,7 @@ def _probe(prepared: Any, workload: Any, train: Any, settings: Any, timer: Any,
     if bs > len(train):
         raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
     optimizer = workload.optimizer(prepared.module.parameters())
-    batches = _cycle(prepared.loader(train, shuffle=True, seed=settings.seed, drop_last=True))
+    batches = _training_batches(prepared, workload, train, settings.seed)
     t = t_warm = time.perf_counter()
     first_step_s, loss, i, more = 0.0, None, 0, True
     losses: list[float] = []  # the first FINGERPRINT_STEPS, untimed
@@ -256,7 +259,7 @@ def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any
     bs = prepared.config.batch_size
     if bs > len(val):
         raise UnsupportedError(f"batch size {bs} is larger than the validation set ({len(val)} samples)")
-    batches = _cycle(prepared.loader(val, drop_last=True))
+    batches = _cycle(prepared.loader(val, drop_last=True, collate_fn=workload.collate))
     t = t_warm = time.perf_counter()
     first_step_s, i = 0.0, 0
     with torch.inference_mode():
@@ -286,6 +289,11 @@ def _evaluate(prepared: Any, workload: Any, val: Any) -> float:
 
     prepared.model.eval()
     total, weighted = 0, 0.0
+    if workload.validate is not None:  # a Lightning module's validation epoch
+        with torch.inference_mode():
+            value = workload.validate(prepared.predict, prepared.loader(val, per_rank=False,
+                                                                        collate_fn=workload.collate))
+        return workload.metric_spec.score(check_metric(workload, value))
     with torch.inference_mode():
         for x, y in prepared.loader(val, per_rank=False):
             out = prepared.predict(x)
@@ -318,12 +326,20 @@ def _model_facts(prepared: Any) -> dict[str, Any]:
     return facts | prepared.stats
 
 
-def _cycle(loader: Any) -> Any:
+def _training_batches(prepared: Any, workload: Workload, train: Any, seed: int) -> Any:
+    """The training batches, epoch after epoch (the workload told at each epoch's end)."""
+    loader = prepared.loader(train, shuffle=True, seed=seed, drop_last=True, collate_fn=workload.collate)
+    return _cycle(loader, workload.epoch_end)
+
+
+def _cycle(loader: Any, epoch_end: Any = None) -> Any:
     epoch = 0
     while True:
         if hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)
         yield from loader
+        if epoch_end is not None:  # when the next epoch's first batch is asked for
+            epoch_end(epoch)
         epoch += 1
 
 

@@ -51,13 +51,21 @@ class Workload:
     optimizer: Callable[[Any], Any]
     baseline: dict[str, Any] = field(default_factory=dict)
     metric_spec: MetricSpec = field(default_factory=MetricSpec)
+    # A Lightning file (advisor.workload.lightning) fills these; a model.py leaves them None.
+    kind: str = "model.py"  # or "lightning"
+    names: dict[str, str] = field(default_factory=dict)  # contract role -> what the file calls it
+    collate: Callable[[list[Any]], Any] | None = None  # items -> (input, target), else default collate
+    validate: Callable[[Callable[[Any], Any], Any], float] | None = None  # (predict, batches) -> the metric
+    start_trial: Callable[..., None] | None = None  # after the knobs: batch_size, accumulation, rank, ...
+    epoch_end: Callable[[int], None] | None = None  # after each training epoch
+    notes: Callable[[Any], list[str]] | None = None  # (the built model) -> what the preflight says of it
 
     @property
     def name(self) -> str:
         return self.path.stem
 
     def where(self, func: str) -> str:
-        return f"{self.path}: {func}()"
+        return f"{self.path}: {self.names.get(func, func + '()')}"
 
 
 def file_sha256(text: str) -> str:
@@ -96,7 +104,13 @@ def load_workload(path: str | Path, source: str | None = None) -> Workload:
 
 
 def _bind(path: Path, source: str, module: ModuleType) -> Workload:
-    problems = []
+    from advisor.workload.lightning import is_lightning_file, lightning_pieces
+
+    problems: list[str] = []
+    if is_lightning_file(module):  # a LightningModule and a LightningDataModule, no glue
+        baseline = _baseline(module, path, problems)
+        return Workload(path=path, source=source, sha256=file_sha256(source), module=module,
+                        **lightning_pieces(path, module, baseline, problems))
     for name in _REQUIRED:
         if not callable(getattr(module, name, None)):
             problems.append(f"{name}() is missing (required by the model.py contract)")
@@ -108,10 +122,7 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         problems.append(f'LOSS must be "{OUTPUT_LOSS}" (the model returns its own loss), found {declared_loss!r}')
     elif declared_loss is not None and hasattr(module, "loss"):
         problems.append(f'both loss() and LOSS = "{OUTPUT_LOSS}" are defined: keep one')
-    baseline = getattr(module, "BASELINE", {})
-    if not isinstance(baseline, dict):
-        problems.append(f"BASELINE must be a dict such as {{'batch_size': 64}}, found {type(baseline).__name__}")
-        baseline = {}
+    baseline = _baseline(module, path, problems)
     if problems:
         raise WorkloadError(f"{path}: " + "; ".join(problems))
     spec = MetricSpec.from_contract(getattr(module, "METRIC", None), hasattr(module, "metric"), str(path))
@@ -129,6 +140,14 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         baseline=dict(baseline),
         metric_spec=spec,
     )
+
+
+def _baseline(module: ModuleType, path: Path, problems: list[str]) -> dict[str, Any]:
+    baseline = getattr(module, "BASELINE", {})
+    if not isinstance(baseline, dict):
+        problems.append(f"BASELINE must be a dict such as {{'batch_size': 64}}, found {type(baseline).__name__}")
+        return {}
+    return dict(baseline)
 
 
 def call(workload: Workload, func: str, *args: Any) -> Any:
@@ -161,7 +180,8 @@ def load_datasets(workload: Workload) -> tuple[Any, Any]:
             )
         if len(data) == 0:
             raise WorkloadError(f"{where}: the {role} dataset is empty")
-        _check_items(where, role, data)
+        if workload.collate is None:  # else items are whatever the workload's collate takes
+            _check_items(where, role, data)
     return pair[0], pair[1]
 
 

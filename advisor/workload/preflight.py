@@ -31,25 +31,31 @@ def preflight(workload: Workload) -> dict[str, Any]:
 
     model = build_model(workload)
     train, val = load_datasets(workload)
+    collate = workload.collate or default_collate
     try:
-        inputs, target = default_collate([train[i] for i in range(min(2, len(train)))])
+        inputs, target = collate([train[i] for i in range(min(2, len(train)))])
     except Exception as exc:
         raise WorkloadError(f"{workload.where('datasets')}: training items cannot be batched: {exc}") from None
+    if workload.start_trial is not None:
+        workload.start_trial(batch_size=len(target), accumulation=1, rank=0, world=1, precision="fp32",
+                             train_samples=len(target))
+    opt = call(workload, "optimizer", model.parameters())  # first, as trials (and Lightning) do
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, found {type(opt).__name__}")
     model.train()
     with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples,"):
         output = forward(model, inputs)
     value = call(workload, "loss", output, target)
     check_loss(workload, value)
-    opt = call(workload, "optimizer", model.parameters())
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, found {type(opt).__name__}")
     value.backward()
     opt.step()
     model.eval()
     with torch.no_grad():
-        with user_code(f"{workload.where('model')}: the model's forward, in eval mode,"):
-            output = forward(model, inputs)
-        check_metric(workload, call(workload, "metric", output, target))
+        if workload.validate is None:
+            with user_code(f"{workload.where('model')}: the model's forward, in eval mode,"):
+                output = forward(model, inputs)
+        check_metric(workload, call(workload, "metric", output, target) if workload.validate is None
+                     else _validate(workload, model, inputs, target))
     return {
         "train_size": len(train),
         "val_size": len(val),
@@ -58,4 +64,10 @@ def preflight(workload: Workload) -> dict[str, Any]:
         "linear_layers": sum(isinstance(m, torch.nn.Linear) for m in model.modules()),
         "prunable_layers": len(prunable(model)),
         "top_level_blocks": len(blocks(model)),
-    }
+    } | ({"notes": workload.notes(model)} if workload.notes is not None else {})
+
+
+def _validate(workload: Workload, model: Any, inputs: Any, target: Any) -> Any:
+    """A workload's own validation (a Lightning file's validation epoch) on the batch."""
+    with user_code(f"{workload.where('metric')}: validating a batch of 2 training samples,"):
+        return workload.validate(lambda x: forward(model, x), [(inputs, target)])

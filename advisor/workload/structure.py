@@ -16,7 +16,19 @@ def blocks(module: Any) -> list[Any]:
     hold parameters, looking inside ModuleList / ModuleDict containers (never called
     themselves: their elements are)."""
     repeated = _repeated_layers(module)
-    return repeated if repeated else list(_parameterised_children(module))
+    return repeated if repeated else list(_parameterised_children(_unwrapped(module)))
+
+
+def _unwrapped(module: Any) -> Any:
+    """The module inside wrappers: while a module has no parameters of its own and one
+    child holding them all (a LightningModule in its step, a model whose layers sit in one
+    Sequential), that child."""
+    while not any(True for _ in module.parameters(recurse=False)):
+        holders = [c for c in module.children() if any(True for _ in c.parameters())]
+        if len(holders) != 1:
+            break
+        module = holders[0]
+    return module
 
 
 def _parameterised_children(module: Any) -> Any:

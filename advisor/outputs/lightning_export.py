@@ -1,0 +1,131 @@
+"""What an exported configuration of a Lightning file is in Lightning's own terms: the
+Trainer arguments where a knob has one (precision, strategy, devices,
+accumulate_grad_batches), the DataLoader settings, and the knobs that only
+``advisor.apply()`` sets on the module (pruning, quantization, channels_last, activation
+checkpointing, compile, threads) — and a runnable script that does both.
+"""
+
+from __future__ import annotations
+
+import pprint
+from typing import Any
+
+from advisor.core.config import TrialConfig
+
+PRECISION = {"fp32": "32-true", "tf32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed", "bf16_full": "bf16-true"}
+# knobs a Trainer argument or the DataLoader carries; the rest go through advisor.apply()
+TRAINER_KNOBS = ("precision", "parallelism", "devices", "comm_hook", "bucket_mb", "grad_accumulation", "batch_size",
+                 "num_workers", "pin_memory")
+_HOOKS = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
+
+
+def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
+    """The config as Trainer arguments, DataLoader settings and the knobs left to
+    ``advisor.apply()`` (a plain, YAML-able mapping; ``notes`` says what differs)."""
+    trainer: dict[str, Any] = {"precision": PRECISION[config.precision], "accumulate_grad_batches": config.grad_accumulation}
+    notes = []
+    if config.precision == "tf32":
+        notes.append('TF32: call torch.set_float32_matmul_precision("high") before fit (advisor.apply does)')
+    if config.parallelism == "single":
+        trainer["devices"] = 1
+    else:
+        trainer["devices"] = config.devices
+        if config.parallelism == "ddp":
+            strategy: Any = "ddp"
+            if config.comm_hook != "none" or config.bucket_mb != TrialConfig().bucket_mb:
+                strategy = {"class": "lightning.pytorch.strategies.DDPStrategy", "bucket_cap_mb": config.bucket_mb}
+                if config.comm_hook != "none":
+                    strategy["ddp_comm_hook"] = ("torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
+                                                 + _HOOKS[config.comm_hook])
+            trainer["strategy"] = strategy
+        else:
+            trainer["strategy"] = {"class": "lightning.pytorch.strategies.ModelParallelStrategy",
+                                   "data_parallel_size": config.devices, "tensor_parallel_size": 1}
+            notes.append("FSDP: the trials sharded with FSDP2's fully_shard on each block, then the module "
+                         "(Lightning's 'fsdp' strategy is FSDP1); under ModelParallelStrategy do the same in "
+                         "configure_model: for block in blocks: fully_shard(block, mesh=self.device_mesh['data_parallel'])")
+    per_device = config.batch_size // (config.grad_accumulation * max(1, config.devices))
+    loader = {"batch_size": per_device, "num_workers": config.num_workers, "pin_memory": config.pin_memory}
+    if config.num_workers:
+        loader["persistent_workers"] = True
+    default = TrialConfig().to_dict()
+    applied = {k: v for k, v in config.to_dict().items() if k not in TRAINER_KNOBS and v != default[k]}
+    return {"trainer": trainer, "dataloader": loader, "advisor_apply": applied, "notes": notes,
+            "batch": (f"{config.batch_size} samples per optimizer step = {per_device} per device x "
+                      f"{max(1, config.devices)} device(s) x {config.grad_accumulation} accumulated batch(es)")}
+
+
+_SCRIPT = '''\
+"""{title}
+
+{measured}
+Run it:  python {name}   (Lightning starts one process per device itself)
+"""
+
+import importlib.util
+
+import lightning as L
+import torch
+
+import advisor
+
+WORKLOAD = {workload!r}  # your Lightning file
+TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation
+CONFIG = {config}
+TRAINER = {trainer}  # the Trainer arguments of this config
+DATALOADER = {loader}  # set these in your DataModule's DataLoaders
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location("workload", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main():
+    w = load(WORKLOAD)
+    lit = {make_module}
+    data = {make_data}
+    data.batch_size = DATALOADER["batch_size"]  # if your DataModule reads self.batch_size
+    # the knobs without a Trainer argument (pruning, quantization, channels_last, checkpointing,
+    # compile, threads) through advisor.apply, on the module itself; precision, devices and
+    # accumulation are the Trainer's
+    kept = {{k: v for k, v in CONFIG.items() if k not in {trainer_knobs!r}}}
+    prepared = advisor.apply(lit, kept, device="cpu")
+    steps = max(1, round(TRAIN_SAMPLES / CONFIG["batch_size"]))
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, **TRAINER)
+    trainer.fit(prepared.model, datamodule=data)
+    prepared.finish()  # pruning made permanent, QAT converted to int8
+    trainer.validate(prepared.module, datamodule=data)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def lightning_script(document: dict[str, Any], measured: str, name: str) -> str:
+    """A runnable script for a Lightning file's export: advisor.apply for the module's
+    knobs, then Lightning's own Trainer with this config's arguments."""
+    source, config = document["source"], TrialConfig.from_dict(document["config"])
+    args = lightning_arguments(config)
+    trainer = dict(args["trainer"])
+    if isinstance(trainer.get("strategy"), dict):
+        trainer.pop("strategy")  # a strategy object: see the note below the script
+    parts = document.get("lightning_parts") or {}
+    script = _SCRIPT.format(
+        title=f"Trial {source['trial']} of study {source['study']!r} (a Lightning file), exported by advisor "
+              f"{source['exported']}.",
+        measured=measured, name=name, workload=source.get("workload") or "model.py",
+        train_samples=source.get("train_samples") or 1,
+        config=pprint.pformat(config.to_dict(), sort_dicts=False, width=100),
+        trainer=pprint.pformat(trainer, sort_dicts=False, width=100),
+        loader=pprint.pformat(args["dataloader"], sort_dicts=False, width=100),
+        make_module=f"w.{parts.get('module', 'model()')}", make_data=f"w.{parts.get('data', 'datamodule()')}",
+        trainer_knobs=TRAINER_KNOBS)
+    tail = [f"# {args['batch']}"]
+    if isinstance(args["trainer"].get("strategy"), dict):
+        tail.append(f"# strategy: {args['trainer']['strategy']} (pass the strategy object as Trainer(strategy=...))")
+    tail += [f"# {note}" for note in args["notes"]]
+    return script + "\n" + "\n".join(tail) + "\n"
