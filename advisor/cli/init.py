@@ -11,15 +11,17 @@ NAME = "init"
 HELP = "Write a commented model.py template."
 EPILOG = """examples:
   advisor init model.py                              # a commented template to fill in
-  advisor init lm.py --template transformers         # a transformers model (LOSS = "output.loss")"""
+  advisor init lm.py --template transformers         # a transformers model (LOSS = "output.loss")
+  advisor init lit.py --template lightning           # a LightningModule and a LightningDataModule"""
 
 
 def add_arguments(i: argparse.ArgumentParser) -> None:
     i.add_argument("path", nargs="?", default="model.py")
     i.add_argument("--force", action="store_true", help="overwrite an existing file")
-    i.add_argument("--template", default="plain", choices=("plain", "transformers"),
+    i.add_argument("--template", default="plain", choices=("plain", "transformers", "lightning"),
                    help="plain (default): a PyTorch model and datasets; transformers: a Hugging Face model "
-                        "built from a config, returning its own loss")
+                        "built from a config, returning its own loss; lightning: a LightningModule and a "
+                        "LightningDataModule, tuned as they are")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,5 +31,6 @@ def run(args: argparse.Namespace) -> int:
     if path.exists() and not args.force:
         raise WorkloadError(f"{path} already exists (use --force to overwrite)")
     path.write_text(TEMPLATES[args.template])
-    print(f"wrote {path}: fill in model() and datasets(), then run: advisor tune {path}")
+    what = "your LightningModule and DataModule" if args.template == "lightning" else "model() and datasets()"
+    print(f"wrote {path}: fill in {what}, then run: advisor tune {path}")
     return 0

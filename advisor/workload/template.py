@@ -107,4 +107,69 @@ def optimizer(parameters):
     return torch.optim.AdamW(parameters, lr=1e-3)
 '''
 
-TEMPLATES = {"plain": PLAIN, "transformers": TRANSFORMERS}
+LIGHTNING = '''"""A Lightning workload for `advisor tune`: your LightningModule and LightningDataModule as
+they are, no model() or datasets() needed.
+
+    advisor tune model.py
+
+advisor builds each class with no arguments (or calls model() / datamodule() if you define
+them), takes the data from train_dataloader() / val_dataloader() (their batch size is the
+baseline's), trains with training_step and configure_optimizers, and compares configurations
+on the value validation_step logs under METRIC's name.
+"""
+
+import lightning as L
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+# Which value validation_step logs is the metric ("higher_is_better": False for a loss).
+METRIC = {"name": "val_acc", "higher_is_better": True, "fraction": True}
+
+
+class Model(L.LightningModule):
+    def __init__(self, lr: float = 1e-3):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", nn.functional.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(-1) == y).float().mean())  # averaged over the epoch
+
+    def configure_optimizers(self):
+        # self.trainer.estimated_stepping_batches and max_epochs are there in advisor's trials too
+        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+
+
+class Data(L.LightningDataModule):
+    def __init__(self, batch_size: int = 64):
+        super().__init__()
+        self.batch_size = batch_size
+
+    def setup(self, stage=None):
+        """Use data on disk or generated here: trials must not download anything."""
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2048, 32, generator=g)
+        y = x[:, :4].argmax(dim=1)
+        self.train_set, self.val_set = TensorDataset(x[:1600], y[:1600]), TensorDataset(x[1600:], y[1600:])
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=self.batch_size)
+'''
+
+TEMPLATES = {"plain": PLAIN, "transformers": TRANSFORMERS, "lightning": LIGHTNING}

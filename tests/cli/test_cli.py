@@ -95,6 +95,16 @@ def test_init_writes_a_transformers_template_that_passes_preflight(tmp_path):
     assert workload.metric_spec.name == "next-token accuracy"
 
 
+def test_init_writes_a_lightning_template_that_passes_preflight(tmp_path):
+    pytest.importorskip("lightning")
+    path = tmp_path / "lit.py"
+    assert main(["init", str(path), "--template", "lightning"]) == 0
+    workload = load_workload(path)
+    assert workload.kind == "lightning" and workload.metric_spec.name == "val_acc"
+    assert preflight(workload)["train_size"] == 1600
+    assert workload.baseline == {"batch_size": 64}
+
+
 @pytest.mark.parametrize("args,message", [
     (["--trials", "0"], "--trials must be at least 1"),
     (["--timeout", "-5"], "--timeout must be a positive number"),
