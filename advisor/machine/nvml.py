@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -30,6 +31,7 @@ class NvmlSampler:
         self.interval_s = interval_s
         self.samples: list[dict[str, float]] = []
         self.note = ""
+        self.unavailable: dict[str, str] = {}  # reading -> why NVML could not give it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Any = None
@@ -53,23 +55,30 @@ class NvmlSampler:
         return self
 
     def _run(self) -> None:
+        """Sample until stopped. Each reading fails alone: one the driver does not support
+        (clock-event reasons on an older driver, power on some boards) is noted in
+        ``unavailable`` and no longer asked for; the others go on."""
         nv = self._nvml
         while not self._stop.is_set():
-            try:
-                mem = nv.nvmlDeviceGetMemoryInfo(self._handle)
-                util = nv.nvmlDeviceGetUtilizationRates(self._handle)
-                sample = {"used_bytes": float(mem.used), "gpu_util": float(util.gpu),
-                          "power_w": nv.nvmlDeviceGetPowerUsage(self._handle) / 1000.0,
-                          "sm_clock_mhz": float(nv.nvmlDeviceGetClockInfo(self._handle, nv.NVML_CLOCK_SM)),
-                          "throttle": float(nv.nvmlDeviceGetCurrentClocksEventReasons(self._handle))}
-                self.samples.append(sample)
-            except Exception as exc:
-                self.note = f"NVML sampling failed: {exc}"
+            sample = {}
+            for name, read in READINGS.items():
+                if name in self.unavailable:
+                    continue
+                try:
+                    sample[name] = read(nv, self._handle)
+                except Exception as exc:  # NVMLError_NotSupported and kin: this reading only
+                    self.unavailable[name] = f"{type(exc).__name__}: {exc}"[:200]
+            if not sample:  # nothing can be read any more
+                self.note = "NVML sampling failed: " + "; ".join(f"{k}: {v}" for k, v in self.unavailable.items())
                 return
+            self.samples.append(sample)
             self._stop.wait(self.interval_s)
 
     def stop(self) -> dict[str, Any]:
-        """Stop sampling; return a summary (peak used memory, mean utilisation, ...)."""
+        """Stop sampling; return a summary (peak used memory, mean utilisation, ...) of the
+        readings there are, and which readings NVML could not give (``unavailable``)."""
+        from advisor.machine.sentinel import SLOWDOWN_MASK
+
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
@@ -80,14 +89,30 @@ class NvmlSampler:
                 pass
         if not self.samples:
             return {"note": self.note or "no NVML samples"}
-        # Power-cap and thermal slowdowns invalidate a timing: report them.
-        slowdown = 0x4 | 0x20 | 0x40 | 0x80  # SW power cap, SW thermal, HW thermal, HW power brake
-        throttled = sum(1 for s in self.samples if int(s["throttle"]) & slowdown)
-        return {
-            "device_peak_used_bytes": max(s["used_bytes"] for s in self.samples),
-            "gpu_util_mean": statistics.fmean(s["gpu_util"] for s in self.samples),
-            "power_w_mean": statistics.fmean(s["power_w"] for s in self.samples),
-            "sm_clock_mhz_mean": statistics.fmean(s["sm_clock_mhz"] for s in self.samples),
-            "throttled_fraction": throttled / len(self.samples),
-            "samples": len(self.samples),
-        }
+
+        def values(name: str) -> list[float]:
+            return [s[name] for s in self.samples if name in s]
+
+        summary: dict[str, Any] = {"samples": len(self.samples)}
+        for key, name, reduce in (("device_peak_used_bytes", "used_bytes", max),
+                                  ("gpu_util_mean", "gpu_util", statistics.fmean),
+                                  ("power_w_mean", "power_w", statistics.fmean),
+                                  ("sm_clock_mhz_mean", "sm_clock_mhz", statistics.fmean)):
+            if values(name):
+                summary[key] = reduce(values(name))
+        throttle = values("throttle")
+        if throttle:  # power-cap, thermal and hardware slowdowns invalidate a timing: report them
+            summary["throttled_fraction"] = sum(1 for t in throttle if int(t) & SLOWDOWN_MASK) / len(throttle)
+        if self.unavailable:
+            summary["unavailable"] = dict(self.unavailable)
+        return summary
+
+
+# What each sample reads (nvidia-ml-py's functions), by name.
+READINGS: dict[str, Callable[[Any, Any], float]] = {
+    "used_bytes": lambda nv, h: float(nv.nvmlDeviceGetMemoryInfo(h).used),
+    "gpu_util": lambda nv, h: float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
+    "power_w": lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+    "sm_clock_mhz": lambda nv, h: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+    "throttle": lambda nv, h: float(nv.nvmlDeviceGetCurrentClocksEventReasons(h)),
+}

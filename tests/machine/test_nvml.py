@@ -5,6 +5,7 @@ Correctness only: these tests check what the protocol reports, not how fast anyt
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -45,3 +46,82 @@ def test_nvml_sampler_on_a_gpu():
     assert 0 <= summary["gpu_util_mean"] <= 100
     assert summary["power_w_mean"] > 0
     assert 0 <= summary["throttled_fraction"] <= 1
+
+
+class FakeNvml:
+    """A stand-in for nvidia-ml-py's module (no NVIDIA driver exists here): answers every
+    reading but those named in ``unsupported``, which raise as NVML does on an old driver."""
+
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, unsupported=(), throttle=0x8):
+        self.unsupported, self.throttle = set(unsupported), throttle
+
+    def _maybe_fail(self, name):
+        if name in self.unsupported:
+            raise RuntimeError(f"Not Supported ({name})")
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        self._maybe_fail("memory")
+        return type("Memory", (), {"used": 2 ** 30})()
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self._maybe_fail("utilization")
+        return type("Utilization", (), {"gpu": 50})()
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._maybe_fail("power")
+        return 300_000
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        return 1980
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self._maybe_fail("throttle")
+        return self.throttle
+
+    def nvmlShutdown(self):
+        pass
+
+
+def _sample_with(fake):
+    sampler = NvmlSampler(0, interval_s=0.005)
+    sampler._nvml, sampler._handle = fake, object()
+    sampler._thread = threading.Thread(target=sampler._run, daemon=True)
+    sampler._thread.start()
+    time.sleep(0.05)
+    return sampler.stop()
+
+
+def test_an_unsupported_reading_fails_alone():
+    """An older driver without clock-event reasons (and a board without power readings):
+    memory, utilisation and clocks are still sampled the whole time."""
+    summary = _sample_with(FakeNvml(unsupported={"throttle", "power"}))
+    assert summary["samples"] >= 3
+    assert summary["device_peak_used_bytes"] == 2 ** 30 and summary["gpu_util_mean"] == 50
+    assert "throttled_fraction" not in summary and "power_w_mean" not in summary
+    assert set(summary["unavailable"]) == {"throttle", "power_w"}
+    assert "Not Supported" in summary["unavailable"]["throttle"]
+
+
+def test_hardware_slowdown_counts_as_throttled():
+    """HW slowdown (0x8: the board's own clock reduction) invalidates a timing as the
+    power cap and thermal slowdowns do; a GPU idle reason (0x1) does not."""
+    assert _sample_with(FakeNvml(throttle=0x8))["throttled_fraction"] == 1.0
+    assert _sample_with(FakeNvml(throttle=0x1))["throttled_fraction"] == 0.0
+
+
+class _NothingNvml(FakeNvml):
+    """Every reading unsupported (clocks too)."""
+
+    def __init__(self):
+        super().__init__(unsupported={"memory", "utilization", "power", "throttle"})
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        raise RuntimeError("Not Supported (clocks)")
+
+
+def test_nothing_readable_ends_sampling_with_a_note():
+    summary = _sample_with(_NothingNvml())
+    assert set(summary) == {"note"}
+    assert summary["note"].startswith("NVML sampling failed") and "clocks" in summary["note"]
