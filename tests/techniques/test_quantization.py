@@ -108,10 +108,16 @@ def test_capabilities_of_cuda_only_options():
     assert "torchao" in q.unavailable("int8_dynamic", cpu_node(torchao=None))
 
 
+def _capability_below(cap):
+    return not torch.cuda.is_available() or torch.cuda.get_device_capability() < cap
+
+
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
-                    reason="needs a CUDA GPU with compute capability >= 8.9")
-@pytest.mark.parametrize("value", ["fp8", "int4_weight_only"])
+@pytest.mark.parametrize("value", [
+    pytest.param("fp8", marks=pytest.mark.skipif(_capability_below((8, 9)), reason="fp8 needs compute capability >= 8.9")),
+    pytest.param("int4_weight_only", marks=pytest.mark.skipif(_capability_below((8, 0)),
+                                                              reason="int4 (tinygemm) needs compute capability >= 8.0")),
+])
 def test_cuda_inference_quantization(value):
     prepared = apply(digits_model("digits_inference.py"), {"quantization": value, "precision": "bf16_full"},
                      "cuda", workload="inference")
@@ -133,3 +139,33 @@ def test_fp8_training_on_cuda():
     assert losses and all(torch.isfinite(torch.tensor(losses)))
     with torch.inference_mode():
         assert prepared.predict(digits_batches("digits_inference.py", batch_size=64)[0][0]).shape == (64, 10)
+
+@pytest.mark.parametrize("rows", [8, 12])
+def test_fp8_training_takes_small_per_rank_batches(rows):
+    """The weight gradient's inner dimension is the rows of a per-rank micro-batch (batch 32
+    over 4 ranks: 8; 48 in 4 micro-batches: 12); torch's fp8 matmul needs a multiple of 16,
+    so the config pads it (torchao's pad_inner_dim). Run on meta tensors: torch's own shape
+    rules for the fp8 matmul, which hold on any device, with no GPU needed."""
+    pytest.importorskip("torchao")
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    prepared = apply(model, {"quantization": "fp8_training", "batch_size": rows}, "meta")
+    assert quantized_layers(prepared.module) == 2
+    assert all(m.config.pad_inner_dim for m in prepared.module.modules() if type(m).__name__ == "Float8Linear")
+    x = torch.randn(rows, 32, device="meta", requires_grad=True)
+    prepared.model(x).sum().backward()  # unpadded: "Expected self.size(1) to be divisible by 16"
+    assert prepared.module[0].weight.grad.shape == (64, 32)
+
+
+def test_fp8_training_all_gathers_in_fp8_under_fsdp():
+    """Under FSDP2 the fp8 config all-gathers the weights in fp8 (tensorwise scaling)."""
+    pytest.importorskip("torchao")
+    from advisor.core.config import TrialConfig
+    from advisor.techniques.prepared import Prepared
+    from advisor.techniques.quantization import float8_config
+
+    def config_for(parallelism):
+        cfg = TrialConfig(quantization="fp8_training", parallelism=parallelism, devices=2 if parallelism != "single" else 1)
+        return float8_config(Prepared(model=None, module=None, device=torch.device("cpu"), config=cfg))
+
+    assert config_for("fsdp").enable_fsdp_float8_all_gather and config_for("fsdp").pad_inner_dim
+    assert not config_for("ddp").enable_fsdp_float8_all_gather
