@@ -113,19 +113,39 @@ def make_permanent(module: Any) -> None:
 def to_semi_structured(prepared: Prepared) -> None:
     """On CUDA, store 2:4-pruned fp16/bf16 Linear weights as semi-structured sparse tensors
     (torch.sparse.to_sparse_semi_structured) so matmuls use the sparse kernels. Weights in
-    fp32, and shapes the kernels do not take (both sizes multiples of 64), stay dense
-    (masked): the count converted is recorded."""
+    fp32, and shapes the kernel torch picks does not take (``semi_structured_shape_ok``),
+    stay dense (masked): the count converted is recorded."""
     import torch
 
     converted = 0
     for _, layer in prunable(prepared.module):
         w = getattr(layer, "weight", None)
-        # cuSPARSELt / CUTLASS shape rules for half-precision 2:4 weights (conservative).
         if (isinstance(layer, torch.nn.Linear) and w is not None and w.dtype in (torch.float16, torch.bfloat16)
-                and w.shape[0] % 64 == 0 and w.shape[1] % 64 == 0):
+                and semi_structured_shape_ok(tuple(w.shape), w.dtype)):
             layer.weight = torch.nn.Parameter(torch.sparse.to_sparse_semi_structured(w.detach()), requires_grad=False)
             converted += 1
     prepared.stats["semi_structured_layers"] = converted
+
+
+def semi_structured_shape_ok(shape: tuple[int, ...], dtype: Any) -> bool:
+    """Whether torch's 2:4 sparse kernel takes a weight of this shape and dtype: both sizes
+    multiples of the backend's minimum (cuSPARSELt, torch's default: 16 x 16 for fp16 /
+    bf16; CUTLASS when forced: 32 x 64), read from torch itself (its shape table is private:
+    where it has moved, the most conservative rule, 64 x 64)."""
+    try:
+        from torch.sparse import (
+            SparseSemiStructuredTensor,
+            SparseSemiStructuredTensorCUSPARSELT,
+            SparseSemiStructuredTensorCUTLASS,
+        )
+
+        backend = (SparseSemiStructuredTensorCUTLASS if SparseSemiStructuredTensor._FORCE_CUTLASS
+                   else SparseSemiStructuredTensorCUSPARSELT)
+        rule = backend._DTYPE_SHAPE_CONSTRAINTS[dtype]
+        rows, cols = rule.sparse_min_rows, rule.sparse_min_cols
+    except (ImportError, AttributeError, KeyError):
+        rows = cols = 64
+    return len(shape) == 2 and shape[0] >= rows and shape[0] % rows == 0 and shape[1] >= cols and shape[1] % cols == 0
 
 
 def sparsity(module: Any) -> dict[str, Any]:

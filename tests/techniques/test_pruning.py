@@ -7,7 +7,7 @@ import torch
 
 from advisor.core.errors import UnsupportedError
 from advisor.techniques.prepare import apply
-from advisor.techniques.pruning import mask_2_4, sparsity
+from advisor.techniques.pruning import mask_2_4, semi_structured_shape_ok, sparsity
 from advisor.workload.structure import prunable
 
 from technique_case import DECLARED, TechniqueCase, digits_batches, digits_model
@@ -126,6 +126,36 @@ def test_2_4_sparse_kernels_on_cuda():
     assert prepared.stats["semi_structured_layers"] >= 1
     with torch.inference_mode():
         assert prepared.predict(torch.rand(128, 64)).shape == (128, 10)
+
+
+SHAPES_2_4 = {(16, 16): True, (64, 48): True, (128, 64): True, (16, 8): False, (24, 64): False, (8, 16): False,
+             (10, 32): False}
+
+
+def test_2_4_shapes_are_the_ones_torchs_kernel_takes():
+    """torch's default 2:4 backend (cuSPARSELt) takes fp16 / bf16 weights whose sizes are
+    multiples of 16 (torch/sparse/semi_structured.py); the old rule (multiples of 64) left
+    such layers dense, e.g. the digits model's 64 x 48 hidden layer."""
+    for shape, takes in SHAPES_2_4.items():
+        assert semi_structured_shape_ok(shape, torch.bfloat16) == takes, shape
+        assert semi_structured_shape_ok(shape, torch.float16) == takes, shape
+    assert not semi_structured_shape_ok((64, 64, 3), torch.bfloat16)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0),
+                    reason="needs a CUDA GPU with compute capability >= 8.0")
+def test_2_4_shape_rule_matches_torch_on_cuda():
+    """On a GPU: the rule says yes exactly where torch converts the weight."""
+    for shape, takes in SHAPES_2_4.items():
+        w = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        w = w * mask_2_4(w)  # a 2:4 pattern
+        try:
+            torch.sparse.to_sparse_semi_structured(w)
+            converted = True
+        except RuntimeError:
+            converted = False
+        assert converted == takes == semi_structured_shape_ok(shape, torch.bfloat16), shape
 
 
 @pytest.mark.parametrize("config", [
