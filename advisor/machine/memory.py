@@ -2,7 +2,10 @@
 
 On CUDA, ``max_memory_allocated`` per device after ``reset_peak_memory_stats``; on CPU,
 the process's peak resident set (``VmHWM`` in /proc/self/status, reset through
-/proc/self/clear_refs) above its pre-model baseline.
+/proc/self/clear_refs) above its pre-model baseline. ``reset()`` before the model is
+built; ``restart_peak()`` once it is built and the knobs applied, so that the figure is
+the steady state's (the build's fp32 transient, before bf16 weights, quantization or FSDP
+sharding, is kept apart as telemetry by the trial).
 """
 
 from __future__ import annotations
@@ -43,6 +46,17 @@ class CpuPeakMemory:
         except OSError:
             self.exact = False  # cannot reset: the peak then includes what came before
         self.baseline = (_proc_status_kib("VmRSS") or 0) * 1024
+
+    def restart_peak(self) -> None:
+        """Forget the peak so far, keep the baseline: from here the peak is the steady
+        state's (what is resident now, the built model, counts; a higher transient before
+        it, the build, does not)."""
+        _release_free_heap()
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except OSError:
+            self.exact = False
 
     def peak_bytes(self) -> int:
         hwm = _proc_status_kib("VmHWM")
@@ -110,6 +124,11 @@ class CudaPeakMemory:
 
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
+
+    def restart_peak(self) -> None:
+        """Forget the peak so far: from here it is the steady state's (the allocator counts
+        what is allocated now, the built model, and not the build's transients)."""
+        self.reset()
 
     def peak_bytes(self) -> int:
         import torch

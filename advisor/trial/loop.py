@@ -55,8 +55,10 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
         workload.start_trial(batch_size=config.batch_size, accumulation=prepared.accumulation, rank=prepared.rank,
                              world=prepared.world, precision=config.precision, train_samples=settings.train_samples)
     phases["build"] = time.perf_counter() - t
+    build_peak = memory.peak_bytes()  # the build's own peak (the fp32 model before bf16, int8, sharding)
+    memory.restart_peak()  # the figure is the steady state's
     if settings.stage == "accuracy":
-        return _accuracy_part(prepared, workload, train, val, payload, phases, memory)
+        return _accuracy_part(prepared, workload, train, val, payload, phases, memory, build_peak)
     sampler = None
     if device.type == "cuda":
         from advisor.machine.nvml import nvml_sampler_for
@@ -80,6 +82,7 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     if hasattr(memory, "reserved_bytes"):
         telemetry["reserved_peak_bytes"] = memory.reserved_bytes()
     telemetry["peak_memory_exact"] = getattr(memory, "exact", True)
+    telemetry["build_peak_bytes"] = build_peak
     telemetry["timing"] = timing.to_dict()  # the measurement's spread, for a reader to judge
     telemetry["intra_op_threads"] = torch.get_num_threads()
     telemetry["model"] = _model_facts(prepared)
@@ -103,7 +106,7 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
 
 
 def _accuracy_part(prepared: Any, workload: Any, train: Any, val: Any, payload: TrialPayload,
-                   phases: dict[str, float], memory: Any) -> TrialResult:
+                   phases: dict[str, float], memory: Any, build_peak: int) -> TrialResult:
     """Two-stage evaluation's second part: the training budget, a learning curve and the
     gate (``advisor.trial.accuracy``); nothing timed, so no throughput. The sentinel still
     runs: its readings keep the study's judgement of the machine informed."""
@@ -113,6 +116,7 @@ def _accuracy_part(prepared: Any, workload: Any, train: Any, val: Any, payload: 
     after = _sentinel(prepared)
     telemetry = {"curve": figures.pop("curve"), "early_stop": figures.pop("early_stop"),
                  "initial_loss": figures.pop("initial_loss"), "peak_memory_exact": getattr(memory, "exact", True),
+                 "build_peak_bytes": build_peak,
                  "model": _model_facts(prepared)}  # after finishing (pruning made permanent, QAT converted)
     if before is not None and after is not None:
         telemetry["sentinel"] = {"before_s": before["s"], "after_s": after["s"], "kernel": describe_kernel(prepared.device)}
