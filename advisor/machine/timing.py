@@ -1,11 +1,17 @@
 """The step timer: how a trial's step time is measured.
 
 Warm-up steps are excluded (the first steps, where torch.compile compiles, are timed apart
-as compile time); every timed step ends with a device synchronisation; steps are pooled
-into blocks of equal step count lasting about ``block_s`` seconds (so timer noise does not
-dominate short steps) and timed until the interquartile range of the per-step block times
-is within ``target_rel_iqr`` of their median (at least ``min_steps`` steps and
-``min_blocks`` blocks) or ``max_seconds`` of timed steps have run. Median and IQR are kept.
+as compile time); steps are pooled into blocks of equal step count lasting about
+``block_s`` seconds (so timer noise does not dominate short steps) and timed until the
+interquartile range of the per-step block times is within ``target_rel_iqr`` of their
+median (at least ``min_steps`` steps and ``min_blocks`` blocks) or ``max_seconds`` of timed
+steps have run. Median and IQR are kept.
+
+The device is synchronised where a block starts and where it ends, not around every step:
+inside a block the steps run as a training loop runs them, so the host queues the next
+step while the device computes, and a prefetching loader's pinned, non-blocking copies
+overlap the previous step's compute (with a synchronisation per step, ``pin_memory``
+could never show its benefit). The first timed step is timed alone, to size the blocks.
 """
 
 from __future__ import annotations
@@ -64,23 +70,35 @@ class StepTimer:
         self.total_s = 0.0
         self._block = [0.0, 0]
         self._per_block = 0
+        self._open_at: float | None = None  # when the steps not yet recorded started (synchronised)
+        self._open_steps = 0
 
     def step(self) -> _TimedStep:
         return _TimedStep(self)
 
     def add(self, seconds: float) -> None:
-        """Record one step. Short steps are pooled into blocks of equal step count (sized
-        from the first timed step to last about ``block_s``) so that timer and scheduler
-        noise does not dominate a sample; the median is over the blocks' mean step time."""
+        """Record one step of ``seconds``: ``add_steps(seconds, 1)``."""
+        self.add_steps(seconds, 1)
+
+    def add_steps(self, seconds: float, steps: int) -> None:
+        """Record ``steps`` consecutive steps that took ``seconds`` together. Short steps
+        are pooled into blocks of equal step count (sized from the first timed step to last
+        about ``block_s``) so that timer and scheduler noise does not dominate a sample; the
+        median is over the blocks' mean step time."""
         if self._per_block == 0:
-            self._per_block = max(1, math.ceil(self.block_s / max(seconds, 1e-9)))
-        self.steps += 1
+            self._per_block = max(1, math.ceil(self.block_s / max(seconds / steps, 1e-9)))
+        self.steps += steps
         self.total_s += seconds
         self._block[0] += seconds
-        self._block[1] += 1
+        self._block[1] += steps
         if self._block[1] >= self._per_block:
             self.samples.append(self._block[0] / self._block[1])
             self._block = [0.0, 0]
+
+    def discard_open(self) -> None:
+        """Forget the steps timed since the last synchronisation: untimed work (an
+        evaluation) is about to run before the next timed step."""
+        self._open_at, self._open_steps = None, 0
 
     def converged(self) -> bool:
         if self.steps < self.min_steps or len(self.samples) < self.min_blocks:
@@ -101,14 +119,28 @@ class StepTimer:
 
 
 class _TimedStep:
+    """One timed step: synchronises (and reads the clock) only where a block starts and
+    ends, or around the first step, which sizes the blocks; a step that raises is not
+    timed, and neither are the steps since the last synchronisation."""
+
     def __init__(self, timer: StepTimer) -> None:
         self.timer = timer
 
     def __enter__(self) -> None:
-        self.timer.sync()
-        self.start = time.perf_counter()
+        t = self.timer
+        if t._open_at is None:
+            t.sync()
+            t._open_at = time.perf_counter()
 
     def __exit__(self, *exc: Any) -> None:
-        if exc[0] is None:
-            self.timer.sync()
-            self.timer.add(time.perf_counter() - self.start)
+        t = self.timer
+        if exc[0] is not None:
+            t.discard_open()
+            return
+        t._open_steps += 1
+        if t._per_block == 0 or t._block[1] + t._open_steps >= t._per_block:
+            t.sync()
+            assert t._open_at is not None
+            seconds, steps = time.perf_counter() - t._open_at, t._open_steps
+            t.discard_open()
+            t.add_steps(seconds, steps)

@@ -243,6 +243,7 @@ def _sentinel(prepared: Any) -> dict[str, Any] | None:
 def _extra_timing(prepared: Any, timer: Any, step: Any, phases: dict[str, float], more: bool | None = None) -> None:
     """Timed steps until every rank's timer is done (``more``: already agreed for the first)."""
     t = time.perf_counter()
+    timer.discard_open()  # the training budget's last steps: untimed work (evaluation, a snapshot) came since
     prepared.model.train()
     if more is None:
         more = _agree_more(prepared, not timer.done())

@@ -157,3 +157,62 @@ def test_step_syncs_around_the_timed_region_and_skips_failed_steps():
     assert len(calls) == 3   # synced before it started, not after it failed
 
 
+
+
+class _VirtualGpu:
+    """A stand-in for an asynchronous device (none here), on a virtual clock: each step
+    spends ``host_s`` on the host and queues ``device_s`` of work; ``sync`` waits for the
+    queue. The timer reads the same clock."""
+
+    def __init__(self, host_s, device_s):
+        self.now, self.busy_until, self.host_s, self.device_s, self.syncs = 0.0, 0.0, host_s, device_s, 0
+
+    def perf_counter(self):
+        return self.now
+
+    def step(self):
+        self.now += self.host_s  # the host prepares and launches the step (and copies the next batch)
+        self.busy_until = max(self.busy_until, self.now) + self.device_s
+
+    def sync(self):
+        self.syncs += 1
+        self.now = max(self.now, self.busy_until)
+
+
+def test_steps_overlap_inside_a_block(monkeypatch):
+    """With a synchronisation per step the host's work (data loading, launching) never
+    overlapped the device's: 1 ms + 2 ms measured as 3 ms a step. Synchronised per block,
+    the host runs ahead as in real training and the step costs what the device costs."""
+    import advisor.machine.timing as timing
+
+    gpu = _VirtualGpu(host_s=0.001, device_s=0.002)
+    monkeypatch.setattr(timing, "time", gpu)
+    timer = StepTimer(min_steps=20, target_rel_iqr=0.05, max_seconds=10, sync=gpu.sync, block_s=0.05, min_blocks=5)
+    while not timer.done():
+        with timer.step():
+            gpu.step()
+    result = timer.result()
+    assert result.median_s == pytest.approx(0.002, rel=0.05)
+    assert gpu.syncs <= 2 * (len(timer.samples) + 2)  # per block, not per step
+    assert timer.steps >= 5 * 17  # blocks of ceil(0.05 / 0.003) = 17 steps (the first step, alone, took 3 ms)
+
+
+def test_discarded_steps_are_not_timed(monkeypatch):
+    """Steps timed since the last synchronisation are forgotten when untimed work comes
+    between them and the next timed step (the loop's evaluation before more timing)."""
+    import advisor.machine.timing as timing
+
+    gpu = _VirtualGpu(host_s=0.001, device_s=0.0)
+    monkeypatch.setattr(timing, "time", gpu)
+    timer = StepTimer(sync=gpu.sync, block_s=0.01)
+    with timer.step():  # sizes the blocks: 10 steps
+        gpu.step()
+    for _ in range(3):
+        with timer.step():
+            gpu.step()
+    timer.discard_open()
+    gpu.now += 5.0  # an evaluation
+    for _ in range(9):
+        with timer.step():
+            gpu.step()
+    assert timer.steps == 10 and timer.samples == [pytest.approx(0.001)]
