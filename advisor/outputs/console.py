@@ -82,6 +82,8 @@ class TuneOutput:
             self.say(f"          {note}")
         hw = plan.hardware
         self.say(f"hardware  {hw.cpu.model}, {hw.cpu.cores} cores" + (f"; {hw.gpu_names()}" if hw.gpus else "; no GPU"))
+        for note in hw.notes:
+            self.say(f"          {note}")
         self.say(f"space     {plan.space.name}: {plan.space.size()} configurations on this machine")
         for line in dropped_lines(plan.space):
             self.say(f"          {line}")

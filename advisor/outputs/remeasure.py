@@ -19,6 +19,7 @@ from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, 
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import detect, fingerprint
+from advisor.runner.cluster import cluster_hardware
 from advisor.runner.executor import run_one
 from advisor.runner.ray_executor import RayExecutor
 from advisor.study.confirm import ConfirmOptions, check_confirm_options
@@ -112,7 +113,7 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
     if source.get("workload_sha256") and source["workload_sha256"] != workload.sha256:
         result.notes.append(f"{workload.path} is not the file the config was measured with (its sha256 differs; "
                             f"that was {source.get('workload')}): the figures may differ for that reason")
-    hardware = detect()
+    hardware = detect() if not ray_address else cluster_hardware(ray_address)  # where the runs will be
     here, then = fingerprint(hardware), document.get("hardware") or {}
     if then and any(here.get(k) != then.get(k) for k in ("cpu_model", "cpu_cores", "gpus", "torch_version")):
         result.notes.append("this machine or its torch differs from the one the config was measured on: "

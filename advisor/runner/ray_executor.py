@@ -23,6 +23,7 @@ from typing import Any
 from advisor.core.errors import SchedulerError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.units import first_line
+from advisor.runner.cluster import RAY_INIT, join_cluster
 from advisor.trial.forkserver import cold
 
 
@@ -70,23 +71,15 @@ class RayExecutor:
         import ray
 
         if self.address:
-            _check_reachable(self.address)
-        if not ray.is_initialized():
-            kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level="ERROR",
-                                          log_to_driver=False, configure_logging=False)
-            if self.address:
-                try:
-                    ray.init(address=self.address, **kwargs)
-                except Exception as exc:
-                    raise SchedulerError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
-            else:
-                self._prepare_state_dir()
-                logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
-                    _not_the_auth_notice)
-                # Ray makes its temp dir world-writable (0777); inside our 0700 directory
-                # nobody else can reach it.
-                ray.init(_temp_dir=str(self.state_dir / "ray"), **kwargs)
-                self.started_here = True
+            join_cluster(self.address)
+        elif not ray.is_initialized():
+            self._prepare_state_dir()
+            logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+                _not_the_auth_notice)
+            # Ray makes its temp dir world-writable (0777); inside our 0700 directory
+            # nobody else can reach it.
+            ray.init(_temp_dir=str(self.state_dir / "ray"), **RAY_INIT)
+            self.started_here = True
         self.startup_s = time.perf_counter() - t
         self._plan_resources(ray.nodes())
         self.started = True
@@ -202,20 +195,6 @@ def _loopback_only() -> None:
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
         constants.ENABLE_RAY_CLUSTER = False  # ray was imported before the variable was set
-
-
-def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Refuse an unreachable HOST:PORT at once (ray.init would retry for minutes)."""
-    import socket
-
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
-        return  # "auto" and other forms: left to Ray
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as exc:
-        raise SchedulerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc} "
-                             "(is `ray start --head` running there?)") from None
 
 
 _REMOTES: dict[tuple[Any, ...], Any] = {}

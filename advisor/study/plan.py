@@ -19,6 +19,7 @@ from advisor.search.space import SearchSpace, filter_space, load_space
 from advisor.study import storage as stores
 from advisor.study.options import TuneOptions
 from advisor.techniques.rules import refusal
+from advisor.runner.cluster import cluster_hardware
 from advisor.workload.contract import Workload, load_workload
 from advisor.workload.preflight import preflight
 
@@ -73,7 +74,7 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     workload = load_workload(options.workload_path)
     facts = {"workload": options.workload} | ({} if options.skip_preflight else preflight(workload))
     space = load_space(options.space_name)
-    hardware = detect()
+    hardware = detect() if not options.ray_address else cluster_hardware(options.ray_address)
     filtered = filter_space(space, hardware, facts)
     baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
     reason = refusal(baseline, options.workload)

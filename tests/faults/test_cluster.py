@@ -34,3 +34,20 @@ def test_node_loss_mid_study(workdir):
     # by a feasible one is stored probed only, PRUNED: which ones depends on measured speeds)
     measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
     assert len(measured) == 6 and sum(t.state.name == "COMPLETE" for t in measured) >= 1
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the cluster's GPU is a stand-in resource")
+def test_the_hardware_is_read_on_the_cluster_not_on_the_driver(workdir):
+    """With --ray-address the space and the trials' device come from a node of the cluster:
+    a task asking for a GPU reads it there (Ray gives it CUDA_VISIBLE_DEVICES=0), and a
+    node that offers a GPU torch cannot see is said, not silently run as if it were."""
+    (workdir / "s.yaml").write_text("batch_size: {choices: [32, 64]}\nprecision: fp32\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")}
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "clusters", "gpu_resource.py")
+    proc = subprocess.run([sys.executable, script, str(EXAMPLES / "digits_mlp.py"), "s.yaml"], cwd=workdir,
+                          env=env, capture_output=True, text=True, timeout=220)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "read on Ray node" in out and "(CUDA_VISIBLE_DEVICES=0)" in out, out[-3000:]
+    assert "the Ray cluster offers GPUs, but torch on the node given one sees no CUDA device" in out
