@@ -40,7 +40,11 @@ class Precision(Technique):
         import torch
 
         if prepared.device.type == "cuda":
-            # "fp32" means strict fp32: cuDNN would otherwise use TF32 for convolutions.
+            # "fp32" means strict fp32: cuDNN would otherwise use TF32 for convolutions. Under
+            # bf16 / fp16 autocast TF32 stays off too, on purpose: autocast already runs matmuls
+            # and convolutions in 16 bits; the ones left in fp32 are those autocast keeps there
+            # for precision (its fp32 op list) or that the model runs with autocast disabled,
+            # and TF32 would quietly undo that choice for a negligible share of the time.
             torch.backends.cuda.matmul.allow_tf32 = value == "tf32"
             torch.backends.cudnn.allow_tf32 = value == "tf32"
         if value == "bf16":
