@@ -80,6 +80,16 @@ DOMAINS: dict[str, Domain] = {
     "grad_accumulation": Integer(1),
     "num_workers": Integer(0),
     "pin_memory": Choice((False, True)),
+    "fused_optimizer": Choice((False, True)),
+    "ddp_static_graph": Choice((False, True)),
+    "ddp_bucket_view": Choice((False, True)),
+    "sync_batchnorm": Choice((False, True)),
+    "fsdp_mixed_precision": Choice(("none", "bf16")),
+    "fsdp_reshard": Choice((True, False)),
+    "cudnn_benchmark": Choice((False, True)),
+    "expandable_segments": Choice((False, True)),
+    "sdpa_backend": Choice(("default", "math", "flash", "efficient", "cudnn")),
+    "fp8_scaling": Choice(("tensorwise", "rowwise")),
 }
 
 
@@ -114,6 +124,16 @@ class TrialConfig:
     grad_accumulation: int = 1
     num_workers: int = 0
     pin_memory: bool = False
+    fused_optimizer: bool = False
+    ddp_static_graph: bool = False
+    ddp_bucket_view: bool = False
+    sync_batchnorm: bool = False
+    fsdp_mixed_precision: str = "none"
+    fsdp_reshard: bool = True
+    cudnn_benchmark: bool = False
+    expandable_segments: bool = False
+    sdpa_backend: str = "default"
+    fp8_scaling: str = "tensorwise"
 
     @classmethod
     def keys(cls) -> list[str]:

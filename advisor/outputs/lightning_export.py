@@ -15,7 +15,14 @@ from advisor.core.config import TrialConfig
 PRECISION = {"fp32": "32-true", "tf32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed", "bf16_full": "bf16-true"}
 # knobs a Trainer argument or the DataLoader carries; the rest go through advisor.apply()
 TRAINER_KNOBS = ("precision", "parallelism", "devices", "comm_hook", "bucket_mb", "grad_accumulation", "batch_size",
-                 "num_workers", "pin_memory")
+                 "num_workers", "pin_memory", "sync_batchnorm", "cudnn_benchmark", "ddp_static_graph",
+                 "ddp_bucket_view", "fsdp_mixed_precision", "fsdp_reshard")
+# knobs advisor.apply() sets in its own training step, which Lightning's loop does not run: said as notes
+STEP_KNOBS = {
+    "fused_optimizer": "fused_optimizer: pass fused=True to the optimizer configure_optimizers builds",
+    "sdpa_backend": "sdpa_backend={value}: wrap forward in torch.nn.attention.sdpa_kernel(SDPBackend.{kernel})",
+    "expandable_segments": 'expandable_segments: set PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" before CUDA starts',
+}
 _HOOKS = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 
 
@@ -26,14 +33,29 @@ def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
     notes = []
     if config.precision == "tf32":
         notes.append('TF32: call torch.set_float32_matmul_precision("high") before fit (advisor.apply does)')
+    if config.sync_batchnorm:
+        trainer["sync_batchnorm"] = True
+    if config.cudnn_benchmark:
+        trainer["benchmark"] = True
+    for key, note in STEP_KNOBS.items():
+        value = getattr(config, key)
+        if value not in (False, "default"):
+            kernel = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                      "cudnn": "CUDNN_ATTENTION"}.get(str(value), "")
+            notes.append(note.format(value=value, kernel=kernel))
     if config.parallelism == "single":
         trainer["devices"] = 1
     else:
         trainer["devices"] = config.devices
         if config.parallelism == "ddp":
             strategy: Any = "ddp"
-            if config.comm_hook != "none" or config.bucket_mb != TrialConfig().bucket_mb:
+            if (config.comm_hook != "none" or config.bucket_mb != TrialConfig().bucket_mb or config.ddp_static_graph
+                    or config.ddp_bucket_view):
                 strategy = {"class": "lightning.pytorch.strategies.DDPStrategy", "bucket_cap_mb": config.bucket_mb}
+                if config.ddp_static_graph:
+                    strategy["static_graph"] = True
+                if config.ddp_bucket_view:
+                    strategy["gradient_as_bucket_view"] = True
                 if config.comm_hook != "none":
                     strategy["ddp_comm_hook"] = ("torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
                                                  + _HOOKS[config.comm_hook])
@@ -41,15 +63,20 @@ def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
         else:
             trainer["strategy"] = {"class": "lightning.pytorch.strategies.ModelParallelStrategy",
                                    "data_parallel_size": config.devices, "tensor_parallel_size": 1}
+            extra = (", mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"
+                     if config.fsdp_mixed_precision == "bf16" else "")
+            extra += ", reshard_after_forward=False" if not config.fsdp_reshard else ""
             notes.append("FSDP: the trials sharded with FSDP2's fully_shard on each block, then the module "
                          "(Lightning's 'fsdp' strategy is FSDP1); under ModelParallelStrategy do the same in "
-                         "configure_model: for block in blocks: fully_shard(block, mesh=self.device_mesh['data_parallel'])")
+                         "configure_model: for block in blocks: fully_shard(block, "
+                         f"mesh=self.device_mesh['data_parallel']{extra})")
     per_device = config.batch_size // (config.grad_accumulation * max(1, config.devices))
     loader = {"batch_size": per_device, "num_workers": config.num_workers, "pin_memory": config.pin_memory}
     if config.num_workers:
         loader["persistent_workers"] = True
     default = TrialConfig().to_dict()
-    applied = {k: v for k, v in config.to_dict().items() if k not in TRAINER_KNOBS and v != default[k]}
+    applied = {k: v for k, v in config.to_dict().items()
+               if k not in TRAINER_KNOBS and k not in STEP_KNOBS and v != default[k]}
     return {"trainer": trainer, "dataloader": loader, "advisor_apply": applied, "notes": notes,
             "batch": (f"{config.batch_size} samples per optimizer step = {per_device} per device x "
                       f"{max(1, config.devices)} device(s) x {config.grad_accumulation} accumulated batch(es)")}
@@ -123,7 +150,7 @@ def lightning_script(document: dict[str, Any], measured: str, name: str) -> str:
         trainer=pprint.pformat(trainer, sort_dicts=False, width=100),
         loader=pprint.pformat(args["dataloader"], sort_dicts=False, width=100),
         make_module=f"w.{parts.get('module', 'model()')}", make_data=f"w.{parts.get('data', 'datamodule()')}",
-        trainer_knobs=TRAINER_KNOBS)
+        trainer_knobs=TRAINER_KNOBS + tuple(STEP_KNOBS))
     tail = [f"# {args['batch']}"]
     if isinstance(args["trainer"].get("strategy"), dict):
         tail.append(f"# strategy: {args['trainer']['strategy']} (pass the strategy object as Trainer(strategy=...))")

@@ -104,7 +104,12 @@ def _wrap_ddp(prepared: Prepared) -> None:
 
     cfg = prepared.config
     device_ids = [prepared.device.index] if prepared.device.type == "cuda" else None
-    ddp = DistributedDataParallel(prepared.module, device_ids=device_ids, bucket_cap_mb=cfg.bucket_mb)
+    if cfg.sync_batchnorm:  # batch statistics over all ranks (GPU only: torch refuses CPU tensors)
+        import torch
+
+        prepared.module = prepared.model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(prepared.module)
+    ddp = DistributedDataParallel(prepared.module, device_ids=device_ids, bucket_cap_mb=cfg.bucket_mb,
+                                  gradient_as_bucket_view=cfg.ddp_bucket_view, static_graph=cfg.ddp_static_graph)
     prepared.stats["ddp_bucket_cap_mb"] = ddp.bucket_bytes_cap / 2**20
     if cfg.comm_hook != "none":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -122,10 +127,22 @@ def _shard_fsdp(prepared: Prepared) -> None:
 
     from torch.distributed.fsdp import fully_shard
 
-    module = prepared.module
-    for unit in fsdp_units(module):
-        fully_shard(unit)
-    fully_shard(module)
+    module, cfg = prepared.module, prepared.config
+    options: dict[str, Any] = {"reshard_after_forward": cfg.fsdp_reshard}
+    norms: list[Any] = []
+    if cfg.fsdp_mixed_precision == "bf16":
+        import torch
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # BatchNorm stays fp32 in groups of its own (it takes bf16 inputs; bf16 weights beside
+        # its fp32 running statistics are refused by torch)
+        norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        for norm in norms:
+            fully_shard(norm, reshard_after_forward=cfg.fsdp_reshard)
+    for unit in [u for u in fsdp_units(module) if not any(u is n for n in norms)]:
+        fully_shard(unit, **options)
+    fully_shard(module, **options)
 
     @contextlib.contextmanager
     def no_sync() -> Any:

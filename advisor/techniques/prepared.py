@@ -33,6 +33,9 @@ class Prepared:
             inside DDP: replicas are identical, evaluation needs no collective).
         loader_options: DataLoader keyword arguments from the data knobs.
         finishers: run by ``finish()`` after training (pruning made permanent, QAT convert).
+        optimizer_setup: run once on each optimizer ``train_step`` is given, before its first
+            step (the fused implementation).
+        sdpa_backends: the attention kernels ``autocast()`` allows, or None for torch's choice.
         stats: what techniques report about the model (e.g. quantized layers).
     """
 
@@ -53,18 +56,25 @@ class Prepared:
     eval_model: Any = None
     loader_options: dict[str, Any] = field(default_factory=dict)
     finishers: list[Callable[[], None]] = field(default_factory=list)
+    optimizer_setup: list[Callable[[Any], None]] = field(default_factory=list)
+    sdpa_backends: Any = None
     stats: dict[str, Any] = field(default_factory=dict)
+    _set_up: set[int] = field(default_factory=set, repr=False)  # ids of the optimizers set up
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
-        """The autocast region for forward + loss (a no-op for fp32 / tf32)."""
+        """The region of forward + loss: autocast (none for fp32 / tf32), and the attention
+        kernel when one is pinned (``sdpa_backends``)."""
         import torch
 
-        if self.amp_dtype is None:
+        with contextlib.ExitStack() as stack:
+            if self.amp_dtype is not None:
+                stack.enter_context(torch.autocast(self.device.type, dtype=self.amp_dtype))
+            if self.sdpa_backends is not None:
+                from torch.nn.attention import sdpa_kernel
+
+                stack.enter_context(sdpa_kernel(self.sdpa_backends))
             yield
-        else:
-            with torch.autocast(self.device.type, dtype=self.amp_dtype):
-                yield
 
     def to_device(self, batch: Any) -> Any:
         """Move a (nested) batch to the device, 4-D tensors in the chosen memory format."""
@@ -86,6 +96,10 @@ class Prepared:
     def train_step(self, inputs: Any, target: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any) -> Any:
         """One optimisation step on a (per-rank) batch, in ``accumulation`` micro-steps
         (gradients all-reduced once, on the last); returns the (detached) mean loss."""
+        if self.optimizer_setup and id(optimizer) not in self._set_up:
+            for setup in self.optimizer_setup:
+                setup(optimizer)
+            self._set_up.add(id(optimizer))
         optimizer.zero_grad(set_to_none=True)
         k = self.accumulation
         parts = list(zip(split(inputs, k), split(target, k))) if k > 1 else [(inputs, target)]

@@ -82,7 +82,7 @@ class Quantization(Technique):
                 "int8_weight_only": lambda: tq.Int8WeightOnlyConfig(),
                 "int4_weight_only": lambda: tq.Int4WeightOnlyConfig(group_size=INT4_GROUP,
                                                                    int4_packing_format=_tinygemm_format()),
-                "fp8": lambda: tq.Float8DynamicActivationFloat8WeightConfig(),
+                "fp8": lambda: fp8_inference_config(prepared.config),
             }[value]()
             tq.quantize_(module, config, filter_fn=_quantizable(value))
 
@@ -153,14 +153,48 @@ def _quantizable(value: str) -> Any:
 
 
 def float8_config(prepared: Prepared) -> Any:
-    """torchao's fp8 training config (tensorwise scaling, its default recipe), with the
-    matmul's inner dimension padded to a multiple of 16: in the weight gradient that is the
-    number of rows of a per-rank micro-batch (tokens x samples), which the knobs can make
-    anything (batch 32 over 4 ranks: 8 rows; torch's fp8 matmul refuses it unpadded). Under
-    FSDP2 the weights are all-gathered in fp8 (half the traffic of bf16)."""
+    """torchao's fp8 training config: its recipe for ``fp8_scaling`` (tensorwise: one scale
+    per tensor; rowwise: one per row, more accurate, slower), with the matmul's inner
+    dimension padded to a multiple of 16: in the weight gradient that is the number of rows
+    of a per-rank micro-batch (tokens x samples), which the knobs can make anything (batch 32
+    over 4 ranks: 8 rows; torch's fp8 matmul refuses it unpadded). Under FSDP2 with
+    tensorwise scaling the weights are all-gathered in fp8 (half the traffic of bf16;
+    torchao supports it for tensorwise only)."""
+    import dataclasses
+
     from torchao.float8 import Float8LinearConfig
 
-    return Float8LinearConfig(pad_inner_dim=True, enable_fsdp_float8_all_gather=prepared.config.parallelism == "fsdp")
+    cfg = prepared.config
+    recipe = Float8LinearConfig.from_recipe_name(cfg.fp8_scaling)
+    return dataclasses.replace(recipe, pad_inner_dim=True, enable_fsdp_float8_all_gather=(
+        cfg.parallelism == "fsdp" and cfg.fp8_scaling == "tensorwise"))
+
+
+def fp8_inference_config(config: Any) -> Any:
+    """torchao's fp8 inference config: dynamic fp8 activations and fp8 weights, scaled per
+    tensor or per row (``fp8_scaling``)."""
+    import torchao.quantization as tq
+
+    return tq.Float8DynamicActivationFloat8WeightConfig(
+        granularity=tq.PerRow() if config.fp8_scaling == "rowwise" else tq.PerTensor())
+
+
+class Fp8Scaling(Technique):
+    key = "fp8_scaling"
+    description = ("fp8 scales: one per tensor (tensorwise, fastest) or one per row (rowwise, more accurate); "
+                   "torchao's fp8 training recipe and fp8 inference granularity")
+    order = 44  # read by quantization (45)
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value == "tensorwise":
+            return None
+        return Quantization().unavailable("fp8", hw)  # fp8 at all
+
+    def snippet(self, value: Any) -> str | None:
+        if value == "tensorwise":
+            return None
+        return ("config = Float8LinearConfig.from_recipe_name('rowwise')  # fp8 training (then pad_inner_dim=True)\n"
+                "Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())  # fp8 inference")
 
 
 def _fp8_friendly(module: Any, fqn: str) -> bool:

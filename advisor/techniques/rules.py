@@ -12,6 +12,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.results import WORKLOADS
 from advisor.machine.hardware import Hardware
+from advisor.techniques.parallel_options import strategy_conflict
 from advisor.techniques.registry import TECHNIQUES
 
 
@@ -26,6 +27,14 @@ def conflicts(config: TrialConfig) -> str | None:
         return f"comm_hook={c.comm_hook} applies to DDP; parallelism is {c.parallelism}"
     if c.parallelism != "ddp" and c.bucket_mb != 25:
         return f"bucket_mb={c.bucket_mb} applies to DDP; parallelism is {c.parallelism}"
+    lever = strategy_conflict(c.to_dict(), c.parallelism)
+    if lever:
+        return lever
+    if c.fp8_scaling != "tensorwise" and c.quantization not in ("fp8_training", "fp8"):
+        return f"fp8_scaling={c.fp8_scaling} applies to fp8 quantization; quantization is {c.quantization}"
+    if c.ddp_static_graph and c.grad_accumulation > 1:
+        return ("DDP static_graph with gradient accumulation (no_sync) fails inside torch 2.13's reducer "
+                "(INTERNAL ASSERT expect_autograd_hooks_); use one of them")
     if c.parallelism == "fsdp" and c.pruning != "none":
         return "pruning masks need whole weight tensors; FSDP shards them (use ddp, or prune without FSDP)"
     if c.parallelism == "fsdp" and c.quantization == "qat_int8":

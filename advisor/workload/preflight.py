@@ -43,7 +43,8 @@ def preflight(workload: Workload) -> dict[str, Any]:
     if not isinstance(opt, torch.optim.Optimizer):
         raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, found {type(opt).__name__}")
     model.train()
-    with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples,"):
+    seen = _SeenCalls()
+    with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples,"), seen:
         output = forward(model, inputs)
     value = call(workload, "loss", output, target)
     check_loss(workload, value)
@@ -61,9 +62,13 @@ def preflight(workload: Workload) -> dict[str, Any]:
         "val_size": len(val),
         "parameters": sum(p.numel() for p in model.parameters()),
         "has_conv2d": any(isinstance(m, torch.nn.Conv2d) for m in model.modules()),
+        "has_batchnorm": any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()),
         "linear_layers": sum(isinstance(m, torch.nn.Linear) for m in model.modules()),
         "prunable_layers": len(prunable(model)),
         "top_level_blocks": len(blocks(model)),
+        "calls_sdpa": seen.sdpa,
+        "optimizer_class": type(opt).__name__,
+        "optimizer_fused": "fused" in getattr(opt, "defaults", {}),  # torch's classes with a fused kernel
     } | ({"notes": workload.notes(model)} if workload.notes is not None else {})
 
 
@@ -71,3 +76,24 @@ def _validate(workload: Workload, model: Any, inputs: Any, target: Any) -> Any:
     """A workload's own validation (a Lightning file's validation epoch) on the batch."""
     with user_code(f"{workload.where('metric')}: validating a batch of 2 training samples,"):
         return workload.validate(lambda x: forward(model, x), [(inputs, target)])
+
+
+def _SeenCalls() -> Any:
+    """A torch function mode that notes whether the forward calls
+    scaled_dot_product_attention (directly or inside a library's attention)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class SeenCalls(TorchFunctionMode):
+        sdpa = False
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if func is torch.nn.functional.scaled_dot_product_attention:
+                self.sdpa = True
+            elif func is torch.nn.functional.multi_head_attention_forward and not kwargs.get("need_weights", True):
+                self.sdpa = True  # nn.MultiheadAttention without weights runs scaled_dot_product_attention inside
+                # (this mode does not see calls made inside a function it handles)
+            return func(*args, **kwargs)
+
+    return SeenCalls()

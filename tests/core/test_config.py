@@ -32,6 +32,9 @@ def test_defaults_are_plain_fp32_eager():
         "parallelism": "single", "devices": 1, "comm_hook": "none", "bucket_mb": 25,
         "pruning": "none", "prune_amount": 0.5, "quantization": "none",
         "activation_checkpointing": False, "grad_accumulation": 1, "num_workers": 0, "pin_memory": False,
+        "fused_optimizer": False, "ddp_static_graph": False, "ddp_bucket_view": False, "sync_batchnorm": False,
+        "fsdp_mixed_precision": "none", "fsdp_reshard": True, "cudnn_benchmark": False,
+        "expandable_segments": False, "sdpa_backend": "default", "fp8_scaling": "tensorwise",
     }
     assert TrialConfig.keys() == list(TrialConfig().to_dict())
 

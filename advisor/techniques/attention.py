@@ -1,0 +1,55 @@
+"""The attention kernel of models that call ``torch.nn.functional.scaled_dot_product_attention``
+(directly, or through nn.MultiheadAttention / nn.TransformerEncoder, or a transformers model
+with its "sdpa" attention): torch picks one by itself; ``sdpa_backend`` pins it through
+``torch.nn.attention.sdpa_kernel`` around the forward pass. Offered only when the preflight
+saw the model call it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from advisor.techniques._base import Technique
+
+if TYPE_CHECKING:
+    from advisor.machine.hardware import Hardware
+    from advisor.techniques.prepared import Prepared
+
+BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+
+
+class SdpaBackend(Technique):
+    key = "sdpa_backend"
+    description = "scaled_dot_product_attention's kernel: torch's choice, math, flash, memory-efficient or cuDNN"
+    order = 3
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        if value in ("default", "math"):
+            return None
+        if hw.device != "cuda":
+            if value == "flash":
+                return None  # torch has a CPU flash-attention kernel
+            return f"the {value} attention kernel is a CUDA kernel; this node runs trials on its CPU"
+        cap = hw.min_capability() or (0, 0)
+        need = {"flash": (8, 0), "efficient": (5, 0), "cudnn": (9, 0)}[value]
+        if cap < need:
+            return f"the {value} attention kernel needs compute capability >= {need[0]}.{need[1]}; this machine has {hw.gpu_names()}"
+        return None
+
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        if value != "default" and facts.get("calls_sdpa") is False:
+            return "the model does not call scaled_dot_product_attention (seen in the preflight's forward)"
+        return None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        if value != "default":
+            from torch.nn.attention import SDPBackend
+
+            prepared.sdpa_backends = [getattr(SDPBackend, BACKENDS[value])]
+
+    def snippet(self, value: Any) -> str | None:
+        if value == "default":
+            return None
+        return ("from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+                f"with sdpa_kernel(SDPBackend.{BACKENDS[value]}):  # around forward (and the loss)\n"
+                "    loss = loss_fn(model(x), y)")
