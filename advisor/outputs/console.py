@@ -177,7 +177,7 @@ class TuneOutput:
         if study.baseline is not None:
             c.print(front_table(study))
         by_class = ", ".join(f"{n} {k}" for k, n in sorted(tally["failed_by_class"].items()))
-        not_combinable = tally["skipped"] - tally["skipped_oom"]
+        not_combinable = tally["skipped"] - tally["skipped_oom"] - tally.get("skipped_known_failure", 0)
         probed = f", {tally['probed_only']} probed only" if tally["probed_only"] else ""
         c.print(f"trials: {tally['trials']} run, {tally['completed']} completed{probed}, {tally['failed']} failed"
                 + (f" ({by_class})" if by_class else "") + f", {tally['infeasible']} infeasible"
@@ -185,7 +185,9 @@ class TuneOutput:
                 + (f"; {not_combinable} proposals skipped without running "
                    "(knob values that cannot be combined)" if not_combinable else "")
                 + (f"; {tally['skipped_oom']} skipped as known to run out of memory (trials saved)"
-                   if tally["skipped_oom"] else ""),
+                   if tally["skipped_oom"] else "")
+                + (f"; {tally['skipped_known_failure']} skipped as known to fail like earlier trials (trials saved)"
+                   if tally.get("skipped_known_failure") else ""),
                 markup=False)
         if tally["probes"]:
             c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} accuracy runs "

@@ -21,6 +21,7 @@ from advisor.core.stored import (
     TrialRecord,
 )
 from advisor.core.units import first_line
+from advisor.search.known_failures import is_known_failure
 from advisor.search.space import SearchSpace
 
 
@@ -89,6 +90,7 @@ def counts(study: StoredStudy) -> dict[str, Any]:
             "failed": sum(failed.values()), "failed_by_class": dict(failed),
             "duplicates": sum(1 for r in study.records if r.state == "duplicate"),
             "skipped": len(skipped), "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom"),
+            "skipped_known_failure": sum(1 for r in skipped if is_known_failure(r)),
             "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible),
             # two-stage evaluation: probes run, accuracy runs, and what spared or cut them
             "probes": sum(1 for r in study.records if r.get(PROBE_DONE)),

@@ -7,9 +7,9 @@ each result. The Tuner calls ``propose()`` for the next configuration to run and
    once those are in, combinations of the changes that paid off (``combine``);
 3. then the Optuna sampler's proposals (TPE by default);
 4. a proposal already measured is answered from the earlier trial (a duplicate); one that
-   cannot work (knob values that cannot be combined, more devices than the cluster has) or
-   would run out of memory like an earlier trial (``known_oom``) is recorded as skipped.
-   Neither runs, and neither counts towards the study's number of trials.
+   cannot work (knob values that cannot be combined, more devices than the cluster has), or
+   would run out of memory (``known_oom``) or fail (``known_failures``) like earlier trials,
+   is recorded as skipped. Neither runs, and neither counts towards the study's number of trials.
 
 The strategy owns the Optuna study's ask / tell cycle: it asks the sampler, stores each
 result (``record_result``), and tells the sampler. It never runs a trial.
@@ -39,6 +39,7 @@ from advisor.core.stored import (
     skipped_attrs,
 )
 from advisor.search.combine import combination_configs, combination_count
+from advisor.search.known_failures import KnownFailures
 from advisor.search.known_oom import KnownOom
 from advisor.search.one_knob import seed_configs, seed_count
 from advisor.search.space import SearchSpace
@@ -106,8 +107,9 @@ class Strategy:
         # every configuration measured, skipped or running, by key: a repeat is a duplicate
         self._seen: dict[str, TrialRecord | Proposal] = {
             r.config.key(): r for r in records if r.config is not None and (r.counted or r.state == "skipped")}
-        self._known_oom = KnownOom()
-        self._known_oom.learn(records)
+        self._known_oom, self._known_failures = KnownOom(), KnownFailures(baseline)
+        for known in (self._known_oom, self._known_failures):
+            known.learn(records)  # a resumed study: what its stored trials showed
         self._asked: dict[int, tuple[optuna.Trial, Proposal]] = {}
         self._space_size = space.size()
         self._seeds_due = sampler == "default"
@@ -175,8 +177,9 @@ class Strategy:
             self.counted += 1
         else:  # cut short, or lost with its node: the configuration may run again
             self._seen.pop(key, None)
-        if record.failure_class == "oom":
-            self._known_oom.add(number, proposal.config)
+        self._known_oom.learn([record])
+        if (learned := self._known_failures.add(record)) is not None:
+            self.emit(Note(learned))
         if proposal.baseline and record.state == "complete":
             self.baseline_record = record
         return record
@@ -280,7 +283,7 @@ class Strategy:
         oom = self._known_oom.reason(config)
         if oom:
             return oom, "oom"
-        return None, ""
+        return self._known_failures.reason(config) or (None, "")
 
     def _waiting(self) -> bool:
         import optuna
