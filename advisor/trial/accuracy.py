@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from advisor.core.two_stage import Gate, curve_points
+from advisor.trial.shared import agree_more, evaluate, training_batches
 
 
 def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
@@ -34,9 +35,8 @@ def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
 
 
 def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, gate_data: Any,
-                 phases: dict[str, float], evaluate: Any, agree: Any, batches_of: Any) -> dict[str, Any]:
-    """Train the sample budget with a learning curve and the gate; evaluate. ``evaluate``,
-    ``agree`` and ``batches_of`` are the trial loop's (``advisor.trial.loop``)."""
+                 phases: dict[str, float]) -> dict[str, Any]:
+    """Train the sample budget with a learning curve and the gate; evaluate."""
     from advisor.core.errors import UnsupportedError
     from advisor.trial.errors import NonFiniteLoss
 
@@ -53,7 +53,7 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
         if step < steps and step not in at_step:
             at_step[step] = index
     optimizer = workload.optimizer(prepared.module.parameters())
-    batches = batches_of(prepared, workload, train, settings.seed)
+    batches = training_batches(prepared, workload, train, settings.seed)
     curve: list[dict[str, Any]] = []
     early_stop: dict[str, Any] | None = None
     chunk: Any = 0.0
@@ -83,7 +83,7 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
             chunk, chunk_steps = 0.0, 0
             prepared.model.train()
             curve_s += time.perf_counter() - t_curve
-            if agree(prepared, reason is not None):
+            if agree_more(prepared, reason is not None):
                 early_stop = {"samples": i * bs, "fraction": i / steps, "reason": reason or "another rank stopped",
                               "baseline_metric": (gate.baseline_metrics[index] if gate is not None
                                                   and index < len(gate.baseline_metrics) else None)}

@@ -97,7 +97,7 @@ def test_baseline_in_the_file_wins_over_the_dataloaders(tmp_path):
 def _our_run(workload, batch_size, steps):
     """The trial loop's pieces on one process: datasets, the step, its trainer, the optimizer."""
     from advisor import apply
-    from advisor.trial.loop import _training_batches
+    from advisor.trial.shared import training_batches
 
     train, val = workload.datasets()
     step = workload.model()
@@ -105,7 +105,7 @@ def _our_run(workload, batch_size, steps):
     workload.start_trial(batch_size=batch_size, accumulation=1, rank=0, world=1, precision="fp32",
                          train_samples=steps * batch_size)
     optimizer = workload.optimizer(prepared.module.parameters())
-    return train, val, step, prepared, optimizer, _training_batches(prepared, workload, train, 0)
+    return train, val, step, prepared, optimizer, training_batches(prepared, workload, train, 0)
 
 
 def test_schedulers_step_as_lightning_steps_them(tmp_path):

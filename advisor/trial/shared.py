@@ -1,0 +1,105 @@
+"""What the parts of a trial share (``advisor.trial.loop``, ``advisor.trial.accuracy``):
+the training batches epoch after epoch, the ranks' agreement on another step, the noise
+sentinel's reading, the evaluation, a finite-loss check and the model's facts."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from advisor.machine.sentinel import read_sentinel
+from advisor.trial.errors import NonFiniteLoss
+from advisor.workload.contract import Workload, check_metric
+
+_SENTINEL_ROUNDS = iter(range(1_000_000))
+
+
+def sentinel(prepared: Any) -> dict[str, Any] | None:
+    """The sentinel's reading (rank 0 times it; None on the other ranks). The other ranks
+    wait by sleeping on the process group's store, not in a collective, whose waiting can
+    take CPU from the kernel being timed."""
+    if prepared.world == 1:
+        return read_sentinel(prepared.device)
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    key = f"advisor-sentinel-{next(_SENTINEL_ROUNDS)}"
+    dist.barrier()
+    store = distributed_c10d._get_default_store()
+    if prepared.rank == 0:
+        reading = read_sentinel(prepared.device)
+        store.set(key, "done")
+        return reading
+    while not store.check([key]):
+        time.sleep(0.002)
+    return None
+
+
+def snapshot(module: Any) -> dict[str, Any]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def evaluate(prepared: Any, workload: Any, val: Any) -> float:
+    import torch
+
+    prepared.model.eval()
+    total, weighted = 0, 0.0
+    if workload.validate is not None:  # a Lightning module's validation epoch
+        with torch.inference_mode():
+            value = workload.validate(prepared.predict, prepared.loader(val, per_rank=False,
+                                                                        collate_fn=workload.collate))
+        return workload.metric_spec.score(check_metric(workload, value))
+    with torch.inference_mode():
+        for x, y in prepared.loader(val, per_rank=False):
+            out = prepared.predict(x)
+            n = len(y)
+            weighted += check_metric(workload, workload.metric(out, prepared.to_device(y))) * n
+            total += n
+    return workload.metric_spec.score(weighted / total)  # the study compares scores: higher is better
+
+
+def agree_more(prepared: Any, more: bool) -> bool:
+    """All ranks take another step if any rank's timer wants one (collectives stay paired)."""
+    if prepared.world == 1:
+        return more
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([int(more)], device=prepared.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def model_facts(prepared: Any) -> dict[str, Any]:
+    from advisor.techniques.pruning import sparsity
+    from advisor.techniques.quantization import quantized_layers
+
+    try:
+        facts = sparsity(prepared.module) | {"quantized_linear_layers": quantized_layers(prepared.module)}
+    except Exception as exc:  # an exotic tensor subclass: report what we can
+        facts = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    return facts | prepared.stats
+
+
+def training_batches(prepared: Any, workload: Workload, train: Any, seed: int) -> Any:
+    """The training batches, epoch after epoch (the workload told at each epoch's end)."""
+    loader = prepared.loader(train, shuffle=True, seed=seed, drop_last=True, collate_fn=workload.collate)
+    return cycle(loader, workload.epoch_end)
+
+
+def cycle(loader: Any, epoch_end: Any = None) -> Any:
+    epoch = 0
+    while True:
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        yield from loader
+        if epoch_end is not None:  # when the next epoch's first batch is asked for
+            epoch_end(epoch)
+        epoch += 1
+
+
+def check_finite(loss: Any, step: int) -> None:
+    value = float(loss)
+    if not math.isfinite(value):
+        raise NonFiniteLoss(f"loss became {value} at step {step}: this configuration diverged")
