@@ -90,6 +90,7 @@ DOMAINS: dict[str, Domain] = {
     "expandable_segments": Choice((False, True)),
     "sdpa_backend": Choice(("default", "math", "flash", "efficient", "cudnn")),
     "fp8_scaling": Choice(("tensorwise", "rowwise")),
+    "compile_optimizer": Choice((False, True)),
 }
 
 
@@ -134,6 +135,7 @@ class TrialConfig:
     expandable_segments: bool = False
     sdpa_backend: str = "default"
     fp8_scaling: str = "tensorwise"
+    compile_optimizer: bool = False
 
     @classmethod
     def keys(cls) -> list[str]:

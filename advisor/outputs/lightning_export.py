@@ -20,6 +20,7 @@ TRAINER_KNOBS = ("precision", "parallelism", "devices", "comm_hook", "bucket_mb"
 # knobs advisor.apply() sets in its own training step, which Lightning's loop does not run: said as notes
 STEP_KNOBS = {
     "fused_optimizer": "fused_optimizer: pass fused=True to the optimizer configure_optimizers builds",
+    "compile_optimizer": "compile_optimizer: in configure_optimizers, optimizer.step = torch.compile(optimizer.step)",
     "sdpa_backend": "sdpa_backend={value}: wrap forward in torch.nn.attention.sdpa_kernel(SDPBackend.{kernel})",
     "expandable_segments": 'expandable_segments: set PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" before CUDA starts',
 }

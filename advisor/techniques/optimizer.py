@@ -77,3 +77,36 @@ def use_fused(optimizer: Any) -> None:
     optimizer._step_supports_amp_scaling = True  # as torch's constructor sets it for fused=True (GradScaler)
     if hasattr(optimizer, "_need_device_dtype_check_for_fused"):  # SGD checks its parameters at the first step
         optimizer._need_device_dtype_check_for_fused = True
+
+
+class CompileOptimizer(Technique):
+    key = "compile_optimizer"
+    description = ("torch.compile the optimizer's step too: with compile, the whole training step is compiled "
+                   "(forward and its backward by compile, the update here)")
+    train_only = (True,)
+    order = 87
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        from advisor.techniques.compile import Compile
+
+        return Compile().unavailable(True, hw) if value else None
+
+    def apply(self, value: Any, prepared: Prepared) -> None:
+        if value:
+            prepared.optimizer_setup.append(compile_step)
+
+    def snippet(self, value: Any) -> str | None:
+        if not value:
+            return None
+        return ("optimizer.step = torch.compile(optimizer.step)  # PyTorch's compiled-optimizer recipe;\n"
+                "# a learning rate that changes every step recompiles it: keep it a tensor (lr=torch.tensor(...))")
+
+
+def compile_step(optimizer: Any) -> None:
+    """Compile ``optimizer.step`` (the object's own; GradScaler and schedulers call it as
+    before). A learning rate its scheduler changes as a Python float makes torch recompile
+    the step (up to its cache limit, then it runs eager): what is measured is what the
+    user's setup would do."""
+    import torch
+
+    optimizer.step = torch.compile(optimizer.step)

@@ -9,7 +9,7 @@ from advisor.techniques.compile import Compile, CompileMode
 from advisor.techniques.cuda_levers import CudnnBenchmark, ExpandableSegments
 from advisor.techniques.data import NumWorkers, PinMemory
 from advisor.techniques.memory import ActivationCheckpointing, GradAccumulation
-from advisor.techniques.optimizer import FusedOptimizer
+from advisor.techniques.optimizer import CompileOptimizer, FusedOptimizer
 from advisor.techniques.parallel_options import (
     DdpBucketView,
     DdpStaticGraph,
@@ -28,6 +28,6 @@ _ALL: list[Technique] = [
     Parallelism(), Devices(), CommHook(), BucketMb(), Pruning(), PruneAmount(), Quantization(),
     ActivationCheckpointing(), GradAccumulation(), NumWorkers(), PinMemory(), FusedOptimizer(),
     DdpStaticGraph(), DdpBucketView(), SyncBatchnorm(), FsdpMixedPrecision(), FsdpReshard(),
-    CudnnBenchmark(), ExpandableSegments(), SdpaBackend(), Fp8Scaling(),
+    CudnnBenchmark(), ExpandableSegments(), SdpaBackend(), Fp8Scaling(), CompileOptimizer(),
 ]
 TECHNIQUES: dict[str, Technique] = {t.key: t for t in sorted(_ALL, key=lambda t: t.order)}

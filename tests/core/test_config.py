@@ -35,6 +35,7 @@ def test_defaults_are_plain_fp32_eager():
         "fused_optimizer": False, "ddp_static_graph": False, "ddp_bucket_view": False, "sync_batchnorm": False,
         "fsdp_mixed_precision": "none", "fsdp_reshard": True, "cudnn_benchmark": False,
         "expandable_segments": False, "sdpa_backend": "default", "fp8_scaling": "tensorwise",
+        "compile_optimizer": False,
     }
     assert TrialConfig.keys() == list(TrialConfig().to_dict())
 
