@@ -40,6 +40,13 @@ def no_confirmation_by_default(monkeypatch):
     monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "1")
 
 
+@pytest.fixture(autouse=True)
+def own_advisor_home(tmp_path_factory, monkeypatch):
+    """advisor's per-user state (`advisor doctor`'s verdicts) in a throw-away directory: a
+    developer's own verdicts must not change the spaces tests plan."""
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path_factory.mktemp("advisor-home")))
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """Run in a fresh directory so the default ./advisor.db lands there."""

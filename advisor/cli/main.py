@@ -8,11 +8,11 @@ import argparse
 import sys
 from types import ModuleType
 
-from advisor.cli import confirm, explore, export, hardware, init, measure, report, spaces, tune
+from advisor.cli import confirm, doctor, explore, export, hardware, init, measure, report, spaces, tune
 from advisor.core.errors import AdvisorError
 
 COMMANDS: dict[str, ModuleType] = {
-    m.NAME: m for m in (tune, confirm, hardware, spaces, export, explore, measure, report, init)}
+    m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, init)}
 
 
 def parser() -> argparse.ArgumentParser:

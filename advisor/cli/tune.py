@@ -75,6 +75,9 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
                    help="selective (default): probe every configuration's speed and memory, and train only "
                         "those that could still reach the feasible front (two-stage evaluation); all: train "
                         "every configuration in full, as one process per trial")
+    t.add_argument("--ignore-doctor", action="store_true",
+                   help="keep the options that failed `advisor doctor` on this machine (by default they are "
+                        "dropped, each with the reason)")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
     t.add_argument("--no-tui", action="store_true",
                    help="plain progress lines even in an interactive terminal (default there: the live explorer)")
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         sampler=args.sampler, seed=args.seed, train_samples=args.train_samples,
         ray_address=args.ray_address, skip_preflight=args.skip_preflight, confirm=_confirm_default(args.confirm),
         confirm_top=args.confirm_top, pairs=args.pairs, confirm_target=args.confirm_target,
-        accuracy_seeds=_seeds_default(args.accuracy_seeds), accuracy=args.accuracy)
+        accuracy_seeds=_seeds_default(args.accuracy_seeds), accuracy=args.accuracy, ignore_doctor=args.ignore_doctor)
     live = not (args.json or args.no_tui) and sys.stdin.isatty() and sys.stdout.isatty()
     output = TuneOutput(json_mode=args.json)
     plan = plan_study(options)

@@ -43,6 +43,7 @@ class TuneOptions:
     confirm_target: float = DEFAULT_TARGET
     accuracy_seeds: int = ACCURACY_SEEDS
     accuracy: str = "selective"  # two-stage evaluation; "all": every trial trains in full, as before
+    ignore_doctor: bool = False  # keep the options that failed `advisor doctor` on this machine
 
     @property
     def two_stage(self) -> bool:

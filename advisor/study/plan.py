@@ -4,22 +4,24 @@ resumed (``open_study``)."""
 
 from __future__ import annotations
 
+import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.errors import StudyError, WorkloadError
+from advisor.core.errors import SpaceError, StudyError, WorkloadError
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.objectives import DIRECTIONS, OBJECTIVES
 from advisor.core.results import TrialSettings, default_train_samples
+from advisor.machine.doctor_store import DROP_PREFIX, Verdict, failures
 from advisor.machine.hardware import Hardware, detect, fingerprint
+from advisor.runner.cluster import cluster_hardware
 from advisor.search.samplers import make_sampler
-from advisor.search.space import SearchSpace, filter_space, load_space
+from advisor.search.space import Dropped, SearchSpace, filter_space, load_space
 from advisor.study import storage as stores
 from advisor.study.options import TuneOptions
 from advisor.techniques.rules import refusal
-from advisor.runner.cluster import cluster_hardware
 from advisor.workload.contract import Workload, load_workload
 from advisor.workload.preflight import preflight
 
@@ -76,6 +78,8 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     space = load_space(options.space_name)
     hardware = detect() if not options.ray_address else cluster_hardware(options.ray_address)
     filtered = filter_space(space, hardware, facts)
+    if not options.ignore_doctor:  # what failed `advisor doctor` on this machine
+        filtered = drop_failed(filtered, hardware, facts, failures(fingerprint(hardware), workload.sha256))
     baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
     reason = refusal(baseline, options.workload)
     if reason:
@@ -90,6 +94,30 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     url = stores.storage_url(options.storage)
     stores.check_storage(url)  # checked now; opened (and a SQLite file created) when the study runs
     return StudyPlan(options, workload, facts, hardware, filtered, baseline, settings, study_name, url)
+
+
+def drop_failed(space: SearchSpace, hw: Hardware, facts: dict[str, Any], failed: list[Verdict]) -> SearchSpace:
+    """``space`` without the options that failed ``advisor doctor`` here (each dropped
+    with its reason); knobs whose condition can no longer hold go too, as after the
+    hardware's refusals. A knob left with no option is a SpaceError."""
+    if not failed:
+        return space
+    bad: dict[tuple[str, str], Verdict] = {}
+    for v in failed:  # the built-in model's verdicts come first and win
+        bad.setdefault((v.knob, json.dumps(v.value)), v)
+    knobs, dropped, problems = [], [], []
+    for knob in space.knobs:
+        keep = [c for c in knob.choices if (knob.name, json.dumps(c)) not in bad]
+        gone = [Dropped(knob.name, c, bad[(knob.name, json.dumps(c))].drop_reason)
+                for c in knob.choices if c not in keep]
+        if not keep:
+            problems.append(f"{knob.name}: no option left ({'; '.join(f'{d.value!r}: {d.reason}' for d in gone)}); "
+                            "advisor tune --ignore-doctor keeps them")
+        dropped.extend(gone)
+        knobs.append(replace(knob, choices=tuple(keep)))
+    if problems:
+        raise SpaceError(f"{space.name!r} on this machine", problems)
+    return filter_space(SearchSpace(space.name, tuple(knobs), space.dropped + tuple(dropped)), hw, facts)
 
 
 def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> optuna.Study:
@@ -123,10 +151,13 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
         old["settings"] = TrialSettings.from_dict({"train_samples": 0, **old["settings"]}).to_dict()
     diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
     if diffs:
+        doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
             f"study {plan.study_name!r} in {plan.storage_url} was run with a different {', '.join(diffs)}; "
             "its trials would not be comparable. Use --study NEW_NAME for a new study "
-            "(or run the original setup again to resume it)")
+            "(or run the original setup again to resume it" +
+            ("; advisor doctor's verdicts drop options from its space here: --ignore-doctor keeps them)"
+             if doctor else ")"))
     if old.get("hardware") != attrs["hardware"]:
         on_event(Note("this machine's hardware fingerprint differs from the one the study started on; "
                       "new trials are measured here"))
