@@ -11,8 +11,9 @@ import pprint
 from typing import Any
 
 from advisor.core.config import TrialConfig
+from advisor.techniques.attention import BACKENDS
+from advisor.workload.lightning_step import LIGHTNING_PRECISION
 
-PRECISION = {"fp32": "32-true", "tf32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed", "bf16_full": "bf16-true"}
 # knobs a Trainer argument or the DataLoader carries; the rest go through advisor.apply()
 TRAINER_KNOBS = ("precision", "parallelism", "devices", "comm_hook", "bucket_mb", "grad_accumulation", "batch_size",
                  "num_workers", "pin_memory", "sync_batchnorm", "cudnn_benchmark", "ddp_static_graph",
@@ -30,7 +31,7 @@ _HOOKS = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
     """The config as Trainer arguments, DataLoader settings and the knobs left to
     ``advisor.apply()`` (a plain, YAML-able mapping; ``notes`` says what differs)."""
-    trainer: dict[str, Any] = {"precision": PRECISION[config.precision], "accumulate_grad_batches": config.grad_accumulation}
+    trainer: dict[str, Any] = {"precision": LIGHTNING_PRECISION[config.precision], "accumulate_grad_batches": config.grad_accumulation}
     notes = []
     if config.precision == "tf32":
         notes.append('TF32: call torch.set_float32_matmul_precision("high") before fit (advisor.apply does)')
@@ -41,9 +42,7 @@ def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
     for key, note in STEP_KNOBS.items():
         value = getattr(config, key)
         if value not in (False, "default"):
-            kernel = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
-                      "cudnn": "CUDNN_ATTENTION"}.get(str(value), "")
-            notes.append(note.format(value=value, kernel=kernel))
+            notes.append(note.format(value=value, kernel=BACKENDS.get(str(value), "")))
     if config.parallelism == "single":
         trainer["devices"] = 1
     else:

@@ -67,14 +67,9 @@ class FsdpMixedPrecision(Technique):
     order = 85
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
-        if value != "bf16":
-            return None
-        if hw.device == "cuda":
-            cap = hw.min_capability()
-            return None if cap is not None and cap >= (8, 0) else "bf16 needs compute capability >= 8.0 (Ampere)"
-        if not hw.cpu.native_bf16:
-            return "this CPU has no native bf16 instructions (avx512_bf16 or amx_bf16); bf16 would be emulated and slow"
-        return None
+        from advisor.techniques.precision import Precision
+
+        return Precision().unavailable("bf16", hw) if value == "bf16" else None  # bf16 where bf16 runs
 
     def snippet(self, value: Any) -> str | None:
         if value != "bf16":
