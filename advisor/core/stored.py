@@ -25,6 +25,7 @@ from advisor.core.results import NOT_COUNTED, TrialResult
 CONFIG, CONFIG_KEY, WALL = "config", "config_key", "wall_s"
 BASELINE, DUPLICATE_OF, SKIPPED = "baseline", "duplicate_of", "skipped"
 SEED_CONFIG, COMBINATION = "seed_config", "combination"  # set when the strategy enqueues a trial
+DRIVER = "driver"  # the id of the driver that started it (advisor.study.drivers)
 DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run again (the noise sentinel)
 # two-stage evaluation (advisor.core.two_stage): the probe's figures are stored as soon as it
 # is in (PROBE_DONE); then the accuracy run's, or why none was needed, or whose was reused

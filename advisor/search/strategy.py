@@ -29,6 +29,7 @@ from advisor.core.stored import (
     COMBINATION,
     CONFIG,
     DISTURBED_RUNS,
+    DRIVER,
     DUPLICATE_OF,
     SEED_CONFIG,
     TrialRecord,
@@ -96,21 +97,20 @@ class Strategy:
 
     def __init__(self, study: optuna.Study, space: SearchSpace, baseline: TrialConfig, *, workload: str,
                  sampler: str, budget: int, limits: Limits, max_devices: int | None = None,
-                 on_event: Listener = ignore) -> None:
+                 driver: str | None = None, on_event: Listener = ignore) -> None:
         self.study, self.space, self.baseline = study, space, baseline
         self.workload, self.budget, self.limits = workload, budget, limits
-        self.max_devices, self.emit = max_devices, on_event
-        records = [read_trial(t) for t in study.get_trials(deepcopy=False)]
-        base = next((r for r in records if r.baseline and r.state == "complete"), None)
-        self.baseline_record: TrialRecord | None = base
-        self.counted = sum(r.counted for r in records)
+        self.max_devices, self.driver, self.emit = max_devices, driver, on_event
+        self.baseline_record: TrialRecord | None = None
+        self.baseline_failure: TrialRecord | None = None  # the latest baseline trial that failed (counted)
+        self.counted = 0  # trials stored that count towards the budget, by any driver
         # every configuration measured, skipped or running, by key: a repeat is a duplicate
-        self._seen: dict[str, TrialRecord | Proposal] = {
-            r.config.key(): r for r in records if r.config is not None and (r.counted or r.state == "skipped")}
+        self._seen: dict[str, TrialRecord | Proposal] = {}
         self._known_oom, self._known_failures = KnownOom(), KnownFailures(baseline)
-        for known in (self._known_oom, self._known_failures):
-            known.learn(records)  # a resumed study: what its stored trials showed
         self._asked: dict[int, tuple[optuna.Trial, Proposal]] = {}
+        self._final: set[int] = set()  # numbers of the finished trials learnt from
+        self.others_running: dict[int, TrialRecord] = {}  # started by other drivers, not finished yet
+        self.observe(quiet=True)  # a resumed study: what its stored trials showed
         self._space_size = space.size()
         self._seeds_due = sampler == "default"
         self._combine_due = sampler == "default" and not study.user_attrs.get("combined")
@@ -171,18 +171,47 @@ class Strategy:
         """Learn from trial ``number``, now stored as ``frozen`` (told to Optuna)."""
         _, proposal = self._asked.pop(number)
         record = read_trial(frozen)
+        self._final.add(number)
         key = proposal.config.key()
-        if record.counted:
-            self._seen[key] = record
-            self.counted += 1
-        else:  # cut short, or lost with its node: the configuration may run again
+        if not record.counted:  # cut short, or lost with its node: the configuration may run again
             self._seen.pop(key, None)
-        self._known_oom.learn([record])
-        if (learned := self._known_failures.add(record)) is not None:
-            self.emit(Note(learned))
-        if proposal.baseline and record.state == "complete":
-            self.baseline_record = record
+        self._learn(record, key)
         return record
+
+    def observe(self, quiet: bool = False) -> None:
+        """Learn from the trials stored or started by others since the last call (an earlier
+        run of the study, or another driver on it: ``advisor.study.drivers``): their
+        configurations count as seen, their results as counted and as known failures
+        (``quiet``: without a note of what that teaches)."""
+        for frozen in self.study.get_trials(deepcopy=False):
+            if frozen.number in self._final or frozen.number in self._asked:
+                continue
+            record = read_trial(frozen)
+            if record.state == "waiting" or record.config is None and record.state == "running":
+                continue
+            key = record.config.key() if record.config is not None else None
+            if record.state == "running":
+                self.others_running[record.number] = record
+                if key is not None:
+                    self._seen.setdefault(key, record)
+                continue
+            self._final.add(record.number)
+            self.others_running.pop(record.number, None)
+            self._learn(record, key, quiet)
+
+    def _learn(self, record: TrialRecord, key: str | None, quiet: bool = False) -> None:
+        if key is not None and (record.counted or record.state == "skipped"):
+            self._seen[key] = record
+        elif key is not None and getattr(self._seen.get(key), "number", None) == record.number:
+            self._seen.pop(key)  # cut short, or lost with its node: the configuration may run again
+        self.counted += record.counted
+        self._known_oom.learn([record])
+        if (learned := self._known_failures.add(record)) is not None and not quiet:
+            self.emit(Note(learned))
+        if record.baseline and record.state == "complete":
+            self.baseline_record = record
+        elif record.baseline and record.counted:
+            self.baseline_failure = record
 
     def adopt(self, frozen: optuna.trial.FrozenTrial) -> Proposal:
         """Take over a trial an earlier driver left running between its two parts (its
@@ -192,6 +221,9 @@ class Strategy:
         trial = optuna.trial.Trial(self.study, frozen._trial_id)
         config = TrialConfig.from_dict(frozen.user_attrs[CONFIG])
         proposal = Proposal(frozen.number, config, bool(frozen.user_attrs.get(BASELINE)))
+        self.others_running.pop(frozen.number, None)
+        if self.driver is not None:
+            trial.set_user_attr(DRIVER, self.driver)
         self._asked[frozen.number] = (trial, proposal)
         self._seen[config.key()] = proposal
         return proposal
@@ -227,6 +259,8 @@ class Strategy:
 
     # ---- the steps -------------------------------------------------------------------
     def _hand_out(self, trial: optuna.Trial, config: TrialConfig, baseline: bool = False) -> Proposal:
+        if self.driver is not None:  # first: a trial with a configuration names its driver
+            trial.set_user_attr(DRIVER, self.driver)
         for key, value in config_attrs(config).items():
             trial.set_user_attr(key, value)
         proposal = Proposal(trial.number, config, baseline)
@@ -297,6 +331,7 @@ class Strategy:
         for key, value in skipped_attrs(config, reason, failure_class).items():
             trial.set_user_attr(key, value)
         self._seen[config.key()] = read_trial(self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
+        self._final.add(trial.number)
         self.emit(Skipped(trial.number, config, reason))
 
     def _tell_duplicate(self, trial: optuna.Trial, earlier: TrialRecord | Proposal) -> None:
@@ -310,6 +345,7 @@ class Strategy:
             self.study.tell(trial, list(earlier.figures))
         else:  # still running, skipped, or it failed
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self._final.add(trial.number)
         self.emit(Duplicate(trial.number, earlier.number))
         self._duplicates_in_a_row += 1
         if self._duplicates_in_a_row >= DUPLICATES_IN_A_ROW:

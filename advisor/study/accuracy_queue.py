@@ -18,6 +18,7 @@ fastest first; the baseline always runs, and before anything else.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from advisor.core.stored import (
     ACCURACY_SKIPPED,
     BASELINE_MEASUREMENTS,
     CURVE,
+    DRIVER,
     EARLY_STOP,
     INITIAL_LOSS,
     PROBE_DONE,
@@ -108,15 +110,15 @@ class AccuracyQueue:
         self.waiting: dict[int, Waiting] = {}
 
     # ---- the parts come in ------------------------------------------------------------
-    def adopt_unfinished(self) -> list[int]:
-        """Trials an earlier driver left running after their probe: adopted, waiting for
-        their accuracy part. Returns their numbers."""
+    def adopt_unfinished(self, alive: Callable[[str | None], bool]) -> list[int]:
+        """Trials a gone driver left running after their probe (``alive``: whether a
+        driver still runs): adopted, waiting for their accuracy part. Returns their numbers."""
         import optuna
 
         adopted = []
         for frozen in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             attrs = frozen.user_attrs
-            if not attrs.get(PROBE_DONE):
+            if not attrs.get(PROBE_DONE) or alive(attrs.get(DRIVER)):
                 continue
             proposal = self.strategy.adopt(frozen)
             probe = probe_result(read_trial(frozen))

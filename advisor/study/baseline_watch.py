@@ -89,6 +89,12 @@ class BaselineWatch:
         self.emit(Note(f"the metric's noise: {spec.name} {', '.join(spec.value_text(v) for v in values)} over seeds "
                        f"{used}; differences within {spec.noise_text(noise.epsilon)} are within noise"))
 
+    def load_noise(self) -> None:
+        """The metric's noise as stored (measured here, or by another driver on the study)."""
+        noise = AccuracyNoise.from_dict(self.study.user_attrs.get(ACCURACY_NOISE))
+        if noise is not None:
+            self.epsilon = noise.epsilon
+
     def versus(self, result: TrialResult, base: Figures, probe: bool = False) -> Versus | None:
         """A result against the latest measurement of the baseline (unconfirmed); a
         probe's (``probe``) without the metric."""
@@ -144,8 +150,10 @@ class BaselineWatch:
                 self.judge.disturbed(self.base_reading):
             self.study.set_user_attr(BASELINE_DISTURBED, self.judge.disturbed(self.base_reading))
         entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
-                 "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading, "reason": reason}
-        self.measurements.append(entry)
+                 "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading, "reason": reason,
+                 "host": result.host}
+        # read again first: another driver on the study may have added its own since
+        self.measurements = list(self.study.user_attrs.get(BASELINE_MEASUREMENTS) or []) + [entry]
         self.study.set_user_attr(BASELINE_MEASUREMENTS, self.measurements)
         previous, self.base_reading, self.base_throughput = self.base_throughput, reading, result.throughput
         change = f" ({result.throughput / previous:.2f}x the previous measurement)" if previous else ""

@@ -36,11 +36,17 @@ class Parts:
                  on_event: Listener) -> None:
         self.plan, self.strategy, self.slots, self.queue, self.emit = plan, strategy, slots, queue, on_event
         self.watch: BaselineWatch | None = None
-        self.done = strategy.counted  # trials stored that count towards the budget
+
+    @property
+    def done(self) -> int:
+        """Trials stored that count towards the budget (by this driver and any other)."""
+        return self.strategy.counted
 
     def in_flight(self) -> int:
-        """Configurations started and not yet stored: running, or probed and waiting."""
-        return len(set(self.slots.running) | set(self.queue.waiting if self.queue is not None else ()))
+        """Configurations started and not yet stored: running, or probed and waiting, here
+        or (as far as ``Strategy.observe`` last saw) on another driver."""
+        mine = set(self.slots.running) | set(self.queue.waiting if self.queue is not None else ())
+        return len(mine | set(self.strategy.others_running))
 
     # ---- submitting -------------------------------------------------------------------
     def submit(self, proposal: Proposal) -> None:
@@ -60,7 +66,6 @@ class Parts:
         assert self.queue is not None
         for record in self.queue.settle():
             shown = probe_result(record)
-            self.done += record.counted
             self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
                                self.versus(shown)))
 
@@ -114,7 +119,6 @@ class Parts:
             result, wall = shown, record.get(WALL, wall)
         else:
             record = self.strategy.tell(d.number, result, wall)
-        self.done += record.counted
         self.emit(Finished(d.number, d.proposal.config, result, wall, record, self.versus(result)))
         return record
 

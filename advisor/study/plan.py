@@ -122,7 +122,8 @@ def drop_failed(space: SearchSpace, hw: Hardware, facts: dict[str, Any], failed:
 
 def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> optuna.Study:
     """Create the study, or resume it when its setup matches (else StudyError, writing
-    nothing); trials a killed driver left running are marked failed."""
+    nothing). Trials a killed driver left running are marked failed when this driver joins
+    it (``advisor.study.drivers.join_study``)."""
     import optuna
 
     attrs = plan.study_attrs()
@@ -140,8 +141,6 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(["throughput", "peak_memory_bytes", plan.workload.metric_spec.objective_name])
-    for number in stores.fail_stale(study, storage, keep_probed=plan.options.two_stage):
-        on_event(Note(f"trial {number} was left running by an earlier run: marked failed"))
     return study
 
 

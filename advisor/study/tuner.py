@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Listener, Note, Started, TimeoutSet, ignore
-from advisor.core.stored import WALL, TrialRecord
+from advisor.core.stored import ACCURACY_NOISE, WALL, TrialRecord
 from advisor.runner.executor import Executor
 from advisor.search.strategy import Proposal, Strategy
 from advisor.study import storage as stores
 from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
+from advisor.study.drivers import Drivers, join_study
 from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     import optuna
 
 BASELINE_TIMEOUT_S = 1800.0
+WAIT_S = 1.0  # how often a driver looks again while another driver's work is under way
 LOOKAHEAD = 2  # probed configurations waiting before an accuracy run goes ahead of a new probe
 
 
@@ -78,6 +81,7 @@ class Tuner:
         self.queue: AccuracyQueue | None = None  # two-stage evaluation: probed, waiting for accuracy
         self.parts: Parts  # submits, collects and stores the parts; set once the study is open
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
+        self.drivers: Drivers  # this driver on the study, and the others; set once the study is open
         self.deadline = float("inf")
         self.trial_timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S  # until the baseline's is known
 
@@ -97,14 +101,18 @@ class Tuner:
         executor = self.start_executor()  # first: if no node can run a trial, no study is written
         try:
             self.storage = stores.open_storage(self.plan.storage_url)
+            if hasattr(self.storage, "watch"):  # an RDB storage: say when it waits for the database
+                self.storage.watch(lambda text: self.emit(Note(text)))
             study = open_study(self.plan, self.storage, self.emit)
+            self.drivers = join_study(study, self.storage, self.plan, self.emit)
             gpu_slots = executor.slots if executor.device == "cuda" else None
             self.strategy = Strategy(study, self.plan.space, self.plan.baseline, workload=self.options.workload,
                                      sampler=self.options.sampler, budget=self.options.trials,
-                                     limits=self.options.limits, max_devices=gpu_slots, on_event=self.emit)
+                                     limits=self.options.limits, max_devices=gpu_slots, driver=self.drivers.id,
+                                     on_event=self.emit)
             if self.options.two_stage:
                 self.queue = AccuracyQueue(study, self.strategy, self.plan.settings, self.options.limits, self.emit)
-                for number in self.queue.adopt_unfinished():
+                for number in self.queue.adopt_unfinished(self.drivers.alive):
                     self.emit(Note(f"trial {number} was probed by an earlier run: its accuracy part runs now"))
             self.parts = Parts(self.plan, self.strategy, self.slots, self.queue, self.emit)
         except BaseException:
@@ -120,22 +128,22 @@ class Tuner:
                     self.watch = self.parts.watch = BaselineWatch(study, self.plan.workload, self.plan.settings,
                                                                   self.plan.baseline, executor, lambda: self.halt,
                                                                   self.emit)
-                    if self.options.workload == "train":  # inference: the metric does not depend on a seed
-                        self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base),
-                                                  stage="accuracy" if self.queue is not None else "full")
-                        allowed = self.options.limits.allowed(base.figures.accuracy)  # type: ignore[union-attr]
-                        if self.watch.epsilon > allowed:
-                            spec = self.plan.workload.metric_spec
-                            self.emit(Note(f"--max-metric-drop {self.options.drop_text} is within the metric's "
-                                           f"noise ({spec.noise_text(self.watch.epsilon)}): whether a trial passes "
-                                           "it is partly chance; infeasible trials say so"))
+                    if self.options.workload == "train":  # inference: no seed changes the metric
+                        self._metric_noise(study, base)
                     self._search(base)
                 if base is not None and self.options.confirm and self.halt is None:
                     self._cancel_all(self.stop_reason or "the study stopped")
-                    self._confirm(study, base)
+                    if self.drivers.claim("confirm"):
+                        self._confirm(study, base)
+                    else:
+                        self.emit(Note(f"driver {self.drivers.holder('confirm')} confirms the front against the "
+                                       "baseline; `advisor report` shows the confirmed ratios once it is done"))
             finally:
-                self._cancel_all(self.stop_reason or "the study stopped")
-                executor.shutdown()
+                try:  # recording the cancelled trials fails when the storage is lost (StorageError)
+                    self._cancel_all(self.stop_reason or "the study stopped")
+                finally:
+                    executor.shutdown()
+                    self.drivers.leave()
         return StudyOutcome(study, self.halt or self.stop_reason)
 
     def stop(self, reason: str) -> None:
@@ -148,8 +156,15 @@ class Tuner:
 
     # ---- the steps -------------------------------------------------------------------
     def _baseline(self) -> TrialRecord | None:
-        """The stored baseline, or the baseline run now, alone. None if stopped meanwhile."""
-        if self.strategy.baseline_record is not None:
+        """The stored baseline, or the baseline run now, alone (or by another driver on the
+        study, waited for). None if stopped meanwhile."""
+        failed_before = self.strategy.baseline_failure
+        if not self._claim("baseline", "runs the baseline", lambda: self.strategy.baseline_record is not None or
+                           self.strategy.baseline_failure is not failed_before):
+            if self.strategy.baseline_record is None and self.strategy.baseline_failure is not failed_before:
+                failed = self.strategy.baseline_failure
+                raise TrialFailed(f"the baseline trial ({self.plan.baseline.describe()}) failed on another "
+                                  f"driver [{failed.failure_class}]: {failed.failure_message}")  # type: ignore[union-attr]
             return self.strategy.baseline_record
         if self.queue is None or not self.queue.waiting:  # else: adopted, probed already
             self.parts.submit(self.strategy.propose_baseline())
@@ -163,7 +178,9 @@ class Tuner:
                 break
             records += self.parts.collect(timeout)
         if self.stop_reason is not None or self.strategy.baseline_record is not None:
+            self.drivers.release("baseline")
             return self.strategy.baseline_record
+        self.drivers.release("baseline")
         failed = records[-1]
         message = (f"the baseline trial ({self.plan.baseline.describe()}) failed "
                    f"[{failed.failure_class}]: {failed.failure_message}")
@@ -171,6 +188,21 @@ class Tuner:
             raise WorkloadError(f"{self.plan.workload.path}: {message} (preflight was skipped; this is "
                                 "most likely a model.py contract problem)")
         raise TrialFailed(message)
+
+    def _metric_noise(self, study: optuna.Study, base: TrialRecord) -> None:
+        """The baseline trained with more seeds (once per study, by one driver)."""
+        assert self.watch is not None
+        if self._claim("accuracy_noise", "measures the metric's noise", lambda: ACCURACY_NOISE in study.user_attrs):
+            self.watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base),
+                                      stage="accuracy" if self.queue is not None else "full")
+            self.drivers.release("accuracy_noise")
+        self.watch.load_noise()
+        allowed = self.options.limits.allowed(base.figures.accuracy)  # type: ignore[union-attr]
+        if self.watch.epsilon > allowed:
+            spec = self.plan.workload.metric_spec
+            self.emit(Note(f"--max-metric-drop {self.options.drop_text} is within the metric's "
+                           f"noise ({spec.noise_text(self.watch.epsilon)}): whether a trial passes "
+                           "it is partly chance; infeasible trials say so"))
 
     def _timeout(self, base: TrialRecord) -> float:
         return self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))
@@ -181,6 +213,7 @@ class Tuner:
         self.trial_timeout = self._timeout(base)
         self.emit(TimeoutSet(self.trial_timeout))
         while self.stop_reason is None:
+            self._keep_up()
             done = self.parts.done
             more = done + self.parts.in_flight() < self.options.trials  # trials still to start
             remeasure = self.watch.remeasure_reason(done, self.strategy.seeds_done) if more else None
@@ -192,12 +225,15 @@ class Tuner:
             if self.strategy.gave_up:
                 self.stop_reason = self.strategy.gave_up
                 break
-            if not self.slots and not (self.queue is not None and self.queue.waiting):
-                if self.strategy.space_exhausted and self.parts.done < self.options.trials:
-                    self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured"))
-                break
             if time.monotonic() >= self.deadline:
                 self.stop_reason = "the study's --timeout was reached"
+                break
+            if not self.slots and not (self.queue is not None and self.queue.waiting):
+                if self.strategy.others_running and self.parts.done < self.options.trials:
+                    time.sleep(WAIT_S)  # other drivers' trials: stored, or failed with their driver
+                    continue
+                if self.strategy.space_exhausted and self.parts.done < self.options.trials:
+                    self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured"))
                 break
             self.parts.collect(self.trial_timeout)
 
@@ -239,6 +275,38 @@ class Tuner:
                 self.parts.submit(proposal)
             else:
                 return
+
+    # ---- other drivers on the study (advisor.study.drivers) ---------------------------
+    def _keep_up(self) -> None:
+        """Every few seconds: renew this driver's heartbeat, mark failed the trials that gone
+        drivers left running (their configurations run again), and learn what the other
+        drivers stored or started."""
+        if not self.drivers.beat():
+            return
+        peers = self.drivers.peers()
+        for number in stores.fail_stale(self.strategy.study, self.storage, keep_probed=False,
+                                        alive=lambda driver: self.drivers.alive(driver, peers)):
+            self.emit(Note(f"trial {number}: the driver running it is gone; marked failed, its configuration "
+                           "runs again"))
+        self.strategy.observe()
+
+    def _claim(self, step: str, what: str, done: Callable[[], bool]) -> bool:
+        """Whether this driver does ``step`` now: not when ``done()``, nor while another
+        live driver does it (waited for until ``done()`` or until that driver is gone)."""
+        self.strategy.observe()
+        while self.stop_reason is None and not done():
+            if self.drivers.claim(step):
+                return True
+            self.emit(Note(f"driver {self.drivers.holder(step)} {what}: waiting for it"))
+            while self.stop_reason is None and self.drivers.holder(step) not in (None, self.drivers.id):
+                if time.monotonic() >= self.deadline:
+                    self.stop_reason = "the study's --timeout was reached"
+                time.sleep(WAIT_S)
+                self._keep_up()
+                self.strategy.observe()
+                if done():
+                    return False
+        return False
 
     def _cancel_all(self, reason: str) -> None:
         """Cancel and record what still runs, waits for its accuracy part or for GPUs."""

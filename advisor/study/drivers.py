@@ -1,0 +1,179 @@
+"""Several drivers on one study: `advisor tune` started on several machines with the same
+``--storage`` (a shared database server) and study spreads one search over them.
+
+Each driver announces itself in a study attribute (``driver:<id>``: host, pid, hardware,
+a heartbeat renewed every ``BEAT_S`` seconds) and tags each trial it starts with its id
+(``DRIVER``). A trial left RUNNING by a driver that is gone (on this host: its process no
+longer exists; elsewhere: no heartbeat for ``GRACE_S`` seconds) is stale: any driver
+marks it failed, and its configuration runs again. One-off steps of the study (the
+baseline's extra seeds, the final confirmation) are claimed (``claim``) so that one
+driver does them while the others go on.
+
+The Optuna storage offers no compare-and-set; a claim is written, left to settle for
+``SETTLE_S`` and read back, so two drivers do one step twice only if they claim it within
+milliseconds of each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from advisor.core.errors import StudyError
+from advisor.core.events import Listener, Note
+from advisor.machine.hardware import fingerprint
+from advisor.study.storage import fail_stale
+
+if TYPE_CHECKING:
+    from advisor.study.plan import StudyPlan
+
+PREFIX = "driver:"  # study attribute: + a driver's id -> its record
+CLAIM = "claim:"  # study attribute: + a step's name -> the id of the driver doing it
+BEAT_S = 5.0  # how often a driver renews its heartbeat
+GRACE_S = 60.0  # a driver on another host is gone when its heartbeat is older than this
+SETTLE_S = 0.5  # how long a claim is left before it is read back
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A driver as its study attribute records it."""
+
+    id: str
+    host: str
+    pid: int
+    at: float  # its latest heartbeat (POSIX seconds)
+    hardware: str | None
+    stopped: bool = False
+
+    @classmethod
+    def of(cls, driver_id: str, record: Any) -> Peer | None:
+        if not isinstance(record, dict):
+            return None
+        return cls(driver_id, str(record.get("host", "")), int(record.get("pid", 0)), float(record.get("at", 0.0)),
+                   record.get("hardware"), bool(record.get("stopped")))
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return pid > 0
+
+
+class Drivers:
+    """This driver's presence in ``study`` and what it knows of the others.
+
+    Args:
+        study: the Optuna study; hardware: this machine's fingerprint (drivers of one study
+            must measure on the same hardware: every ratio is to one baseline).
+        clock: POSIX seconds (tests pass their own).
+    """
+
+    def __init__(self, study: Any, hardware: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.study, self.hardware, self.clock = study, hardware, clock
+        self.host = socket.gethostname()
+        self.id = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._beaten = -float("inf")
+        self.shared = False  # another live driver has been seen on this study
+
+    # ---- presence ---------------------------------------------------------------------
+    def beat(self, force: bool = False) -> bool:
+        """Renew the heartbeat when due (or ``force``); True when it was written."""
+        now = self.clock()
+        if not force and now - self._beaten < BEAT_S:
+            return False
+        self._beaten = now
+        self.study.set_user_attr(PREFIX + self.id, {"host": self.host, "pid": os.getpid(), "at": now,
+                                                    "hardware": self.hardware})
+        return True
+
+    def leave(self) -> None:
+        """Recorded as stopped (its RUNNING trials, if any, are stale at once)."""
+        self.study.set_user_attr(PREFIX + self.id, {"host": self.host, "pid": os.getpid(), "at": self.clock(),
+                                                    "hardware": self.hardware, "stopped": True})
+
+    def peers(self, attrs: dict[str, Any] | None = None) -> dict[str, Peer]:
+        """Every driver recorded on the study, by id (``attrs``: the study's, if read already)."""
+        attrs = self.study.user_attrs if attrs is None else attrs
+        found = (Peer.of(key[len(PREFIX):], value) for key, value in attrs.items() if key.startswith(PREFIX))
+        return {p.id: p for p in found if p is not None}
+
+    def alive(self, driver_id: str | None, peers: dict[str, Peer] | None = None) -> bool:
+        """Whether the driver ``driver_id`` still runs (this one does; None, from a version
+        before drivers were recorded, does not)."""
+        if driver_id == self.id:
+            return True
+        peer = (peers if peers is not None else self.peers()).get(driver_id or "")
+        if peer is None or peer.stopped:
+            return False
+        if peer.host == self.host:
+            return _process_exists(peer.pid) and self.clock() - peer.at < GRACE_S
+        return self.clock() - peer.at < GRACE_S
+
+    def others(self, peers: dict[str, Peer] | None = None) -> list[Peer]:
+        """The other drivers alive now."""
+        peers = self.peers() if peers is None else peers
+        live = [p for p in peers.values() if p.id != self.id and self.alive(p.id, peers)]
+        self.shared = self.shared or bool(live)
+        return live
+
+    def mismatched(self, peers: dict[str, Peer] | None = None) -> list[Peer]:
+        """Live drivers measuring on other hardware than this one."""
+        return [p for p in self.others(peers) if p.hardware and self.hardware and p.hardware != self.hardware]
+
+    # ---- one-off steps ----------------------------------------------------------------
+    def holder(self, step: str) -> str | None:
+        """The live driver doing ``step`` (None when nobody is)."""
+        attrs = self.study.user_attrs
+        holder = attrs.get(CLAIM + step)
+        return holder if isinstance(holder, str) and self.alive(holder, self.peers(attrs)) else None
+
+    def claim(self, step: str, sleep: Callable[[float], None] = time.sleep) -> bool:
+        """Take ``step`` unless a live driver holds it; True when this driver does it."""
+        holder = self.holder(step)
+        if holder is not None:
+            return holder == self.id
+        self.study.set_user_attr(CLAIM + step, self.id)
+        sleep(SETTLE_S)
+        return self.study.user_attrs.get(CLAIM + step) == self.id
+
+    def release(self, step: str) -> None:
+        """``step`` is done (or given up): nobody holds it."""
+        if self.study.user_attrs.get(CLAIM + step) == self.id:
+            self.study.set_user_attr(CLAIM + step, None)
+
+
+def hardware_id(fingerprint: dict[str, Any]) -> str:
+    """A short id of a hardware fingerprint (``advisor.machine.hardware.fingerprint``)."""
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def join_study(study: Any, storage: Any, plan: StudyPlan, on_event: Listener) -> Drivers:
+    """This driver joins ``study``: refused (StudyError, nothing written) while a live
+    driver measures it on other hardware; then announced, and the trials that gone
+    drivers left running marked failed."""
+    drivers = Drivers(study, hardware_id(fingerprint(plan.hardware)))
+    peers = drivers.peers()
+    for p in drivers.mismatched(peers):
+        raise StudyError(f"study {plan.study_name!r} in {plan.storage_url} is being run by driver {p.id} on "
+                         "different hardware; every ratio in a study is to one baseline, measured on one kind of "
+                         "machine: run the other drivers on the same hardware, or use --study NEW_NAME")
+    drivers.beat(force=True)
+    for number in fail_stale(study, storage, keep_probed=plan.options.two_stage,
+                             alive=lambda driver: drivers.alive(driver, peers)):
+        on_event(Note(f"trial {number} was left running by an earlier run: marked failed"))
+    live = drivers.others(peers)
+    if live:
+        on_event(Note(f"{len(live)} other driver(s) run this study ({', '.join(p.id for p in live)}): "
+                      f"its {plan.options.trials} trials are shared out"))
+    return drivers
