@@ -10,9 +10,8 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.objectives import Versus, pareto_front
-from advisor.core.stored import StoredStudy, TrialRecord, read_study
+from advisor.core.stored import StoredStudy, TrialRecord, read_trial
 from advisor.core.units import fmt_bytes, fmt_rate
-from advisor.study.storage import study_names
 
 VIEWS = ("front", "all", "failed")
 VIEW_TITLES = {"front": "Pareto front (feasible)", "all": "all trials", "failed": "failed and skipped trials"}
@@ -127,8 +126,26 @@ class Filters:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """What one read of the storage gave: the study (None until it exists), its rows, and
+    the filters the rows' front was marked with."""
+
+    study: StoredStudy | None
+    rows: list[TrialRow]
+    filters: Filters
+
+
 class StudyData:
-    """Trials of one study, reloaded from storage on demand."""
+    """Trials of one study, read from storage incrementally.
+
+    ``read()`` does the storage reads and builds new rows without touching what the
+    screen shows, so it can run in a worker thread (one at a time); ``apply()`` swaps its
+    result in. The Optuna study is opened once and kept: Optuna's cache then asks the
+    database only for the trials unfinished at the last read and those added since (a
+    finished trial cannot change), and a finished trial's record is built once. Filters,
+    views and sorting work on the rows in memory and never read storage.
+    """
 
     def __init__(self, storage: Any, name: str) -> None:
         self.storage, self.name = storage, name
@@ -136,35 +153,64 @@ class StudyData:
         self.attrs: dict[str, Any] = {}
         self.filters = Filters()
         self.study: StoredStudy | None = None
+        self._opened: tuple[Any, Any] | None = None  # (storage, optuna.Study) as last read
+        self._finished: dict[int, TrialRecord] = {}  # records of finished trials, by number
 
     def reload(self) -> None:
+        """Read and apply in the calling thread."""
+        self.apply(self.read())
+
+    def read(self) -> Loaded:
+        """Read what changed in storage and build the rows, the front marked with the
+        current filters. Touches nothing the screen shows."""
+        study = self._open()
+        if study is None:
+            return Loaded(None, [], self.filters)  # live: the study is created when Ray is up
+        records = []
+        for trial in study.get_trials(deepcopy=False):
+            record = self._finished.get(trial.number)
+            if record is None:
+                record = read_trial(trial)
+                if trial.state.is_finished():
+                    self._finished[trial.number] = record
+            records.append(record)
+        stored = StoredStudy(self.name, dict(study.user_attrs), records)
+        rows = [TrialRow(r, stored.versus_baseline(r), metric=stored.metric) for r in stored.records]
+        filters = self.filters
+        _mark_front(rows, stored, filters)
+        return Loaded(stored, rows, filters)
+
+    def _open(self) -> Any:
+        """The Optuna study, opened once per storage; None while it does not exist."""
         import optuna
 
-        if self.storage is None or self.name not in study_names(self.storage):
-            self.rows, self.attrs, self.study = [], {}, None  # live: the study is created when Ray is up
-            return
-        study = self.study = read_study(optuna.load_study(study_name=self.name, storage=self.storage))
-        self.attrs = dict(study.attrs)
-        self.rows = [TrialRow(r, study.versus_baseline(r), metric=study.metric) for r in study.records]
-        self._mark_front()
+        if self._opened is not None and self._opened[0] is self.storage:
+            return self._opened[1]
+        self._opened = None
+        self._finished.clear()
+        if self.storage is None:
+            return None
+        try:
+            self.storage.get_study_id_from_name(self.name)
+        except KeyError:
+            return None
+        study = optuna.load_study(study_name=self.name, storage=self.storage)
+        self._opened = (self.storage, study)
+        return study
+
+    def apply(self, loaded: Loaded) -> None:
+        """Show what ``read()`` gave (its front marked again if the filters changed meanwhile)."""
+        self.study, self.rows = loaded.study, loaded.rows
+        self.attrs = dict(loaded.study.attrs) if loaded.study is not None else {}
+        if loaded.filters != self.filters:
+            self._mark_front()
 
     @property
     def baseline(self) -> TrialRow | None:
         return next((r for r in self.rows if r.baseline and r.state == "complete"), None)
 
     def _mark_front(self) -> None:
-        """Non-dominated among the feasible completed trials that pass the filters, decided
-        as the stored front is (ratios to the baseline, confirmed where they were; the
-        metric's noise as epsilon)."""
-        pool = [r for r in self.rows if r.state == "complete" and r.feasible and self.filters.keep(r)]
-        study = self.study
-        if study is None:
-            front: set[int] = set()
-        else:
-            relative = {r.number: study.relative_figures(r.record) for r in pool}
-            front = {r.number for r in pareto_front(pool, lambda r: relative[r.number], study.epsilon)}
-        for row in self.rows:
-            row.on_front = row.number in front
+        _mark_front(self.rows, self.study, self.filters)
 
     def set_filters(self, filters: Filters) -> None:
         self.filters = filters
@@ -186,6 +232,20 @@ class StudyData:
                 "skipped": states.count("skipped"), "running": states.count("running"),
                 "front": sum(r.on_front for r in self.rows),
                 "infeasible": sum(1 for r in self.rows if r.state == "complete" and not r.feasible)}
+
+
+def _mark_front(rows: list[TrialRow], study: StoredStudy | None, filters: Filters) -> None:
+    """Non-dominated among the feasible completed trials that pass the filters, decided
+    as the stored front is (ratios to the baseline, confirmed where they were; the
+    metric's noise as epsilon)."""
+    pool = [r for r in rows if r.state == "complete" and r.feasible and filters.keep(r)]
+    if study is None:
+        front: set[int] = set()
+    else:
+        relative = {r.number: study.relative_figures(r.record) for r in pool}
+        front = {r.number for r in pareto_front(pool, lambda r: relative[r.number], study.epsilon)}
+    for row in rows:
+        row.on_front = row.number in front
 
 
 def _sort_key(row: TrialRow, key: str) -> Any:

@@ -14,6 +14,7 @@ from advisor.tui import make_app
 from advisor.tui.screens import FilterScreen, HelpScreen, MainScreen, StudyListScreen
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
+from explorer_pilot import loaded
 from recorded_study import NAME, write_recorded_study
 
 
@@ -35,7 +36,7 @@ def _detail_text(app) -> str:
 async def test_rows_move_and_detail_follows(url, tmp_path):
     app = make_app(url, export_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         assert isinstance(app.screen, MainScreen)
         table = _table(app)
         assert table.row_count == 7 and table.selected == 0
@@ -51,7 +52,7 @@ async def test_rows_move_and_detail_follows(url, tmp_path):
 async def test_plot_axes_switch_and_never_coincide(url):
     app = make_app(url)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         screen = app.screen
         assert (screen.x_axis, screen.y_axis) == ("throughput", "memory")
         await pilot.press("y")
@@ -73,7 +74,7 @@ async def test_plot_axes_switch_and_never_coincide(url):
 async def test_views_toggle_to_all_and_failed(url):
     app = make_app(url)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         await pilot.press("v")
         assert _table(app).row_count == 11
         await pilot.press("v")
@@ -90,7 +91,7 @@ async def test_views_toggle_to_all_and_failed(url):
 async def test_sort_and_reverse(url):
     app = make_app(url)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         await pilot.press("s", "r")  # throughput, descending
         await pilot.pause()
         table = _table(app)
@@ -102,7 +103,7 @@ async def test_sort_and_reverse(url):
 async def test_filter_dialog_applies_validates_and_clears(url):
     app = make_app(url)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         await pilot.press("f")
         await pilot.pause()
         assert isinstance(app.screen, FilterScreen)
@@ -128,7 +129,7 @@ async def test_filter_dialog_applies_validates_and_clears(url):
 async def test_export_writes_a_loadable_config(url, tmp_path):
     app = make_app(url, export_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         await pilot.press("down", "down", "e")
         await pilot.pause()
         path = tmp_path / f"{NAME}-trial2.yaml"
@@ -145,7 +146,7 @@ async def test_export_writes_a_loadable_config(url, tmp_path):
 async def test_help_lists_every_key(url):
     app = make_app(url)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
@@ -167,7 +168,7 @@ async def test_several_studies_open_a_list(url, tmp_path):
     write_recorded_study(url, name="second")
     app = make_app(url)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         assert isinstance(app.screen, StudyListScreen)
         await pilot.press("down", "enter")
         await pilot.pause()
@@ -193,7 +194,7 @@ async def test_a_study_written_by_the_first_version_opens_without_migration(tmp_
     write_recorded_study(url, old_format=True)
     app = make_app(url, export_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        await loaded(pilot)
         await pilot.press("down", "down")
         await pilot.pause()
         assert _table(app).row_count == 7

@@ -8,6 +8,7 @@ import pytest
 
 from advisor.tui import make_app
 
+from explorer_pilot import loaded
 from recorded_study import write_recorded_study
 
 SIZES = [(80, 24), (120, 40)]
@@ -22,14 +23,14 @@ def app(tmp_path):
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_main_screen(app, size, snap_compare):
-    assert snap_compare(app, terminal_size=size, press=["down", "down", "_"])
+    assert snap_compare(app, terminal_size=size, press=["down", "down", "_"], run_before=loaded)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_failed_trials_view(app, size, snap_compare):
-    assert snap_compare(app, terminal_size=size, press=["v", "v", "_"])
+    assert snap_compare(app, terminal_size=size, press=["v", "v", "_"], run_before=loaded)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_help_screen(app, size, snap_compare):
-    assert snap_compare(app, terminal_size=size, press=["question_mark", "_"])
+    assert snap_compare(app, terminal_size=size, press=["question_mark", "_"], run_before=loaded)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
+from textual.worker import Worker, WorkerState
 
 from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Paired, Skipped, Started, Stopped
 from advisor.core.metric import ACCURACY
-from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, StudyData
+from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, Loaded, StudyData
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
 
@@ -49,6 +50,8 @@ class MainScreen(Screen[None]):
         self.view, self.sort, self.reverse = "front", "trial", False
         self.x_axis, self.y_axis = "throughput", "memory"
         self.selected: int | None = None
+        self.loading = False  # a read of the storage is in flight (in a worker thread)
+        self._again = False  # something changed during that read: read once more after it
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -67,6 +70,7 @@ class MainScreen(Screen[None]):
         if live is not None:
             self.query_one("#live").remove_class("hidden")
             self.query_one("#progress", ProgressBar).update(total=live.total, progress=0)
+        self.query_one("#status", Static).update(f"[b]{self.data.name}[/b] · reading the study…")
         self.refresh_data()
         self.query_one(TrialTable).focus()
 
@@ -75,8 +79,31 @@ class MainScreen(Screen[None]):
 
     # ---- data ------------------------------------------------------------------------
     def refresh_data(self) -> None:
-        self.data.reload()
-        self.render_view()
+        """Read what changed in storage, in a worker thread; the screen updates when it is
+        in. Requests during a read are coalesced into one more read after it."""
+        if self.loading:
+            self._again = True
+            return
+        self.loading, self._again = True, False
+        self._read()
+
+    @work(thread=True, group="load", exit_on_error=False)
+    def _read(self) -> Loaded:
+        return self.data.read()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group != "load" or not worker.is_finished:
+            return
+        self.loading = False
+        if event.state == WorkerState.SUCCESS and isinstance(worker.result, Loaded):
+            self.data.apply(worker.result)
+            self.render_view()
+        elif event.state == WorkerState.ERROR:
+            self.notify(f"{type(worker.error).__name__}: {worker.error}", title="storage not read",
+                        severity="error", timeout=8)
+        if self._again:
+            self.refresh_data()
 
     def render_view(self) -> None:
         rows = self.data.view(self.view, self.sort, self.reverse)

@@ -1,0 +1,61 @@
+"""Helpers for driving the explorer in tests: wait until its storage reads are in, and
+count the calls that reach a real storage."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+# the RDBStorage methods besides the public ones that go to the database
+_PRIVATE_READS = ("_get_trials", "_create_new_trial", "_set_trial_param", "_get_best_trial_id")
+
+
+async def loaded(pilot: Any, timeout: float = 30.0) -> None:
+    """Wait until the main screen's reads (worker threads) are in and shown."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        if not getattr(pilot.app.screen, "loading", False):
+            return
+        assert time.monotonic() < deadline, "the explorer's read did not finish"
+        await asyncio.sleep(0.02)
+
+
+class StorageCalls:
+    """Wraps a real storage's methods on the instance (Optuna still sees the RDBStorage it
+    is, its cache included) and records each call that reaches it: the method, the thread
+    it ran in, and how many trials a trial read returned."""
+
+    def __init__(self, storage: Any) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.trials_read = 0
+        for name in dir(type(storage)):
+            if name.startswith("__") or (name.startswith("_") and name not in _PRIVATE_READS):
+                continue
+            method = getattr(storage, name)
+            if callable(method):
+                setattr(storage, name, self._wrap(name, method))
+
+    def _wrap(self, name: str, method: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, threading.get_ident()))
+            result = method(*args, **kwargs)
+            if name in ("_get_trials", "get_all_trials"):
+                self.trials_read += len(result)
+            elif name == "get_trial":
+                self.trials_read += 1
+            return result
+
+        return counted
+
+    def names(self) -> Counter[str]:
+        return Counter(name for name, _ in self.calls)
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.trials_read = 0
