@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from explorer_pilot import loaded
 
 import advisor
 from advisor.cli.main import main
@@ -14,7 +15,6 @@ from advisor.tui import make_app
 from advisor.tui.screens import FilterScreen, HelpScreen, MainScreen, StudyListScreen
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
-from explorer_pilot import loaded
 from recorded_study import NAME, write_recorded_study
 
 

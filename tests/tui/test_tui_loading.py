@@ -11,6 +11,7 @@ import time
 
 import optuna
 import pytest
+from explorer_pilot import StorageCalls, loaded
 
 from advisor.core.events import Cancelled, Started
 from advisor.study import storage as st
@@ -18,7 +19,6 @@ from advisor.tui import make_app
 from advisor.tui.data import Filters, StudyData
 from advisor.tui.widgets import TrialTable
 
-from explorer_pilot import StorageCalls, loaded
 from recorded_study import NAME, add_probed_trial, write_recorded_study
 
 MiB = 2**20

@@ -5,10 +5,10 @@ Update after an intended change: pytest tests/tui/test_tui_snapshots.py --snapsh
 from __future__ import annotations
 
 import pytest
+from explorer_pilot import loaded
 
 from advisor.tui import make_app
 
-from explorer_pilot import loaded
 from recorded_study import write_recorded_study
 
 SIZES = [(80, 24), (120, 40)]
