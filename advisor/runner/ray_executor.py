@@ -215,10 +215,12 @@ def _remote(resources: dict[str, float]) -> Any:
 
 def _cold_trial_task(payload: TrialPayload) -> TrialResult:
     from advisor.trial.entry import run_trial
+    from advisor.trial.output import LOG_BYTES, captured_here, trial_log_path, with_output
 
-    result = run_trial(payload)
+    with captured_here(trial_log_path(), LOG_BYTES) as output:  # the worker's stdout and stderr, while it runs
+        result = run_trial(payload)
     result.telemetry["trial_process"] = "ray_worker"
-    return result
+    return with_output(result, output.summary())
 
 
 def _warm_trial_task(payload: TrialPayload) -> TrialResult:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
+from advisor.trial.output import redirect_into, trial_drain, with_output
 from advisor.trial.process import adopt_environment, describe_exit, die_with_parent, mark_forked
 
 # Imported by the fork server whatever the workload imports (torch._dynamo: every torch
@@ -139,24 +140,35 @@ def run_forked(payload: TrialPayload) -> TrialResult:
 
 
 def _run_in(ctx: Any, payload: TrialPayload) -> TrialResult | str:
+    """Run the trial in a process of ``ctx``; its stdout and stderr go to a drain here
+    (advisor/trial/output.py), whose summary the result carries."""
+    from multiprocessing.connection import Connection
+
     receive, send = ctx.Pipe(duplex=False)
+    drain = trial_drain()
+    output = Connection(os.dup(drain.write_fd), readable=False)  # passed to the child as send is
     submitted = time.perf_counter()
     forked = ctx.get_start_method() != "spawn"
-    process = ctx.Process(target=_child, args=(payload, dict(os.environ), os.getcwd(), submitted, send, forked),
-                          name="advisor-trial", daemon=False)
-    with _bare_main():
-        process.start()
-    send.close()
+    process = ctx.Process(target=_child, args=(payload, dict(os.environ), os.getcwd(), submitted, send, forked,
+                                               output), name="advisor-trial", daemon=False)
+    try:
+        with _bare_main():
+            process.start()
+    finally:
+        send.close()
+        output.close()
+        drain.close_writer()
     try:
         result: TrialResult | str | None = receive.recv()
     except EOFError:
         result = None
     finally:
         receive.close()
-    process.join()
+        process.join()
+        summary = drain.finish()
     if result is None:
-        return TrialResult.failed("crash", f"the trial process died ({describe_exit(process.exitcode)})")
-    return result
+        result = TrialResult.failed("crash", f"the trial process died ({describe_exit(process.exitcode)})")
+    return with_output(result, summary) if isinstance(result, TrialResult) else result
 
 
 @contextlib.contextmanager
@@ -173,8 +185,11 @@ def _bare_main() -> Iterator[None]:
 
 
 def _child(payload: TrialPayload, environ: dict[str, str], cwd: str, submitted: float, conn: Any,
-           forked: bool) -> None:
-    """The trial process: made to die with the fork server, given the task's environment."""
+           forked: bool, output: Any) -> None:
+    """The trial process: made to die with the fork server, given the task's environment,
+    its stdout and stderr into ``output`` (the write end of the supervisor's drain)."""
+    redirect_into(output.fileno())
+    output.close()
     die_with_parent()
     mark_forked(forked)  # a spawned fallback (CUDA) must not fork ranks from itself
     adopt_environment(environ)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
+from advisor.trial.output import OutputDrain, describe_tail, redirect_into, trial_drain
 from advisor.trial.process import adopt_environment, die_with_parent, forked_trial
 from advisor.trial.single import run_in_this_process
 
@@ -37,7 +38,7 @@ def run_ranks(payload: TrialPayload, world: int, poll_s: float = 0.05) -> TrialR
     with tempfile.TemporaryDirectory(prefix="advisor-ranks-") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
-        procs = _launch(directory, world, payload.settings.device)
+        procs, drains = _launch(directory, world, payload.settings.device)
         try:
             failed = _supervise(procs, poll_s)
         finally:
@@ -46,41 +47,46 @@ def run_ranks(payload: TrialPayload, world: int, poll_s: float = 0.05) -> TrialR
                     p.kill()
             for p in procs:
                 p.wait()
+            outputs = [d.finish() for d in drains]
         results = [_read(directory, rank) for rank in range(world)]
         if failed is not None and all(r is not None and r.ok for r in results):
             failed = None  # every rank measured and wrote its result; it died while exiting
         if failed is not None:
             rank = _root_cause(failed, procs, results)
-            return _failure(directory, rank, procs[rank].returncode, results[rank])
+            return _failure(rank, procs[rank].returncode, results[rank], outputs[rank])
         missing = [r for r, res in enumerate(results) if res is None]
         if missing:
-            return TrialResult.failed("crash", f"rank {missing[0]} exited without a result\n{_log_tail(directory, missing[0])}")
+            return TrialResult.failed("crash", f"rank {missing[0]} exited without a result\n"
+                                               f"{describe_tail(outputs[missing[0]])}")
     result = _aggregate([res for res in results if res is not None])
+    result.telemetry["rank_output"] = [{"rank": r, "bytes": o["bytes"], "log": o["log"]} for r, o in enumerate(outputs)]
     # Starting the rank processes (interpreter, imports) and tearing them down.
     result.phase_s["launch"] = time.perf_counter() - started - result.phase_s.pop("rank", 0.0)
     return result
 
 
-def _launch(directory: Path, world: int, device: str) -> list[Any]:
+def _launch(directory: Path, world: int, device: str) -> tuple[list[Any], list[OutputDrain]]:
+    """Start the ranks, each with its stdout and stderr drained here into a bounded log."""
     port = _free_port()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    procs = []
+    procs: list[Any] = []
+    drains: list[OutputDrain] = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    ADVISOR_SUPERVISOR_PID=str(os.getpid()))
         if device == "cpu":  # the cores are split between the ranks (the threads knob overrides)
             env["OMP_NUM_THREADS"] = str(max(1, cores // world))
-        log = open(directory / f"rank-{rank}.log", "wb")
+        drains.append(trial_drain(f"rank{rank}"))
         try:
             if forked_trial():  # torch is imported already: the rank starts as a fork of this process
-                procs.append(_ForkedRank(directory, env, log.fileno()))
+                procs.append(_ForkedRank(directory, env, drains[-1].write_fd))
             else:
                 procs.append(subprocess.Popen([sys.executable, "-m", "advisor.trial.ranks", str(directory)],
-                                              env=env, stdout=log, stderr=subprocess.STDOUT))
+                                              env=env, stdout=drains[-1].write_fd, stderr=subprocess.STDOUT))
         finally:
-            log.close()
-    return procs
+            drains[-1].close_writer()
+    return procs, drains
 
 
 class _ForkedRank:
@@ -95,8 +101,7 @@ class _ForkedRank:
         if self.pid == 0:
             code = 1
             try:
-                os.dup2(log_fd, 1)
-                os.dup2(log_fd, 2)
+                redirect_into(log_fd)
                 adopt_environment(env)  # with this rank's share of the cores
                 code = main(str(directory))
             finally:
@@ -153,7 +158,7 @@ def _root_cause(failed: list[int], procs: list[Any], results: list[TrialResult |
     return failed[0]
 
 
-def _failure(directory: Path, rank: int, code: int | None, result: TrialResult | None) -> TrialResult:
+def _failure(rank: int, code: int | None, result: TrialResult | None, output: dict[str, Any]) -> TrialResult:
     if result is not None and not result.ok:  # the rank caught it: oom, error, unsupported, ...
         return TrialResult.failed(result.failure_class or "error", f"rank {rank}: {result.failure_message}",
                                   phase_s=result.phase_s)
@@ -161,7 +166,7 @@ def _failure(directory: Path, rank: int, code: int | None, result: TrialResult |
         how = f"was killed by {signal.Signals(-code).name}"
     else:
         how = f"exited with status {code}"
-    return TrialResult.failed("crash", f"rank {rank} {how}; the other ranks were stopped\n{_log_tail(directory, rank)}")
+    return TrialResult.failed("crash", f"rank {rank} {how}; the other ranks were stopped\n{describe_tail(output)}")
 
 
 def _aggregate(results: list[TrialResult]) -> TrialResult:
@@ -179,14 +184,6 @@ def _read(directory: Path, rank: int) -> TrialResult | None:
         return TrialResult.from_dict(json.loads((directory / f"rank-{rank}.json").read_text()))
     except (OSError, ValueError):
         return None
-
-
-def _log_tail(directory: Path, rank: int, lines: int = 12) -> str:
-    try:
-        text = (directory / f"rank-{rank}.log").read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def _free_port() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from advisor.core.drain import captured_here
 from advisor.core.errors import WorkloadError
 from advisor.workload.contract import (
     Workload,
@@ -24,8 +25,24 @@ def preflight(workload: Workload) -> dict[str, Any]:
 
     Builds the model and datasets, collates two training samples, runs forward, loss,
     backward, an optimizer step and the metric. Returns facts about the workload
-    (dataset sizes, parameter count). Raises WorkloadError on any violation.
+    (dataset sizes, parameter count). Raises WorkloadError on any violation, with the
+    end of what model.py printed. What model.py prints meanwhile is not shown (a model.py
+    printing megabytes per step would flood the console before the first trial).
     """
+    with captured_here(None) as output:
+        try:
+            return _preflight(workload)
+        except WorkloadError as exc:
+            failure = exc
+    summary = output.summary()
+    if summary["tail"]:
+        tail = "\n".join(summary["tail"][-2000:].splitlines()[-20:])
+        raise WorkloadError(f"{failure}\nmodel.py's output ended with ({summary['bytes']:,} bytes in all):\n"
+                            f"{tail}") from None
+    raise failure
+
+
+def _preflight(workload: Workload) -> dict[str, Any]:
     import torch
     from torch.utils.data import default_collate
 
