@@ -187,10 +187,10 @@ class Strategy:
             if frozen.number in self._final or frozen.number in self._asked:
                 continue
             record = read_trial(frozen)
-            if record.state == "waiting" or record.config is None and record.state == "running":
+            if record.state == "waiting":
                 continue
             key = record.config.key() if record.config is not None else None
-            if record.state == "running":
+            if record.state == "running":  # (without a configuration: just asked for; it may still be skipped)
                 self.others_running[record.number] = record
                 if key is not None:
                     self._seen.setdefault(key, record)

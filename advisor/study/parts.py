@@ -45,8 +45,14 @@ class Parts:
     def in_flight(self) -> int:
         """Configurations started and not yet stored: running, or probed and waiting, here
         or (as far as ``Strategy.observe`` last saw) on another driver."""
-        mine = set(self.slots.running) | set(self.queue.waiting if self.queue is not None else ())
-        return len(mine | set(self.strategy.others_running))
+        return len(self._here() | set(self.strategy.others_running))
+
+    def in_flight_here(self) -> int:
+        """Configurations this driver started and has not stored yet."""
+        return len(self._here())
+
+    def _here(self) -> set[int]:
+        return set(self.slots.running) | set(self.queue.waiting if self.queue is not None else ())
 
     # ---- submitting -------------------------------------------------------------------
     def submit(self, proposal: Proposal) -> None:

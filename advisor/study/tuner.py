@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Listener, Note, Started, TimeoutSet, ignore
+from advisor.core.results import TrialResult
 from advisor.core.stored import ACCURACY_NOISE, WALL, TrialRecord
 from advisor.runner.executor import Executor
 from advisor.search.strategy import Proposal, Strategy
@@ -252,6 +253,7 @@ class Tuner:
         accuracy run when enough probed configurations wait to choose among (or no probe
         can start), else a new configuration's probe while the budget allows."""
         while self.slots.free and time.monotonic() < self.deadline:
+            self.strategy.observe()  # what other drivers on the study stored or started meanwhile
             can_probe = self.parts.done + self.parts.in_flight() < self.options.trials
             w = None
             if self.queue is not None:
@@ -272,9 +274,25 @@ class Tuner:
                     self.pending = proposal  # wait until enough GPUs are free for it
                     return
                 self.pending = None
+                if not self._fits_the_budget(proposal):
+                    return
                 self.parts.submit(proposal)
             else:
                 return
+
+    def _fits_the_budget(self, proposal: Proposal) -> bool:
+        """Whether ``proposal``, now numbered, is within ``--trials``: the trials stored that
+        count, this driver's others in flight and other drivers' trials started before it
+        (lower numbers) leave room. Two drivers taking the last trial at once: the lower
+        number runs, the other is stored as cancelled (not counted)."""
+        self.strategy.observe()
+        mine = self.parts.in_flight_here()
+        before = sum(1 for n in self.strategy.others_running if n < proposal.number)
+        if self.parts.done + mine + before < self.options.trials:
+            return True
+        self.strategy.tell(proposal.number, TrialResult.failed(
+            "cancelled", "cancelled: other drivers on the study took its last trials"), 0.0)
+        return False
 
     # ---- other drivers on the study (advisor.study.drivers) ---------------------------
     def _keep_up(self) -> None:
@@ -284,6 +302,7 @@ class Tuner:
         if not self.drivers.beat():
             return
         peers = self.drivers.peers()
+        self.drivers.others(peers)  # notices a driver that joined since
         for number in stores.fail_stale(self.strategy.study, self.storage, keep_probed=False,
                                         alive=lambda driver: self.drivers.alive(driver, peers)):
             self.emit(Note(f"trial {number}: the driver running it is gone; marked failed, its configuration "

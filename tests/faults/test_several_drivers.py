@@ -1,0 +1,118 @@
+"""Several `advisor tune` processes on one study (as on machines that share a database but
+no Ray cluster): the baseline runs once, each configuration is measured once, ``--trials``
+is the study's total, and killing one driver leaves the other finishing the study.
+
+Each driver has its own embedded Ray (ADVISOR_RAY_DIR), as on separate machines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import optuna
+import pytest
+
+from conftest import EXAMPLES
+
+pytestmark = pytest.mark.ray
+
+STUDY = "two-drivers"
+TRIALS = 8
+
+
+def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    state = tempfile.mkdtemp(prefix="adv2-")
+    env = {**os.environ, "ADVISOR_RAY_DIR": state}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    log = open(workdir / f"driver-{os.path.basename(state)}.log", "w")  # noqa: SIM115 - closed with the test's tmp dir
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "tune", str(EXAMPLES / "digits_mlp.py"), "--space",
+                             "eager", "--train-samples", "300", "--trials", str(TRIALS), "--study", STUDY,
+                             "--storage", storage, "--no-tui", *extra],
+                            cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return proc, state
+
+
+def _end(proc: subprocess.Popen, state: str) -> None:
+    proc.kill()
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # its embedded Ray outlives a killed driver
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if state.encode() in fh.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _trials(storage: str) -> list:
+    try:
+        return optuna.load_study(study_name=STUDY, storage=storage).get_trials()
+    except KeyError:  # not created yet
+        return []
+
+
+def _check_the_study(storage: str) -> list:
+    """The study's invariants across drivers; its trials."""
+    trials = _trials(storage)
+    measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
+    keys = [t.user_attrs["config_key"] for t in measured]
+    assert len(keys) == len(set(keys)) == TRIALS, keys  # the total across drivers, each configuration once
+    assert sum(1 for t in trials if t.user_attrs.get("baseline") and t.state.name == "COMPLETE") == 1
+    assert not [t.number for t in trials if t.state.name == "RUNNING"]
+    return trials
+
+
+@pytest.mark.timeout(600)
+def test_two_drivers_share_one_study(workdir):
+    storage = f"sqlite:///{workdir / 'shared.db'}"
+    a = _driver(workdir, storage)
+    b = _driver(workdir, storage)
+    try:
+        assert a[0].wait(timeout=540) == 0
+        assert b[0].wait(timeout=60) == 0
+    finally:
+        _end(*a)
+        _end(*b)
+    logs = {p.name: p.read_text() for p in workdir.glob("driver-*.log")}
+    trials = _check_the_study(storage)
+    by_driver = {}
+    for t in trials:
+        if "config" in t.user_attrs and t.state.name in ("COMPLETE", "PRUNED"):
+            by_driver.setdefault(t.user_attrs["driver"], []).append(t.number)
+    assert len(by_driver) == 2, by_driver  # both measured trials
+    study = optuna.load_study(study_name=STUDY, storage=storage)
+    noise = study.user_attrs["accuracy_noise"]
+    assert len(noise["seeds"]) == 3  # measured once, by one driver
+    assert sum("waiting for it" in text for text in logs.values()) >= 1, logs  # the other waited for the baseline
+
+
+@pytest.mark.timeout(600)
+def test_killing_one_driver_leaves_the_other_finishing_the_study(workdir):
+    storage = f"sqlite:///{workdir / 'shared.db'}"
+    a = _driver(workdir, storage)
+    b = _driver(workdir, storage)
+    try:
+        deadline = time.monotonic() + 300
+        victim = None
+        while victim is None and time.monotonic() < deadline:  # a driver with a trial running after the baseline
+            for t in _trials(storage):
+                if t.state.name == "RUNNING" and "config" in t.user_attrs and not t.user_attrs.get("baseline"):
+                    driver = t.user_attrs["driver"]
+                    victim = next((d for d in (a, b) if driver.split(":")[-2] == str(d[0].pid)), None)
+            time.sleep(0.1)
+        assert victim is not None, "no trial ran after the baseline"
+        survivor = b if victim is a else a
+        victim[0].send_signal(signal.SIGKILL)
+        victim[0].wait(timeout=30)
+        _end(*victim)
+        assert survivor[0].wait(timeout=480) == 0
+    finally:
+        _end(*a)
+        _end(*b)
+    trials = _check_the_study(storage)
+    killed = str(victim[0].pid)
+    interrupted = [t for t in trials if t.user_attrs.get("failure_class") == "interrupted"]
+    assert interrupted and all(t.user_attrs["driver"].split(":")[-2] == killed for t in interrupted)

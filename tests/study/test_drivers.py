@@ -1,0 +1,134 @@
+"""Several drivers on one study (advisor.study.drivers): who is alive, claims, and which
+RUNNING trials are stale — on a real SQLite study, with real processes for the pids."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from advisor.core.stored import DRIVER
+from advisor.study import drivers as drv
+from advisor.study.drivers import Drivers
+from advisor.study.storage import fail_stale
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def study(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+
+
+def _record(study, driver_id: str, host: str, pid: int, at: float, stopped: bool = False) -> None:
+    study.set_user_attr(drv.PREFIX + driver_id, {"host": host, "pid": pid, "at": at, "hardware": "h",
+                                                 "stopped": stopped})
+
+
+def test_who_is_alive(study):
+    clock = Clock()
+    me = Drivers(study, "h", clock=clock)
+    me.beat(force=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        _record(study, "here-live", me.host, sleeper.pid, clock.now)
+        _record(study, "here-dead", me.host, dead.pid, clock.now)  # its process is gone: at once
+        _record(study, "there-fresh", "elsewhere", 1, clock.now - drv.GRACE_S + 1)
+        _record(study, "there-old", "elsewhere", 1, clock.now - drv.GRACE_S - 1)
+        _record(study, "stopped", "elsewhere", 1, clock.now, stopped=True)
+        peers = me.peers()
+        assert {p: me.alive(p, peers) for p in peers} == {
+            me.id: True, "here-live": True, "here-dead": False, "there-fresh": True, "there-old": False,
+            "stopped": False}
+        assert me.alive(None) is False  # a trial from before drivers were recorded
+        assert sorted(p.id for p in me.others()) == ["here-live", "there-fresh"] and me.shared
+        clock.now += drv.GRACE_S  # no heartbeat from anyone since
+        assert me.alive(me.id) and not me.alive("here-live") and not me.alive("there-fresh")
+    finally:
+        sleeper.kill()
+
+
+def test_the_heartbeat_is_written_when_due(study):
+    clock = Clock()
+    me = Drivers(study, "h", clock=clock)
+    assert me.beat(force=True)
+    assert not me.beat()
+    clock.now += drv.BEAT_S
+    assert me.beat()
+    assert study.user_attrs[drv.PREFIX + me.id]["at"] == clock.now
+    me.leave()
+    assert Drivers(study, "h", clock=clock).alive(me.id) is False
+
+
+def test_one_driver_holds_a_step_until_it_releases_it_or_is_gone(study):
+    clock = Clock()
+    a, b = Drivers(study, "h", clock=clock), Drivers(study, "h", clock=clock)
+    a.beat(force=True)
+    b.beat(force=True)
+    assert a.claim("baseline", sleep=lambda s: None)
+    assert not b.claim("baseline", sleep=lambda s: None) and b.holder("baseline") == a.id
+    assert a.claim("baseline", sleep=lambda s: None)  # its own: still its
+    a.release("baseline")
+    assert b.holder("baseline") is None and b.claim("baseline", sleep=lambda s: None)
+    a.claim("confirm", sleep=lambda s: None)
+    a.leave()  # gone without releasing it: the step is free again
+    assert b.holder("confirm") is None and b.claim("confirm", sleep=lambda s: None)
+
+
+def test_a_claim_written_by_another_driver_meanwhile_is_lost(study):
+    a, b = Drivers(study, "h"), Drivers(study, "h")
+    a.beat(force=True)
+    b.beat(force=True)
+
+    def b_claims_too(seconds):  # b writes its claim while a's settles: the later write wins
+        study.set_user_attr(drv.CLAIM + "confirm", b.id)
+
+    assert not a.claim("confirm", sleep=b_claims_too)
+    assert b.claim("confirm", sleep=lambda s: None)
+
+
+def test_stale_trials_are_those_of_gone_drivers(study, tmp_path):
+    clock = Clock()
+    me = Drivers(study, "h", clock=clock)
+    me.beat(force=True)
+    _record(study, "gone", "elsewhere", 1, clock.now - drv.GRACE_S - 1)
+    _record(study, "live", "elsewhere", 1, clock.now)
+    trials = {}
+    for name in ("mine", "gone", "live", None):
+        t = study.ask()
+        if name is not None:
+            t.set_user_attr(DRIVER, me.id if name == "mine" else name)
+        trials[name] = t.number
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 's.db'}")
+    peers = me.peers()
+    failed = fail_stale(study, storage, alive=lambda d: me.alive(d, peers))
+    assert failed == [trials["gone"]]  # the untagged one was just asked for: left alone
+    assert fail_stale(study, storage, alive=lambda d: me.alive(d, peers), young_s=0.0) == [trials[None]]
+    states = {n: study.trials[n].state.name for n in trials.values()}
+    assert states == {trials["mine"]: "RUNNING", trials["live"]: "RUNNING", trials["gone"]: "FAIL",
+                      trials[None]: "FAIL"}
+    assert study.trials[trials["gone"]].user_attrs["failure_class"] == "interrupted"
+
+
+def test_a_driver_is_not_alive_once_its_process_is_gone(study):
+    """The same host: a killed driver's trials are stale at once (no grace period)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    me = Drivers(study, "h")
+    _record(study, "child", me.host, child.pid, me.clock())
+    assert me.alive("child")
+    child.kill()
+    child.wait()
+    assert not me.alive("child")
+    assert os.getpid() != child.pid
