@@ -32,6 +32,7 @@ _PUBLIC = {
     "ConfigError": "advisor.core.errors",
     "SchedulerError": "advisor.core.errors",
     "SpaceError": "advisor.core.errors",
+    "StorageError": "advisor.core.errors",
     "StudyError": "advisor.core.errors",
     "TrialFailed": "advisor.core.errors",
     "UnsupportedError": "advisor.core.errors",
@@ -39,9 +40,9 @@ _PUBLIC = {
 }
 
 __all__ = [
-    "AdvisorError", "ConfigError", "Prepared", "SchedulerError", "SpaceError", "StudyError", "TrialConfig",
-    "TrialFailed", "TrialResult", "TuneResult", "UnsupportedError", "WorkloadError", "__version__", "apply",
-    "load_config", "tune",
+    "AdvisorError", "ConfigError", "Prepared", "SchedulerError", "SpaceError", "StorageError", "StudyError",
+    "TrialConfig", "TrialFailed", "TrialResult", "TuneResult", "UnsupportedError", "WorkloadError", "__version__",
+    "apply", "load_config", "tune",
 ]
 
 

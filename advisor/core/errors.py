@@ -3,7 +3,8 @@ traceback) to stderr and exits with its ``exit_code``:
 
 - 2: refused before anything ran (bad input: a flag, a file, model.py; or a storage or
   Ray cluster named by the user that cannot serve the command). Nothing is written.
-- 1: a failure at run time, after the study started (the baseline trial failed).
+- 1: a failure at run time, after the study started (the baseline trial failed, the
+  storage stopped answering).
 
 Failures of a configuration inside a trial are not exceptions: they are results
 (``TrialResult.failed``) with a failure class.
@@ -46,6 +47,15 @@ class ConfigError(AdvisorError):
 
 class StudyError(AdvisorError):
     """Raised for bad study arguments: storage URL, study name, trial numbers, options."""
+
+
+class StorageError(AdvisorError):
+    """Raised at run time when the study's storage stops serving it: the database server
+    stayed unreachable longer than the wait (``$ADVISOR_STORAGE_WAIT``, 60 s), or the disk
+    holding it is full. The study stops (running trials cancelled); what is stored stays
+    readable, and the same command resumes the study once the storage is back."""
+
+    exit_code = 1
 
 
 class SchedulerError(AdvisorError):

@@ -63,8 +63,11 @@ def check_storage(url: str, must_exist: bool = False) -> None:
     import sqlalchemy
 
     try:
-        with sqlalchemy.create_engine(url).connect():
+        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": 10} if url.startswith("postgresql")
+                                          else {})
+        with engine.connect():
             pass
+        engine.dispose()
     except (ImportError, sqlalchemy.exc.NoSuchModuleError) as exc:
         raise StudyError(f"storage {url!r} needs a database driver that is not installed "
                          f"({type(exc).__name__}: {first_line(exc)})") from None
@@ -96,10 +99,12 @@ def _check_sqlite(path: Path, url: str, timeout_s: float = 2.0) -> None:
 def open_storage(url: str, must_exist: bool = False) -> Any:
     """Open an Optuna storage after ``check_storage``.
 
-    ``sqlite:///path.db`` and other SQLAlchemy URLs open an RDBStorage; a path ending in
-    ``.log`` or ``.jsonl`` (or ``journal:PATH``) opens a JournalFileBackend.
+    ``sqlite:///path.db`` and other SQLAlchemy URLs open an RDBStorage that waits for a
+    database that restarts, and raises ``StorageError`` when it stays unreachable or its
+    disk is full (``advisor.study.storage_guard``); a path ending in ``.log`` or ``.jsonl``
+    (or ``journal:PATH``) opens a JournalFileBackend.
     """
-    import optuna
+    from advisor.study.storage_guard import open_guarded
 
     check_storage(url, must_exist)
     journal = _journal_path(url)
@@ -110,11 +115,12 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
     sqlite = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
     new = sqlite is not None and not sqlite.exists()
     try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}}
-                                             if url.startswith("sqlite") else None)
+        storage = open_guarded(url)  # waits for a database that restarts (advisor.study.storage_guard)
+    except StudyError:
+        raise
     except Exception as exc:
         raise StudyError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {first_line(exc)}") from None
-    if new and sqlite.exists():
+    if new and sqlite is not None and sqlite.exists():
         os.chmod(sqlite, 0o600)  # studies may name private paths: readable by the user only
     return storage
 

@@ -35,8 +35,10 @@ CASES = {
     "not a database": (_garbage, "is not a usable SQLite database"),
     "journal in a missing directory": (lambda tmp: "journal:nowhere/j.log", "does not exist"),
     "not a URL": (lambda tmp: "advisor.db", "is not a storage URL"),
-    "RDB without its driver": (lambda tmp: "postgresql://nobody@127.0.0.1:9/advisor",
+    "RDB without its driver": (lambda tmp: "mysql+mysqldb://nobody@127.0.0.1:9/advisor",
                                "needs a database driver that is not installed"),
+    "RDB server not listening": (lambda tmp: "postgresql+psycopg://nobody@127.0.0.1:9/advisor",
+                                 "cannot be reached: OperationalError"),
 }
 
 

@@ -1,0 +1,123 @@
+"""A study on a real PostgreSQL server (tests/pg_server.py: a throwaway cluster on
+127.0.0.1), end to end, while the server restarts. A restart shorter than the wait is ridden out: the
+driver says it waits, reconnects and the study goes on. An outage longer than the wait
+($ADVISOR_STORAGE_WAIT) stops the study with a clear message (exit status 1, running trials
+cancelled); once the server is back, the same command resumes the study, which reaches
+its total with every configuration measured once and no trial created twice; `advisor
+export` reads it there."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import optuna
+import pytest
+
+from advisor.cli.main import main
+from advisor.study.storage_guard import TOKEN
+
+from conftest import EXAMPLES
+from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.ray
+
+STUDY = "digits_mlp-bs"
+SPACE = "batch_size: {choices: [16, 32, 64, 128]}\nthreads: {choices: [1, 2]}\n"
+
+
+def _args(space, url: str, trials: int) -> list[str]:
+    return ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", str(space), "--train-samples", "300",
+            "--storage", url, "--trials", str(trials), "--no-tui"]
+
+
+def _finished(url: str) -> int:
+    """Trials stored as complete or pruned (0 while the server or the study is not there)."""
+    try:
+        trials = optuna.load_study(study_name=STUDY, storage=url).trials
+    except (KeyError, optuna.exceptions.StorageInternalError):  # no study yet, or the server is down
+        return 0
+    return sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
+
+
+def _kill_processes_of(state_dir: str) -> None:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if state_dir.encode() in fh.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@pytest.mark.timeout(420)
+def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resumes(ray_session, pg_server, pg_database,  # noqa: F811
+                                                                          workdir, capsys, quiet_optuna):
+    url = pg_database
+    space = workdir / "bs.yaml"
+    space.write_text(SPACE)
+    args = _args(space, url, trials=5)
+    state = tempfile.mkdtemp(prefix="advpgr-")
+    env = {**os.environ, "ADVISOR_RAY_DIR": state, "ADVISOR_STORAGE_WAIT": "4"}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict[str, str] = {}
+    reader = threading.Thread(target=lambda: out.update(zip(("out", "err"), proc.communicate())))
+    reader.start()
+    events = []
+    try:
+        deadline = time.monotonic() + 240
+        while _finished(url) < 1 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pg_server.restart(down_s=1.5)  # shorter than the wait: ridden out
+        events.append(("restarted", _finished(url)))
+        while _finished(url) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the study ended before the outage"
+        pg_server.stop()  # longer than the wait: the study stops
+        stopped_at = time.monotonic()
+        proc.wait(timeout=90)
+        events.append(("exited", round(time.monotonic() - stopped_at, 1)))
+    finally:
+        proc.kill()
+        reader.join(timeout=30)
+        _kill_processes_of(state)
+        if not pg_server.running:
+            pg_server.start()
+    stdout, stderr = out.get("out", ""), out.get("err", "")
+    assert proc.returncode == 1, (events, stdout[-3000:], stderr[-3000:])
+    assert "is not answering" in stdout and "is back after" in stdout, stdout[-3000:]  # the restart, ridden out
+    assert "advisor tune: error: storage postgresql+psycopg://advisor@127.0.0.1" in stderr, stderr[-3000:]
+    assert "did not answer for" in stderr and "run the same command to resume" in stderr
+    assert "Traceback" not in stderr
+    assert events[1][1] < 30, events  # stopped within the wait, plus stopping Ray
+
+    before = optuna.load_study(study_name=STUDY, storage=url).trials
+    done_before = {t.number: t.values for t in before if t.state.name in ("COMPLETE", "PRUNED")}
+    assert len(done_before) >= 2
+
+    assert main(args) == 0  # the same command, once the server is back
+    resumed = capsys.readouterr().out
+    after = optuna.load_study(study_name=STUDY, storage=url).trials
+    for number, values in done_before.items():  # nothing lost, nothing measured again
+        assert after[number].values == values
+    assert not [t for t in after if t.state.name == "RUNNING"], resumed
+    measured = [t for t in after if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
+    keys = [t.user_attrs["config_key"] for t in measured]
+    assert len(keys) == len(set(keys)) == 5, [(t.number, t.state.name, t.user_attrs.get("failure_class")) for t in after]
+    assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
+    tokens = [t.system_attrs[TOKEN] for t in after if TOKEN in t.system_attrs]
+    assert len(tokens) == len(after) == len(set(tokens))  # every trial created once
+    for t in after:  # a trial stopped by the outage is failed and not counted; its configuration ran again
+        if t.state.name == "FAIL":
+            assert t.user_attrs.get("failure_class") in ("interrupted", "cancelled"), t.user_attrs
+    assert f"stored: study '{STUDY}' in {url}" in resumed
+    assert main(["export", "--storage", url, "--study", STUDY, "-o", "best.yaml"]) == 0  # other commands read it
+    assert "batch_size" in (workdir / "best.yaml").read_text()
+
