@@ -68,8 +68,8 @@ def _check_the_study(storage: str) -> list:
 @pytest.mark.timeout(600)
 def test_two_drivers_share_one_study(workdir):
     storage = f"sqlite:///{workdir / 'shared.db'}"
-    a = _driver(workdir, storage)
-    b = _driver(workdir, storage)
+    a = _driver(workdir, storage, "--accuracy-seeds", "2")
+    b = _driver(workdir, storage, "--accuracy-seeds", "2")
     try:
         assert a[0].wait(timeout=540) == 0
         assert b[0].wait(timeout=60) == 0
@@ -84,8 +84,7 @@ def test_two_drivers_share_one_study(workdir):
             by_driver.setdefault(t.user_attrs["driver"], []).append(t.number)
     assert len(by_driver) == 2, by_driver  # both measured trials
     study = optuna.load_study(study_name=STUDY, storage=storage)
-    noise = study.user_attrs["accuracy_noise"]
-    assert len(noise["seeds"]) == 3  # measured once, by one driver
+    assert len(study.user_attrs["accuracy_noise"]["seeds"]) == 2, logs  # measured once, by one driver
     assert sum("waiting for it" in text for text in logs.values()) >= 1, logs  # the other waited for the baseline
 
 
