@@ -187,7 +187,11 @@ def _storage_class() -> type:
                     if failures == 0:
                         self._say(f"storage {shown_url(self.url)} is not answering ({_reason(exc)}): "
                                   f"waiting up to {_secs(self.wait_s)} for it")
-                    time.sleep(min(delay, self.wait_s - waited + 0.01))
+                    try:
+                        time.sleep(min(delay, self.wait_s - waited + 0.01))
+                    except KeyboardInterrupt:  # Ctrl-C while waiting: stopping must not wait again
+                        self.lost = self._error(kind, exc, waited)
+                        raise
                     delay, failures = min(2 * delay, _MAX_DELAY_S), failures + 1
                     continue
                 if failures:

@@ -137,6 +137,24 @@ def test_the_wait_is_bounded_and_says_how_to_resume(workdir, monkeypatch, quiet_
     assert time.monotonic() - started < 0.1
 
 
+def test_ctrl_c_while_waiting_stops_without_waiting_again(workdir, monkeypatch, quiet_optuna):
+    storage = open_storage("sqlite:///advisor.db")
+    optuna.create_study(study_name="s", storage=storage)
+
+    def refuse(*args, **kwargs):
+        raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("connection refused"))
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RDBStorage, "get_all_studies", refuse)
+    monkeypatch.setattr(storage_guard.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        storage.get_all_studies()
+    with pytest.raises(StorageError, match="connection refused"):  # cancelling trials then: no second wait
+        storage.get_all_studies()
+
+
 def test_storage_wait_from_the_environment(monkeypatch):
     monkeypatch.setenv("ADVISOR_STORAGE_WAIT", "5")
     assert storage_guard.wait_s_from_env() == 5.0

@@ -121,3 +121,58 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
     assert main(["export", "--storage", url, "--study", STUDY, "-o", "best.yaml"]) == 0  # other commands read it
     assert "batch_size" in (workdir / "best.yaml").read_text()
 
+
+
+def _restarts_under_load(server, url: str, restarts: int) -> tuple[int, list]:
+    """A writer asks, tags and tells trials as fast as it can while the server is stopped
+    (by turns cleanly and by crash, `pg_ctl -m immediate`, so that some stops fall inside a
+    commit) and started again ``restarts`` times; the writer's trials, and the stored ones."""
+    import random
+
+    from advisor.study.storage import open_storage
+
+    storage = open_storage(url)
+    study = optuna.create_study(study_name="load", storage=storage, directions=["maximize"])
+    told: dict[int, float] = {}
+    stop, errors = threading.Event(), []
+
+    def writer() -> None:
+        try:
+            while not stop.is_set():
+                trial = study.ask()
+                trial.set_user_attr("writer", True)
+                study.tell(trial, [float(trial.number)])
+                told[trial.number] = float(trial.number)
+        except Exception as exc:  # noqa: BLE001  (reported by the test)
+            import traceback
+
+            errors.append("".join(traceback.format_exception(exc)))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    rng = random.Random(0)
+    try:
+        for i in range(restarts):
+            time.sleep(rng.uniform(0.2, 0.6))
+            server.restart(down_s=rng.uniform(0.0, 1.0), mode="immediate" if i % 2 else "fast")
+        after_last = len(told)
+        deadline = time.monotonic() + 60
+        while len(told) < after_last + 3 and time.monotonic() < deadline and not errors:
+            time.sleep(0.1)  # the writer goes on after the last restart
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert not errors, errors[0]
+    assert len(told) >= after_last + 3, "the writer stopped after the last restart"
+    return len(told), optuna.load_study(study_name="load", storage=url).trials
+
+
+@pytest.mark.timeout(180)
+def test_restarts_under_load_lose_and_duplicate_nothing(pg_server, pg_database, quiet_optuna):  # noqa: F811
+    count, stored = _restarts_under_load(pg_server, pg_database, restarts=6)
+    assert len(stored) == count  # no trial created twice, none lost
+    assert [t.number for t in stored] == list(range(count))
+    assert all(t.state.name == "COMPLETE" and t.values == [float(t.number)] and t.user_attrs == {"writer": True}
+               for t in stored), [(t.number, t.state.name) for t in stored if t.state.name != "COMPLETE"]
+    tokens = [t.system_attrs[TOKEN] for t in stored]
+    assert len(set(tokens)) == count
