@@ -96,7 +96,11 @@ class PgServer:
     def remove(self) -> None:
         if self.data.exists():
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop", check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        for _ in range(10):  # the server's last processes may still be writing as it goes
+            shutil.rmtree(self.dir, ignore_errors=True)
+            if not self.dir.exists():
+                break
+            time.sleep(0.3)
 
 
 @pytest.fixture(scope="session")

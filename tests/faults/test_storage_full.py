@@ -6,6 +6,7 @@ once space is freed the same command resumes the study to its total."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -101,6 +102,7 @@ def test_a_full_disk_stops_the_study_cleanly_and_the_same_command_resumes(ray_se
                         os.kill(int(pid), signal.SIGKILL)
             except OSError:
                 pass
+        shutil.rmtree(state, ignore_errors=True)
     assert proc.returncode == 1, (stdout[-3000:], stderr[-3000:])
     assert "advisor tune: error: storage sqlite:///" in stderr and "is lost: the disk holding it is full" in stderr
     assert db in stderr and "free space there, then run the same command again" in stderr, stderr

@@ -9,6 +9,7 @@ export` reads it there."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
         proc.kill()
         reader.join(timeout=30)
         _kill_processes_of(state)
+        shutil.rmtree(state, ignore_errors=True)
         if not pg_server.running:
             pg_server.start()
     stdout, stderr = out.get("out", ""), out.get("err", "")
