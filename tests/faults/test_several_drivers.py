@@ -1,5 +1,5 @@
-"""Several `advisor tune` processes on one study (as on machines that share a database but
-no Ray cluster): the baseline runs once, each configuration is measured once, ``--trials``
+"""Several `advisor tune` processes on one PostgreSQL study (as on machines that share a
+database server but no Ray cluster): the baseline runs once, each configuration is measured once, ``--trials``
 is the study's total, and killing one driver leaves the other finishing the study.
 
 Each driver has its own embedded Ray (ADVISOR_RAY_DIR), as on separate machines."""
@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from conftest import EXAMPLES
+from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
 
@@ -66,8 +67,8 @@ def _check_the_study(storage: str) -> list:
 
 
 @pytest.mark.timeout(600)
-def test_two_drivers_share_one_study(workdir):
-    storage = f"sqlite:///{workdir / 'shared.db'}"
+def test_two_drivers_share_one_study(workdir, pg_database):  # noqa: F811
+    storage = pg_database
     a = _driver(workdir, storage, "--accuracy-seeds", "2")
     b = _driver(workdir, storage, "--accuracy-seeds", "2")
     try:
@@ -89,8 +90,8 @@ def test_two_drivers_share_one_study(workdir):
 
 
 @pytest.mark.timeout(600)
-def test_killing_one_driver_leaves_the_other_finishing_the_study(workdir):
-    storage = f"sqlite:///{workdir / 'shared.db'}"
+def test_killing_one_driver_leaves_the_other_finishing_the_study(workdir, pg_database):  # noqa: F811
+    storage = pg_database
     a = _driver(workdir, storage)
     b = _driver(workdir, storage)
     try:
