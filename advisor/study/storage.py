@@ -114,14 +114,16 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
         return JournalStorage(JournalFileBackend(str(journal)))
     sqlite = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
     new = sqlite is not None and not sqlite.exists()
+    if new:  # studies may name private paths: readable by the user only (its -wal and -shm files too,
+        os.close(os.open(sqlite, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # which SQLite makes alike)
     try:
         storage = open_guarded(url)  # waits for a database that restarts (advisor.study.storage_guard)
-    except StudyError:
-        raise
-    except Exception as exc:
+    except BaseException as exc:
+        if new:
+            sqlite.unlink(missing_ok=True)  # type: ignore[union-attr]  # nothing half-written
+        if isinstance(exc, StudyError) or not isinstance(exc, Exception):
+            raise
         raise StudyError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {first_line(exc)}") from None
-    if new and sqlite is not None and sqlite.exists():
-        os.chmod(sqlite, 0o600)  # studies may name private paths: readable by the user only
     return storage
 
 
