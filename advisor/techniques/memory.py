@@ -36,7 +36,7 @@ class ActivationCheckpointing(Technique):
             raise UnsupportedError("activation checkpointing wraps the model's blocks (its repeated layers, else "
                                    f"its children with parameters); this model has {len(found)}")
         for block in found:
-            _checkpoint_forward(block)
+            _checkpoint_forward(block, prepared.sdpa_backends)
 
     def snippet(self, value: Any) -> str | None:
         if not value:
@@ -45,15 +45,19 @@ class ActivationCheckpointing(Technique):
                 "# in forward, for each block (each repeated layer, else each top-level child):\n"
                 "x = checkpoint(self.block, x, use_reentrant=False)\n"
                 "# BatchNorm in a block updates its running statistics again in the recomputation\n"
-                "# (advisor.apply() freezes them there: checkpoint(..., context_fn=...))")
+                "# (advisor.apply() freezes them there: checkpoint(..., context_fn=...)); a pinned attention\n"
+                "# kernel (sdpa_kernel) must be pinned in the recomputation too, through the same context_fn")
 
 
-def _checkpoint_forward(block: Any) -> None:
+def _checkpoint_forward(block: Any, sdpa_backends: Any = None) -> None:
     """Make ``block`` recompute its activations in backward (state_dict keys unchanged).
 
-    The recomputation runs the block in training mode a second time; its BatchNorm layers
-    must not update their running statistics again (that would double their momentum and
-    change what is evaluated), so it runs under ``_norm_stats_frozen``.
+    The recomputation runs the block in training mode a second time, in backward, outside
+    the step's forward contexts: under the attention kernels pinned for the forward pass
+    (``sdpa_backends``; torch's own choice may be another kernel, whose saved tensors differ:
+    "Recomputed values ... have different metadata"), and with its BatchNorm layers' running
+    statistics frozen (updating them again would double their momentum and change what is
+    evaluated).
     """
     from torch import is_grad_enabled
     from torch.compiler import is_compiling
@@ -62,7 +66,7 @@ def _checkpoint_forward(block: Any) -> None:
     inner = block.forward
 
     def contexts() -> tuple[Any, Any]:
-        return contextlib.nullcontext(), _norm_stats_frozen(block)
+        return contextlib.nullcontext(), _recomputation(block, sdpa_backends)
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         if block.training and is_grad_enabled():
@@ -73,6 +77,18 @@ def _checkpoint_forward(block: Any) -> None:
         return inner(*args, **kwargs)
 
     block.forward = forward
+
+
+@contextlib.contextmanager
+def _recomputation(block: Any, sdpa_backends: Any) -> Iterator[None]:
+    """The contexts a checkpointed block's recomputation runs in (``_checkpoint_forward``)."""
+    with contextlib.ExitStack() as stack:
+        if sdpa_backends is not None:
+            from torch.nn.attention import sdpa_kernel
+
+            stack.enter_context(sdpa_kernel(sdpa_backends))
+        stack.enter_context(_norm_stats_frozen(block))
+        yield
 
 
 @contextlib.contextmanager
