@@ -10,6 +10,7 @@ through it.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -107,8 +108,29 @@ class TrialRecord:
         return (float(t), float(m)) if t and m is not None and self.attrs.get(PROBE_DONE) else None
 
 
+_FINISHED = ("COMPLETE", "FAIL", "PRUNED")
+_records: dict[int, tuple[weakref.ref[Any], TrialRecord]] = {}  # by id() of a finished FrozenTrial
+
+
 def read_trial(trial: Any) -> TrialRecord:
-    """The record of a stored Optuna trial (a ``FrozenTrial``)."""
+    """The record of a stored Optuna trial (a ``FrozenTrial``). A finished trial never
+    changes, and Optuna's storages hand out the same object for it on every read: its
+    record is built once (a long study is read again and again)."""
+    if trial.state.name not in _FINISHED:
+        return _read(trial)
+    hit = _records.get(id(trial))
+    if hit is not None and hit[0]() is trial:
+        return hit[1]
+    record = _read(trial)
+    key = id(trial)
+    try:
+        _records[key] = (weakref.ref(trial, lambda _, key=key: _records.pop(key, None)), record)  # type: ignore[misc]
+    except TypeError:  # not weakly referable (a stand-in object): not kept
+        pass
+    return record
+
+
+def _read(trial: Any) -> TrialRecord:
     attrs = dict(trial.user_attrs)
     stored = attrs.get(CONFIG)
     config = TrialConfig.from_dict(stored) if isinstance(stored, dict) else None
