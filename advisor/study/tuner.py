@@ -316,7 +316,9 @@ class Tuner:
         while self.stop_reason is None and not done():
             if self.drivers.claim(step):
                 return True
-            self.emit(Note(f"driver {self.drivers.holder(step)} {what}: waiting for it"))
+            holder = self.drivers.holder(step)
+            if holder is not None:  # (else it was released, or its driver is gone: claim it again)
+                self.emit(Note(f"driver {holder} {what}: waiting for it"))
             while self.stop_reason is None and self.drivers.holder(step) not in (None, self.drivers.id):
                 if time.monotonic() >= self.deadline:
                     self.stop_reason = "the study's --timeout was reached"
