@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import StudyError
 from advisor.core.events import Listener, Note
 from advisor.machine.hardware import fingerprint
-from advisor.study.storage import fail_stale
+from advisor.study.storage import fail_stale, shown
 
 if TYPE_CHECKING:
     from advisor.study.plan import StudyPlan
@@ -165,7 +165,7 @@ def join_study(study: Any, storage: Any, plan: StudyPlan, on_event: Listener) ->
     drivers = Drivers(study, hardware_id(fingerprint(plan.hardware)))
     peers = drivers.peers()
     for p in drivers.mismatched(peers):
-        raise StudyError(f"study {plan.study_name!r} in {plan.storage_url} is being run by driver {p.id} on "
+        raise StudyError(f"study {plan.study_name!r} in {shown(plan.storage_url)} is being run by driver {p.id} on "
                          "different hardware; every ratio in a study is to one baseline, measured on one kind of "
                          "machine: run the other drivers on the same hardware, or use --study NEW_NAME")
     drivers.beat(force=True)

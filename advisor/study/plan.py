@@ -152,7 +152,7 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
-            f"study {plan.study_name!r} in {plan.storage_url} was run with a different {', '.join(diffs)}; "
+            f"study {plan.study_name!r} in {stores.shown(plan.storage_url)} was run with a different {', '.join(diffs)}; "
             "its trials would not be comparable. Use --study NEW_NAME for a new study "
             "(or run the original setup again to resume it" +
             ("; advisor doctor's verdicts drop options from its space here: --ignore-doctor keeps them)"

@@ -39,6 +39,8 @@ CASES = {
                                "needs a database driver that is not installed"),
     "RDB server not listening": (lambda tmp: "postgresql+psycopg://nobody@127.0.0.1:9/advisor",
                                  "cannot be reached: OperationalError"),
+    "RDB with a password": (lambda tmp: "postgresql+psycopg://nobody:SECRET@127.0.0.1:9/advisor",
+                            "cannot be reached: OperationalError"),
 }
 
 
@@ -54,7 +56,8 @@ def test_unusable_storage_is_refused_before_any_trial(case, workdir, capsys):
     code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--storage", url, "--trials", "2"])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert text in err and repr(url) in err
+    assert text in err and repr(url.replace("SECRET", "***")) in err
+    assert "SECRET" not in err  # a password is never shown
     assert _snapshot(workdir) == before  # nothing created or changed
 
 
