@@ -262,7 +262,7 @@ def filter_space(space: SearchSpace, hw: Hardware, facts: dict[str, Any] | None 
     kept: list[Knob] = []
     dropped: list[Dropped] = []
     problems: list[str] = []
-    facts = facts or {}
+    facts = (facts or {}) | {"device": hw.device}  # what a technique's pointless() may weigh
     workload = facts.get("workload", "train")
     data = "validation" if workload == "inference" else "training"
     max_batch_size = facts.get("val_size" if workload == "inference" else "train_size")

@@ -39,6 +39,10 @@ class SdpaBackend(Technique):
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value != "default" and facts.get("calls_sdpa") is False:
             return "the model does not call scaled_dot_product_attention (seen in the preflight's forward)"
+        dropout = facts.get("sdpa_dropout") or 0.0
+        if value == "flash" and facts.get("device") == "cpu" and facts.get("workload", "train") == "train" and dropout:
+            return (f"torch's CPU flash-attention kernel has no attention dropout, and this model trains with "
+                    f"dropout_p={dropout:g} ('No available kernel')")
         return None
 
     def apply(self, value: Any, prepared: Prepared) -> None:

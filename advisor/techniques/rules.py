@@ -32,6 +32,10 @@ def conflicts(config: TrialConfig) -> str | None:
         return lever
     if c.fp8_scaling != "tensorwise" and c.quantization not in ("fp8_training", "fp8"):
         return f"fp8_scaling={c.fp8_scaling} applies to fp8 quantization; quantization is {c.quantization}"
+    if c.compile and c.activation_checkpointing and c.sdpa_backend != "default":
+        return (f"activation checkpointing under torch.compile recomputes its blocks without the pinned attention "
+                f"kernel (sdpa_backend={c.sdpa_backend}), and the recomputation fails (CheckpointError: "
+                "different metadata); with compile, pin the kernel or checkpoint, not both")
     if c.ddp_static_graph and c.grad_accumulation > 1:
         return ("DDP static_graph with gradient accumulation (no_sync) fails inside torch 2.13's reducer "
                 "(INTERNAL ASSERT expect_autograd_hooks_); use one of them")

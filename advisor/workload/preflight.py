@@ -84,6 +84,7 @@ def _preflight(workload: Workload) -> dict[str, Any]:
         "prunable_layers": len(prunable(model)),
         "top_level_blocks": len(blocks(model)),
         "calls_sdpa": seen.sdpa,
+        "sdpa_dropout": seen.dropout,  # the largest attention dropout its training forward asked for
         "optimizer_class": type(opt).__name__,
         "optimizer_fused": "fused" in getattr(opt, "defaults", {}),  # torch's classes with a fused kernel
     } | ({"notes": workload.notes(model)} if workload.notes is not None else {})
@@ -97,20 +98,29 @@ def _validate(workload: Workload, model: Any, inputs: Any, target: Any) -> Any:
 
 def _SeenCalls() -> Any:
     """A torch function mode that notes whether the forward calls
-    scaled_dot_product_attention (directly or inside a library's attention)."""
+    scaled_dot_product_attention (directly or inside a library's attention), and the
+    largest attention dropout it asks for."""
     import torch
     from torch.overrides import TorchFunctionMode
 
     class SeenCalls(TorchFunctionMode):
         sdpa = False
+        dropout = 0.0
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             if func is torch.nn.functional.scaled_dot_product_attention:
                 self.sdpa = True
+                self._dropout(args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0))
             elif func is torch.nn.functional.multi_head_attention_forward and not kwargs.get("need_weights", True):
                 self.sdpa = True  # nn.MultiheadAttention without weights runs scaled_dot_product_attention inside
                 # (this mode does not see calls made inside a function it handles)
+                if kwargs.get("training", True):
+                    self._dropout(args[10] if len(args) > 10 else kwargs.get("dropout_p", 0.0))
             return func(*args, **kwargs)
+
+        def _dropout(self, p: Any) -> None:
+            if isinstance(p, (int, float)):
+                self.dropout = max(self.dropout, float(p))
 
     return SeenCalls()

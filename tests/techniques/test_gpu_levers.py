@@ -148,3 +148,37 @@ def test_sync_batchnorm_under_ddp_on_gpus():
     """Runs on REAL CUDA GPUs: the BatchNorm layers become SyncBatchNorm and the model trains."""
     result = trial(EXAMPLES / "digits_cnn.py", parallelism="ddp", devices=2, sync_batchnorm=True)
     assert result.accuracy > 0.2
+
+
+def test_attention_dropout_is_seen_and_rules_out_cpu_flash():
+    """torch's CPU flash kernel has no dropout ('No available kernel'): a model training with
+    attention dropout gets flash dropped on a CPU, with the reason; on a GPU it stays."""
+    from advisor.workload.preflight import _SeenCalls
+
+    q = torch.randn(2, 2, 8, 16)
+    mha = torch.nn.MultiheadAttention(16, 2, dropout=0.2, batch_first=True).train()
+    with _SeenCalls() as seen:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+        mha(q[0], q[0], q[0], need_weights=False)
+    assert seen.sdpa and seen.dropout == pytest.approx(0.2)
+    with pytest.raises(RuntimeError, match="No available kernel"):  # the fact the rule rests on
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    sdpa = TECHNIQUES["sdpa_backend"]
+    facts = {"calls_sdpa": True, "sdpa_dropout": 0.1, "workload": "train"}
+    assert "no attention dropout" in sdpa.pointless("flash", facts | {"device": "cpu"})
+    assert sdpa.pointless("flash", facts | {"device": "cuda"}) is None
+    assert sdpa.pointless("flash", facts | {"device": "cpu", "workload": "inference"}) is None  # eval: no dropout
+    assert sdpa.pointless("math", facts | {"device": "cpu"}) is None
+    assert sdpa.pointless("flash", facts | {"device": "cpu", "sdpa_dropout": 0.0}) is None
+
+
+def test_compile_with_checkpointing_and_a_pinned_kernel_is_a_rule():
+    """Found by benchmarks/combinations.py on the encoder: the compiled checkpointed block's
+    recomputation does not run under the pinned kernel (CheckpointError)."""
+    reason = conflicts(TrialConfig(compile=True, activation_checkpointing=True, sdpa_backend="math"))
+    assert "pin the kernel or checkpoint, not both" in reason
+    assert conflicts(TrialConfig(activation_checkpointing=True, sdpa_backend="math")) is None  # eager: fixed
+    assert conflicts(TrialConfig(compile=True, activation_checkpointing=True)) is None
