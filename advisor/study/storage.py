@@ -124,7 +124,9 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
     if new:  # studies may name private paths: readable by the user only (its -wal and -shm files too,
         os.close(os.open(sqlite, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # which SQLite makes alike)
     try:
-        storage = open_guarded(url)  # waits for a database that restarts (advisor.study.storage_guard)
+        # waits for a database that restarts; the driver (not must_exist) puts SQLite in WAL mode,
+        # readers leave the file as they found it (advisor.study.storage_guard)
+        storage = open_guarded(url, write_ahead=not must_exist)
     except BaseException as exc:
         if new:
             sqlite.unlink(missing_ok=True)  # type: ignore[union-attr]  # nothing half-written

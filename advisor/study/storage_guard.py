@@ -310,11 +310,12 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line(exc)}"
 
 
-def open_guarded(url: str, wait_s: float | None = None) -> optuna.storages.RDBStorage:
+def open_guarded(url: str, wait_s: float | None = None, write_ahead: bool = False) -> optuna.storages.RDBStorage:
     """An RDBStorage on ``url`` whose calls wait up to ``wait_s`` (default
     ``$ADVISOR_STORAGE_WAIT`` or 60 s) for an unreachable database, then raise
     ``StorageError``. Connections are pinged before use; a PostgreSQL connection attempt
-    gives up after 10 s (each one is tried again within the wait)."""
+    gives up after 10 s (each one is tried again within the wait). ``write_ahead``: a
+    SQLite file is switched to write-ahead logging (``_write_ahead``; the study's driver)."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
@@ -323,7 +324,7 @@ def open_guarded(url: str, wait_s: float | None = None) -> optuna.storages.RDBSt
         if url.startswith("postgresql"):
             kwargs["connect_args"] = {"connect_timeout": 10}
     storage = _storage_class()(url, wait_s=wait_s_from_env() if wait_s is None else wait_s, engine_kwargs=kwargs)
-    if url.startswith("sqlite"):
+    if write_ahead and url.startswith("sqlite"):
         _write_ahead(storage.engine)
     return storage
 
