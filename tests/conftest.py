@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -79,3 +80,15 @@ def quiet_optuna():
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def kill_processes_of(state_dir: str) -> None:
+    """End every process whose command line names ``state_dir``: a killed driver's embedded
+    Ray (raylet, GCS, workers) outlives it; its ADVISOR_RAY_DIR names them."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if state_dir.encode() in fh.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass

@@ -18,22 +18,11 @@ import pytest
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES, WORKLOADS
+from conftest import EXAMPLES, WORKLOADS, kill_processes_of
 
 pytestmark = pytest.mark.ray
 
 ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "300"]
-
-
-def _kill_processes_of(state_dir: str) -> None:
-    """The killed driver's embedded Ray outlives it (raylet, GCS): end it by its temp dir."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if state_dir.encode() in fh.read():
-                    os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
 
 
 @pytest.mark.timeout(300)
@@ -51,7 +40,7 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
         proc.wait(timeout=30)
     finally:
         proc.kill()
-        _kill_processes_of(state)
+        kill_processes_of(state)
     assert proc.returncode == -signal.SIGKILL
 
     storage = "sqlite:///advisor.db"
@@ -160,7 +149,7 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
         proc.wait(timeout=30)
     finally:
         proc.kill()
-        _kill_processes_of(state)
+        kill_processes_of(state)
     assert probed.number == 0 and "accuracy" not in probed.user_attrs
 
     assert main(args) == 0  # the same command again

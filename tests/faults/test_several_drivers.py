@@ -16,7 +16,7 @@ import time
 import optuna
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, kill_processes_of
 from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
@@ -39,13 +39,7 @@ def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
 
 def _end(proc: subprocess.Popen, state: str) -> None:
     proc.kill()
-    for pid in filter(str.isdigit, os.listdir("/proc")):  # its embedded Ray outlives a killed driver
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if state.encode() in fh.read():
-                    os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
+    kill_processes_of(state)
 
 
 def _trials(storage: str) -> list:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, kill_processes_of
 
 pytestmark = pytest.mark.ray
 
@@ -95,13 +94,7 @@ def test_a_full_disk_stops_the_study_cleanly_and_the_same_command_resumes(ray_se
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in filter(str.isdigit, os.listdir("/proc")):  # its embedded Ray, should it outlive it
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if state.encode() in fh.read():
-                        os.kill(int(pid), signal.SIGKILL)
-            except OSError:
-                pass
+        kill_processes_of(state)  # its embedded Ray, should it outlive it
         shutil.rmtree(state, ignore_errors=True)
     assert proc.returncode == 1, (stdout[-3000:], stderr[-3000:])
     assert "advisor tune: error: storage sqlite:///" in stderr and "is lost: the disk holding it is full" in stderr

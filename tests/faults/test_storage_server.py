@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import pytest
 from advisor.cli.main import main
 from advisor.study.storage_guard import TOKEN
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, kill_processes_of
 from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
@@ -44,16 +43,6 @@ def _finished(url: str) -> int:
     except (KeyError, optuna.exceptions.StorageInternalError):  # no study yet, or the server is down
         return 0
     return sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
-
-
-def _kill_processes_of(state_dir: str) -> None:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if state_dir.encode() in fh.read():
-                    os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
 
 
 @pytest.mark.timeout(420)
@@ -88,7 +77,7 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
     finally:
         proc.kill()
         reader.join(timeout=30)
-        _kill_processes_of(state)
+        kill_processes_of(state)
         shutil.rmtree(state, ignore_errors=True)
         if not pg_server.running:
             pg_server.start()
