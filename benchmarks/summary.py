@@ -17,7 +17,9 @@ TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_v
            "trust.pick_ratio_agreement": "<= 0.05", "trust.disturbed_baseline_error": "<= 0.05",
            "trust.confirm_share": "<= 0.20", "trust.ci_halfwidth": "<= 0.03",
            "search.wall_ratio_vs_previous_default": "<= 0.333", "search.hv_fraction_at_10pct_wall": ">= 0.95",
-           "search.real_time_to_best_ratio": "<= 0.333"}
+           "search.real_time_to_best_ratio": "<= 0.333",
+           "long.driver_ms_ratio_500_vs_100": "<= 1.2", "long.rss_growth_mib": "<= 64",
+           "long.tui_event_ui_thread_s": "<= 0.05", "long.tui_filter_s": "<= 0.5"}
 
 
 def _entry(doc: dict, value: object, key: str) -> dict:
@@ -85,6 +87,19 @@ def main() -> int:
             "confirm_share": _entry(trust, trust["confirm_share"], "trust.confirm_share"),
             "ci_halfwidth": _entry(trust, trust["ci_halfwidth"], "trust.ci_halfwidth"),
             "readme_command_1_wall_s": trust["readme_command_1_wall_s"],
+        }
+    long_file = RESULTS / "long_study.json"
+    if long_file.exists():  # benchmarks/long_study.py: a 500-trial study's driver and explorer
+        long = json.loads(long_file.read_text())
+        windows, explorer = long["driver"]["windows"], long["explorer"]["this"]["median"]
+        at_100, at_500 = windows["trials 11-100"]["driver_ms_per_trial"], windows["trials 101-500"]["driver_ms_per_trial"]
+        summary["long_study"] = {
+            "driver_ms_ratio_500_vs_100": _entry(long, at_500 / at_100, "long.driver_ms_ratio_500_vs_100")
+            | {"driver_ms_per_trial": {name: w["driver_ms_per_trial"] for name, w in windows.items()}},
+            "rss_growth_mib": _entry(long, long["driver"]["rss_growth_mib"], "long.rss_growth_mib"),
+            "tui_event_ui_thread_s": _entry(long, explorer["event_ui_thread_s"], "long.tui_event_ui_thread_s")
+            | ({"before": long["explorer"]["before"]["median"]["event_ui_thread_s"]} if "before" in long["explorer"] else {}),
+            "tui_filter_s": _entry(long, explorer["filter_s"], "long.tui_filter_s") | {"open_s": explorer["open_s"]},
         }
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
