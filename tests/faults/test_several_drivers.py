@@ -22,7 +22,7 @@ from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.ray
 
 STUDY = "two-drivers"
-TRIALS = 8
+TRIALS = 9
 
 
 def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -61,52 +61,39 @@ def _check_the_study(storage: str) -> list:
 
 
 @pytest.mark.timeout(600)
-def test_two_drivers_share_one_study(workdir, pg_database):  # noqa: F811
+def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_it(workdir, pg_database):  # noqa: F811
     storage = pg_database
     a = _driver(workdir, storage, "--accuracy-seeds", "2")
     b = _driver(workdir, storage, "--accuracy-seeds", "2")
-    try:
-        assert a[0].wait(timeout=540) == 0
-        assert b[0].wait(timeout=60) == 0
+    drivers = {str(d[0].pid): d for d in (a, b)}
+    try:  # once both have measured a trial after the baseline: kill one while a trial of its runs
+        deadline, victim = time.monotonic() + 400, None
+        while victim is None and time.monotonic() < deadline and a[0].poll() is None and b[0].poll() is None:
+            trials = [t for t in _trials(storage) if "config" in t.user_attrs and not t.user_attrs.get("baseline")]
+            measured = {_pid(t) for t in trials if t.state.name in ("COMPLETE", "PRUNED")}
+            running = [_pid(t) for t in trials if t.state.name == "RUNNING"]
+            if measured == set(drivers) and running:
+                victim = drivers[running[0]]
+            time.sleep(0.1)
+        assert victim is not None, "the two drivers did not both measure a trial with one still running"
+        survivor = b if victim is a else a
+        victim[0].send_signal(signal.SIGKILL)
+        victim[0].wait(timeout=30)
+        _end(*victim)
+        assert survivor[0].wait(timeout=400) == 0
     finally:
         _end(*a)
         _end(*b)
     logs = {p.name: p.read_text() for p in workdir.glob("driver-*.log")}
     trials = _check_the_study(storage)
-    by_driver = {}
-    for t in trials:
-        if "config" in t.user_attrs and t.state.name in ("COMPLETE", "PRUNED"):
-            by_driver.setdefault(t.user_attrs["driver"], []).append(t.number)
-    assert len(by_driver) == 2, by_driver  # both measured trials
     study = optuna.load_study(study_name=STUDY, storage=storage)
     assert len(study.user_attrs["accuracy_noise"]["seeds"]) == 2, logs  # measured once, by one driver
     assert sum("waiting for it" in text for text in logs.values()) >= 1, logs  # the other waited for the baseline
-
-
-@pytest.mark.timeout(600)
-def test_killing_one_driver_leaves_the_other_finishing_the_study(workdir, pg_database):  # noqa: F811
-    storage = pg_database
-    a = _driver(workdir, storage)
-    b = _driver(workdir, storage)
-    try:
-        deadline = time.monotonic() + 300
-        victim = None
-        while victim is None and time.monotonic() < deadline:  # a driver with a trial running after the baseline
-            for t in _trials(storage):
-                if t.state.name == "RUNNING" and "config" in t.user_attrs and not t.user_attrs.get("baseline"):
-                    driver = t.user_attrs["driver"]
-                    victim = next((d for d in (a, b) if driver.split(":")[-2] == str(d[0].pid)), None)
-            time.sleep(0.1)
-        assert victim is not None, "no trial ran after the baseline"
-        survivor = b if victim is a else a
-        victim[0].send_signal(signal.SIGKILL)
-        victim[0].wait(timeout=30)
-        _end(*victim)
-        assert survivor[0].wait(timeout=480) == 0
-    finally:
-        _end(*a)
-        _end(*b)
-    trials = _check_the_study(storage)
-    killed = str(victim[0].pid)
     interrupted = [t for t in trials if t.user_attrs.get("failure_class") == "interrupted"]
-    assert interrupted and all(t.user_attrs["driver"].split(":")[-2] == killed for t in interrupted)
+    assert interrupted and {_pid(t) for t in interrupted} == {str(victim[0].pid)}, logs
+    assert "the driver running it is gone" in logs[f"driver-{os.path.basename(survivor[1])}.log"]
+
+
+def _pid(trial) -> str:
+    """The pid of the driver that started ``trial`` (its id is host:pid:suffix)."""
+    return trial.user_attrs["driver"].split(":")[-2]
