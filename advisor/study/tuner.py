@@ -12,6 +12,11 @@ stores what comes back and runs a part again when its noise sentinel shows a dis
 machine; between trials a ``BaselineWatch`` measures the baseline again when due.
 Ctrl-C / SIGTERM (or ``stop()`` from another thread) stop it gracefully: running trials
 are cancelled and recorded, so storage holds no RUNNING trial.
+
+Other drivers may run the same study (``advisor.study.drivers``): this one joins it,
+renews its heartbeat and learns what the others started or stored (``_keep_up``), and
+one-off steps (the baseline, the metric's noise, the confirmation) are done by the driver
+that claims them while the others wait (``_claim``).
 """
 
 from __future__ import annotations
