@@ -153,6 +153,13 @@ class Drivers:
             self.study.set_user_attr(CLAIM + step, None)
 
 
+def untagged_grace(live: list[Peer]) -> float:
+    """How long a RUNNING trial that names no driver is left alone: a live driver may have
+    just asked for it (and tags it within milliseconds); with no other driver alive it is
+    a leftover at once (a killed driver's, or one from before drivers were recorded)."""
+    return GRACE_S if live else 0.0
+
+
 def hardware_id(fingerprint: dict[str, Any]) -> str:
     """A short id of a hardware fingerprint (``advisor.machine.hardware.fingerprint``)."""
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -169,10 +176,10 @@ def join_study(study: Any, storage: Any, plan: StudyPlan, on_event: Listener) ->
                          "different hardware; every ratio in a study is to one baseline, measured on one kind of "
                          "machine: run the other drivers on the same hardware, or use --study NEW_NAME")
     drivers.beat(force=True)
-    for number in fail_stale(study, storage, keep_probed=plan.options.two_stage,
+    live = drivers.others(peers)
+    for number in fail_stale(study, storage, keep_probed=plan.options.two_stage, young_s=untagged_grace(live),
                              alive=lambda driver: drivers.alive(driver, peers)):
         on_event(Note(f"trial {number} was left running by an earlier run: marked failed"))
-    live = drivers.others(peers)
     if live:
         on_event(Note(f"{len(live)} other driver(s) run this study ({', '.join(p.id for p in live)}): "
                       f"its {plan.options.trials} trials are shared out"))

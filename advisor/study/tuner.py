@@ -37,7 +37,7 @@ from advisor.study import storage as stores
 from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
-from advisor.study.drivers import Drivers, join_study
+from advisor.study.drivers import Drivers, join_study, untagged_grace
 from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
@@ -307,8 +307,9 @@ class Tuner:
         if not self.drivers.beat():
             return
         peers = self.drivers.peers()
-        self.drivers.others(peers)  # notices a driver that joined since
+        live = self.drivers.others(peers)  # (notices a driver that joined since)
         for number in stores.fail_stale(self.strategy.study, self.storage, keep_probed=False,
+                                        young_s=untagged_grace(live),
                                         alive=lambda driver: self.drivers.alive(driver, peers)):
             self.emit(Note(f"trial {number}: the driver running it is gone; marked failed, its configuration "
                            "runs again"))
