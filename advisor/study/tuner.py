@@ -42,6 +42,7 @@ from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
 from advisor.study.slots import Slots
+from advisor.study.storage_guard import fold_log
 
 if TYPE_CHECKING:
     import optuna
@@ -150,6 +151,7 @@ class Tuner:
                 finally:
                     executor.shutdown()
                     self.drivers.leave()
+                    fold_log(self.storage)
         return StudyOutcome(study, self.halt or self.stop_reason)
 
     def stop(self, reason: str) -> None:
