@@ -172,10 +172,7 @@ class Strategy:
         _, proposal = self._asked.pop(number)
         record = read_trial(frozen)
         self._final.add(number)
-        key = proposal.config.key()
-        if not record.counted:  # cut short, or lost with its node: the configuration may run again
-            self._seen.pop(key, None)
-        self._learn(record, key)
+        self._learn(record, proposal.config.key())
         return record
 
     def observe(self, quiet: bool = False) -> None:

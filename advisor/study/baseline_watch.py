@@ -55,8 +55,8 @@ class BaselineWatch:
                                 else base.figures.throughput if base and base.figures else None)
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
-        noise = AccuracyNoise.from_dict(study.user_attrs.get(ACCURACY_NOISE))
-        self.epsilon = noise.epsilon if noise is not None else 0.0  # the metric's noise, once measured
+        self.epsilon = 0.0  # the metric's noise, once measured
+        self.load_noise()
         self._numbers = itertools.count(2_000_000)  # executor handle numbers, apart from trial numbers
 
     # ---- the metric's noise ------------------------------------------------------------

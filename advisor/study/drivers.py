@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import StudyError
 from advisor.core.events import Listener, Note
 from advisor.machine.hardware import fingerprint
-from advisor.study.storage import fail_stale, shown
+from advisor.study.storage import fail_stale
+from advisor.study.storage_guard import shown_url
 
 if TYPE_CHECKING:
     from advisor.study.plan import StudyPlan
@@ -147,17 +148,21 @@ class Drivers:
         sleep(SETTLE_S)
         return self.study.user_attrs.get(CLAIM + step) == self.id
 
+    def fail_stale(self, storage: Any, keep_probed: bool) -> list[int]:
+        """Mark failed the RUNNING trials that gone drivers left (``storage.fail_stale``);
+        returns their numbers. A trial that names no driver yet is left alone for
+        ``GRACE_S`` while another driver lives (it may just have asked for it and tags it
+        within milliseconds); with none alive it is a leftover at once (a killed driver's,
+        or one from before drivers were recorded)."""
+        peers = self.peers()
+        live = self.others(peers)
+        return fail_stale(self.study, storage, keep_probed=keep_probed, young_s=GRACE_S if live else 0.0,
+                          alive=lambda driver: self.alive(driver, peers))
+
     def release(self, step: str) -> None:
         """``step`` is done (or given up): nobody holds it."""
         if self.study.user_attrs.get(CLAIM + step) == self.id:
             self.study.set_user_attr(CLAIM + step, None)
-
-
-def untagged_grace(live: list[Peer]) -> float:
-    """How long a RUNNING trial that names no driver is left alone: a live driver may have
-    just asked for it (and tags it within milliseconds); with no other driver alive it is
-    a leftover at once (a killed driver's, or one from before drivers were recorded)."""
-    return GRACE_S if live else 0.0
 
 
 def hardware_id(fingerprint: dict[str, Any]) -> str:
@@ -172,14 +177,13 @@ def join_study(study: Any, storage: Any, plan: StudyPlan, on_event: Listener) ->
     drivers = Drivers(study, hardware_id(fingerprint(plan.hardware)))
     peers = drivers.peers()
     for p in drivers.mismatched(peers):
-        raise StudyError(f"study {plan.study_name!r} in {shown(plan.storage_url)} is being run by driver {p.id} on "
+        raise StudyError(f"study {plan.study_name!r} in {shown_url(plan.storage_url)} is being run by driver {p.id} on "
                          "different hardware; every ratio in a study is to one baseline, measured on one kind of "
                          "machine: run the other drivers on the same hardware, or use --study NEW_NAME")
     drivers.beat(force=True)
-    live = drivers.others(peers)
-    for number in fail_stale(study, storage, keep_probed=plan.options.two_stage, young_s=untagged_grace(live),
-                             alive=lambda driver: drivers.alive(driver, peers)):
+    for number in drivers.fail_stale(storage, keep_probed=plan.options.two_stage):
         on_event(Note(f"trial {number} was left running by an earlier run: marked failed"))
+    live = drivers.others(peers)
     if live:
         on_event(Note(f"{len(live)} other driver(s) run this study ({', '.join(p.id for p in live)}): "
                       f"its {plan.options.trials} trials are shared out"))

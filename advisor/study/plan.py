@@ -21,6 +21,7 @@ from advisor.search.samplers import make_sampler
 from advisor.search.space import Dropped, SearchSpace, filter_space, load_space
 from advisor.study import storage as stores
 from advisor.study.options import TuneOptions
+from advisor.study.storage_guard import shown_url
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import Workload, load_workload
 from advisor.workload.preflight import preflight
@@ -152,7 +153,7 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
-            f"study {plan.study_name!r} in {stores.shown(plan.storage_url)} was run with a different {', '.join(diffs)}; "
+            f"study {plan.study_name!r} in {shown_url(plan.storage_url)} was run with a different {', '.join(diffs)}; "
             "its trials would not be comparable. Use --study NEW_NAME for a new study "
             "(or run the original setup again to resume it" +
             ("; advisor doctor's verdicts drop options from its space here: --ignore-doctor keeps them)"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import StudyError
 from advisor.core.stored import DRIVER, PROBE_DONE
 from advisor.core.units import first_line
+from advisor.study.storage_guard import open_guarded, shown_url
 
 if TYPE_CHECKING:
     import optuna
@@ -26,13 +27,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 def storage_url(explicit: str | None) -> str:
     """--storage, else $ADVISOR_STORAGE, else sqlite:///advisor.db in the working directory."""
     return explicit or os.environ.get("ADVISOR_STORAGE") or DEFAULT_STORAGE
-
-
-def shown(url: str) -> str:
-    """``url`` as messages show it: without its password."""
-    from advisor.study.storage_guard import shown_url
-
-    return shown_url(url)
 
 
 def check_study_name(name: str) -> str:
@@ -59,7 +53,7 @@ def check_storage(url: str, must_exist: bool = False) -> None:
         _check_file(journal, url, must_exist)
         return
     if "://" not in url:
-        raise StudyError(f"storage {shown(url)!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
+        raise StudyError(f"storage {shown_url(url)!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
                          "postgresql://user@host/db, or journal:PATH")
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
@@ -76,10 +70,10 @@ def check_storage(url: str, must_exist: bool = False) -> None:
             pass
         engine.dispose()
     except (ImportError, sqlalchemy.exc.NoSuchModuleError) as exc:
-        raise StudyError(f"storage {shown(url)!r} needs a database driver that is not installed "
+        raise StudyError(f"storage {shown_url(url)!r} needs a database driver that is not installed "
                          f"({type(exc).__name__}: {first_line(exc)})") from None
     except Exception as exc:
-        raise StudyError(f"storage {shown(url)!r} cannot be reached: {type(exc).__name__}: {first_line(exc)}") from None
+        raise StudyError(f"storage {shown_url(url)!r} cannot be reached: {type(exc).__name__}: {first_line(exc)}") from None
 
 
 def _check_sqlite(path: Path, url: str, timeout_s: float = 2.0) -> None:
@@ -98,9 +92,9 @@ def _check_sqlite(path: Path, url: str, timeout_s: float = 2.0) -> None:
     except sqlite3.DatabaseError as exc:
         text = str(exc)
         if "locked" in text:
-            raise StudyError(f"storage {shown(url)!r}: {path} is locked by another process (another `advisor tune` "
+            raise StudyError(f"storage {shown_url(url)!r}: {path} is locked by another process (another `advisor tune` "
                              f"writing to it?); waited {timeout_s:.0f} s") from None
-        raise StudyError(f"storage {shown(url)!r}: {path} is not a usable SQLite database ({text})") from None
+        raise StudyError(f"storage {shown_url(url)!r}: {path} is not a usable SQLite database ({text})") from None
 
 
 def open_storage(url: str, must_exist: bool = False) -> Any:
@@ -111,8 +105,6 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
     disk is full (``advisor.study.storage_guard``); a path ending in ``.log`` or ``.jsonl``
     (or ``journal:PATH``) opens a JournalFileBackend.
     """
-    from advisor.study.storage_guard import open_guarded
-
     check_storage(url, must_exist)
     journal = _journal_path(url)
     if journal is not None:
@@ -132,22 +124,22 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
             sqlite.unlink(missing_ok=True)  # type: ignore[union-attr]  # nothing half-written
         if isinstance(exc, StudyError) or not isinstance(exc, Exception):
             raise
-        raise StudyError(f"storage {shown(url)!r} cannot be opened: {type(exc).__name__}: {first_line(exc)}") from None
+        raise StudyError(f"storage {shown_url(url)!r} cannot be opened: {type(exc).__name__}: {first_line(exc)}") from None
     return storage
 
 
 def _check_file(path: Path, url: str, must_exist: bool) -> None:
     if path.is_dir():
-        raise StudyError(f"storage {shown(url)!r}: {path} is a directory, expected a file")
+        raise StudyError(f"storage {shown_url(url)!r}: {path} is a directory, expected a file")
     if must_exist and not path.exists():
-        raise StudyError(f"storage {shown(url)!r}: {path} does not exist (no study has been run there yet)")
+        raise StudyError(f"storage {shown_url(url)!r}: {path} does not exist (no study has been run there yet)")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.exists():
-        raise StudyError(f"storage {shown(url)!r}: directory {parent} does not exist")
+        raise StudyError(f"storage {shown_url(url)!r}: directory {parent} does not exist")
     if not parent.is_dir():
-        raise StudyError(f"storage {shown(url)!r}: {parent} is not a directory")
+        raise StudyError(f"storage {shown_url(url)!r}: {parent} is not a directory")
     if not os.access(parent if not path.exists() else path, os.W_OK):
-        raise StudyError(f"storage {shown(url)!r}: {path if path.exists() else parent} is not writable")
+        raise StudyError(f"storage {shown_url(url)!r}: {path if path.exists() else parent} is not writable")
 
 
 def study_names(storage: Any) -> list[str]:
@@ -162,7 +154,7 @@ def find_study(storage: Any, name: str | None, url: str | None = None) -> str:
     studies leave the choice open."""
     names = study_names(storage)
     if not names:
-        where = f"storage {shown(url)!r}" if url else "the storage"
+        where = f"storage {shown_url(url)!r}" if url else "the storage"
         raise StudyError(f"{where} holds no study yet: run `advisor tune model.py` first")
     if name is None:
         if len(names) > 1:
@@ -181,7 +173,7 @@ def load(storage: Any, name: str | None, url: str | None = None) -> optuna.Study
 
 
 def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True,
-               alive: Callable[[str | None], bool] = lambda driver: False, young_s: float = 60.0) -> list[int]:
+               alive: Callable[[str | None], bool] = lambda driver: False, young_s: float = 0.0) -> list[int]:
     """Mark the trials a gone driver left RUNNING as failed ('interrupted', not counted:
     their configurations run again), through Optuna's public storage API. A trial whose
     driver is ``alive`` (``advisor.study.drivers``: another driver on the same study) is

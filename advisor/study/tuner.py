@@ -37,7 +37,7 @@ from advisor.study import storage as stores
 from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
-from advisor.study.drivers import Drivers, join_study, untagged_grace
+from advisor.study.drivers import Drivers, join_study
 from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
@@ -185,10 +185,9 @@ class Tuner:
             if not self.slots:
                 break
             records += self.parts.collect(timeout)
-        if self.stop_reason is not None or self.strategy.baseline_record is not None:
-            self.drivers.release("baseline")
-            return self.strategy.baseline_record
         self.drivers.release("baseline")
+        if self.stop_reason is not None or self.strategy.baseline_record is not None:
+            return self.strategy.baseline_record
         failed = records[-1]
         message = (f"the baseline trial ({self.plan.baseline.describe()}) failed "
                    f"[{failed.failure_class}]: {failed.failure_message}")
@@ -308,11 +307,7 @@ class Tuner:
         drivers stored or started."""
         if not self.drivers.beat():
             return
-        peers = self.drivers.peers()
-        live = self.drivers.others(peers)  # (notices a driver that joined since)
-        for number in stores.fail_stale(self.strategy.study, self.storage, keep_probed=False,
-                                        young_s=untagged_grace(live),
-                                        alive=lambda driver: self.drivers.alive(driver, peers)):
+        for number in self.drivers.fail_stale(self.storage, keep_probed=False):
             self.emit(Note(f"trial {number}: the driver running it is gone; marked failed, its configuration "
                            "runs again"))
         self.strategy.observe()
