@@ -132,3 +132,26 @@ def test_a_driver_is_not_alive_once_its_process_is_gone(study):
     child.wait()
     assert not me.alive("child")
     assert os.getpid() != child.pid
+
+
+def test_a_driver_on_other_hardware_is_refused_with_nothing_written(study, tmp_path):
+    """Every ratio in a study is to one baseline: joining while a live driver measures it
+    on other hardware is a StudyError (exit 2), and the study is left as it was."""
+    from types import SimpleNamespace
+
+    from advisor.core.errors import StudyError
+    from advisor.machine.hardware import detect
+    from advisor.study.drivers import join_study
+
+    other = Drivers(study, "another-machine")
+    other.beat(force=True)
+    before = dict(study.user_attrs)
+    plan = SimpleNamespace(hardware=detect(), study_name="s", storage_url="postgresql+psycopg://u:SECRET@db/x",
+                           options=SimpleNamespace(two_stage=True, trials=10))
+    with pytest.raises(StudyError, match="is being run by driver .* on different hardware") as err:
+        join_study(study, None, plan, lambda event: None)
+    assert "SECRET" not in str(err.value)
+    assert dict(study.user_attrs) == before
+    other.leave()  # gone: the same join goes through
+    joined = join_study(study, optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 's.db'}"), plan, lambda event: None)
+    assert drv.PREFIX + joined.id in study.user_attrs
