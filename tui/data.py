@@ -10,7 +10,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.objectives import Versus, pareto_front
-from advisor.core.stored import StoredStudy, TrialRecord, read_trial
+from advisor.core.stored import StoredStudy, TrialRecord, read_study
 from advisor.core.units import fmt_bytes, fmt_rate
 
 VIEWS = ("front", "all", "failed")
@@ -143,18 +143,16 @@ class StudyData:
     screen shows, so it can run in a worker thread (one at a time); ``apply()`` swaps its
     result in. The Optuna study is opened once and kept: Optuna's cache then asks the
     database only for the trials unfinished at the last read and those added since (a
-    finished trial cannot change), and a finished trial's record is built once. Filters,
-    views and sorting work on the rows in memory and never read storage.
+    finished trial cannot change), and ``read_trial`` builds a finished trial's record
+    once. Filters, views and sorting work on the rows in memory and never read storage.
     """
 
     def __init__(self, storage: Any, name: str) -> None:
         self.storage, self.name = storage, name
         self.rows: list[TrialRow] = []
-        self.attrs: dict[str, Any] = {}
         self.filters = Filters()
         self.study: StoredStudy | None = None
         self._opened: tuple[Any, Any] | None = None  # (storage, optuna.Study) as last read
-        self._finished: dict[int, TrialRecord] = {}  # records of finished trials, by number
 
     def reload(self) -> None:
         """Read and apply in the calling thread."""
@@ -166,15 +164,7 @@ class StudyData:
         study = self._open()
         if study is None:
             return Loaded(None, [], self.filters)  # live: the study is created when Ray is up
-        records = []
-        for trial in study.get_trials(deepcopy=False):
-            record = self._finished.get(trial.number)
-            if record is None:
-                record = read_trial(trial)
-                if trial.state.is_finished():
-                    self._finished[trial.number] = record
-            records.append(record)
-        stored = StoredStudy(self.name, dict(study.user_attrs), records)
+        stored = read_study(study)
         rows = [TrialRow(r, stored.versus_baseline(r), metric=stored.metric) for r in stored.records]
         filters = self.filters
         _mark_front(rows, stored, filters)
@@ -187,7 +177,6 @@ class StudyData:
         if self._opened is not None and self._opened[0] is self.storage:
             return self._opened[1]
         self._opened = None
-        self._finished.clear()
         if self.storage is None:
             return None
         try:
@@ -201,9 +190,13 @@ class StudyData:
     def apply(self, loaded: Loaded) -> None:
         """Show what ``read()`` gave (its front marked again if the filters changed meanwhile)."""
         self.study, self.rows = loaded.study, loaded.rows
-        self.attrs = dict(loaded.study.attrs) if loaded.study is not None else {}
         if loaded.filters != self.filters:
             self._mark_front()
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The study's attributes as last read ({} until it exists)."""
+        return self.study.attrs if self.study is not None else {}
 
     @property
     def baseline(self) -> TrialRow | None:

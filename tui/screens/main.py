@@ -179,19 +179,17 @@ class MainScreen(Screen[None]):
         self.app.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)]))
 
     def action_export(self) -> None:
-        """Write the selected trial's config with the CLI's export code, and say where."""
-        import optuna
-
+        """Write the selected trial's config with the CLI's export code, and say where: from
+        the study as last read (what the screen shows), without reading storage."""
         from advisor.core.errors import AdvisorError
-        from advisor.core.stored import read_study
         from advisor.outputs.export import export_document, trial_by_number, write_export
 
-        if self.selected is None:
+        study = self.data.study
+        if self.selected is None or study is None:
             self.notify("no trial selected", severity="warning")
             return
         path = Path(self.app.export_dir) / f"{self.data.name}-trial{self.selected}.yaml"  # type: ignore[attr-defined]
         try:
-            study = read_study(optuna.load_study(study_name=self.data.name, storage=self.data.storage))
             write_export(export_document(study, trial_by_number(study, self.selected)), path)
         except AdvisorError as exc:
             self.notify(str(exc), title="not exported", severity="error", timeout=8)
