@@ -8,6 +8,7 @@ over the ranks, give the unsplit result.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -38,8 +39,8 @@ def mlp_pairs(module: Any, skipped: list[str], where: str) -> list[tuple[tuple[s
     by_node = {node: name for name, node in once.items()}
     pairs = []
     for second, node in once.items():
-        firsts = _sources(node.args[0] if node.args else None, by_node, module) if len(node.args) == 1 else None
-        if not firsts or not all(_only_feeds(by_node_key, node, module) for by_node_key in firsts):
+        firsts = _sources(node.args[0], by_node, module) if len(node.args) == 1 else None
+        if not firsts or not all(_only_feeds(first, node, module) for first in firsts):
             continue
         width = module.get_submodule(second).in_features
         names = tuple(by_node[f] for f in firsts)
@@ -117,11 +118,12 @@ def _elementwise_module(sub: Any) -> bool:
     return isinstance(sub, kinds) or type(sub).__module__ == "transformers.activations"
 
 
-def _functions() -> set[Any]:
+@functools.cache
+def _functions() -> frozenset[Any]:
     import torch
     import torch.nn.functional as F
 
-    return {F.relu, F.relu6, F.gelu, F.silu, F.mish, F.elu, F.leaky_relu, F.hardswish, F.softplus, F.dropout,
-            F.sigmoid, F.tanh, torch.relu, torch.sigmoid, torch.tanh, torch.exp, torch.mul, torch.add, torch.sub,
-            torch.div, torch.square, operator.mul, operator.add, operator.sub, operator.truediv, operator.pow,
-            operator.neg}
+    return frozenset({F.relu, F.relu6, F.gelu, F.silu, F.mish, F.elu, F.leaky_relu, F.hardswish, F.softplus,
+                      F.dropout, F.sigmoid, F.tanh, torch.relu, torch.sigmoid, torch.tanh, torch.exp, torch.mul,
+                      torch.add, torch.sub, torch.div, torch.square, operator.mul, operator.add, operator.sub,
+                      operator.truediv, operator.pow, operator.neg})

@@ -110,7 +110,9 @@ def derive_plan(module: Any, world: int) -> TpPlan:
     return plan
 
 
-def _attention(sub: Any, name: str, world: int, plan: TpPlan, taken: set[str]) -> bool:
+def _attention(sub: Any, name: str, world: int, plan: TpPlan, taken: set[str]) -> None:
+    """Split ``sub`` if it is attention with separate q/k/v and output projections;
+    otherwise say why not in ``plan.skipped`` where it looks like attention."""
     from torch import nn
 
     children = dict(sub.named_children())
@@ -123,30 +125,29 @@ def _attention(sub: Any, name: str, world: int, plan: TpPlan, taken: set[str]) -
             f"{_join(name, fused)}: a fused q/k/v projection; column-wise sharding would hand each rank a "
             f"contiguous slice of [q|k|v] rather than its heads of each (that needs a packed style)")
         taken.update({_join(name, fused), _join(name, out)})
-        return True
+        return
     if qkv is None or out is None:
-        return False
+        return
     heads = {a: getattr(sub, a) for a in (*_HEADS, *_KV_HEADS) if isinstance(getattr(sub, a, None), int)}
     where = name or "the model"
     if not any(a in heads for a in _HEADS):
         plan.skipped.append(f"{where}: attention projections {', '.join(qkv)} but no head count attribute "
                             f"({', '.join(_HEADS)}) to divide between the ranks")
-        return False
+        return
     bad = [f"{a}={n}" for a, n in heads.items() if n % world]
     if bad:
         plan.skipped.append(f"{where}: attention head count {', '.join(bad)} does not divide by {world} ranks")
         taken.update(_join(name, f) for f in (*qkv, out))
-        return True
+        return
     layers = [children[f] for f in qkv]
     if any(lin.out_features % world for lin in layers) or children[out].in_features % world:
         plan.skipped.append(f"{where}: attention projection widths do not divide by {world} ranks")
-        return False
+        return
     for f in qkv:
         plan.styles[_join(name, f)] = "colwise"
     plan.styles[_join(name, out)] = "rowwise"
     plan.heads.update({_join(name, a): n // world for a, n in heads.items()})
     taken.update(_join(name, f) for f in (*qkv, out))
-    return True
 
 
 def declared_plan(module: Any) -> dict[str, str] | None:
