@@ -49,15 +49,22 @@ FAMILIES = {  # the model families the check covers by default
     "transformers": "examples/hf_gpt2.py",  # transformers' GPT2LMHeadModel from a config
 }
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception|Failure)\b.*: ")
-SETTINGS = {"train_samples": 320, "max_timing_s": 0.3, "min_steps": 3, "warmup_steps": 1}
+SETTINGS: dict[str, Any] = {"train_samples": 320, "max_timing_s": 0.3, "min_steps": 3, "warmup_steps": 1}
+
+
+class _RandomTrial:
+    """Stands in for the Optuna trial ``SearchSpace.sample`` asks: each suggestion a random choice."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        return self.rng.choice(choices)
 
 
 def draw(space: SearchSpace, rng: random.Random) -> TrialConfig:
-    """One random point, knob by knob in the space's order (as ``SearchSpace.sample``)."""
-    values = TrialConfig().to_dict()
-    for knob in space.knobs:
-        values[knob.name] = rng.choice(knob.choices) if knob.active(values) else getattr(TrialConfig(), knob.name)
-    return TrialConfig.from_dict(values)
+    """One random point, drawn knob by knob as the search does (``SearchSpace.sample``)."""
+    return space.sample(_RandomTrial(rng))  # type: ignore[arg-type]
 
 
 def proposals(space: SearchSpace, workload: str, n: int, seed: int) -> list[TrialConfig]:
@@ -65,7 +72,7 @@ def proposals(space: SearchSpace, workload: str, n: int, seed: int) -> list[Tria
     rng, seen, out = random.Random(seed), set(), []
     for _ in range(200 * n):
         cfg = draw(space, rng)
-        key = json.dumps(cfg.to_dict(), sort_keys=True)
+        key = cfg.key()
         if key in seen or refusal(cfg, workload):
             continue
         seen.add(key)

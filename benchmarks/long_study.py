@@ -122,13 +122,13 @@ class Counts:
         self.trials_read = 0
         self.local = threading.local()
 
-    def wrap(self, level: str, name: str, method: Any, bound: bool) -> Any:
+    def wrap(self, level: str, name: str, method: Any) -> Any:
         counts = self
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             label = name
-            if name == "get_all_trials" and level == "api":
-                deep = kwargs.get("deepcopy", args[2 if not bound else 1] if len(args) > (2 if not bound else 1) else True)
+            if name == "get_all_trials" and level == "api":  # unbound: (self, study_id, deepcopy=True, ...)
+                deep = kwargs.get("deepcopy", args[2] if len(args) > 2 else True)
                 label = f"get_all_trials(deepcopy={bool(deep)})"
             counts.calls[(level, label, _call_site() if level == "api" else "")] += 1
             start = time.perf_counter()
@@ -156,14 +156,14 @@ def instrument(counts: Counts) -> None:
     from advisor.study import storage as stores
 
     for name in API_METHODS:
-        setattr(_CachedStorage, name, counts.wrap("api", name, getattr(_CachedStorage, name), bound=False))
+        setattr(_CachedStorage, name, counts.wrap("api", name, getattr(_CachedStorage, name)))
     opener = stores.open_storage
 
     def open_counted(url: str, must_exist: bool = False) -> Any:
         storage = opener(url, must_exist)
         for name in DB_READS:
             if hasattr(storage, name):
-                setattr(storage, name, counts.wrap("db", name, getattr(storage, name), bound=True))
+                setattr(storage, name, counts.wrap("db", name, getattr(storage, name)))
         return storage
 
     stores.open_storage = open_counted
