@@ -1,9 +1,11 @@
-"""Helpers for driving the explorer in tests: wait until its storage reads are in, and
-count the calls that reach a real storage."""
+"""Helpers for driving the explorer in tests: wait for a condition or until its storage
+reads are in, and count the calls that reach a real storage."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -11,11 +13,18 @@ from typing import Any
 _PRIVATE_READS = ("_get_trials", "_create_new_trial", "_set_trial_param", "_get_best_trial_id")
 
 
+async def until(pilot: Any, condition: Any, timeout: float = 30.0, interval: float = 0.05,
+                what: str = "the explorer") -> None:
+    """Wait until ``condition()`` holds, letting the app run between checks."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(interval)
+        await pilot.pause()
+
+
 async def loaded(pilot: Any, timeout: float = 30.0) -> None:
     """Wait until the main screen's reads (worker threads) are in and shown."""
-    import asyncio
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         await pilot.app.workers.wait_for_complete()

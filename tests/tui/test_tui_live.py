@@ -4,10 +4,8 @@ stops the study gracefully."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
+from explorer_pilot import until
 
 from advisor.core.stored import read_trial
 from advisor.study.background import BackgroundTune
@@ -20,6 +18,7 @@ from advisor.tui.widgets import TrialTable
 from conftest import EXAMPLES
 
 pytestmark = pytest.mark.ray
+_LIVE = {"timeout": 240.0, "interval": 0.2, "what": "the live study"}  # real trials: minutes
 
 
 def _tuner(trials: int) -> Tuner:
@@ -28,14 +27,6 @@ def _tuner(trials: int) -> Tuner:
                                          accuracy_seeds=1)))
     tuner.start_executor()  # joins the session's Ray
     return tuner
-
-
-async def _until(pilot, condition, timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the live study"
-        await asyncio.sleep(0.2)
-        await pilot.pause()
 
 
 async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, quiet_optuna):
@@ -53,7 +44,7 @@ async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, q
             return count
 
         screen.action_cycle_view()  # all trials
-        await _until(pilot, lambda: rows_now() >= 1 and not background.running)
+        await until(pilot, lambda: rows_now() >= 1 and not background.running, **_LIVE)
         await pilot.pause()
         assert seen[0] == 0 and seen[-1] >= 3, seen
         assert any(0 < n < seen[-1] for n in seen), f"rows arrived all at once: {seen}"
@@ -71,7 +62,7 @@ async def test_quitting_the_explorer_stops_the_study_gracefully(ray_session, wor
     background = BackgroundTune(tuner)
     app = make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
     async with app.run_test(size=(80, 24)) as pilot:
-        await _until(pilot, lambda: background.done >= 2)
+        await until(pilot, lambda: background.done >= 2, **_LIVE)
         await pilot.press("q")
     outcome = background.join()  # returns: running trials were cancelled and recorded
     assert outcome.stop_reason == "interrupted by the user (quit from the explorer)" and outcome.interrupted

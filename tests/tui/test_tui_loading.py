@@ -5,13 +5,11 @@ calls are counted by wrapping its methods."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 
 import optuna
 import pytest
-from explorer_pilot import StorageCalls, loaded
+from explorer_pilot import StorageCalls, loaded, until
 
 from advisor.core.events import Cancelled, Started
 from advisor.study import storage as st
@@ -96,14 +94,6 @@ class _Live:
         thread.join()
 
 
-async def _until(pilot, condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the explorer"
-        await asyncio.sleep(0.05)
-        await pilot.pause()
-
-
 async def test_the_live_explorer_reads_off_the_ui_thread_and_follows_another_writer(url):
     storage = st.open_storage(url)
     calls = StorageCalls(storage)
@@ -113,7 +103,7 @@ async def test_the_live_explorer_reads_off_the_ui_thread_and_follows_another_wri
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         live.send(Started(0.0, 1, {}, 0))
-        await _until(pilot, lambda: len(screen.data.rows) == 11)
+        await until(pilot, lambda: len(screen.data.rows) == 11)
         await loaded(pilot)
         screen.action_cycle_view()  # all trials
         assert screen.query_one(TrialTable).row_count == 11
@@ -122,7 +112,7 @@ async def test_the_live_explorer_reads_off_the_ui_thread_and_follows_another_wri
         writer = _writer(url)
         numbers = [add_probed_trial(writer).number for _ in range(3)]
         live.send(*[Cancelled(n) for n in numbers for _ in range(10)])  # a burst of 30 events
-        await _until(pilot, lambda: len(screen.data.rows) == 14)
+        await until(pilot, lambda: len(screen.data.rows) == 14)
         await loaded(pilot)
         assert screen.query_one(TrialTable).row_count == 14
         reads = calls.names()["_get_trials"]
