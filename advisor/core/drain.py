@@ -40,6 +40,7 @@ class OutputDrain:
         self._tail = bytearray()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._gone = False  # finish() stopped waiting: a writer left behind holds the pipe
         self._thread = threading.Thread(target=self._drain, name="advisor-output-drain", daemon=True)
         self._thread.start()
 
@@ -62,6 +63,7 @@ class OutputDrain:
         self.close_writer()
         self._stop.set()
         self._thread.join(grace_s)
+        self._gone = True  # still writing: the thread stops after its current chunk
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
@@ -74,7 +76,7 @@ class OutputDrain:
     def _drain(self) -> None:
         log = _Rotating(self.path, self.limit) if self.path is not None else None
         try:
-            while True:
+            while not self._gone:
                 ready, _, _ = select.select([self.read_fd], [], [], 0.2)
                 if not ready:
                     if self._stop.is_set():
@@ -124,6 +126,16 @@ def printable_tail(data: bytes, cut: bool) -> str:
     if cut and "\n" in text[:-1]:
         text = text[text.index("\n") + 1:]
     return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text).rstrip()
+
+
+def describe_tail(output: dict[str, Any], who: str = "its output", lines: int = 20, chars: int = 2000) -> str:
+    """'WHO ended with (N bytes in all; log: ...):' and the last ``lines`` lines (at most
+    ``chars`` characters) of a ``summary()``, or that nothing was printed."""
+    log = output.get("log")
+    tail = "\n".join(output["tail"][-chars:].splitlines()[-lines:])
+    if not tail:
+        return "it printed nothing" + (f" (log: {log})" if log else "")
+    return f"{who} ended with ({output['bytes']:,} bytes in all{f'; log: {log}' if log else ''}):\n{tail}"
 
 
 def redirect_into(fd: int) -> None:

@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from advisor.core.drain import OutputDrain, captured_here, redirect_into
+from advisor.core.drain import OutputDrain, captured_here, describe_tail, redirect_into
 
 __all__ = ["OutputDrain", "captured_here", "describe_tail", "redirect_into", "trial_drain", "trial_log_path", "with_output"]
 
 LOG_BYTES = int(os.environ.get("ADVISOR_TRIAL_LOG_BYTES", str(1 << 20)))
 KEEP_LOGS = 200  # trial logs kept per node and Ray session, newest first
 _COUNTER = iter(range(1 << 62))
-_TAIL_SAYS = "its output ended with"
 
 
 def trial_drain(kind: str = "trial") -> OutputDrain:
@@ -59,26 +58,25 @@ def trial_log_path(kind: str = "trial") -> Path | None:
 
 
 def _prune(directory: Path) -> None:
-    logs = sorted(directory.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    logs = sorted(directory.glob("*.log"), key=_mtime)
     for old in logs[:max(0, len(logs) - KEEP_LOGS + 1)]:
         for path in (old, Path(f"{old}.1")):
             with contextlib.suppress(OSError):
                 path.unlink()
 
 
+def _mtime(path: Path) -> float:
+    """0 for a log another worker's prune has just removed (the glob raced it)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def with_output(result: Any, output: dict[str, Any]) -> Any:
     """``result`` (a TrialResult) with its output's summary; a process that died without a
     result (``crash``) says how its output ended."""
     result.telemetry["output"] = output
-    if result.failure_class == "crash" and output["tail"] and _TAIL_SAYS not in (result.failure_message or ""):
+    if result.failure_class == "crash" and output["tail"] and "output ended with" not in (result.failure_message or ""):
         result.failure_message = f"{result.failure_message}\n{describe_tail(output)}"
     return result
-
-
-def describe_tail(output: dict[str, Any], lines: int = 20) -> str:
-    """'its output ended with:' and the last ``lines`` lines, and where the whole log is."""
-    tail = "\n".join(output["tail"].splitlines()[-lines:])
-    where = f" (log: {output['log']})" if output.get("log") else ""
-    return f"{_TAIL_SAYS}{where}:\n{tail}" if tail else f"it printed nothing{where}"
-
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.core.drain import captured_here
+from advisor.core.drain import captured_here, describe_tail
 from advisor.core.errors import WorkloadError
 from advisor.workload.contract import (
     Workload,
@@ -36,9 +36,7 @@ def preflight(workload: Workload) -> dict[str, Any]:
             failure = exc
     summary = output.summary()
     if summary["tail"]:
-        tail = "\n".join(summary["tail"][-2000:].splitlines()[-20:])
-        raise WorkloadError(f"{failure}\nmodel.py's output ended with ({summary['bytes']:,} bytes in all):\n"
-                            f"{tail}") from None
+        raise WorkloadError(f"{failure}\n" + describe_tail(summary, who="model.py's output")) from None
     raise failure
 
 
