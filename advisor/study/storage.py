@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import StudyError
 from advisor.core.stored import DRIVER, PROBE_DONE
 from advisor.core.units import first_line
-from advisor.study.storage_guard import open_guarded, shown_url
+from advisor.study.storage_guard import open_guarded, shown_url, wait_s_from_env
 
 if TYPE_CHECKING:
     import optuna
@@ -46,7 +46,8 @@ def check_storage(url: str, must_exist: bool = False) -> None:
     """Report a bad URL, an unusable path or an unreachable database, writing nothing.
 
     A SQLite or journal file is only checked (its directory exists and is writable);
-    another database URL is connected to once.
+    another database URL is connected to once. An RDB storage's ``$ADVISOR_STORAGE_WAIT``
+    is checked too.
     """
     journal = _journal_path(url)
     if journal is not None:
@@ -55,6 +56,7 @@ def check_storage(url: str, must_exist: bool = False) -> None:
     if "://" not in url:
         raise StudyError(f"storage {shown_url(url)!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
                          "postgresql://user@host/db, or journal:PATH")
+    wait_s_from_env()  # a bad $ADVISOR_STORAGE_WAIT is bad input too: said before anything starts
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         _check_file(path, url, must_exist)

@@ -61,6 +61,15 @@ def test_bad_input_is_exit_2_with_a_message_and_nothing_written(row, workdir, ca
     assert sorted(p.name for p in workdir.iterdir()) == before  # no advisor.db, nothing else
 
 
+def test_a_bad_storage_wait_is_refused_before_ray_starts(workdir, capsys, monkeypatch):
+    monkeypatch.setenv("ADVISOR_STORAGE_WAIT", "soon")
+    code = exit_status(["tune", MODEL, "--trials", "1"])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert "$ADVISOR_STORAGE_WAIT is 'soon'" in out.err
+    assert "ray " not in out.out and list(workdir.iterdir()) == []  # nothing started, nothing written
+
+
 def _empty_storage(workdir):
     from advisor.study.storage import open_storage
 
