@@ -22,10 +22,14 @@ from conftest import EXAMPLES, WORKLOADS
 from technique_case import DECLARED
 
 SETTINGS = TrialSettings(train_samples=640, max_timing_s=0.4)
+# 20 steps of 64: enough for every strategy to leave chance (0.1) behind on the digits CNN,
+# which 10 steps are not (fp32 on one process: 0.10 after 640 samples, 0.51 after 1280 on
+# this AMD EPYC; FSDP with the bf16 policy 0.19 and 0.31)
+TRAINS = TrialSettings(train_samples=1280, max_timing_s=0.4)
 
 
-def trial(path, **knobs):
-    result = run_trial(TrialPayload.of(load_workload(path), TrialConfig(batch_size=64, **knobs), SETTINGS))
+def trial(path, settings=SETTINGS, **knobs):
+    result = run_trial(TrialPayload.of(load_workload(path), TrialConfig(batch_size=64, **knobs), settings))
     assert result.ok, result.failure_message
     return result
 
@@ -37,8 +41,8 @@ def trial(path, **knobs):
     {"parallelism": "fsdp", "devices": 2, "fsdp_mixed_precision": "bf16"},  # BatchNorm kept fp32 in its own groups
 ], ids=["ddp-static-bucket-view", "fsdp-no-reshard", "fsdp-bf16-policy"])
 def test_strategy_levers_train_over_gloo_ranks(knobs):
-    result = trial(EXAMPLES / "digits_cnn.py", **knobs)
-    assert result.accuracy > 0.2 and result.throughput > 0
+    result = trial(EXAMPLES / "digits_cnn.py", TRAINS, **knobs)
+    assert result.accuracy > 0.25 and result.throughput > 0
 
 
 def test_strategy_levers_belong_to_their_strategy():
