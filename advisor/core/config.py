@@ -68,8 +68,12 @@ DOMAINS: dict[str, Domain] = {
     "channels_last": Choice((False, True)),
     "compile": Choice((False, True)),
     "compile_mode": Choice(("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
-    "parallelism": Choice(("single", "ddp", "fsdp")),
+    "parallelism": Choice(("single", "ddp", "fsdp", "tp", "pp", "fsdp_tp")),
     "devices": Integer(1),
+    "tp_size": Integer(1),
+    "pp_schedule": Choice(("1f1b", "gpipe", "interleaved_1f1b")),
+    "pp_microbatches": Integer(1, optional=True, none_means="one per pipeline stage"),
+    "pp_balance": Choice(("params", "time")),
     "comm_hook": Choice(("none", "fp16", "bf16")),
     "bucket_mb": Integer(1),
     "pruning": Choice(("none", "l1_unstructured", "ln_structured", "semi_structured_2_4")),
@@ -98,10 +102,10 @@ DOMAINS: dict[str, Domain] = {
 class TrialConfig:
     """One configuration of the knobs. Defaults are the plain fp32 eager setup on one device.
 
-    ``batch_size`` is the global batch of one optimizer step: with ``devices`` ranks and
-    ``grad_accumulation`` micro-steps each rank runs ``batch_size / (devices *
-    grad_accumulation)`` samples per forward pass. Configs stored by older versions (fewer
-    fields) load with the defaults for the new fields.
+    ``batch_size`` is the global batch of one optimizer step: with ``data_ranks()`` replicas
+    of the model and ``grad_accumulation`` micro-steps each replica runs ``batch_size /
+    (data_ranks() * grad_accumulation)`` samples per forward pass. Configs stored by older
+    versions (fewer fields) load with the defaults for the new fields.
 
     Example:
         >>> TrialConfig(batch_size=128, precision="bf16").to_dict()["precision"]
@@ -116,6 +120,10 @@ class TrialConfig:
     compile_mode: str = "default"
     parallelism: str = "single"
     devices: int = 1
+    tp_size: int = 1
+    pp_schedule: str = "1f1b"
+    pp_microbatches: int | None = None
+    pp_balance: str = "params"
     comm_hook: str = "none"
     bucket_mb: int = 25
     pruning: str = "none"
@@ -155,6 +163,21 @@ class TrialConfig:
 
     def replace(self, **changes: Any) -> TrialConfig:
         return TrialConfig.from_dict({**self.to_dict(), **changes})
+
+    def data_ranks(self) -> int:
+        """How many ways the batch is split between ranks: every rank under DDP / FSDP, none
+        under tensor or pipeline parallelism (each rank of a TP group sees the whole batch,
+        a pipeline feeds it to its first stage), ``devices / tp_size`` FSDP groups on a 2-D mesh.
+
+        Example:
+            >>> TrialConfig(parallelism="fsdp_tp", devices=4, tp_size=2).data_ranks()
+            2
+        """
+        if self.parallelism in ("ddp", "fsdp"):
+            return self.devices
+        if self.parallelism == "fsdp_tp":
+            return max(1, self.devices // self.tp_size)
+        return 1
 
     def key(self) -> str:
         """A canonical string: equal configs have equal keys (used to find duplicates)."""

@@ -13,9 +13,15 @@ from advisor.techniques._base import Technique
 if TYPE_CHECKING:
     from advisor.machine.hardware import Hardware
 
-# knob -> the strategy it belongs to (and its value that changes nothing)
-STRATEGY_OF = {"ddp_static_graph": ("ddp", False), "ddp_bucket_view": ("ddp", False), "sync_batchnorm": ("ddp", False),
-               "fsdp_mixed_precision": ("fsdp", "none"), "fsdp_reshard": ("fsdp", True)}
+# knob -> the strategies it belongs to (and its value that changes nothing)
+_FSDP = ("fsdp", "fsdp_tp")
+STRATEGY_OF: dict[str, tuple[tuple[str, ...], Any]] = {
+    "ddp_static_graph": (("ddp",), False), "ddp_bucket_view": (("ddp",), False), "sync_batchnorm": (("ddp",), False),
+    "comm_hook": (("ddp",), "none"), "bucket_mb": (("ddp",), 25),
+    "fsdp_mixed_precision": (_FSDP, "none"), "fsdp_reshard": (_FSDP, True),
+    "tp_size": (("fsdp_tp",), 1),
+    "pp_schedule": (("pp",), "1f1b"), "pp_microbatches": (("pp",), None), "pp_balance": (("pp",), "params"),
+}
 
 
 class DdpStaticGraph(Technique):
@@ -92,7 +98,86 @@ class FsdpReshard(Technique):
 
 def strategy_conflict(values: dict[str, Any], parallelism: str) -> str | None:
     """A strategy's lever set under another strategy, or None."""
-    for key, (strategy, neutral) in STRATEGY_OF.items():
-        if values.get(key, neutral) != neutral and parallelism != strategy:
-            return f"{key}={values[key]!r} applies to {strategy.upper()}; parallelism is {parallelism}"
+    for key, (strategies, neutral) in STRATEGY_OF.items():
+        if values.get(key, neutral) != neutral and parallelism not in strategies:
+            names = " and ".join(_NAMES[s] for s in strategies)
+            return f"{key}={values[key]} applies to {names}; parallelism is {parallelism}"
     return None
+
+
+_NAMES = {"ddp": "DDP", "fsdp": "FSDP", "fsdp_tp": "FSDP on a 2-D mesh (fsdp_tp)", "pp": "pipeline parallelism (pp)"}
+
+
+class TpSize(Technique):
+    key = "tp_size"
+    description = ("ranks in each tensor-parallel group of a 2-D mesh (parallelism fsdp_tp): FSDP2 runs across the "
+                   "devices / tp_size groups, tensor parallelism inside each")
+    order = 71  # read by parallelism (80), as are the pipeline's knobs
+
+    def candidate_values(self, hw: Hardware) -> list[Any]:
+        from advisor.techniques.parallelism import device_count
+
+        n, values, k = device_count(hw), [1], 2
+        while 2 * k <= n:  # at least two FSDP groups
+            values.append(k)
+            k *= 2
+        return values
+
+    def applies(self, hw: Hardware) -> str | None:
+        from advisor.techniques.parallelism import device_count
+
+        if device_count(hw) < 4:
+            return f"a 2-D mesh needs at least 4 devices (2 groups of 2); this node has {device_count(hw)}"
+        return None
+
+    def unavailable(self, value: Any, hw: Hardware) -> str | None:
+        from advisor.techniques.parallelism import device_count
+
+        if value > 1 and 2 * value > device_count(hw):
+            return f"tp_size={value} leaves fewer than 2 FSDP groups on this node's {device_count(hw)} devices"
+        return None
+
+    def snippet(self, value: Any) -> str | None:
+        return None if value == 1 else f"TP_SIZE = {value}  # see parallelism=fsdp_tp"
+
+
+class PpSchedule(Technique):
+    key = "pp_schedule"
+    description = ("pipeline schedule: gpipe (every micro-batch forward, then every backward), 1f1b (one forward, "
+                   "one backward: fewer activations held), interleaved_1f1b (two stages per rank: a smaller bubble)")
+    train_only = ("gpipe", "interleaved_1f1b")
+    order = 72
+
+    def snippet(self, value: Any) -> str | None:
+        name = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}[value]
+        return f"schedule = torch.distributed.pipelining.{name}(stage, n_microbatches=MICROBATCHES, loss_fn=loss_fn)"
+
+
+class PpMicrobatches(Technique):
+    key = "pp_microbatches"
+    description = "micro-batches the pipeline splits each batch into (null: one per stage)"
+    order = 73
+
+    def candidate_values(self, hw: Hardware) -> list[Any]:
+        return [None, 2, 4, 8]
+
+    def wrong_workload(self, value: Any, workload: str) -> str | None:
+        if workload == "inference" and value is not None:
+            return f"{self.key}={value!r} only applies to training; this is an inference workload"
+        return None
+
+    def snippet(self, value: Any) -> str | None:
+        return None if value is None else f"MICROBATCHES = {value}  # see pp_schedule"
+
+
+class PpBalance(Technique):
+    key = "pp_balance"
+    description = ("how the pipeline's stages are balanced: by the parameter count of the layers each holds, or by "
+                   "their forward time measured on the first rank")
+    train_only = ("time",)
+    order = 74
+
+    def snippet(self, value: Any) -> str | None:
+        return ("# the stages advisor chose are in the trial's telemetry.model.pipeline.cuts: cut there\n"
+                "pipe = torch.distributed.pipelining.pipeline(model, mb_args=(micro_batch,), "
+                "split_spec={name: SplitPoint.BEGINNING for name in cuts})")

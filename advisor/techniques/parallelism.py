@@ -1,5 +1,6 @@
-"""Data parallelism inside one trial: DDP or FSDP2 over ``devices`` ranks, and DDP's
-communication levers (gradient compression hook, bucket size).
+"""Parallelism inside one trial: data parallel (DDP or FSDP2 over ``devices`` ranks, and
+DDP's communication levers: gradient compression hook, bucket size) and model parallel
+(tensor, pipeline, 2-D: ``advisor.techniques.model_parallel`` and ``pipeline``).
 
 A trial with ``devices`` > 1 runs one process per rank, launched the way ``torchrun`` does
 (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment); ``apply`` joins the
@@ -15,6 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import UnsupportedError
+from advisor.techniques import model_parallel
 from advisor.techniques._base import Technique
 from advisor.workload.structure import blocks, tied_parameters
 
@@ -34,8 +36,9 @@ def device_count(hw: Hardware) -> int:
 
 class Parallelism(Technique):
     key = "parallelism"
-    description = "single device, DDP or FSDP2 (fully_shard) over `devices` ranks"
-    train_only = ("ddp", "fsdp")
+    description = ("single device; data parallel: DDP or FSDP2 (fully_shard) over `devices` ranks; model parallel: "
+                   "tensor (tp), pipeline (pp), or FSDP2 over tensor-parallel groups (fsdp_tp)")
+    train_only = ("ddp", "fsdp", "tp", "pp", "fsdp_tp")
     order = 80
 
     def applies(self, hw: Hardware) -> str | None:
@@ -47,24 +50,47 @@ class Parallelism(Technique):
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value == "single":
             return None
+        if value == "fsdp_tp" and device_count(hw) < 4:
+            return (f"FSDP over tensor-parallel groups needs a 2-D mesh of at least 4 devices (2 groups of 2); this "
+                    f"node has {device_count(hw)}")
         return self.applies(hw)
+
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        if value in model_parallel.TP_STRATEGIES and facts.get("tp_refusal"):
+            return str(facts["tp_refusal"])
+        if value == "pp" and facts.get("pipeline_units", 2) < 2:
+            return facts.get("pipeline_refusal") or (
+                "a pipeline cuts the model between its blocks (repeated layers, else top-level children with "
+                "parameters) and this model has fewer than two; pipeline_split() in model.py can name where")
+        return None
 
     def apply(self, value: Any, prepared: Prepared) -> None:
         devices = prepared.config.devices
         if value == "single":
             if devices != 1:
-                raise UnsupportedError(f"devices={devices} needs parallelism ddp or fsdp (parallelism is single)")
+                raise UnsupportedError(f"devices={devices} needs a parallelism over several ranks (parallelism is single)")
             return
         if devices < 2:
             raise UnsupportedError(f"parallelism {value} needs devices >= 2, found devices={devices}")
         dist = _join_process_group(prepared, devices)
         prepared.rank, prepared.world = dist.get_rank(), dist.get_world_size()
+        prepared.dp_rank, prepared.dp_world = prepared.rank, prepared.world  # TP and PP narrow it
         if value == "ddp":
             _wrap_ddp(prepared)
-        else:
+        elif value == "fsdp":
             _shard_fsdp(prepared)
+        elif value == "tp":
+            model_parallel.apply_tp(prepared)
+        elif value == "fsdp_tp":
+            model_parallel.apply_fsdp_tp(prepared, _shard_fsdp)
+        else:
+            from advisor.techniques.pipeline import apply_pp
+
+            apply_pp(prepared)
 
     def snippet(self, value: Any) -> str | None:
+        if value in model_parallel.MODEL_PARALLEL:
+            return model_parallel.snippet(value)
         if value == "ddp":
             return ("# launch: torchrun --nproc-per-node=K train.py\n"
                     "torch.distributed.init_process_group()  # nccl on GPUs, gloo on CPU\n"
@@ -122,13 +148,14 @@ def _wrap_ddp(prepared: Prepared) -> None:
     prepared.no_sync = ddp.no_sync
 
 
-def _shard_fsdp(prepared: Prepared) -> None:
+def _shard_fsdp(prepared: Prepared, mesh: Any = None) -> None:
+    """FSDP2 over every rank, or over ``mesh`` (the FSDP dimension of a 2-D mesh)."""
     import contextlib
 
     from torch.distributed.fsdp import fully_shard
 
     module, cfg = prepared.module, prepared.config
-    options: dict[str, Any] = {"reshard_after_forward": cfg.fsdp_reshard}
+    options: dict[str, Any] = {"reshard_after_forward": cfg.fsdp_reshard, "mesh": mesh}
     norms: list[Any] = []
     if cfg.fsdp_mixed_precision == "bf16":
         import torch
@@ -139,7 +166,7 @@ def _shard_fsdp(prepared: Prepared) -> None:
         # its fp32 running statistics are refused by torch)
         norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
         for norm in norms:
-            fully_shard(norm, reshard_after_forward=cfg.fsdp_reshard)
+            fully_shard(norm, reshard_after_forward=cfg.fsdp_reshard, mesh=mesh)
     for unit in [u for u in fsdp_units(module) if not any(u is n for n in norms)]:
         fully_shard(unit, **options)
     fully_shard(module, **options)

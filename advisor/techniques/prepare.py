@@ -22,7 +22,9 @@ from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import refusal
 
 
-def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str = "train") -> Prepared:
+def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str = "train", *,
+          tp_plan: dict[str, Any] | None = None, pipeline_split: list[str] | None = None,
+          example_inputs: Any = None) -> Prepared:
     """Prepare ``model`` for ``config``: threads, precision, device, memory format, pruning,
     quantization, checkpointing, data parallelism, compile, in that order.
 
@@ -32,6 +34,12 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
         device: defaults to the current CUDA device when there is one, else the CPU.
         workload: "train", or "inference" (the model is put in eval mode; inference-only
             options such as int8_dynamic or bf16_full are allowed, training ones refused).
+        tp_plan: for ``parallelism`` tp / fsdp_tp, your model.py's ``tp_plan()`` (layer name
+            -> style); None derives the plan from the model (or its transformers plan).
+        pipeline_split: for ``parallelism: pp``, your model.py's ``pipeline_split()`` (the
+            layers where a stage may begin); None cuts at the model's blocks.
+        example_inputs: for ``parallelism: pp``, one batch of inputs (any size): the model is
+            traced on a micro-batch of it and split into stages here, else at the first step.
 
     Returns:
         A Prepared whose ``train_step`` / ``predict`` run the configured step.
@@ -52,7 +60,8 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     if reason:
         raise UnsupportedError(reason)
     values = config.to_dict()
-    prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload)
+    hints = {"tp_plan": tp_plan, "pipeline_split": pipeline_split, "example_inputs": example_inputs}
+    prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload, hints=hints)
     model.to(device)
     if workload == "inference":
         model.eval()

@@ -26,6 +26,11 @@ class Prepared:
         memory_format: ``torch.channels_last`` for 4-D inputs, else None.
         workload: "train" or "inference".
         rank, world: this process's rank and the number of ranks (1 without parallelism).
+        dp_rank, dp_world: which share of each batch this rank loads, of how many (the
+            data-parallel replicas: every rank under DDP / FSDP, one under TP / PP).
+        hints: what the model's own file says about splitting it (``tp_plan``,
+            ``pipeline_split``) and an example batch (``example_inputs``) for a pipeline's trace.
+        pipeline: this rank's stages and schedule under pipeline parallelism, else None.
         accumulation: micro-steps per optimizer step.
         input_dtype: floating-point inputs are cast to it (bf16_full), else None.
         no_sync: context manager that skips the gradient all-reduce (DDP/FSDP), else None.
@@ -50,6 +55,10 @@ class Prepared:
     workload: str = "train"
     rank: int = 0
     world: int = 1
+    dp_rank: int = 0
+    dp_world: int = 1
+    hints: dict[str, Any] = field(default_factory=dict)
+    pipeline: Any = None
     accumulation: int = 1
     input_dtype: Any = None
     no_sync: Any = None
@@ -101,6 +110,11 @@ class Prepared:
                 setup(optimizer)
             self._set_up.add(id(optimizer))
         optimizer.zero_grad(set_to_none=True)
+        if self.pipeline is not None:  # the schedule runs the micro-batches through the stages
+            with self.autocast():
+                loss = self.pipeline.train_step(self.to_device(inputs), self.to_device(target), loss_fn)
+            optimizer.step()
+            return loss
         k = self.accumulation
         parts = list(zip(split(inputs, k), split(target, k))) if k > 1 else [(inputs, target)]
         total = None
@@ -126,15 +140,17 @@ class Prepared:
 
     def loader(self, dataset: Any, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
                per_rank: bool = True, collate_fn: Any = None) -> Any:
-        """A DataLoader with the configured batch size and data knobs. With several ranks
-        and ``per_rank``, each rank loads its shard (DistributedSampler) and its share of
-        the global batch. ``collate_fn``: the DataLoader's (torch's default collate if None)."""
+        """A DataLoader with the configured batch size and data knobs. With several
+        data-parallel ranks (``dp_world``) and ``per_rank``, each loads its shard
+        (DistributedSampler) and its share of the global batch; ranks of one tensor-parallel
+        group or pipeline load the same batches. ``collate_fn``: the DataLoader's (torch's
+        default collate if None)."""
         import torch
         from torch.utils.data import DataLoader, DistributedSampler
 
-        split_ranks = per_rank and self.world > 1
-        batch = self.config.batch_size // self.world if split_ranks else self.config.batch_size
-        sampler = (DistributedSampler(dataset, num_replicas=self.world, rank=self.rank, shuffle=shuffle,
+        split_ranks = per_rank and self.dp_world > 1
+        batch = self.config.batch_size // self.dp_world if split_ranks else self.config.batch_size
+        sampler = (DistributedSampler(dataset, num_replicas=self.dp_world, rank=self.dp_rank, shuffle=shuffle,
                                       seed=seed, drop_last=drop_last) if split_ranks else None)
         generator = torch.Generator().manual_seed(seed) if shuffle and sampler is None else None
         return DataLoader(dataset, batch_size=batch, shuffle=shuffle and sampler is None, sampler=sampler,
@@ -148,9 +164,19 @@ class Prepared:
             fn()
 
     def predict(self, inputs: Any) -> Any:
-        """Forward pass for evaluation (call under torch.inference_mode / no_grad)."""
+        """Forward pass for evaluation (call under torch.inference_mode / no_grad). Under
+        pipeline parallelism every rank calls it with the same batch and the output comes out
+        of the last stage: the other ranks get None (``reports`` says which rank has it)."""
         with self.autocast():
+            if self.pipeline is not None:
+                return self.pipeline.predict(self.to_device(inputs))
             return forward(self.model if self.eval_model is None else self.eval_model, self.to_device(inputs))
+
+    @property
+    def reports(self) -> bool:
+        """Whether this rank reports the model's outputs and metric: the only process, rank 0
+        of several, or a pipeline's last stage (where the outputs come out)."""
+        return self.pipeline.is_last if self.pipeline is not None else self.rank == 0
 
     def synchronize(self) -> None:
         import torch

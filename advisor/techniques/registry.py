@@ -15,7 +15,11 @@ from advisor.techniques.parallel_options import (
     DdpStaticGraph,
     FsdpMixedPrecision,
     FsdpReshard,
+    PpBalance,
+    PpMicrobatches,
+    PpSchedule,
     SyncBatchnorm,
+    TpSize,
 )
 from advisor.techniques.parallelism import BucketMb, CommHook, Devices, Parallelism
 from advisor.techniques.precision import Precision
@@ -29,5 +33,6 @@ _ALL: list[Technique] = [
     ActivationCheckpointing(), GradAccumulation(), NumWorkers(), PinMemory(), FusedOptimizer(),
     DdpStaticGraph(), DdpBucketView(), SyncBatchnorm(), FsdpMixedPrecision(), FsdpReshard(),
     CudnnBenchmark(), ExpandableSegments(), SdpaBackend(), Fp8Scaling(), CompileOptimizer(),
+    TpSize(), PpSchedule(), PpMicrobatches(), PpBalance(),
 ]
 TECHNIQUES: dict[str, Technique] = {t.key: t for t in sorted(_ALL, key=lambda t: t.order)}

@@ -12,6 +12,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.results import WORKLOADS
 from advisor.machine.hardware import Hardware
+from advisor.techniques.model_parallel import model_parallel_conflict
 from advisor.techniques.parallel_options import strategy_conflict
 from advisor.techniques.registry import TECHNIQUES
 
@@ -23,11 +24,7 @@ def conflicts(config: TrialConfig) -> str | None:
     that cannot work is recorded as ``unsupported`` without spending a trial on it.
     """
     c = config
-    if c.parallelism != "ddp" and c.comm_hook != "none":
-        return f"comm_hook={c.comm_hook} applies to DDP; parallelism is {c.parallelism}"
-    if c.parallelism != "ddp" and c.bucket_mb != 25:
-        return f"bucket_mb={c.bucket_mb} applies to DDP; parallelism is {c.parallelism}"
-    lever = strategy_conflict(c.to_dict(), c.parallelism)
+    lever = strategy_conflict(c.to_dict(), c.parallelism) or model_parallel_conflict(c)
     if lever:
         return lever
     if c.fp8_scaling != "tensorwise" and c.quantization not in ("fp8_training", "fp8"):
@@ -69,9 +66,11 @@ def refusal(config: TrialConfig, workload: str) -> str | None:
     conflict = conflicts(config)
     if conflict:
         return conflict
-    per_step = config.devices * config.grad_accumulation
+    ranks = config.data_ranks()
+    per_step = ranks * config.grad_accumulation
     if config.batch_size % per_step:
-        return (f"batch_size {config.batch_size} does not split evenly into devices={config.devices} "
+        split = f"devices={config.devices}" if ranks == config.devices else f"{ranks} data-parallel groups"
+        return (f"batch_size {config.batch_size} does not split evenly into {split} "
                 f"x grad_accumulation={config.grad_accumulation} micro-batches")
     return None
 

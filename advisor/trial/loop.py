@@ -34,6 +34,7 @@ from advisor.trial.shared import (
     cycle,
     evaluate,
     model_facts,
+    model_hints,
     sentinel,
     snapshot,
     training_batches,
@@ -58,7 +59,9 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     phases["memory_baseline"] = time.perf_counter() - t
     t = time.perf_counter()
     torch.manual_seed(settings.seed)
-    prepared = apply(build_model(workload), config, device, workload=settings.workload)
+    model = build_model(workload)
+    prepared = apply(model, config, device, workload=settings.workload, **model_hints(workload, model, config, train))
+    del model  # a pipeline stage keeps only its own layers
     if workload.start_trial is not None:  # a Lightning module's trainer, for configure_optimizers
         workload.start_trial(batch_size=config.batch_size, accumulation=prepared.accumulation, rank=prepared.rank,
                              world=prepared.world, precision=config.precision, train_samples=settings.train_samples)

@@ -53,10 +53,34 @@ def evaluate(prepared: Any, workload: Any, val: Any) -> float:
     with torch.inference_mode():
         for x, y in prepared.loader(val, per_rank=False):
             out = prepared.predict(x)
+            if out is None:  # a pipeline's earlier stage: the outputs come out of the last one
+                continue
             n = len(y)
             weighted += check_metric(workload, workload.metric(out, prepared.to_device(y))) * n
             total += n
-    return workload.metric_spec.score(weighted / total)  # the study compares scores: higher is better
+    score = workload.metric_spec.score(weighted / total) if total else 0.0  # the study compares scores
+    return score if prepared.pipeline is None else prepared.pipeline.from_last(score)
+
+
+def model_hints(workload: Workload, model: Any, config: Any, train: Any) -> dict[str, Any]:
+    """What ``apply`` needs besides the config for a model-parallel one: model.py's own
+    ``tp_plan()`` / ``pipeline_split()`` (checked), and for a pipeline a batch to trace."""
+    if config.parallelism not in ("tp", "fsdp_tp", "pp"):
+        return {}
+    from advisor.workload.splits import user_splits
+
+    hints = user_splits(workload, model)
+    if config.parallelism == "pp":
+        if workload.validate is not None:
+            from advisor.core.errors import UnsupportedError
+
+            raise UnsupportedError("pipeline parallelism needs the model's forward alone; a Lightning file's step "
+                                   "runs its training_step, loss included")
+        from torch.utils.data import default_collate
+
+        rows = min(config.batch_size, len(train))
+        hints["example_inputs"] = (workload.collate or default_collate)([train[i] for i in range(rows)])[0]
+    return hints
 
 
 def agree_more(prepared: Any, more: bool) -> bool:

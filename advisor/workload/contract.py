@@ -7,6 +7,8 @@ The contract::
     def loss(output, target) -> Tensor         # optional; default cross entropy
     def metric(output, target) -> float        # optional; default top-1 accuracy
     def optimizer(parameters) -> Optimizer     # optional; default AdamW(lr=1e-3)
+    def tp_plan() -> dict[str, str]            # optional; tensor parallelism's plan: layer name -> style
+    def pipeline_split() -> list[str]          # optional; the layers where a pipeline stage may begin
     BASELINE = {"batch_size": 64}              # optional; the user's current setup
     LOSS = "output.loss"                       # optional, instead of loss(): the model returns its own
     METRIC = {"name": ..., "higher_is_better": ...}  # optional; what metric() is (advisor.core.metric)
@@ -32,7 +34,7 @@ from advisor.workload.defaults import OUTPUT_LOSS, default_loss, default_metric,
 from advisor.workload.user_code import user_code
 
 _REQUIRED = ("model", "datasets")
-_OPTIONAL = ("loss", "metric", "optimizer")
+_OPTIONAL = ("loss", "metric", "optimizer", "tp_plan", "pipeline_split")
 _counter = itertools.count()
 
 
@@ -59,6 +61,9 @@ class Workload:
     start_trial: Callable[..., None] | None = None  # after the knobs: batch_size, accumulation, rank, ...
     epoch_end: Callable[[int], None] | None = None  # after each training epoch
     notes: Callable[[Any], list[str]] | None = None  # (the built model) -> what the preflight says of it
+    # model.py's own word on splitting its model (advisor.workload.splits checks them)
+    tp_plan: Callable[[], Any] | None = None
+    pipeline_split: Callable[[], Any] | None = None
 
     @property
     def name(self) -> str:
@@ -139,6 +144,8 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         optimizer=getattr(module, "optimizer", default_optimizer),
         baseline=dict(baseline),
         metric_spec=spec,
+        tp_plan=getattr(module, "tp_plan", None),
+        pipeline_split=getattr(module, "pipeline_split", None),
     )
 
 

@@ -16,6 +16,7 @@ from advisor.workload.contract import (
     forward,
     load_datasets,
 )
+from advisor.workload.splits import split_facts, user_splits
 from advisor.workload.structure import blocks, prunable
 from advisor.workload.user_code import user_code
 
@@ -45,6 +46,8 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     from torch.utils.data import default_collate
 
     model = build_model(workload)
+    splits = user_splits(workload, model)  # model.py's tp_plan() / pipeline_split(), checked
+    facts = split_facts(workload, model, splits)
     train, val = load_datasets(workload)
     collate = workload.collate or default_collate
     try:
@@ -85,7 +88,7 @@ def _preflight(workload: Workload) -> dict[str, Any]:
         "sdpa_dropout": seen.dropout,  # the largest attention dropout its training forward asked for
         "optimizer_class": type(opt).__name__,
         "optimizer_fused": "fused" in getattr(opt, "defaults", {}),  # torch's classes with a fused kernel
-    } | ({"notes": workload.notes(model)} if workload.notes is not None else {})
+    } | facts | ({"notes": workload.notes(model)} if workload.notes is not None else {})
 
 
 def _validate(workload: Workload, model: Any, inputs: Any, target: Any) -> Any:

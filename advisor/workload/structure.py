@@ -79,3 +79,15 @@ def prunable(module: Any) -> list[tuple[str, Any]]:
               if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))
               and not any(n.startswith(prefix) for prefix in attention)]
     return layers[:-1]
+
+
+def pipeline_units(module: Any, split: list[str] | None = None) -> list[str]:
+    """The names where a unit of the model begins, for a pipeline to cut it into stages ("" for
+    the first unit, which begins with the model): the names ``split`` lists (model.py's
+    ``pipeline_split()``), else each of the model's blocks but the first (the part before the
+    second block, embeddings included, is the first unit)."""
+    if split is not None:
+        return ["", *split]
+    names = {id(m): n for n, m in module.named_modules()}
+    found = [names[id(b)] for b in blocks(module) if id(b) in names]
+    return ["", *found[1:]]

@@ -29,7 +29,8 @@ def test_defaults_are_plain_fp32_eager():
     assert TrialConfig().to_dict() == {
         "batch_size": 64, "precision": "fp32", "threads": None,
         "channels_last": False, "compile": False, "compile_mode": "default",
-        "parallelism": "single", "devices": 1, "comm_hook": "none", "bucket_mb": 25,
+        "parallelism": "single", "devices": 1, "tp_size": 1, "pp_schedule": "1f1b", "pp_microbatches": None,
+        "pp_balance": "params", "comm_hook": "none", "bucket_mb": 25,
         "pruning": "none", "prune_amount": 0.5, "quantization": "none",
         "activation_checkpointing": False, "grad_accumulation": 1, "num_workers": 0, "pin_memory": False,
         "fused_optimizer": False, "ddp_static_graph": False, "ddp_bucket_view": False, "sync_batchnorm": False,

@@ -30,7 +30,7 @@ def _payload(path, config, **settings):
 class TestParallelism(TechniqueCase):
     key = "parallelism"
     apply_values = ("single",)
-    workload_refusals = frozenset({("ddp", "inference"), ("fsdp", "inference")})
+    workload_refusals = frozenset({(v, "inference") for v in ("ddp", "fsdp", "tp", "pp", "fsdp_tp")})
 
     def test_offered_only_with_two_devices(self):
         assert "at least 2" in self.technique.unavailable("ddp", DECLARED["1-core CPU"])
@@ -87,7 +87,7 @@ def test_combinations_that_cannot_work_are_refused_before_any_rank_starts(config
 
 
 def test_single_with_several_devices_is_refused():
-    with pytest.raises(UnsupportedError, match="needs parallelism ddp or fsdp"):
+    with pytest.raises(UnsupportedError, match="needs a parallelism over several ranks"):
         apply(digits_model(), {"devices": 2}, "cpu")
 
 

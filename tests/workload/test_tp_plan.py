@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from advisor.core.errors import WorkloadError
-from advisor.techniques.tp_plan import MHA_REASON, plan_for, refusal
+from advisor.workload.tp_plan import MHA_REASON, plan_for, refusal
 
 WORLD = 2
 
@@ -146,12 +146,12 @@ def _rank(rank: int, init_file: str, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from advisor.techniques.tp_plan import apply_tp
+    from advisor.techniques.model_parallel import parallelize
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     torch.manual_seed(0)
     model = block()
-    apply_tp(model, plan_for(model, WORLD), init_device_mesh("cpu", (WORLD,)))
+    parallelize(model, plan_for(model, WORLD), init_device_mesh("cpu", (WORLD,)))
     shard = model[2].fc1.weight
     losses, weight = _train(model, lambda m: m[2].fc1.weight.full_tensor().tolist())
     if rank == 0:

@@ -13,7 +13,8 @@ A plan comes from one of three places, first found wins:
   output projection becomes q/k/v column-wise, output row-wise, and its head count is
   divided between the ranks (the way torchtitan parallelises Llama).
 
-A column-wise layer's output stays a plain tensor holding this rank's columns; whatever
+``advisor.techniques.model_parallel`` applies a plan (``parallelize_module``). A column-wise
+layer's output stays a plain tensor holding this rank's columns; whatever
 runs between it and its row-wise partner must work on that slice, which is why only
 elementwise operations may stand between an MLP's pair (checked on the module's
 ``torch.fx`` graph) and why attention needs its head count divisible by the world size.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.core.errors import WorkloadError
-from advisor.techniques.tp_graph import mlp_pairs
+from advisor.workload.tp_graph import mlp_pairs
 
 # plan style names, as transformers spells them; only these have a torch ParallelStyle here
 STYLES = ("colwise", "rowwise", "colwise_gather_output", "colwise_rep", "rowwise_rep",
@@ -193,7 +194,7 @@ def check_plan(module: Any, plan: dict[str, Any], world: int, source: str) -> di
     for key, style in plan.items():
         matched = expand(module, {key: style})
         if not matched:
-            problems.append(f"{key!r} names no submodule; {_nearby(module, key)}")
+            problems.append(f"{key!r} names no submodule; {nearby(module, key)}")
         expanded.update(matched)
     for fqn, style in expanded.items():
         layer = module.get_submodule(fqn)
@@ -228,40 +229,6 @@ def expand(module: Any, plan: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def apply_tp(module: Any, plan: TpPlan, mesh: Any) -> Any:
-    """Split ``module`` in place over the 1-D ``mesh`` following ``plan`` (parallelize_module
-    with the style each name asks for), and give each attention module its share of heads."""
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    styles = {fqn: parallel_style(style) for fqn, style in plan.styles.items()}
-    parallelize_module(module, mesh, styles)
-    for key, heads in plan.heads.items():
-        owner, _, attr = key.rpartition(".")
-        setattr(module.get_submodule(owner), attr, heads)
-    return module
-
-
-def parallel_style(style: Any) -> Any:
-    """The torch ParallelStyle for a style name (a ParallelStyle passes through). The names
-    mean what they mean in transformers' plans: "colwise" leaves each rank its columns,
-    "rowwise" takes them and adds the partial sums over the ranks, the "_rep" /
-    "gather_output" / "split_input" variants take or give whole (replicated) tensors."""
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
-
-    if isinstance(style, ParallelStyle):
-        return style
-    if style == "colwise":
-        return ColwiseParallel()
-    if style in ("colwise_gather_output", "colwise_rep"):
-        return ColwiseParallel(output_layouts=Replicate())
-    if style == "rowwise":
-        return RowwiseParallel()
-    if style in ("rowwise_rep", "rowwise_split_input", "embedding_rowwise"):
-        return RowwiseParallel(input_layouts=Replicate())
-    raise ValueError(f"unknown tensor-parallel style {style!r}; one of {', '.join(STYLES)}")
-
-
 def _split_size(layer: Any, style: Any) -> int | None:
     from torch import nn
 
@@ -285,7 +252,7 @@ def _tied(module: Any, names: dict[str, Any]) -> set[str]:
     return {f for key, fqns in owners.items() if seen.get(key, 0) > 1 for f in fqns}
 
 
-def _nearby(module: Any, key: str) -> str:
+def nearby(module: Any, key: str) -> str:
     parts = key.split(".")
     for cut in range(len(parts) - 1, -1, -1):
         parent = ".".join(parts[:cut])
