@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import UnsupportedError
-
 from advisor.workload.tp_plan import STYLES
 
 if TYPE_CHECKING:
@@ -67,9 +66,10 @@ def _pipeline_conflict(c: TrialConfig) -> str | None:
     microbatches = c.pp_microbatches or pipeline_stages(c)
     if c.batch_size % microbatches:
         return f"batch_size {c.batch_size} does not split evenly into pp_microbatches={microbatches} micro-batches"
-    if c.pp_schedule == "interleaved_1f1b" and microbatches % c.devices:
-        return (f"interleaved 1F1B runs its micro-batches in rounds of one per rank: pp_microbatches={microbatches} "
-                f"must be a multiple of devices={c.devices}")
+    rounds = max(1, microbatches // c.devices)
+    if c.pp_schedule == "interleaved_1f1b" and microbatches % rounds:
+        return (f"interleaved 1F1B runs its micro-batches in {rounds} rounds (pp_microbatches // devices): "
+                f"pp_microbatches={microbatches} must be a multiple of the rounds")
     return None
 
 

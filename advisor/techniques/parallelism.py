@@ -72,6 +72,10 @@ class Parallelism(Technique):
             return
         if devices < 2:
             raise UnsupportedError(f"parallelism {value} needs devices >= 2, found devices={devices}")
+        if value == "pp":
+            from advisor.techniques.pipeline import check_units
+
+            check_units(prepared)  # before any rank waits for the others
         dist = _join_process_group(prepared, devices)
         prepared.rank, prepared.world = dist.get_rank(), dist.get_world_size()
         prepared.dp_rank, prepared.dp_world = prepared.rank, prepared.world  # TP and PP narrow it

@@ -16,6 +16,8 @@ schedule, and the outputs come out of the last stage only.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import statistics
 import time
 from collections.abc import Iterator
@@ -31,16 +33,21 @@ if TYPE_CHECKING:
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
 
 
-def apply_pp(prepared: Prepared) -> None:
-    """Give ``prepared`` a pipeline over its ranks; the model is split now when an example
-    batch is at hand (``hints["example_inputs"]``), else at the first step."""
+def check_units(prepared: Prepared) -> list[str]:
+    """Where the model may be cut; refused when there are fewer units than stages."""
     units = pipeline_units(prepared.module, prepared.hints.get("pipeline_split"))
     stages = pipeline_stages(prepared.config)
     if len(units) < stages:
         raise UnsupportedError(
             f"pipeline parallelism over {stages} stages needs at least {stages} units to cut the model into; it has "
             f"{len(units)} ({_where_units(prepared)})")
-    prepared.pipeline = Pipeline(prepared, units, stages)
+    return units
+
+
+def apply_pp(prepared: Prepared) -> None:
+    """Give ``prepared`` a pipeline over its ranks; the model is split now when an example
+    batch is at hand (``hints["example_inputs"]``), else at the first step."""
+    prepared.pipeline = Pipeline(prepared, check_units(prepared), pipeline_stages(prepared.config))
     prepared.dp_rank, prepared.dp_world = 0, 1  # the first stage takes the whole batch
     if prepared.hints.get("example_inputs") is not None:
         prepared.pipeline.build(prepared.hints["example_inputs"])
@@ -156,42 +163,36 @@ class Pipeline:
         dist.broadcast_object_list(box, src=0)
         return list(box[0])
 
-    def _unit_modules(self) -> list[list[Any]]:
-        """The modules each unit holds: from its start to the next unit's, in definition order."""
-        module = self.prepared.module
-        named = list(module.named_modules())
+    def _unit_params(self) -> list[float]:
+        """Each unit's parameter count: the modules from its start to the next unit's, in
+        definition order (each parameter counted with the module that holds it)."""
+        named = list(self.prepared.module.named_modules())
         order = {name: i for i, (name, _) in enumerate(named)}
         starts = [order[u] if u else 0 for u in self.units] + [len(named)]
-        groups = []
-        for a, b in zip(starts, starts[1:]):
-            groups.append([m for name, m in named[a:b] if name and not any(True for _ in m.children())])
-        return groups
-
-    def _unit_params(self) -> list[float]:
-        groups = self._unit_modules()
-        return [float(sum(p.numel() for m in g for p in m.parameters(recurse=False))) for g in groups]
+        return [float(sum(p.numel() for _, m in named[a:b] for p in m.parameters(recurse=False)))
+                for a, b in itertools.pairwise(starts)]
 
     def _unit_times(self, example: Any, repeats: int = 3) -> list[float]:
         """Each unit's share of a forward pass on the example micro-batch (median of
-        ``repeats``), read with hooks on its leaf modules."""
+        ``repeats``): from the call of its first module to the call of the next unit's."""
         from advisor.workload.contract import forward
 
-        groups = self._unit_modules()
-        spent = [[0.0] * len(groups) for _ in range(repeats)]
-        handles: list[Any] = []
-        clock: dict[int, float] = {}
-        for r in range(repeats):
-            for u, group in enumerate(groups):
-                for m in group:
-                    handles.append(m.register_forward_pre_hook(lambda *_, key=id(m): clock.__setitem__(key, time.perf_counter())))
-                    handles.append(m.register_forward_hook(
-                        lambda *_, key=id(m), u=u, r=r: spent[r].__setitem__(u, spent[r][u] + time.perf_counter() - clock[key])))
-            with self.prepared.autocast():
-                forward(self.prepared.module, example)
-            for h in handles:
-                h.remove()
-            handles.clear()
-        return [statistics.median(spent[r][u] for r in range(repeats)) + 1e-9 for u in range(len(groups))]
+        module = self.prepared.module
+        firsts = [module.get_submodule(u) for u in self.units[1:]]
+        samples = []
+        for _ in range(repeats):
+            marks: dict[int, float] = {}
+            handles = [m.register_forward_pre_hook(functools.partial(_mark, marks, i + 1)) for i, m in enumerate(firsts)]
+            start = time.perf_counter()
+            try:
+                with self.prepared.autocast():
+                    forward(module, example)
+            finally:
+                for h in handles:
+                    h.remove()
+            times = [start, *(marks.get(i + 1, start) for i in range(len(firsts))), time.perf_counter()]
+            samples.append([max(0.0, b - a) for a, b in itertools.pairwise(times)])
+        return [statistics.median(column) + 1e-9 for column in zip(*samples)]
 
     def _schedule(self, stages: list[Any], loss_fn: Any) -> Any:
         from torch.distributed import pipelining
@@ -270,6 +271,10 @@ def _cut_before(model: Any, names: list[str]) -> Iterator[None]:
                 del module.forward
             else:
                 module.forward = own
+
+
+def _mark(marks: dict[int, float], unit: int, *_: Any) -> None:
+    marks.setdefault(unit, time.perf_counter())  # the first call: a unit reached once per forward
 
 
 def _call_args(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -47,11 +47,11 @@ def user_splits(workload: Workload, model: Any) -> dict[str, Any]:
 
 def _split_problems(where: str, split: Any, model: Any) -> list[str]:
     if not isinstance(split, (list, tuple)) or not all(isinstance(n, str) for n in split):
-        return [f"{where} must return a list of layer names where a pipeline stage may begin (such as "
-                f"['layers.2', 'layers.4']), found {_describe(split)}"]
+        return [(f"{where} must return a list of layer names where a pipeline stage may begin (such as "
+                 f"['layers.2', 'layers.4']), found {_describe(split)}")]
     if not split:
-        return [f"{where} returned no layer name: that is one stage, and a pipeline needs at least 2 (name the "
-                "layers where the second and later stages may begin)"]
+        return [(f"{where} returned no layer name: that is one stage, and a pipeline needs at least 2 (name the "
+                 "layers where the second and later stages may begin)")]
     names = dict(model.named_modules())
     problems = [f"{where}: {n!r} names no submodule; {nearby(model, n)}" for n in split if not n or n not in names]
     if len(set(split)) != len(split):

@@ -1,14 +1,10 @@
 """Tensor-parallel plans: derived from the model's layers, declared by a transformers model,
-or given by the user; refused with a reason; and applied over two real gloo ranks on CPU,
-where training matches one process."""
+or given by the user; refused with a reason. Applied over real gloo ranks in
+tests/techniques/test_model_parallel.py, where training matches one process."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -117,69 +113,3 @@ def test_a_users_plan_is_checked_name_by_name():
         "2.fc1": "colwise", "2.fc2": "rowwise"}
     with pytest.raises(WorkloadError, match="'2.fc1': unknown style 'sideways'"):
         plan_for(block(), WORLD, {"2.fc1": "sideways"})
-
-
-# --- two real ranks over gloo -------------------------------------------------------------
-
-STEPS, LR = 4, 0.05
-
-
-def _data():
-    gen = torch.Generator().manual_seed(1)
-    return torch.randn(4, 6, 16, generator=gen), torch.randn(4, 6, 16, generator=gen)
-
-
-def _train(model, params_of):
-    x, y = _data()
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    losses = []
-    for _ in range(STEPS):
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, params_of(model)
-
-
-def _rank(rank: int, init_file: str, out: str) -> None:
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from advisor.techniques.model_parallel import parallelize
-
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    torch.manual_seed(0)
-    model = block()
-    parallelize(model, plan_for(model, WORLD), init_device_mesh("cpu", (WORLD,)))
-    shard = model[2].fc1.weight
-    losses, weight = _train(model, lambda m: m[2].fc1.weight.full_tensor().tolist())
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump({"losses": losses, "weight": weight, "local": list(shard.to_local().shape),
-                       "heads": model[0].num_heads}, f)
-    # Leave as advisor's own ranks do (advisor/trial/ranks.py): a barrier, then no teardown.
-    # destroy_process_group() on gloo occasionally aborts the process ("terminate called
-    # without an active exception", seen in CI) after the work is done.
-    dist.barrier()
-    os._exit(0)
-
-
-def test_two_gloo_ranks_train_like_one_process(tmp_path):
-    """Same seed, same data: the split model's losses match one process's to 1e-5 relative
-    (and 1e-6 absolute). Not bit for bit: the row-wise layers add their partial sums over the
-    ranks (an all-reduce), a different order of float32 additions than one matmul's, so each
-    step differs by a few ulps (~1e-7 relative), which four momentum-SGD steps cannot grow past
-    1e-5."""
-    import torch.multiprocessing as mp
-
-    out = tmp_path / "rank0.json"
-    mp.spawn(_rank, args=(str(tmp_path / "init"), str(out)), nprocs=WORLD, join=True)
-    got = json.loads(out.read_text())
-    torch.manual_seed(0)
-    losses, weight = _train(block(), lambda m: m[2].fc1.weight.tolist())
-    assert got["local"] == [32, 16]  # each rank holds half of fc1's 64 output rows
-    assert got["heads"] == 2
-    assert losses[-1] < losses[0]
-    assert got["losses"] == pytest.approx(losses, rel=1e-5, abs=1e-6)
-    assert torch.allclose(torch.tensor(got["weight"]), torch.tensor(weight), rtol=1e-5, atol=1e-6)
