@@ -23,6 +23,11 @@ def model():
     return torch.nn.Linear(4, 2)
 """
 
+MLP = """
+def model():
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+"""
+
 # (id, model.py text, what the message must say)
 VIOLATIONS = [
     ("syntax", "def model(:\n", "not valid Python"),
@@ -72,6 +77,22 @@ VIOLATIONS = [
     ("baseline-not-dict", GOOD_DATA + GOOD_MODEL + "BASELINE = 64\n", "BASELINE must be a dict"),
     ("baseline-unknown-key", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batchsize': 64}\n", "batchsize: unknown key"),
     ("baseline-bad-value", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batch_size': 0}\n", "expected a positive integer"),
+    ("tp-plan-missing-layer", GOOD_DATA + MLP + "def tp_plan():\n    return {'0': 'colwise', '3': 'rowwise'}\n",
+     "tp_plan(): the tensor-parallel plan is invalid:\n  - '3' names no submodule; 'the model' has 0, 1, 2"),
+    ("tp-plan-bad-style", GOOD_DATA + MLP + "def tp_plan():\n    return {'0': 'sideways', '2': 'rowwise'}\n",
+     "'0': unknown style 'sideways'; one of colwise, rowwise"),
+    ("tp-plan-not-a-dict", GOOD_DATA + MLP + "def tp_plan():\n    return ['0', '2']\n",
+     "tp_plan() must return a non-empty dict of layer name -> style"),
+    ("tp-plan-indivisible", GOOD_DATA + "def model():\n    return torch.nn.Sequential(torch.nn.Linear(4, 3), "
+     "torch.nn.ReLU(), torch.nn.Linear(3, 2))\ndef tp_plan():\n    return {'0': 'colwise', '2': 'rowwise'}\n",
+     "'0': the split dimension (3) does not divide by 2 ranks"),
+    ("pipeline-one-stage", GOOD_DATA + MLP + "def pipeline_split():\n    return []\n",
+     "pipeline_split() returned no layer name: that is one stage, and a pipeline needs at least 2"),
+    ("pipeline-missing-layer", GOOD_DATA + MLP + "def pipeline_split():\n    return ['1', 'layers.4']\n",
+     "pipeline_split(): 'layers.4' names no submodule"),
+    ("pipeline-not-a-list", GOOD_DATA + MLP + "def pipeline_split():\n    return 2\n",
+     "pipeline_split() must return a list of layer names"),
+    ("pipeline-not-callable", GOOD_DATA + MLP + "pipeline_split = ['1']\n", "pipeline_split must be a function"),
 ]
 
 
@@ -103,6 +124,17 @@ def test_preflight_facts_of_examples():
         assert facts["train_size"] + facts["val_size"] == 1797  # sklearn's digits
         assert facts["parameters"] > 1000
         assert facts["has_conv2d"] is conv
+        assert facts["tp_refusal"] is None  # each has a Linear pair with only an activation between them
+    assert preflight(load_workload(EXAMPLES / "digits_mlp.py"))["pipeline_units"] == 3  # its three Linear layers
+
+
+def test_what_the_preflight_says_of_splitting_a_model(tmp_path):
+    convs = write_model(tmp_path, GOOD_DATA + "def model():\n    return torch.nn.Sequential(torch.nn.Unflatten(1, (1, 2, 2)),"
+                        " torch.nn.Conv2d(1, 2, 1), torch.nn.Flatten(), torch.nn.Linear(8, 2))\n")
+    facts = preflight(load_workload(convs))
+    assert "no block to split" in facts["tp_refusal"] and facts["pipeline_units"] == 2
+    split = write_model(tmp_path, GOOD_DATA + MLP + "def pipeline_split():\n    return ['1', '2']\n", "split.py")
+    assert preflight(load_workload(split))["pipeline_units"] == 3  # the part before '1', then '1', then '2'
 
 
 def test_independent_workload_with_dict_inputs_and_own_metric():
