@@ -17,7 +17,8 @@ from advisor.workload.lightning_step import LIGHTNING_PRECISION
 # knobs a Trainer argument or the DataLoader carries; the rest go through advisor.apply()
 TRAINER_KNOBS = ("precision", "parallelism", "devices", "comm_hook", "bucket_mb", "grad_accumulation", "batch_size",
                  "num_workers", "pin_memory", "sync_batchnorm", "cudnn_benchmark", "ddp_static_graph",
-                 "ddp_bucket_view", "fsdp_mixed_precision", "fsdp_reshard")
+                 "ddp_bucket_view", "fsdp_mixed_precision", "fsdp_reshard", "tp_size", "pp_schedule", "pp_microbatches",
+                 "pp_balance")
 # knobs advisor.apply() sets in its own training step, which Lightning's loop does not run: said as notes
 STEP_KNOBS = {
     "fused_optimizer": "fused_optimizer: pass fused=True to the optimizer configure_optimizers builds",
@@ -60,17 +61,27 @@ def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
                     strategy["ddp_comm_hook"] = ("torch.distributed.algorithms.ddp_comm_hooks.default_hooks."
                                                  + _HOOKS[config.comm_hook])
             trainer["strategy"] = strategy
+        elif config.parallelism == "pp":
+            notes.append("pipeline parallelism: Lightning has no pipeline strategy; the trials ran "
+                         "torch.distributed.pipelining (advisor.apply with this config under torchrun does the same)")
         else:
+            groups = config.data_ranks()
             trainer["strategy"] = {"class": "lightning.pytorch.strategies.ModelParallelStrategy",
-                                   "data_parallel_size": config.devices, "tensor_parallel_size": 1}
-            extra = (", mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"
-                     if config.fsdp_mixed_precision == "bf16" else "")
-            extra += ", reshard_after_forward=False" if not config.fsdp_reshard else ""
-            notes.append("FSDP: the trials sharded with FSDP2's fully_shard on each block, then the module "
-                         "(Lightning's 'fsdp' strategy is FSDP1); under ModelParallelStrategy do the same in "
-                         "configure_model: for block in blocks: fully_shard(block, "
-                         f"mesh=self.device_mesh['data_parallel']{extra})")
-    per_device = config.batch_size // (config.grad_accumulation * max(1, config.devices))
+                                   "data_parallel_size": groups, "tensor_parallel_size": config.devices // groups}
+            if config.parallelism in ("tp", "fsdp_tp"):
+                notes.append("tensor parallelism: in configure_model, parallelize_module(self, "
+                             "self.device_mesh['tensor_parallel'], plan) with the plan the trial used "
+                             "(its telemetry.model.tp_plan: each Linear pair column-wise then row-wise)")
+            if config.parallelism in ("fsdp", "fsdp_tp"):
+                extra = (", mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)"
+                         if config.fsdp_mixed_precision == "bf16" else "")
+                extra += ", reshard_after_forward=False" if not config.fsdp_reshard else ""
+                notes.append("FSDP: the trials sharded with FSDP2's fully_shard on each block, then the module "
+                             "(Lightning's 'fsdp' strategy is FSDP1); under ModelParallelStrategy do the same in "
+                             "configure_model: for block in blocks: fully_shard(block, "
+                             f"mesh=self.device_mesh['data_parallel']{extra})")
+    ranks = config.data_ranks()
+    per_device = config.batch_size // (config.grad_accumulation * ranks)
     loader = {"batch_size": per_device, "num_workers": config.num_workers, "pin_memory": config.pin_memory}
     if config.num_workers:
         loader["persistent_workers"] = True
@@ -79,7 +90,7 @@ def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
                if k not in TRAINER_KNOBS and k not in STEP_KNOBS and v != default[k]}
     return {"trainer": trainer, "dataloader": loader, "advisor_apply": applied, "notes": notes,
             "batch": (f"{config.batch_size} samples per optimizer step = {per_device} per device x "
-                      f"{max(1, config.devices)} device(s) x {config.grad_accumulation} accumulated batch(es)")}
+                      f"{ranks} data-parallel device(s) x {config.grad_accumulation} accumulated batch(es)")}
 
 
 _SCRIPT = '''\

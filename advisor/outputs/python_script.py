@@ -41,7 +41,9 @@ def load(path):
 
 def main():
     w = load(WORKLOAD)
-    prepared = advisor.apply(w.model(), CONFIG, workload={workload_kind!r})
+    # model.py's own word on splitting the model (tensor / pipeline parallelism), where it has one
+    splits = {{name: getattr(w, name)() for name in ("tp_plan", "pipeline_split") if hasattr(w, name)}}
+    prepared = advisor.apply(w.model(), CONFIG, workload={workload_kind!r}, **splits)
     train_set, val_set = w.datasets()
 {train}
     metric = getattr(w, "metric", None) or (lambda out, y: (out.argmax(-1) == y).float().mean().item())
@@ -49,9 +51,11 @@ def main():
     total, score = 0, 0.0
     with torch.inference_mode():
         for x, y in prepared.loader(val_set, per_rank=False):
-            score += float(metric(prepared.predict(x), prepared.to_device(y))) * len(y)
-            total += len(y)
-    if prepared.rank == 0:
+            out = prepared.predict(x)  # None on a pipeline's earlier stages: outputs come out of the last
+            if out is not None:
+                score += float(metric(out, prepared.to_device(y))) * len(y)
+                total += len(y)
+    if prepared.reports:  # the only process, rank 0, or a pipeline's last stage
         print(f"validation metric {{score / total:.4f}} ({{total}} samples)")
 
 
@@ -63,9 +67,9 @@ _TRAIN = '''\
     loss_fn = getattr(w, "loss", None) or torch.nn.functional.cross_entropy
     make_optimizer = getattr(w, "optimizer", None) or (lambda p: torch.optim.AdamW(p, lr=1e-3))
     optimizer = make_optimizer(prepared.module.parameters())
-    loader = prepared.loader(train_set, shuffle=True)
+    loader = prepared.loader(train_set, shuffle=True, drop_last=True)  # full batches, as the trials trained
     for epoch in range(math.ceil(TRAIN_SAMPLES / len(train_set))):
-        if prepared.world > 1:
+        if hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)  # a new shuffle per epoch under DDP / FSDP
         for x, y in loader:
             prepared.train_step(x, y, loss_fn, optimizer)  # autocast, scaler, accumulation
@@ -148,7 +152,8 @@ def plain_pytorch(config: TrialConfig) -> str:
         snippet = snippet.replace("AMOUNT", f"{config.prune_amount:g}").replace("BUCKET_MB", str(config.bucket_mb))
         lines.append(f"#\n# {key} = {value!r}")
         lines.extend(f"#   {line}" for line in snippet.splitlines())
+    ranks = config.data_ranks()
     lines.append(f"#\n# batch_size = {config.batch_size}\n#   loader = DataLoader(train_set, batch_size="
-                 f"{config.batch_size // config.devices}, shuffle=True)"
-                 + (f"  # per rank: {config.batch_size} / {config.devices} ranks" if config.devices > 1 else ""))
+                 f"{config.batch_size // ranks}, shuffle=True)"
+                 + (f"  # per rank: {config.batch_size} / {ranks} data-parallel ranks" if ranks > 1 else ""))
     return "\n".join(lines) + "\n"

@@ -208,6 +208,9 @@ class Pipeline:
 
         if not self._stages:
             self.build(inputs)
+        if _rows(inputs) != self.mb_size * self.microbatches:
+            raise UnsupportedError(f"a pipeline traced on batches of {self.mb_size * self.microbatches} trains on "
+                                   f"batches of that size only, found {_rows(inputs)} (load with drop_last=True)")
         if self._train is None or self._loss_fn is not loss_fn:
             self._train, self._loss_fn = self._schedule(self._stages, loss_fn), loss_fn
         losses: list[Any] = []

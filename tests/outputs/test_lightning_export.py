@@ -30,3 +30,15 @@ def test_module_knobs_go_through_apply_and_step_knobs_are_notes():
     assert "fused=True" in notes and "FLASH_ATTENTION" in notes
     assert "MixedPrecisionPolicy" in notes and "reshard_after_forward=False" in notes
     assert args["trainer"]["strategy"]["class"].endswith("ModelParallelStrategy")
+
+
+def test_a_2d_mesh_is_lightnings_model_parallel_strategy_with_both_sizes():
+    args = lightning_arguments(TrialConfig(batch_size=64, parallelism="fsdp_tp", devices=8, tp_size=2))
+    assert args["trainer"]["strategy"] == {"class": "lightning.pytorch.strategies.ModelParallelStrategy",
+                                           "data_parallel_size": 4, "tensor_parallel_size": 2}
+    assert args["dataloader"]["batch_size"] == 16  # 64 over the 4 FSDP groups: a TP group shares its batch
+    assert args["advisor_apply"] == {}
+    notes = "\n".join(args["notes"])
+    assert "parallelize_module" in notes and "fully_shard" in notes
+    tp = lightning_arguments(TrialConfig(batch_size=64, parallelism="tp", devices=2))
+    assert tp["trainer"]["strategy"]["tensor_parallel_size"] == 2 and tp["dataloader"]["batch_size"] == 64
