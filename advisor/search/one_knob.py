@@ -6,7 +6,8 @@ what each lever alone does."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
 from advisor.techniques.rules import refusal
@@ -28,7 +29,7 @@ def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: st
     """Up to ``limit`` configurations of ``space``: ``base`` with one knob changed each.
 
     First one value per knob (for ``batch_size`` twice the baseline's, or half), in
-    ``PRIORITY`` order; then the knobs' other values in the same order. Values that cannot
+    ``PRIORITY`` order (a knob the change brings into play takes its first choice); then the knobs' other values in the same order. Values that cannot
     run as ``workload`` are left out.
 
     Example:
@@ -48,10 +49,25 @@ def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: st
             choices.sort(key=lambda b: (b not in (2 * base.batch_size, base.batch_size // 2), b < base.batch_size, b))
         options = []
         for value in choices:  # validated when the space was loaded
-            candidate = base.replace(**{name: value})
+            candidate = _with_dependents(base.replace(**{name: value}), knobs.values(), values, workload)
             if refusal(candidate, workload) is None:
                 options.append(candidate)
         candidates.append(options)
     first = [options[0] for options in candidates if options]
     rest = [c for options in candidates for c in options[1:]]
     return (first + rest)[:limit]
+
+
+def _with_dependents(config: TrialConfig, knobs: Any, before: dict[str, Any], workload: str) -> TrialConfig:
+    """``config`` with the knobs its change brought into play (each whose condition now
+    holds, and did not, at a value that is none of its choices) set to the first of their
+    choices, in order, that can run: the seed ``parallelism=ddp`` comes with ``devices`` 2,
+    not the baseline's single device; ``fsdp_tp`` with the first devices / tp_size pair that
+    makes a 2-D mesh."""
+    values = config.to_dict()
+    woken = [k for k in knobs if k.active(values) and not k.active(before) and values[k.name] not in k.choices]
+    if not woken:
+        return config
+    tries = itertools.islice(itertools.product(*(k.choices for k in woken)), 64)
+    fits = (config.replace(**{k.name: v for k, v in zip(woken, combo)}) for combo in tries)
+    return next((c for c in fits if refusal(c, workload) is None), config)

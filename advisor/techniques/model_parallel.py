@@ -98,11 +98,19 @@ def tensor_parallel(prepared: Prepared, tp_size: int, mesh: Any) -> None:
                                  "heads": dict(plan.heads), "left_whole": plan.skipped[:8]}
 
 
-def apply_tp(prepared: Prepared) -> None:
-    """``parallelism: tp``: one tensor-parallel group of every rank; each sees the whole batch."""
+def device_mesh(device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
+    """``init_device_mesh``, with real tensors even while a memory estimate runs the model on
+    fake ones (``advisor.trial.estimate``): the mesh reads its rank layout as numbers."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(prepared.device.type, (prepared.world,), mesh_dim_names=("tp",))
+    with unset_fake_temporarily():
+        return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+def apply_tp(prepared: Prepared) -> None:
+    """``parallelism: tp``: one tensor-parallel group of every rank; each sees the whole batch."""
+    mesh = device_mesh(prepared.device.type, (prepared.world,), ("tp",))
     tensor_parallel(prepared, prepared.world, mesh)
     prepared.dp_rank, prepared.dp_world = 0, 1
 
@@ -112,10 +120,8 @@ def apply_fsdp_tp(prepared: Prepared, shard: Any) -> None:
     TP ranks (ranks next to each other share a TP group, the faster links on a node): TP
     inside each group first, then FSDP2 across the groups (``shard``: parallelism's
     ``fully_shard`` of the blocks and the root, given the mesh's FSDP dimension)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
     tp = prepared.config.tp_size
-    mesh = init_device_mesh(prepared.device.type, (prepared.world // tp, tp), mesh_dim_names=("dp", "tp"))
+    mesh = device_mesh(prepared.device.type, (prepared.world // tp, tp), ("dp", "tp"))
     tensor_parallel(prepared, tp, mesh["tp"])
     shard(prepared, mesh["dp"])
     prepared.dp_rank, prepared.dp_world = mesh.get_local_rank("dp"), prepared.world // tp

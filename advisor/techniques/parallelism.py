@@ -159,6 +159,7 @@ def _shard_fsdp(prepared: Prepared, mesh: Any = None) -> None:
     from torch.distributed.fsdp import fully_shard
 
     module, cfg = prepared.module, prepared.config
+    mesh = mesh or model_parallel.device_mesh(prepared.device.type, (prepared.world,), ("dp",))
     options: dict[str, Any] = {"reshard_after_forward": cfg.fsdp_reshard, "mesh": mesh}
     norms: list[Any] = []
     if cfg.fsdp_mixed_precision == "bf16":

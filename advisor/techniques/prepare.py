@@ -62,7 +62,8 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     values = config.to_dict()
     hints = {"tp_plan": tp_plan, "pipeline_split": pipeline_split, "example_inputs": example_inputs}
     prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload, hints=hints)
-    model.to(device)
+    if any(t.device != device for t in (*model.parameters(), *model.buffers())):
+        model.to(device)  # (only when it must move: a model of fake tensors, being estimated, cannot be swapped)
     if workload == "inference":
         model.eval()
     for key, technique in TECHNIQUES.items():  # ordered: threads, precision, ..., compile

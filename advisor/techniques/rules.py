@@ -24,6 +24,10 @@ def conflicts(config: TrialConfig) -> str | None:
     that cannot work is recorded as ``unsupported`` without spending a trial on it.
     """
     c = config
+    if c.parallelism != "single" and c.devices < 2:
+        return f"parallelism {c.parallelism} runs over several ranks: it needs devices >= 2, found devices={c.devices}"
+    if c.parallelism == "single" and c.devices != 1:
+        return f"devices={c.devices} needs a parallelism over several ranks (parallelism is single)"
     lever = strategy_conflict(c.to_dict(), c.parallelism) or model_parallel_conflict(c)
     if lever:
         return lever

@@ -75,3 +75,14 @@ def test_a_seed_changes_only_its_knob_in_a_space_with_more_knobs(tmp_path, ray_s
             config = TrialConfig.from_dict(t.user_attrs["config"])
             assert config == TrialConfig.from_dict(t.user_attrs["seed_config"])
             assert sum(a != b for a, b in zip(config.to_dict().values(), base.to_dict().values())) == 1
+
+
+def test_a_seed_brings_the_knobs_it_makes_active_with_it():
+    """The seed parallelism=pp changes one knob; devices (and the pipeline's own knobs) come
+    into play with it at their first choice, not the baseline's single device (which no
+    parallel strategy can run: the seed would burn a trial)."""
+    space = load_space("parallel")
+    seeds = {c.parallelism: c for c in seed_configs(space, TrialConfig(batch_size=64), 20)}
+    assert {"ddp", "fsdp", "tp", "pp", "fsdp_tp"} <= set(seeds)
+    assert seeds["pp"].devices == 2 and seeds["pp"].pp_microbatches is None and seeds["ddp"].devices == 2
+    assert (seeds["fsdp_tp"].devices, seeds["fsdp_tp"].tp_size) == (4, 2)  # the first pair that makes a 2-D mesh
