@@ -79,22 +79,28 @@ class TrialPayload:
     config: TrialConfig
     settings: TrialSettings
     gate: dict[str, Any] | None = None  # an accuracy run's early-stop gate (``advisor.core.two_stage.Gate``)
+    # estimate the peak memory first (``advisor.trial.estimate``) and do not run a configuration
+    # whose estimate is over ``memory_cap`` (bytes per rank) or the device's memory
+    estimate: bool = False
+    memory_cap: int | None = None
 
     @classmethod
     def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings,
-           gate: dict[str, Any] | None = None) -> TrialPayload:
+           gate: dict[str, Any] | None = None, estimate: bool = False, memory_cap: int | None = None) -> TrialPayload:
         """From a loaded workload (anything with ``path``, ``source`` and ``sha256``)."""
-        return cls(str(workload.path), workload.source, workload.sha256, config, settings, gate)
+        return cls(str(workload.path), workload.source, workload.sha256, config, settings, gate, estimate, memory_cap)
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload_path": self.workload_path, "workload_source": self.workload_source,
                 "workload_sha256": self.workload_sha256, "config": self.config.to_dict(),
-                "settings": self.settings.to_dict(), "gate": self.gate}
+                "settings": self.settings.to_dict(), "gate": self.gate, "estimate": self.estimate,
+                "memory_cap": self.memory_cap}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialPayload:
         return cls(data["workload_path"], data["workload_source"], data["workload_sha256"],
-                   TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]), data.get("gate"))
+                   TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]), data.get("gate"),
+                   bool(data.get("estimate", False)), data.get("memory_cap"))
 
 
 @dataclass
@@ -119,6 +125,8 @@ class TrialResult:
     telemetry: dict[str, Any] = field(default_factory=dict)
     host: str = ""
     pid: int = 0
+    skipped: bool = False  # not run: the trial's own check refused it first (a memory estimate over the limit)
+    memory_estimate: dict[str, Any] | None = None  # the peak per rank estimated before it ran (advisor.trial.estimate)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,6 +32,7 @@ DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run ag
 # is in (PROBE_DONE); then the accuracy run's, or why none was needed, or whose was reused
 PROBE_DONE, PROBE_WALL = "probe_done", "probe_wall_s"
 PROBED_AT = "probed_at"  # when the probe finished (POSIX seconds): its ratio is to the baseline nearest then
+ESTIMATE = "memory_estimate"  # the trial's estimate of its peak memory (``advisor.trial.estimate``)
 ACCURACY_SKIPPED = "accuracy_skipped"  # why no accuracy run was needed (the trial is PRUNED)
 ACCURACY_REUSED = "accuracy_reused_from"  # the trial whose accuracy this one reuses
 ACCURACY_RUN = "accuracy_run"  # the accuracy run's own phases, wall time and peak memory
@@ -163,7 +164,7 @@ def config_attrs(config: TrialConfig) -> dict[str, Any]:
 
 def result_attrs(result: TrialResult, wall_s: float) -> dict[str, Any]:
     """What is stored of a trial's result: every measured field that has a value."""
-    attrs = {k: v for k, v in result.to_dict().items() if k != "ok" and v is not None}
+    attrs = {k: v for k, v in result.to_dict().items() if k != "ok" and v is not None and (k != SKIPPED or v)}
     attrs[WALL] = wall_s
     return attrs
 

@@ -145,8 +145,9 @@ class TuneOutput:
             self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
                      f"{trial_text(r, record, event.versus, self.metric)}")
         else:
+            what = "skipped" if r.skipped else "FAILED"  # skipped: refused by its own check before it ran
             self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
-                     f"FAILED [{r.failure_class}] {first_line(r.failure_message, 100)}")
+                     f"{what} [{r.failure_class}] {first_line(r.failure_message, 100)}")
         if self.progress is not None:
             self.progress.update(self.task, advance=1, best=f"best {fmt_rate(self.best)}" if self.best else "")
 
@@ -177,7 +178,8 @@ class TuneOutput:
         if study.baseline is not None:
             c.print(front_table(study))
         by_class = ", ".join(f"{n} {k}" for k, n in sorted(tally["failed_by_class"].items()))
-        not_combinable = tally["skipped"] - tally["skipped_oom"] - tally.get("skipped_known_failure", 0)
+        not_combinable = (tally["skipped"] - tally["skipped_oom"] - tally["skipped_estimate"]
+                          - tally.get("skipped_known_failure", 0))
         probed = f", {tally['probed_only']} probed only" if tally["probed_only"] else ""
         c.print(f"trials: {tally['trials']} run, {tally['completed']} completed{probed}, {tally['failed']} failed"
                 + (f" ({by_class})" if by_class else "") + f", {tally['infeasible']} infeasible"
@@ -186,6 +188,8 @@ class TuneOutput:
                    "(knob values that cannot be combined)" if not_combinable else "")
                 + (f"; {tally['skipped_oom']} skipped as known to run out of memory (trials saved)"
                    if tally["skipped_oom"] else "")
+                + (f"; {tally['skipped_estimate']} not run: their memory, estimated first, was over the limit"
+                   if tally["skipped_estimate"] else "")
                 + (f"; {tally['skipped_known_failure']} skipped as known to fail like earlier trials (trials saved)"
                    if tally.get("skipped_known_failure") else ""),
                 markup=False)

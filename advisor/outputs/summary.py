@@ -16,6 +16,7 @@ from advisor.core.stored import (
     ACCURACY_REUSED,
     ACCURACY_RUN,
     EARLY_STOP,
+    ESTIMATE,
     PROBE_DONE,
     StoredStudy,
     TrialRecord,
@@ -89,7 +90,9 @@ def counts(study: StoredStudy) -> dict[str, Any]:
     return {"trials": len(ran), "completed": sum(1 for r in ran if r.state == "complete"),
             "failed": sum(failed.values()), "failed_by_class": dict(failed),
             "duplicates": sum(1 for r in study.records if r.state == "duplicate"),
-            "skipped": len(skipped), "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom"),
+            "skipped": len(skipped),
+            "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is None),
+            "skipped_estimate": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is not None),
             "skipped_known_failure": sum(1 for r in skipped if is_known_failure(r)),
             "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible),
             # two-stage evaluation: probes run, accuracy runs, and what spared or cut them

@@ -14,29 +14,34 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from advisor.core.config import TrialConfig
-from advisor.core.stored import TrialRecord
+from advisor.core.stored import ESTIMATE, TrialRecord
 
 
 @dataclass
 class KnownOom:
     """The configurations that ran out of memory so far, by trial number."""
 
-    oomed: list[tuple[int, TrialConfig]] = field(default_factory=list)
+    oomed: list[tuple[int, TrialConfig, str]] = field(default_factory=list)
 
-    def add(self, number: int, config: TrialConfig) -> None:
-        self.oomed.append((number, config))
+    def add(self, number: int, config: TrialConfig, how: str = "ran out") -> None:
+        self.oomed.append((number, config, how))
 
     def learn(self, records: Iterable[TrialRecord]) -> None:
-        """Learn from stored trials (a resumed study): run trials that failed with 'oom'."""
+        """Learn from stored trials (a resumed study): trials that ran out of memory, and
+        those whose memory estimate was over the limit (skipped by the trial, not run)."""
         for r in records:
-            if r.state == "failed" and r.failure_class == "oom" and r.config is not None:
+            if r.failure_class != "oom" or r.config is None:
+                continue
+            if r.state == "failed":
                 self.add(r.number, r.config)
+            elif r.state == "skipped" and r.get(ESTIMATE) is not None:
+                self.add(r.number, r.config, "was estimated over the memory limit")
 
     def reason(self, config: TrialConfig) -> str | None:
         """Why ``config`` would run out of memory too, or None if nothing says so."""
         rest = {**config.to_dict(), "batch_size": None}
-        for number, oomed in self.oomed:
+        for number, oomed, how in self.oomed:
             if {**oomed.to_dict(), "batch_size": None} == rest and config.batch_size >= oomed.batch_size:
-                return (f"known to run out of memory: trial {number} ran out with the same settings at batch size "
+                return (f"known to run out of memory: trial {number} {how} with the same settings at batch size "
                         f"{oomed.batch_size}, and this needs batch size {config.batch_size}")
         return None

@@ -58,8 +58,11 @@ class Parts:
     def submit(self, proposal: Proposal) -> None:
         """A new configuration's first part (its probe), or its only one."""
         settings = probe_settings(self.plan.settings) if self.queue is not None else self.plan.settings
-        self.slots.submit(proposal, TrialPayload.of(self.plan.workload, proposal.config, settings),
-                          "probe" if self.queue is not None else "full")
+        # its memory estimated first; a candidate over --memory-cap is not run (the baseline is the
+        # reference whatever its memory: over the cap, it is only infeasible)
+        cap = None if proposal.baseline else self.plan.options.memory_cap
+        payload = TrialPayload.of(self.plan.workload, proposal.config, settings, estimate=True, memory_cap=cap)
+        self.slots.submit(proposal, payload, "probe" if self.queue is not None else "full")
         self.emit(Submitted(proposal.number, proposal.config))
 
     def submit_accuracy(self, w: Waiting) -> None:

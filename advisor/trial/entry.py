@@ -20,8 +20,11 @@ def run_trial(payload: TrialPayload) -> TrialResult:
     started = time.perf_counter()
     config = payload.config
     parallel = config.parallelism != "single" and config.devices > 1
-    idle = _devices_idle(payload.settings.device, config.devices if parallel else 1)
-    if idle is not None and not all(c.ok for c in idle):
+    estimate, too_big = _estimate(payload)
+    idle = None if too_big else _devices_idle(payload.settings.device, config.devices if parallel else 1)
+    if too_big:
+        result = TrialResult.failed("oom", too_big, skipped=True)
+    elif idle is not None and not all(c.ok for c in idle):
         result = TrialResult.failed("device_busy", "; ".join(c.note for c in idle if not c.ok) +
                                     ": not measured, so that no figure is polluted (the configuration may run again)")
     elif parallel:
@@ -34,9 +37,24 @@ def run_trial(payload: TrialPayload) -> TrialResult:
         result = run_in_this_process(payload, started)
     if idle is not None:
         result.telemetry["device_idle_check"] = [c.to_dict() for c in idle]
+    if estimate is not None:
+        result.memory_estimate = estimate
+        result.phase_s["estimate"] = estimate.get("seconds", 0.0)
     result.phase_s["total"] = time.perf_counter() - started
     result.host, result.pid = socket.gethostname(), os.getpid()
     return result
+
+
+def _estimate(payload: TrialPayload) -> tuple[dict | None, str | None]:
+    """The configuration's peak memory estimated first, where the study asks for it (a
+    training trial's probe or full run), and why it cannot fit, if it cannot."""
+    settings = payload.settings
+    if not payload.estimate or settings.workload != "train" or settings.stage == "accuracy":
+        return None, None
+    from advisor.trial.estimate import estimate_memory, over_limit
+
+    estimate = estimate_memory(payload)
+    return estimate, over_limit(estimate, settings.device, payload.memory_cap)
 
 
 def _devices_idle(device: str, count: int) -> list[IdleCheck] | None:

@@ -1,0 +1,300 @@
+"""A configuration's peak memory per rank, estimated before the trial allocates any of it.
+
+In a child of the trial's process (forked from a warm trial, else a fresh interpreter), so
+that neither the fake process group nor fake tensors touch the trial: for each rank it
+estimates, the child joins a fake process group as that rank (collectives do nothing),
+builds the model under ``FakeTensorMode``, applies the configuration with
+``advisor.apply()`` (the same code path the trial runs), and runs two training steps, the
+second with the optimizer's state, on a batch of the rank's size under PyTorch's memory
+tracker; its peak is the estimate (what torchtitan's estimation script does).
+
+Ranks alike (DDP, FSDP, TP, 2-D) are estimated once, as rank 0; a pipeline's every stage.
+DDP's reducer takes no fake tensors: a DDP rank is the single-process step at the rank's
+batch plus its gradient buckets (the size of the gradients; none with bucket views). A
+compiled configuration is estimated in eager mode.
+
+Private PyTorch APIs, read in torch 2.13 (a change makes the estimate ``unavailable`` with
+the reason, never a failed trial): ``torch.distributed._tools.mem_tracker.MemTracker`` (its
+per-module hooks are switched off: they refuse a module called twice in one step, as a
+pipeline stage is once per micro-batch), ``torch.testing._internal.distributed.fake_pg``
+(the "fake" backend and ``FakeStore``) and ``torch._subclasses.fake_tensor``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.results import TrialPayload
+
+TIMEOUT_S = float(os.environ.get("ADVISOR_ESTIMATE_TIMEOUT", "120"))
+METHOD = "FakeTensorMode + MemTracker over a fake process group (torch 2.13 private APIs)"
+_DDP_ONLY = {"comm_hook": "none", "bucket_mb": 25, "ddp_static_graph": False, "ddp_bucket_view": False,
+             "sync_batchnorm": False}
+
+
+def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    """Each estimated rank's peak memory, in a child process: ``{"peak_bytes", "ranks",
+    "by_kind", "seconds", "method"}``, or ``{"unavailable": reason}``."""
+    from advisor.trial.process import forked_trial
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="advisor-estimate-") as tmp:
+        directory = Path(tmp)
+        (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
+        child = _Forked(directory) if forked_trial() else subprocess.Popen(
+            [sys.executable, "-m", "advisor.trial.estimate", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+            return {"unavailable": f"the estimate took longer than {timeout_s:.0f} s"}
+        try:
+            found = json.loads((directory / "estimate.json").read_text())
+        except (OSError, ValueError):
+            return {"unavailable": f"the estimating process ended without an estimate (exit status {child.poll()})"}
+    found["seconds"] = time.perf_counter() - started
+    return found
+
+
+def over_limit(estimate: dict[str, Any], device: str, cap: int | None) -> str | None:
+    """Why a configuration estimated at ``estimate`` cannot fit (``--memory-cap``, or the
+    memory of each GPU / of this machine for all of its ranks), or None."""
+    from advisor.core.units import fmt_bytes
+
+    peak = estimate.get("peak_bytes")
+    if not peak:
+        return None
+    ranks = estimate.get("world", 1)
+    if cap is not None and peak > cap:
+        return (f"estimated peak memory {fmt_bytes(peak)} per rank is over --memory-cap {fmt_bytes(cap)} "
+                f"({estimate['how']}); not run")
+    limit = _device_memory(device)
+    need = peak if device == "cuda" else peak * ranks  # a CPU trial's ranks share the machine's memory
+    if limit is not None and need > limit:
+        where = "each GPU's" if device == "cuda" else f"this machine's available memory for {ranks} rank(s)"
+        return f"estimated peak memory {fmt_bytes(need)} is over {where} {fmt_bytes(limit)} ({estimate['how']}); not run"
+    return None
+
+
+def _device_memory(device: str) -> int | None:
+    """A GPU's total memory (NVML; CUDA stays uninitialised here), or the memory this
+    machine has available now (/proc/meminfo)."""
+    if device == "cuda":
+        try:
+            import pynvml
+
+            from advisor.machine.device_idle import nvml_index
+
+            pynvml.nvmlInit()
+            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(nvml_index(0))).total)
+        except Exception:  # noqa: BLE001 - no NVML: no device limit to hold the estimate to
+            return None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class _Forked:
+    """The estimate in a fork of a warm trial process (torch imported, no tensor operation run)."""
+
+    def __init__(self, directory: Path) -> None:
+        from advisor.trial.process import die_with_parent
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        self.code: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                die_with_parent(parent)
+                _quiet()
+                code = main(str(directory))
+            finally:
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.code is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.code = os.waitstatus_to_exitcode(status)
+        return self.code
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, 9)
+
+    def wait(self) -> None:
+        while self.poll() is None:
+            time.sleep(0.01)
+
+
+def _quiet() -> None:
+    """What model.py prints while it is estimated is not the trial's output."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+
+
+def main(directory: str) -> int:
+    """The child: estimate, write ``estimate.json`` (an estimate, or why there is none)."""
+    path = Path(directory)
+    payload = TrialPayload.from_dict(json.loads((path / "payload.json").read_text()))
+    try:
+        found = estimate_here(payload)
+    except Exception as exc:  # noqa: BLE001 - any failure of the estimate is its reason, not the trial's
+        found = {"unavailable": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"}
+    (path / "estimate.json").write_text(json.dumps(found))
+    return 0
+
+
+def estimate_here(payload: TrialPayload, fake: bool = True) -> dict[str, Any]:
+    """The estimate, in this process (which it leaves with a fake process group joined and
+    left again, and the workload's model built on fake tensors: a throwaway process).
+    ``fake=False`` runs the same steps on real tensors under the same tracker, for a
+    configuration of one process (or a DDP rank's stand-in): the tensors' true peak, which
+    the estimate is checked against."""
+    from advisor.trial.single import load_same_workload
+    from advisor.workload.contract import load_datasets
+
+    config = payload.config
+    workload = load_same_workload(payload)
+    train, _ = load_datasets(workload)
+    run, world, ranks, how = _what_to_run(config)
+    if not fake and world > 1:
+        raise ValueError("real tensors are tracked in one process only: a configuration of one rank, or DDP's")
+    rows = min(config.batch_size // config.data_ranks(), len(train))
+    per_rank, by_kind = {}, {}
+    for rank in ranks:
+        found = _one_rank(payload, workload, train, run, rank, world, rows, fake)
+        per_rank[rank] = found["total"]
+        by_kind.setdefault(rank, found["by_kind"])
+    buckets = 0
+    if config.parallelism == "ddp" and not config.ddp_bucket_view:
+        buckets = by_kind[ranks[0]].get("parameters", 0)  # a flat bucket for every gradient
+        per_rank = {r: v + buckets for r, v in per_rank.items()}
+    return {"peak_bytes": max(per_rank.values()), "ranks": {str(r): v for r, v in per_rank.items()},
+            "by_kind": by_kind[ranks[0]] | ({"ddp_buckets": buckets} if buckets else {}),
+            "world": config.devices if config.parallelism != "single" else 1, "how": how, "method": METHOD}
+
+
+def _what_to_run(config: TrialConfig) -> tuple[TrialConfig, int, list[int], str]:
+    """The configuration to run on fake tensors, over how many ranks, which of them to
+    estimate, and how (in words)."""
+    # compile estimated eagerly; channels_last changes strides, not sizes (and a fake tensor
+    # cannot be swapped for its channels-last copy)
+    eager = config.replace(compile=False, compile_mode="default", compile_optimizer=False, channels_last=False)
+    note = ", eager" if config.compile else ""
+    if config.parallelism == "ddp":
+        single = eager.replace(parallelism="single", devices=1, batch_size=config.batch_size // config.devices,
+                               **_DDP_ONLY)
+        return single, 1, [0], f"a DDP rank: one process on its batch, plus gradient buckets{note}"
+    if config.parallelism == "pp":
+        return eager, config.devices, list(range(config.devices)), f"each pipeline stage on fake tensors{note}"
+    if config.parallelism == "single":
+        return eager, 1, [0], f"on fake tensors{note}"
+    return eager, config.devices, [0], f"rank 0 of {config.devices} on fake tensors{note}"
+
+
+def _one_rank(payload: TrialPayload, workload: Any, train: Any, config: TrialConfig, rank: int, world: int,
+              rows: int, fake_tensors: bool = True) -> dict[str, Any]:
+    """One rank's peak: joined to a fake process group as ``rank``, two steps on fake tensors."""
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_map_only
+    from torch.utils.data import default_collate
+
+    from advisor.techniques.model_parallel import MODEL_PARALLEL
+    from advisor.techniques.prepare import apply
+    from advisor.workload.contract import build_model
+    from advisor.workload.splits import user_splits
+
+    if world > 1:
+        import torch.testing._internal.distributed.fake_pg  # registers the "fake" backend
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
+        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+    device = torch.device("cuda", 0) if payload.settings.device == "cuda" else torch.device("cpu")
+    x, y = (workload.collate or default_collate)([train[i] for i in range(rows)])
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) if fake_tensors else contextlib.nullcontext() as mode:
+            def fake(tree: Any) -> Any:
+                return tree_map_only(torch.Tensor, mode.from_tensor, tree) if fake_tensors else tree
+
+            torch.manual_seed(payload.settings.seed)
+            model = build_model(workload)
+            hints = user_splits(workload, model) if config.parallelism in MODEL_PARALLEL else {}
+            if config.parallelism == "pp":
+                hints["example_inputs"] = fake(x)  # the whole batch (the data is read outside fake mode)
+            prepared = apply(model, config, device, workload=payload.settings.workload, **hints)
+            del model
+            optimizer = workload.optimizer(prepared.module.parameters())
+            tracker = _tracker()
+            tracker.track_external(prepared.module, optimizer)
+            fx, fy = fake(x), fake(y)
+            with tracker:
+                for _ in range(2):
+                    prepared.train_step(fx, fy, workload.loss, optimizer)
+            snapshot = tracker.get_tracker_snapshot("peak")
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+    return _totals(snapshot)
+
+
+def _tracker() -> Any:
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class WholeStepTracker(MemTracker):
+        """Device-wide peaks only: the per-module hooks are off (a pipeline stage runs once
+        per micro-batch, which they refuse)."""
+
+        def _pre_fw_hook(self, *args: Any) -> None:
+            pass
+
+        def _post_fw_hook(self, *args: Any) -> None:
+            pass
+
+        def _pre_bw_hook(self, *args: Any) -> None:
+            pass
+
+        def _post_bw_hook(self, *args: Any) -> None:
+            pass
+
+    return WholeStepTracker()
+
+
+_KINDS = {"Parameter": "parameters", "Buffer": "buffers", "Gradient": "gradients", "Activation": "activations",
+          "Temp": "temporary", "Optstate": "optimizer_state", "Input": "inputs"}
+
+
+def _totals(snapshot: dict[Any, dict[Any, int]]) -> dict[str, Any]:
+    """The peak snapshot of the busiest device: its total and the total by kind."""
+    totals = [(per.get("Total", 0), per) for per in snapshot.values()]
+    total, per = max(totals, key=lambda t: t[0]) if totals else (0, {})
+    kinds = {_KINDS.get(getattr(k, "value", str(k)), str(getattr(k, "value", k))): int(v)
+             for k, v in per.items() if k != "Total" and v}
+    return {"total": int(total), "by_kind": kinds}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
