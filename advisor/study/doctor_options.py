@@ -106,7 +106,8 @@ def _option(key: str, value: Any, kind: str, base: TrialConfig, facts: dict[str,
     for extra in extras:
         context = own | extra
         try:
-            config = TrialConfig.from_dict(_switched_on(start | context | {key: value}, start, when, chosen, offered))
+            config = TrialConfig.from_dict(_switched_on(start | context | {key: value}, start, when, chosen, offered,
+                                                        keep=key))
             ctx = TrialConfig.from_dict(_switched_on(start | context, start, when, chosen, offered)) if context else None
         except ValueError as exc:
             first = first or str(exc)
@@ -122,14 +123,17 @@ def _option(key: str, value: Any, kind: str, base: TrialConfig, facts: dict[str,
 
 
 def _switched_on(values: dict[str, Any], base: dict[str, Any], when: dict[str, Any], chosen: dict[str, list[Any]],
-                 offered: dict[str, list[Any]]) -> dict[str, Any]:
+                 offered: dict[str, list[Any]], keep: str | None = None) -> dict[str, Any]:
     """``values`` where each knob the change switched on (its condition holds now, not at
-    the reference) and whose value no preset chooses takes the first offered one."""
+    the reference) and whose value no preset chooses takes the first offered one; ``keep``
+    (the option being run) keeps its value."""
     def holds(conditions: Any, v: dict[str, Any]) -> bool:
         return all(v[o] in w if isinstance(w, tuple) else v[o] == w for o, w in conditions)
 
     out = dict(values)
     for knob, conditions in when.items():
+        if knob == keep:
+            continue
         if holds(conditions, out) and not holds(conditions, base) and out[knob] not in chosen.get(knob, [out[knob]]):
             usable = [v for v in chosen[knob] if v in offered.get(knob, [])]
             if not usable:

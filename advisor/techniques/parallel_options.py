@@ -148,6 +148,13 @@ class PpSchedule(Technique):
     train_only = ("gpipe", "interleaved_1f1b")
     order = 72
 
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        units = facts.get("pipeline_units", 4)
+        if value == "interleaved_1f1b" and units < 4:
+            return (f"interleaved 1F1B runs two stages on each rank, 4 or more for 2 ranks, and the model can be "
+                    f"cut into {units} (its blocks, or pipeline_split() in model.py)")
+        return None
+
     def snippet(self, value: Any) -> str | None:
         name = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}[value]
         return f"schedule = torch.distributed.pipelining.{name}(stage, n_microbatches=MICROBATCHES, loss_fn=loss_fn)"

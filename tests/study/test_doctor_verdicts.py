@@ -118,10 +118,10 @@ def test_a_dropped_condition_drops_the_knobs_that_depend_on_it(home, here):
         pytest.skip("needs CPU trials with 2 or more cores (DDP over CPU ranks)")
     plan = plan_study(TuneOptions(workload_path=CNN, space="cpu"))
     assert choices(plan, "comm_hook")  # offered before the doctor's verdicts
-    save_verdicts(here, [fails("parallelism", "ddp"), fails("parallelism", "fsdp")])
+    save_verdicts(here, [fails("parallelism", p) for p in ("ddp", "fsdp", "tp", "pp")])
     plan = plan_study(TuneOptions(workload_path=CNN, space="cpu"))
     assert choices(plan, "parallelism") == ("single",)
-    for knob in ("devices", "comm_hook", "bucket_mb"):  # only used with DDP / FSDP, which cannot run here
+    for knob in ("devices", "comm_hook", "bucket_mb", "pp_schedule"):  # used only with what cannot run here
         assert choices(plan, knob) is None
         assert any(k == knob and "cannot run here" in r for (k, _), r in dropped(plan).items())
 

@@ -2,7 +2,8 @@
 and starts busy processes (two per CPU the trial may use; they inherit its CPU affinity) that
 spin until that trial's process exits (at most 30 s): a real disturbance of the machine for
 the whole of that one trial, both sentinel readings included, and none for its re-run in a
-fresh process (tests/study/test_confirm.py). The marker lives in the temp directory, which
+fresh process (tests/study/test_confirm.py). Building it for the memory estimate that
+comes first (on fake tensors, advisor/trial/estimate.py) disturbs nothing. The marker lives in the temp directory, which
 the trial processes (Ray workers started before the test) share with the test."""
 
 import os
@@ -19,8 +20,15 @@ exec(compile(_here.read_text(), str(_here), "exec"))  # noqa: S102 - the example
 _build = model  # noqa: F821 - defined by the example
 
 
+def _estimating() -> bool:
+    """Built on fake tensors: advisor's memory estimate, before the trial proper."""
+    import torch
+
+    return torch._guards.detect_fake_mode() is not None
+
+
 def model():  # noqa: F811
-    if MARKER.exists():
+    if MARKER.exists() and not _estimating():
         os.unlink(MARKER)
         spin = (f"import os, time\nt = time.time()\n"
                 f"while os.getppid() == {os.getpid()} and time.time() - t < 30: pass")

@@ -1,0 +1,73 @@
+"""Each parallel strategy against the example's baseline on this machine: throughput and peak
+memory as paired ratios (interleaved with the baseline, each run a fresh process: `advisor
+measure`), the metric after one full training run of the strategy, and the memory plan's
+estimate next to the measured peak.
+
+    python benchmarks/parallelism.py [--example examples/char_lm.py] [--pairs 6]
+
+Writes results/parallelism.json. On this 2-core CPU every rank is a process of its own
+sharing the two cores, and the ranks talk over gloo on loopback: the figures say what the
+strategies cost here, not what they gain on GPUs with NVLink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from common import HERE, commit
+
+REPO = HERE.parent
+STRATEGIES = {
+    "ddp": {"parallelism": "ddp", "devices": 2},
+    "fsdp": {"parallelism": "fsdp", "devices": 2},
+    "tp": {"parallelism": "tp", "devices": 2},
+    "pp-1f1b": {"parallelism": "pp", "devices": 2},
+    "pp-gpipe-4": {"parallelism": "pp", "devices": 2, "pp_schedule": "gpipe", "pp_microbatches": 4},
+}
+
+
+def measure(example: Path, knobs: dict, pairs: int, baseline: dict) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "config.yaml"
+        config.write_text(yaml.safe_dump({**baseline, **knobs}))
+        out = subprocess.run([sys.executable, "-m", "advisor.cli.main", "measure", str(example), "--config",
+                              str(config), "--pairs", str(pairs), "--json"],
+                             capture_output=True, text=True, cwd=REPO, timeout=3600, check=False)
+    if out.returncode != 0:
+        return {"error": out.stderr[-2000:]}
+    return json.loads(out.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--example", default=str(REPO / "examples" / "char_lm.py"))
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--out", default=str(HERE / "results" / "parallelism.json"))
+    args = parser.parse_args()
+    example = Path(args.example).resolve()
+    sys.path.insert(0, str(example.parent))
+    baseline = dict(getattr(__import__(example.stem), "BASELINE", {}))
+    rows = {}
+    for name, knobs in STRATEGIES.items():
+        started = time.perf_counter()
+        found = measure(example, knobs, args.pairs, baseline)
+        found["wall_s"] = time.perf_counter() - started
+        rows[name] = {"config": {**baseline, **knobs}, **found}
+        print(name, json.dumps({k: found.get(k) for k in ("throughput_ratio", "memory_ratio", "accuracy_delta",
+                                                          "error")})[:400], flush=True)
+    doc = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "device": "cpu (2 cores)",
+           "command": f"python benchmarks/parallelism.py --pairs {args.pairs}", "example": example.name,
+           "baseline": baseline, "strategies": rows}
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
