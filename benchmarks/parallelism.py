@@ -25,6 +25,7 @@ from common import HERE, commit
 
 REPO = HERE.parent
 STRATEGIES = {
+    "baseline": {},  # against itself: the pairs' noise, and the baseline's own metric
     "ddp": {"parallelism": "ddp", "devices": 2},
     "fsdp": {"parallelism": "fsdp", "devices": 2},
     "tp": {"parallelism": "tp", "devices": 2},
@@ -37,12 +38,26 @@ def measure(example: Path, knobs: dict, pairs: int, baseline: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "config.yaml"
         config.write_text(yaml.safe_dump({**baseline, **knobs}))
-        out = subprocess.run([sys.executable, "-m", "advisor.cli.main", "measure", str(example), "--config",
+        out = subprocess.run([str(Path(sys.executable).parent / "advisor"), "measure", str(example), "--config",
                               str(config), "--pairs", str(pairs), "--json"],
                              capture_output=True, text=True, cwd=REPO, timeout=3600, check=False)
     if out.returncode != 0:
         return {"error": out.stderr[-2000:]}
     return json.loads(out.stdout)
+
+
+def _headline(found: dict) -> dict:
+    """The paired ratios (median and 95% interval), the metric after one full run, the
+    memory estimate against that run's measured peak."""
+    if "error" in found:
+        return {"error": found["error"]}
+    c, full = found["confirmation"], found["full_run"] or {}
+    out = {"pairs": c["throughput_ratio"]["n"]}
+    for key in ("throughput_ratio", "memory_ratio"):
+        out[key] = [c[key]["center"], c[key]["low"], c[key]["high"]]
+    out["accuracy"] = full.get("accuracy")
+    out["full_run_peak_bytes"] = full.get("peak_memory_bytes")
+    return out
 
 
 def main() -> int:
@@ -58,10 +73,13 @@ def main() -> int:
     for name, knobs in STRATEGIES.items():
         started = time.perf_counter()
         found = measure(example, knobs, args.pairs, baseline)
-        found["wall_s"] = time.perf_counter() - started
-        rows[name] = {"config": {**baseline, **knobs}, **found}
-        print(name, json.dumps({k: found.get(k) for k in ("throughput_ratio", "memory_ratio", "accuracy_delta",
-                                                          "error")})[:400], flush=True)
+        rows[name] = {"config": {**baseline, **knobs}, **_headline(found), "wall_s": time.perf_counter() - started,
+                      "measured": found}
+        print(name, json.dumps({k: v for k, v in rows[name].items() if k not in ("config", "measured")}), flush=True)
+    base = rows["baseline"].get("accuracy")
+    for row in rows.values():
+        if base is not None and row.get("accuracy") is not None:
+            row["accuracy_delta"] = row["accuracy"] - base
     doc = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "device": "cpu (2 cores)",
            "command": f"python benchmarks/parallelism.py --pairs {args.pairs}", "example": example.name,
            "baseline": baseline, "strategies": rows}

@@ -10,21 +10,31 @@ NAME = "hardware"
 HELP = "Show what this machine can do, knob by knob, with the reason for each refusal."
 EPILOG = """examples:
   advisor hardware           # the capability table, knob by knob, with reasons
-  advisor hardware --json"""
+  advisor hardware --json
+  advisor hardware --ray-address HEAD:6379   # a cluster's nodes, and what a trial can span"""
 
 
 def add_arguments(h: argparse.ArgumentParser) -> None:
     h.add_argument("--json", action="store_true")
+    h.add_argument("--ray-address", help="read the hardware on a node of this Ray cluster, and list its nodes")
 
 
 def run(args: argparse.Namespace) -> int:
     from advisor.machine.hardware import detect, fingerprint
     from advisor.techniques.rules import capability_table
 
-    hw = detect()
+    nodes: list = []
+    if args.ray_address:
+        from advisor.runner.cluster import cluster_hardware, cluster_nodes
+
+        hw = cluster_hardware(args.ray_address)
+        nodes = cluster_nodes()
+    else:
+        hw = detect()
     rows = capability_table(hw)
     if args.json:
-        print(json.dumps({"fingerprint": fingerprint(hw), "notes": list(hw.notes), "options": [
+        print(json.dumps({"fingerprint": fingerprint(hw), "notes": list(hw.notes), "nodes": nodes,
+                          "trial_devices": max(hw.cluster_devices, len(hw.gpus) or hw.cpu.cores), "options": [
             {"knob": r.key, "value": r.value, "available": r.available, "reason": r.reason,
              "workloads": r.workloads.split(", ")} for r in rows]}, indent=2))
         return 0
@@ -39,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"Trials run on: {hw.device}")
     for note in hw.notes:
         console.print(f"note: {note}")
+    if nodes:
+        unit = "GPUs" if hw.device == "cuda" else "CPUs"
+        console.print(f"Ray cluster: {len(nodes)} node(s), " + "; ".join(
+            f"{n['address']} ({n['node']}): {n['CPU']} CPUs, {n['GPU']} GPUs" for n in nodes))
+        console.print(f"A parallel trial can span the cluster: up to {hw.cluster_devices} ranks ({unit}); one wider than "
+                      "a node gets its ranks placed on several by a Ray placement group")
     table = Table("knob", "option", "for", "offered", "why not")
     for r in rows:
         for_ = "both" if r.workloads == "train, inference" else r.workloads

@@ -60,6 +60,9 @@ class Hardware:
     triton: bool = False
     torchao: str | None = None  # torchao's version when installed (quantization needs it)
     notes: tuple[str, ...] = field(default=())
+    # joined to a Ray cluster: the most ranks one trial can have over all its nodes (their
+    # GPUs, or CPUs on CPU-only nodes); 0 on one machine
+    cluster_devices: int = 0
 
     @property
     def device(self) -> str:

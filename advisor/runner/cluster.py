@@ -52,7 +52,18 @@ def cluster_hardware(address: str) -> Any:
         hardware = dataclasses.replace(hardware, notes=(*hardware.notes, (
             "the Ray cluster offers GPUs, but torch on the node given one sees no CUDA device: trials run on "
             "CPUs (check that node's driver and its torch build)")))
-    return hardware
+    nodes = cluster_nodes()
+    total = sum(n["GPU"] for n in nodes) if hardware.gpus else sum(n["CPU"] for n in nodes if not gpus or n["GPU"])
+    return dataclasses.replace(hardware, cluster_devices=int(total))
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    """The alive nodes of the joined cluster: id, address, CPUs, GPUs (Ray's counts)."""
+    import ray
+
+    return [{"node": n.get("NodeID", "")[:12], "address": n.get("NodeManagerAddress", "?"),
+             "CPU": int(n.get("Resources", {}).get("CPU", 0)), "GPU": int(n.get("Resources", {}).get("GPU", 0))}
+            for n in ray.nodes() if n.get("Alive")]
 
 
 def _detect_here() -> Any:

@@ -6,6 +6,8 @@ torch again; with ``ADVISOR_COLD_TRIALS=1`` each trial is a Ray task with ``max_
 instead (a fresh worker). ``max_retries=0``: a failed configuration is a result, not
 something to retry. Honest timings need exclusive resources: on CPU-only nodes a
 trial takes all of a node's CPUs (one trial per node at a time); on GPU nodes, one GPU.
+A parallel trial with more ranks than a node has is placed on several
+(``advisor.runner.placement``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from advisor.core.errors import SchedulerError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.units import first_line
+from advisor.runner import placement
 from advisor.runner.cluster import RAY_INIT, join_cluster
 from advisor.trial.forkserver import cold
 
@@ -61,6 +64,8 @@ class RayExecutor:
         self.resources: dict[str, float] = {}
         self.slots = 1
         self.max_gpus_per_node = 0
+        self.per_node = 1  # the most ranks one node can host: GPUs, or CPUs on CPU-only nodes
+        self.cluster_devices = 1  # the most ranks one trial can have over every node
         self.startup_s = 0.0
         self.started = False
 
@@ -108,7 +113,8 @@ class RayExecutor:
             cpus = min(r.get("CPU", 1) / r["GPU"] for r in gpu_nodes)
             self.resources = {"num_gpus": 1, "num_cpus": max(1, int(cpus))}
             self.slots = int(sum(r["GPU"] for r in gpu_nodes))
-            self.max_gpus_per_node = int(max(r["GPU"] for r in gpu_nodes))
+            self.max_gpus_per_node = self.per_node = int(max(r["GPU"] for r in gpu_nodes))
+            self.cluster_devices = self.slots
         else:
             cpu_nodes = [r for r in alive if r.get("CPU", 0) >= 1]
             if not cpu_nodes:
@@ -116,18 +122,43 @@ class RayExecutor:
             # All of the smallest node's CPUs: one trial per node at a time.
             self.resources = {"num_cpus": int(min(r["CPU"] for r in cpu_nodes))}
             self.slots = len(cpu_nodes)
+            self.per_node = int(min(r["CPU"] for r in cpu_nodes))
+            self.cluster_devices = int(sum(r["CPU"] for r in cpu_nodes))
 
-    def submit(self, number: int, payload: TrialPayload) -> Running:
-        """Start a trial. A data-parallel GPU trial asks for all its GPUs on one node at once;
-        one that no node could host is answered at once instead of waiting forever."""
+    def slots_for(self, config: Any) -> int:
+        """How many of ``slots`` a trial of ``config`` takes: its GPUs, or on CPU nodes the
+        nodes it needs (one, unless its ranks span several)."""
+        if self.device == "cuda":
+            return config.devices
+        return -(-config.devices // self.per_node) if self.spans(config) else 1
+
+    def spans(self, config: Any) -> bool:
+        """A parallel trial with more ranks than one node hosts: placed on several."""
+        return config.parallelism != "single" and config.devices > self.per_node
+
+    def submit(self, number: int, payload: TrialPayload) -> Running | placement.Placed:
+        """Start a trial. A parallel GPU trial asks for all its GPUs on one node at once, or
+        is placed on several nodes (``advisor.runner.placement``) when no node has that many;
+        one that the whole cluster could not host is answered at once instead of waiting forever."""
+        import ray
+
         resources = dict(self.resources)
-        devices = payload.config.devices
-        if self.device == "cuda" and devices > 1:
-            if devices > self.max_gpus_per_node:
-                return Running(number, None, refused=TrialResult.failed(
-                    "unsupported", f"devices={devices} needs {devices} GPUs on one node; the largest node has "
-                                   f"{self.max_gpus_per_node}"))
-            resources = {"num_gpus": devices, "num_cpus": resources["num_cpus"] * devices}
+        config = payload.config
+        if self.spans(config):  # the cluster as it is now (a node may have gone since the start)
+            try:
+                self._plan_resources(ray.nodes())
+            except SchedulerError as exc:
+                return Running(number, None, refused=TrialResult.failed("node_lost", str(exc)))
+        if config.devices > self.cluster_devices and config.parallelism != "single":
+            unit = "GPUs" if self.device == "cuda" else "CPUs"
+            return Running(number, None, refused=TrialResult.failed(
+                "unsupported", f"devices={config.devices} needs {config.devices} {unit}; the Ray cluster has "
+                               f"{self.cluster_devices} over all its nodes"))
+        if self.spans(config):
+            bundle = ({"GPU": 1, "CPU": resources["num_cpus"]} if self.device == "cuda" else {"CPU": 1})
+            return placement.place(number, payload, bundle)
+        if self.device == "cuda" and config.devices > 1:
+            resources = {"num_gpus": config.devices, "num_cpus": resources["num_cpus"] * config.devices}
         return Running(number, _remote(resources).remote(payload))
 
     def wait(self, running: Sequence[Any], timeout: float) -> list[tuple[Any, TrialResult]]:
@@ -135,12 +166,19 @@ class RayExecutor:
         import ray
 
         done = [(r, r.refused) for r in running if r.refused is not None]
-        refs = [r.ref for r in running if r.refused is None]
+        for r in running:
+            if isinstance(r, placement.Placed) and r.refused is None:
+                result = placement.advance(r, self._result)
+                if result is not None:
+                    done.append((r, result))
+        refs = [r.ref for r in running if r.refused is None and r.ref is not None]
         if not refs:
+            if not done and any(isinstance(r, placement.Placed) for r in running):
+                time.sleep(min(timeout, 0.05))  # placed trials are polled
             return done
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0 if done else timeout, fetch_local=True)
         for r in running:
-            if r.refused is None and r.ref in ready:
+            if r.refused is None and r.ref is not None and r.ref in ready:
                 done.append((r, self._result(r.ref)))
         return done
 
@@ -168,7 +206,9 @@ class RayExecutor:
     def cancel(self, running: Any) -> None:
         import ray
 
-        if running.ref is not None:
+        if isinstance(running, placement.Placed):
+            placement.cancel(running)
+        elif running.ref is not None:
             ray.cancel(running.ref, force=True)
 
     def shutdown(self) -> None:

@@ -37,11 +37,17 @@ class Slots:
         return len(self.running) < self.executor.slots
 
     def fits(self, proposal: Proposal) -> bool:
-        """Whether it can start now: a free node (CPU), or ``devices`` free GPUs."""
-        if self.executor.device != "cuda":
-            return self.free
-        in_use = sum(p.config.devices for _, p, _ in self.running.values())
-        return in_use + proposal.config.devices <= self.executor.slots
+        """Whether it can start now: a free node (CPU; the nodes its ranks span), or
+        ``devices`` free GPUs. An executor says what a trial takes with ``slots_for``
+        (else: one slot on CPU, its devices on CUDA)."""
+        def takes(p: Proposal) -> int:
+            weigh = getattr(self.executor, "slots_for", None)
+            if weigh is not None:
+                return int(weigh(p.config))
+            return p.config.devices if self.executor.device == "cuda" else 1
+
+        in_use = sum(takes(p) for _, p, _ in self.running.values())
+        return in_use + takes(proposal) <= self.executor.slots
 
     def submit(self, proposal: Proposal, payload: TrialPayload, part: str) -> None:
         self.running[proposal.number] = (self.executor.submit(proposal.number, payload), proposal, part)

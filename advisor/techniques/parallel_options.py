@@ -115,26 +115,26 @@ class TpSize(Technique):
     order = 71  # read by parallelism (80), as are the pipeline's knobs
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
-        from advisor.techniques.parallelism import device_count
+        from advisor.techniques.parallelism import trial_devices
 
-        n, values, k = device_count(hw), [1], 2
+        n, values, k = trial_devices(hw), [1], 2
         while 2 * k <= n:  # at least two FSDP groups
             values.append(k)
             k *= 2
         return values
 
     def applies(self, hw: Hardware) -> str | None:
-        from advisor.techniques.parallelism import device_count
+        from advisor.techniques.parallelism import trial_devices
 
-        if device_count(hw) < 4:
-            return f"a 2-D mesh needs at least 4 devices (2 groups of 2); this node has {device_count(hw)}"
+        if trial_devices(hw) < 4:
+            return f"a 2-D mesh needs at least 4 devices (2 groups of 2); this node has {trial_devices(hw)}"
         return None
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
-        from advisor.techniques.parallelism import device_count
+        from advisor.techniques.parallelism import trial_devices
 
-        if value > 1 and 2 * value > device_count(hw):
-            return f"tp_size={value} leaves fewer than 2 FSDP groups on this node's {device_count(hw)} devices"
+        if value > 1 and 2 * value > trial_devices(hw):
+            return f"tp_size={value} leaves fewer than 2 FSDP groups on this node's {trial_devices(hw)} devices"
         return None
 
     def snippet(self, value: Any) -> str | None:

@@ -34,6 +34,12 @@ def device_count(hw: Hardware) -> int:
     return len(hw.gpus) if hw.device == "cuda" else hw.cpu.cores
 
 
+def trial_devices(hw: Hardware) -> int:
+    """How many ranks a trial can have: this node's, or a Ray cluster's over its nodes (a
+    trial wider than a node is placed on several: advisor/runner/placement.py)."""
+    return max(device_count(hw), hw.cluster_devices)
+
+
 class Parallelism(Technique):
     key = "parallelism"
     description = ("single device; data parallel: DDP or FSDP2 (fully_shard) over `devices` ranks; model parallel: "
@@ -42,7 +48,7 @@ class Parallelism(Technique):
     order = 80
 
     def applies(self, hw: Hardware) -> str | None:
-        if device_count(hw) < 2:
+        if trial_devices(hw) < 2:
             unit = "GPUs" if hw.device == "cuda" else "CPU cores"
             return f"data parallelism needs at least 2 devices; this node has {device_count(hw)} {unit.rstrip('s') if device_count(hw) == 1 else unit}"
         return None
@@ -50,7 +56,7 @@ class Parallelism(Technique):
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value == "single":
             return None
-        if value == "fsdp_tp" and device_count(hw) < 4:
+        if value == "fsdp_tp" and trial_devices(hw) < 4:
             return (f"FSDP over tensor-parallel groups needs a 2-D mesh of at least 4 devices (2 groups of 2); this "
                     f"node has {device_count(hw)}")
         return self.applies(hw)
@@ -202,7 +208,7 @@ class Devices(Technique):
     order = 79
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
-        n, values = device_count(hw), []
+        n, values = trial_devices(hw), []
         k = 2
         while k < n:
             values.append(k)
@@ -218,10 +224,11 @@ class Devices(Technique):
         return Parallelism().applies(hw)
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
-        n = device_count(hw)
+        n = trial_devices(hw)
         if value > n:
             unit = "GPUs" if hw.device == "cuda" else "CPU cores"
-            return f"this node has {n} {unit}"
+            where = f"the Ray cluster has {n} {unit} over its nodes" if hw.cluster_devices else f"this node has {n} {unit}"
+            return where
         return None
 
 

@@ -118,9 +118,11 @@ def _context(payload: TrialPayload) -> Any:
     return _CONTEXT
 
 
-def run_forked(payload: TrialPayload) -> TrialResult:
+def run_forked(payload: TrialPayload, rank_env: dict[str, str] | None = None) -> TrialResult:
     """Run ``advisor.trial.entry.run_trial(payload)`` in a process forked from the warm
     fork server and return its result; a process that dies without answering is a ``crash``.
+    With ``rank_env`` (RANK, WORLD_SIZE, MASTER_ADDR, ...) the process is one rank of a
+    trial placed on several nodes instead (``advisor.trial.ranks.run_placed_rank``).
 
     If CUDA turns out to have been initialised in the fork server (a library model.py
     imports did it at import), CUDA cannot work in a forked process: this trial and every
@@ -128,18 +130,18 @@ def run_forked(payload: TrialPayload) -> TrialResult:
     """
     global _SPAWN_ONLY
     if not _SPAWN_ONLY:
-        result = _run_in(_context(payload), payload)
+        result = _run_in(_context(payload), payload, rank_env)
         if isinstance(result, TrialResult):
             return result
         _SPAWN_ONLY = True  # the forked process answered CUDA_POISONED
     import multiprocessing
 
-    result = _run_in(multiprocessing.get_context("spawn"), payload)
+    result = _run_in(multiprocessing.get_context("spawn"), payload, rank_env)
     assert isinstance(result, TrialResult)  # a spawned process never answers CUDA_POISONED
     return result
 
 
-def _run_in(ctx: Any, payload: TrialPayload) -> TrialResult | str:
+def _run_in(ctx: Any, payload: TrialPayload, rank_env: dict[str, str] | None = None) -> TrialResult | str:
     """Run the trial in a process of ``ctx``; its stdout and stderr go to a drain here
     (advisor/trial/output.py), whose summary the result carries."""
     from multiprocessing.connection import Connection
@@ -149,8 +151,9 @@ def _run_in(ctx: Any, payload: TrialPayload) -> TrialResult | str:
     output = Connection(os.dup(drain.write_fd), readable=False)  # passed to the child as send is
     submitted = time.perf_counter()
     forked = ctx.get_start_method() != "spawn"
-    process = ctx.Process(target=_child, args=(payload, dict(os.environ), os.getcwd(), submitted, send, forked,
-                                               output), name="advisor-trial", daemon=False)
+    environ = dict(os.environ) | (rank_env or {})
+    process = ctx.Process(target=_child, args=(payload, environ, os.getcwd(), submitted, send, forked, output,
+                                               rank_env is not None), name="advisor-trial", daemon=False)
     try:
         with _bare_main():
             process.start()
@@ -185,9 +188,10 @@ def _bare_main() -> Iterator[None]:
 
 
 def _child(payload: TrialPayload, environ: dict[str, str], cwd: str, submitted: float, conn: Any,
-           forked: bool, output: Any) -> None:
-    """The trial process: made to die with the fork server, given the task's environment,
-    its stdout and stderr into ``output`` (the write end of the supervisor's drain)."""
+           forked: bool, output: Any, rank: bool = False) -> None:
+    """The trial process (or, with ``rank``, one rank of a trial placed on several nodes):
+    made to die with the fork server, given the task's environment, its stdout and stderr
+    into ``output`` (the write end of the supervisor's drain)."""
     redirect_into(output.fileno())
     output.close()
     die_with_parent()
@@ -198,13 +202,22 @@ def _child(payload: TrialPayload, environ: dict[str, str], cwd: str, submitted: 
         conn.send(CUDA_POISONED)
         conn.close()
         return
-    from advisor.trial.entry import run_trial
+    if rank:
+        from advisor.trial.ranks import run_placed_rank
 
-    result = run_trial(payload)
+        result = run_placed_rank(payload, time.perf_counter())
+    else:
+        from advisor.trial.entry import run_trial
+
+        result = run_trial(payload)
     result.phase_s["process_start"] = max(0.0, time.perf_counter() - submitted - result.phase_s.get("total", 0.0))
     result.telemetry["trial_process"] = "forked" if forked else "spawned"
     conn.send(result)
     conn.close()
+    if rank:  # no interpreter teardown: gloo's can abort a finished rank (advisor/trial/ranks.py)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _cannot_use_cuda(payload: TrialPayload) -> bool:

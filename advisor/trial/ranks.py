@@ -173,7 +173,9 @@ def _aggregate(results: list[TrialResult]) -> TrialResult:
     first = results[0]
     peaks = [r.peak_memory_bytes or 0 for r in results]
     first.telemetry["ranks"] = [{"rank": i, "peak_memory_bytes": r.peak_memory_bytes, "step_time_median_s": r.step_time_median_s,
-                                 "accuracy": r.accuracy, "pid": r.pid} for i, r in enumerate(results)]
+                                 "accuracy": r.accuracy, "pid": r.pid, "host": r.host}
+                                | ({"node": r.telemetry["node"]} if "node" in r.telemetry else {})
+                                for i, r in enumerate(results)]
     first.telemetry["peak_memory_sum_bytes"] = sum(peaks)
     first.peak_memory_bytes = max(peaks)
     return first
@@ -190,6 +192,37 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def run_placed_rank(payload: TrialPayload, started: float) -> TrialResult:
+    """One rank of a trial whose ranks were placed on several nodes by the runner (each a
+    Ray task in a process of its own; RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are in
+    the environment): measure in lockstep with the others and wait for them at the end.
+    The caller sends the result and leaves without tearing gloo down, as ``main`` does."""
+    result = run_in_this_process(payload, started)
+    result.host, result.pid = socket.gethostname(), os.getpid()
+    result.phase_s["rank"] = time.perf_counter() - started
+    if result.ok:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+    return result
+
+
+def combine(results: list[TrialResult]) -> TrialResult:
+    """One result of the ranks' results (each a rank's, or the runner's account of a rank
+    that never answered): the ranks aggregated when all measured, else the failure that
+    explains the others' (a lost node first, then a rank's own error, not a peer's)."""
+    failed = [r for r, res in enumerate(results) if not res.ok]
+    if not failed:
+        return _aggregate(results)
+    lost = [r for r in failed if results[r].failure_class == "node_lost"]
+    own = [r for r in failed if not any(e in (results[r].failure_message or "").lower() for e in _PEER_ERRORS)]
+    rank = (lost or own or failed)[0]
+    cause = results[rank]
+    return TrialResult.failed(cause.failure_class or "error", f"rank {rank}: {cause.failure_message}",
+                              phase_s=cause.phase_s)
 
 
 def main(directory: str) -> int:

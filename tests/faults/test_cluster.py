@@ -51,3 +51,31 @@ def test_the_hardware_is_read_on_the_cluster_not_on_the_driver(workdir):
     assert proc.returncode == 0, out[-3000:]
     assert "read on Ray node" in out and "(CUDA_VISIBLE_DEVICES=0)" in out, out[-3000:]
     assert "the Ray cluster offers GPUs, but torch on the node given one sees no CUDA device" in out
+
+
+@pytest.mark.timeout(300)
+def test_a_trial_wider_than_a_node_spans_two_and_a_lost_node_fails_it(workdir):
+    """A 2-node local cluster, one CPU each: a DDP trial of 2 ranks cannot fit on a node, so
+    its ranks are placed one on each (a Ray placement group) and it trains; the next one
+    loses the worker node mid-trial and is `node_lost`; with one node left, another 2-rank
+    trial is refused at once, not left waiting for a placement that cannot come."""
+    (workdir / "s.yaml").write_text("batch_size: {choices: [32, 64, 128]}\nprecision: fp32\n"
+                                    "parallelism: ddp\ndevices: 2\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")}
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "clusters", "spanning.py")
+    proc = subprocess.run([sys.executable, script, str(EXAMPLES / "digits_mlp.py"), "s.yaml", "4", "2"],
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=280)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Ray cluster: 2 node(s)" in out and "up to 2 ranks (CPUs)" in out  # advisor hardware --ray-address
+    trials = {t.number: t for t in optuna.load_study(study_name="spanning", storage="sqlite:///advisor.db").get_trials()}
+    placed = trials[1].user_attrs
+    assert trials[1].state.name == "COMPLETE", placed.get("failure_message")
+    nodes = [r["node"] for r in placed["telemetry"]["ranks"]]
+    assert len(set(nodes)) == 2 and sorted(nodes) == sorted(placed["telemetry"]["placement"]["nodes"])
+    assert placed["accuracy"] > 0.5
+    assert trials[2].user_attrs["failure_class"] == "node_lost", out[-3000:]
+    assert "node running this trial was lost" in trials[2].user_attrs["failure_message"]
+    later = [t for n, t in trials.items() if n > 2]
+    assert later and all("the Ray cluster has 1 over all its nodes" in t.user_attrs.get("failure_message", "")
+                         for t in later), [t.user_attrs.get("failure_message") for t in later]

@@ -1,0 +1,63 @@
+"""A data-parallel trial wider than any node of a real 2-node local Ray cluster
+(ray.cluster_utils.Cluster, one CPU each): its two ranks are placed one on each node.
+With REMOVE_AT, the worker node is removed while trial REMOVE_AT (a placed one) runs. Run
+by tests/faults/test_cluster.py in its own process (it needs its own Ray, not the test
+session's).
+
+    python tests/clusters/spanning.py MODEL SPACE TRIALS [REMOVE_AT]"""
+import os
+import secrets
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+state = Path(tempfile.mkdtemp(prefix="advc-"))
+token = state / "token"; token.write_text(secrets.token_hex(32)); os.chmod(token, 0o600)
+os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+os.environ["RAY_TMPDIR"] = str(state)
+from ray.cluster_utils import Cluster
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+worker = cluster.add_node(num_cpus=1)
+cluster.wait_for_nodes()
+print("cluster", cluster.address, flush=True)
+from advisor.cli.main import main
+
+hardware = main(["hardware", "--ray-address", cluster.address])
+print("hardware", hardware, flush=True)
+
+
+def remove_while_it_runs(number: int):
+    """When trial ``number`` (two ranks) runs, wait a moment (its ranks are busy) and remove the worker node."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            trials = optuna.load_study(study_name="spanning", storage="sqlite:///advisor.db").get_trials()
+            started = {t.number for t in trials if t.state.name == "RUNNING"}  # (asked for, or running)
+            finished = all(t.state.name != "RUNNING" for t in trials if t.number < number)
+            if number in started and finished:  # the trials before it are done: it runs now
+                time.sleep(2.0)
+                print("removing worker node", flush=True)
+                cluster.remove_node(worker)
+                return
+        except Exception:  # the study is not created yet
+            pass
+        time.sleep(0.2)
+
+
+if len(sys.argv) > 4:
+    threading.Thread(target=remove_while_it_runs, args=(int(sys.argv[4]),), daemon=True).start()
+code = main(["tune", sys.argv[1], "--space", sys.argv[2], "--trials", sys.argv[3], "--train-samples", "4000",
+             "--ray-address", cluster.address, "--study", "spanning", "--no-confirm", "--accuracy", "all",
+             "--sampler", "random",
+             "--accuracy-seeds", "1", "--no-tui"])
+import ray  # noqa: E402
+
+ray.shutdown()
+cluster.shutdown()
+print("exit", code, flush=True)
+sys.exit(code)
