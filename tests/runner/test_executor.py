@@ -12,6 +12,7 @@ import pytest
 from advisor.core.config import TrialConfig
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.runner.executor import run_one
+from advisor.runner.ray_executor import RayExecutor
 
 from conftest import REPO
 
@@ -79,3 +80,23 @@ def test_run_one_cancels_a_trial_past_its_timeout():
     result = run_one(runner, 7, payload, timeout=0.2)
     assert isinstance(result, TrialResult) and result.failure_class == "timeout"
     assert runner.cancelled == [7]
+
+
+def _nodes(*resources):
+    """Ray's node records as ``ray.nodes()`` returns them (declared: no cluster is started)."""
+    return [{"Alive": True, "Resources": r} for r in resources]
+
+
+def test_a_trial_wider_than_a_node_spans_nodes_and_takes_their_slots():
+    cpu = RayExecutor(device="cpu")
+    cpu._plan_resources(_nodes({"CPU": 1.0}, {"CPU": 1.0}))
+    ddp2 = TrialConfig(parallelism="ddp", devices=2)
+    assert cpu.spans(ddp2) and cpu.slots_for(ddp2) == 2 and cpu.slots == 2 and cpu.cluster_devices == 2
+    assert not cpu.spans(TrialConfig()) and cpu.slots_for(TrialConfig()) == 1
+    cpu._plan_resources(_nodes({"CPU": 4.0}, {"CPU": 4.0}))
+    assert not cpu.spans(ddp2) and cpu.slots_for(ddp2) == 1  # fits on one node, as before
+    gpu = RayExecutor(device="cuda")
+    gpu._plan_resources(_nodes({"CPU": 32.0, "GPU": 4.0}, {"CPU": 32.0, "GPU": 4.0}))
+    eight = TrialConfig(parallelism="fsdp", devices=8)
+    assert gpu.spans(eight) and gpu.slots_for(eight) == 8 and gpu.cluster_devices == 8
+    assert not gpu.spans(TrialConfig(parallelism="ddp", devices=4))
