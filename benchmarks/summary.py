@@ -19,7 +19,8 @@ TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_v
            "search.wall_ratio_vs_previous_default": "<= 0.333", "search.hv_fraction_at_10pct_wall": ">= 0.95",
            "search.real_time_to_best_ratio": "<= 0.333",
            "long.driver_ms_ratio_500_vs_100": "<= 1.2", "long.rss_growth_mib": "<= 64",
-           "long.tui_event_ui_thread_s": "<= 0.05", "long.tui_filter_s": "<= 0.5"}
+           "long.tui_event_ui_thread_s": "<= 0.05", "long.tui_filter_s": "<= 0.5",
+           "memory.estimate_error_vs_tensors": "<= 0.05", "memory.estimate_error_vs_measured": "<= 0.25"}
 
 
 def _entry(doc: dict, value: object, key: str) -> dict:
@@ -101,6 +102,23 @@ def main() -> int:
             | ({"before": long["explorer"]["before"]["median"]["event_ui_thread_s"]} if "before" in long["explorer"] else {}),
             "tui_filter_s": _entry(long, explorer["filter_s"], "long.tui_filter_s") | {"open_s": explorer["open_s"]},
         }
+    memory_file = RESULTS / "memory_estimate.json"
+    if memory_file.exists():  # benchmarks/memory_estimate.py: the memory plan against measured peaks
+        mem = json.loads(memory_file.read_text())
+        summary["memory"] = {
+            "estimate_error_vs_tensors": _entry(mem, mem["max_abs_error_vs_tracked"], "memory.estimate_error_vs_tensors")
+            | {"cases": mem["tracked_cases"], "what": "max |estimate / the same steps' real tensor peak - 1|"},
+            "estimate_error_vs_measured": _entry(mem, mem["median_abs_error"], "memory.estimate_error_vs_measured")
+            | {"max": mem["max_abs_error"], "median_signed": mem["median_error"], "cases": mem["estimated"],
+               "device": mem["device"], "what": "median |estimate / measured peak - 1| (on a CPU: resident memory)"},
+        }
+    parallel_file = RESULTS / "parallelism.json"
+    if parallel_file.exists():  # benchmarks/parallelism.py: each strategy against the baseline (information)
+        par = json.loads(parallel_file.read_text())
+        summary["parallelism"] = {"date": par["date"], "commit": par["commit"], "source": par["command"],
+                                  "example": par["example"], "device": par["device"], "strategies": {
+            name: {k: row.get(k) for k in ("throughput_ratio", "memory_ratio", "accuracy_delta")}
+            for name, row in par["strategies"].items()}}
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     return 0

@@ -22,6 +22,8 @@ Run it:  {run}
 
 import importlib.util
 import math
+import os
+import sys
 
 import torch
 
@@ -57,6 +59,13 @@ def main():
                 total += len(y)
     if prepared.reports:  # the only process, rank 0, or a pipeline's last stage
         print(f"validation metric {{score / total:.4f}} ({{total}} samples)")
+    if torch.distributed.is_initialized():  # under torchrun: every rank done, then leave the group
+        torch.distributed.barrier()
+        if torch.distributed.get_backend() == "gloo":
+            # gloo's teardown can abort a finished process (pytorch/pytorch#190489): leave without it
+            sys.stdout.flush()
+            os._exit(0)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

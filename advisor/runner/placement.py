@@ -54,17 +54,25 @@ def place(number: int, payload: TrialPayload, bundle: dict[str, float]) -> Place
     return Placed(number, payload, group, bundle)
 
 
-def advance(placed: Placed, result_of: Callable[[Any], TrialResult]) -> TrialResult | None:
+def advance(placed: Placed, result_of: Callable[[Any], TrialResult],
+            capacity: Callable[[], int] | None = None) -> TrialResult | None:
     """Move ``placed`` on: start its ranks once Ray has placed the group, collect what they
-    return; its result once every rank answered (or was cancelled), else None."""
+    return; its result once every rank answered (or was cancelled), else None. While it
+    waits to be placed, ``capacity`` (the ranks the cluster can host now) tells a cluster
+    that lost the nodes it needed: failed as ``node_lost`` at once, not after the wait."""
     import ray
 
     if not placed.ranks:
         ready, _ = ray.wait([placed.group.ready()], timeout=0)
         if not ready:
+            devices = placed.payload.config.devices
+            if capacity is not None and capacity() < devices:
+                release(placed)
+                return TrialResult.failed("node_lost", f"the Ray cluster lost nodes while {devices} ranks waited to be "
+                                                       f"placed; it now has {capacity()} (it may run again)")
             if time.monotonic() - placed.submitted > PLACE_TIMEOUT_S:
                 release(placed)
-                return TrialResult.failed("unsupported", f"Ray could not place {placed.payload.config.devices} ranks "
+                return TrialResult.failed("unsupported", f"Ray could not place {devices} ranks "
                                                          f"of {placed.bundle} within {PLACE_TIMEOUT_S:.0f} s")
             return None
         _start_ranks(placed)

@@ -144,16 +144,17 @@ class RayExecutor:
 
         resources = dict(self.resources)
         config = payload.config
-        if self.spans(config):  # the cluster as it is now (a node may have gone since the start)
-            try:
-                self._plan_resources(ray.nodes())
-            except SchedulerError as exc:
-                return Running(number, None, refused=TrialResult.failed("node_lost", str(exc)))
-        if config.devices > self.cluster_devices and config.parallelism != "single":
-            unit = "GPUs" if self.device == "cuda" else "CPUs"
-            return Running(number, None, refused=TrialResult.failed(
-                "unsupported", f"devices={config.devices} needs {config.devices} {unit}; the Ray cluster has "
-                               f"{self.cluster_devices} over all its nodes"))
+        for refresh in (False, True):  # the cluster as last seen, then as it is now (a node may have gone)
+            if config.devices > self.cluster_devices and config.parallelism != "single":
+                unit = "GPUs" if self.device == "cuda" else "CPUs"
+                return Running(number, None, refused=TrialResult.failed(
+                    "unsupported", f"devices={config.devices} needs {config.devices} {unit}; the Ray cluster has "
+                                   f"{self.cluster_devices} over all its nodes"))
+            if not refresh and self.spans(config):
+                try:
+                    self._plan_resources(ray.nodes())
+                except SchedulerError as exc:
+                    return Running(number, None, refused=TrialResult.failed("node_lost", str(exc)))
         if self.spans(config):
             bundle = ({"GPU": 1, "CPU": resources["num_cpus"]} if self.device == "cuda" else {"CPU": 1})
             return placement.place(number, payload, bundle)
@@ -168,7 +169,7 @@ class RayExecutor:
         done = [(r, r.refused) for r in running if r.refused is not None]
         for r in running:
             if isinstance(r, placement.Placed) and r.refused is None:
-                result = placement.advance(r, self._result)
+                result = placement.advance(r, self._result, self._capacity)
                 if result is not None:
                     done.append((r, result))
         refs = [r.ref for r in running if r.refused is None and r.ref is not None]
@@ -181,6 +182,13 @@ class RayExecutor:
             if r.refused is None and r.ref is not None and r.ref in ready:
                 done.append((r, self._result(r.ref)))
         return done
+
+    def _capacity(self) -> int:
+        """The ranks the cluster can host now (its alive nodes' GPUs, or CPUs)."""
+        import ray
+
+        key = "GPU" if self.device == "cuda" else "CPU"
+        return int(sum(n["Resources"].get(key, 0) for n in ray.nodes() if n.get("Alive")))
 
     def _result(self, ref: Any) -> TrialResult:
         import ray

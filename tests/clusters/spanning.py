@@ -1,6 +1,6 @@
 """A data-parallel trial wider than any node of a real 2-node local Ray cluster
 (ray.cluster_utils.Cluster, one CPU each): its two ranks are placed one on each node.
-With REMOVE_AT, the worker node is removed while trial REMOVE_AT (a placed one) runs. Run
+With REMOVE_AT, the worker node is removed while the REMOVE_AT-th placed trial runs. Run
 by tests/faults/test_cluster.py in its own process (it needs its own Ray, not the test
 session's).
 
@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 
 state = Path(tempfile.mkdtemp(prefix="advc-"))
+announced = state / "ranks"  # tests/workloads/announcing.py: a file per rank that built its model
+announced.mkdir()
+os.environ["ADVISOR_TEST_ANNOUNCE"] = str(announced)  # before the cluster starts: its workers inherit it
 token = state / "token"; token.write_text(secrets.token_hex(32)); os.chmod(token, 0o600)
 os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
 os.environ["RAY_TMPDIR"] = str(state)
@@ -29,24 +32,17 @@ hardware = main(["hardware", "--ray-address", cluster.address])
 print("hardware", hardware, flush=True)
 
 
-def remove_while_it_runs(number: int):
-    """When trial ``number`` (two ranks) runs, wait a moment (its ranks are busy) and remove the worker node."""
-    import optuna
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
+def remove_while_it_runs(placed: int):
+    """Once the ranks of the ``placed``-th placed trial (two ranks each) built their models,
+    wait a moment and remove the worker node."""
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        try:
-            trials = optuna.load_study(study_name="spanning", storage="sqlite:///advisor.db").get_trials()
-            started = {t.number for t in trials if t.state.name == "RUNNING"}  # (asked for, or running)
-            finished = all(t.state.name != "RUNNING" for t in trials if t.number < number)
-            if number in started and finished:  # the trials before it are done: it runs now
-                time.sleep(2.0)
-                print("removing worker node", flush=True)
-                cluster.remove_node(worker)
-                return
-        except Exception:  # the study is not created yet
-            pass
-        time.sleep(0.2)
+        if len(list(announced.iterdir())) >= 2 * placed:
+            time.sleep(1.0)
+            print("removing worker node", flush=True)
+            cluster.remove_node(worker)
+            return
+        time.sleep(0.1)
 
 
 if len(sys.argv) > 4:

@@ -11,7 +11,7 @@ import sys
 import optuna
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, WORKLOADS
 
 pytestmark = pytest.mark.ray
 
@@ -63,7 +63,7 @@ def test_a_trial_wider_than_a_node_spans_two_and_a_lost_node_fails_it(workdir):
                                     "parallelism: ddp\ndevices: 2\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")}
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "clusters", "spanning.py")
-    proc = subprocess.run([sys.executable, script, str(EXAMPLES / "digits_mlp.py"), "s.yaml", "4", "2"],
+    proc = subprocess.run([sys.executable, script, str(WORKLOADS / "announcing.py"), "s.yaml", "4", "2"],
                           cwd=workdir, env=env, capture_output=True, text=True, timeout=280)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

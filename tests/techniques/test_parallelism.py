@@ -191,16 +191,16 @@ def test_hung_ranks_die_with_a_killed_trial(tmp_path):
         trial.kill()
 
 
-def test_a_gpu_trial_wider_than_any_node_is_answered_at_once():
+def test_a_gpu_trial_wider_than_the_cluster_is_answered_at_once():
     """No GPU here: the executor's plan is DECLARED (set by hand) and Ray is not involved."""
     from advisor.runner.ray_executor import RayExecutor
 
     executor = RayExecutor("cuda")
-    executor.resources, executor.max_gpus_per_node = {"num_gpus": 1, "num_cpus": 4}, 4
+    executor._plan_resources([{"Alive": True, "Resources": {"GPU": 4.0, "CPU": 16.0}}])  # one node of 4 GPUs
     running = executor.submit(3, _payload(EXAMPLES / "digits_mlp.py", {"parallelism": "ddp", "devices": 8}))
     [(done, result)] = executor.wait([running], timeout=0)
     assert done is running and result.failure_class == "unsupported"
-    assert "largest node has 4" in result.failure_message
+    assert "needs 8 GPUs; the Ray cluster has 4 over all its nodes" in result.failure_message
 
 
 @pytest.mark.cuda
