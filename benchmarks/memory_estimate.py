@@ -104,7 +104,8 @@ def main() -> int:
                  else f"no estimate: {row['unavailable'][0]}"), flush=True)
     errors = [abs(r["error"]) for r in rows if "error" in r]
     vs_tracked = [abs(r["error_vs_tracked"]) for r in rows if "error_vs_tracked" in r]
-    doc = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "command": "python benchmarks/memory_estimate.py",
+    doc = {"date": time.strftime("%Y-%m-%d"), "commit": commit(),
+           "command": f"python benchmarks/memory_estimate.py --repeats {args.repeats}",
            "device": "cpu", "repeats": args.repeats, "rows": rows,
            "median_abs_error": statistics.median(errors) if errors else None,
            "max_abs_error": max(errors) if errors else None,
