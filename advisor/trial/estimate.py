@@ -50,7 +50,7 @@ def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S) -> dict
     with tempfile.TemporaryDirectory(prefix="advisor-estimate-") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
-        child = _Forked(directory) if forked_trial() else subprocess.Popen(
+        child = _forked(directory) if forked_trial() else subprocess.Popen(
             [sys.executable, "-m", "advisor.trial.estimate", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while child.poll() is None and time.monotonic() < deadline:
@@ -110,40 +110,19 @@ def _device_memory(device: str) -> int | None:
     return None
 
 
-class _Forked:
-    """The estimate in a fork of a warm trial process (torch imported, no tensor operation run)."""
+def _forked(directory: Path) -> Any:
+    """The estimate in a fork of this warm trial process; it dies with it, and what model.py
+    prints meanwhile goes nowhere."""
+    from advisor.trial.process import ForkedChild, die_with_parent
 
-    def __init__(self, directory: Path) -> None:
-        from advisor.trial.process import die_with_parent
+    parent = os.getpid()
 
-        sys.stdout.flush()
-        sys.stderr.flush()
-        parent = os.getpid()
-        self.code: int | None = None
-        self.pid = os.fork()
-        if self.pid == 0:
-            code = 1
-            try:
-                die_with_parent(parent)
-                _quiet()
-                code = main(str(directory))
-            finally:
-                os._exit(code)
+    def run() -> int:
+        die_with_parent(parent)
+        _quiet()
+        return main(str(directory))
 
-    def poll(self) -> int | None:
-        if self.code is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.code = os.waitstatus_to_exitcode(status)
-        return self.code
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, 9)
-
-    def wait(self) -> None:
-        while self.poll() is None:
-            time.sleep(0.01)
+    return ForkedChild(run)
 
 
 def _quiet() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
 
 _FORKED = False  # True in a trial process forked from the warm fork server
 
@@ -63,3 +65,38 @@ def describe_exit(code: int | None) -> str:
         hint = ": the kernel's out-of-memory killer, or a kill from outside" if name == "SIGKILL" else ""
         return f"killed by {name}{hint}"
     return f"exit status {code}"
+
+
+class ForkedChild:
+    """``run()`` in a fork of this process, which must be a warm trial process (forked from
+    advisor/trial/forkserver.py: single-threaded, no tensor operation run yet); the child
+    exits with what ``run`` returns, without interpreter teardown. The parts of
+    ``subprocess.Popen`` its callers use (``poll``, ``kill``, ``wait``, ``returncode``)."""
+
+    def __init__(self, run: Callable[[], int]) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                code = run()
+            finally:
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(0.01)
+        return self.returncode  # type: ignore[return-value]

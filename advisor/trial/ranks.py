@@ -26,7 +26,7 @@ from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.output import OutputDrain, describe_tail, redirect_into, trial_drain
-from advisor.trial.process import adopt_environment, die_with_parent, forked_trial
+from advisor.trial.process import ForkedChild, adopt_environment, die_with_parent, forked_trial
 from advisor.trial.single import run_in_this_process
 
 RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result says why)
@@ -80,7 +80,7 @@ def _launch(directory: Path, world: int, device: str) -> tuple[list[Any], list[O
         drains.append(trial_drain(f"rank{rank}"))
         try:
             if forked_trial():  # torch is imported already: the rank starts as a fork of this process
-                procs.append(_ForkedRank(directory, env, drains[-1].write_fd))
+                procs.append(_forked_rank(directory, env, drains[-1].write_fd))
             else:
                 procs.append(subprocess.Popen([sys.executable, "-m", "advisor.trial.ranks", str(directory)],
                                               env=env, stdout=drains[-1].write_fd, stderr=subprocess.STDOUT))
@@ -89,39 +89,15 @@ def _launch(directory: Path, world: int, device: str) -> tuple[list[Any], list[O
     return procs, drains
 
 
-class _ForkedRank:
-    """A rank forked from a warm trial process (advisor/trial/forkserver.py), which is single-threaded
-    and has run no tensor operation; the parts of ``subprocess.Popen`` the supervisor uses."""
+def _forked_rank(directory: Path, env: dict[str, str], log_fd: int) -> ForkedChild:
+    """A rank forked from a warm trial process: its output into ``log_fd``, ``env`` its
+    environment (with this rank's share of the cores)."""
+    def run() -> int:
+        redirect_into(log_fd)
+        adopt_environment(env)
+        return main(str(directory))
 
-    def __init__(self, directory: Path, env: dict[str, str], log_fd: int) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.returncode: int | None = None
-        self.pid = os.fork()
-        if self.pid == 0:
-            code = 1
-            try:
-                redirect_into(log_fd)
-                adopt_environment(env)  # with this rank's share of the cores
-                code = main(str(directory))
-            finally:
-                os._exit(code)
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-
-    def wait(self) -> int:
-        while self.poll() is None:
-            time.sleep(0.01)
-        return self.returncode  # type: ignore[return-value]
+    return ForkedChild(run)
 
 
 def _supervise(procs: list[Any], poll_s: float, grace_s: float = 3.0) -> list[int] | None:
