@@ -70,9 +70,9 @@ def test_a_trial_records_its_estimate_below_what_it_measures(knobs):
     assert result.ok, result.failure_message
     estimate = result.memory_estimate
     assert estimate["method"].startswith("FakeTensorMode + MemTracker") and estimate["seconds"] > 0
+    # how far below depends on the allocator's slack (digits_mlp's resident peak read 5-10 MiB
+    # against 1.8 MiB of tensors); that the estimate is the tensors' peak is tested above
     assert 0 < estimate["peak_bytes"] <= result.peak_memory_bytes
-    if "parallelism" not in knobs:
-        assert estimate["peak_bytes"] > 0.2 * result.peak_memory_bytes
     assert result.phase_s["estimate"] == estimate["seconds"]
 
 
