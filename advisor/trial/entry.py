@@ -8,9 +8,13 @@ from __future__ import annotations
 import os
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.machine.device_idle import IdleCheck
+
+if TYPE_CHECKING:
+    from advisor.trial.single import Loaded
 
 
 def run_trial(payload: TrialPayload) -> TrialResult:
@@ -20,9 +24,16 @@ def run_trial(payload: TrialPayload) -> TrialResult:
     started = time.perf_counter()
     config = payload.config
     parallel = config.parallelism != "single" and config.devices > 1
-    estimate, too_big = _estimate(payload)
+    loaded = None
+    if _estimated(payload) and not parallel:  # loaded once, for the estimate (a fork of this process) and the trial
+        from advisor.trial.single import load_first
+
+        loaded = load_first(payload, started)
+    estimate, too_big = _estimate(payload, loaded) if not isinstance(loaded, TrialResult) else (None, None)
     idle = None if too_big else _devices_idle(payload.settings.device, config.devices if parallel else 1)
-    if too_big:
+    if isinstance(loaded, TrialResult):  # model.py or its datasets failed to load
+        result = loaded
+    elif too_big:
         result = TrialResult.failed("oom", too_big, skipped=True)
     elif idle is not None and not all(c.ok for c in idle):
         result = TrialResult.failed("device_busy", "; ".join(c.note for c in idle if not c.ok) +
@@ -34,7 +45,7 @@ def run_trial(payload: TrialPayload) -> TrialResult:
     else:
         from advisor.trial.single import run_in_this_process
 
-        result = run_in_this_process(payload, started)
+        result = run_in_this_process(payload, started, loaded)
     if idle is not None:
         result.telemetry["device_idle_check"] = [c.to_dict() for c in idle]
     if estimate is not None:
@@ -45,16 +56,21 @@ def run_trial(payload: TrialPayload) -> TrialResult:
     return result
 
 
-def _estimate(payload: TrialPayload) -> tuple[dict | None, str | None]:
-    """The configuration's peak memory estimated first, where the study asks for it (a
-    training trial's probe or full run), and why it cannot fit, if it cannot."""
+def _estimated(payload: TrialPayload) -> bool:
+    """Whether the study asks for this trial's memory estimate: a training trial's probe or full run."""
     settings = payload.settings
-    if not payload.estimate or settings.workload != "train" or settings.stage == "accuracy":
+    return payload.estimate and settings.workload == "train" and settings.stage != "accuracy"
+
+
+def _estimate(payload: TrialPayload, loaded: Loaded | None) -> tuple[dict | None, str | None]:
+    """The configuration's peak memory estimated first, where the study asks for it, and
+    why it cannot fit, if it cannot."""
+    if not _estimated(payload):
         return None, None
     from advisor.trial.estimate import estimate_memory, over_limit
 
-    estimate = estimate_memory(payload)
-    return estimate, over_limit(estimate, settings.device, payload.memory_cap)
+    estimate = estimate_memory(payload, loaded=loaded)
+    return estimate, over_limit(estimate, payload.settings.device, payload.memory_cap)
 
 
 def _devices_idle(device: str, count: int) -> list[IdleCheck] | None:

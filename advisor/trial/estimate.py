@@ -30,10 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.results import TrialPayload
+
+if TYPE_CHECKING:
+    from advisor.trial.single import Loaded
 
 TIMEOUT_S = float(os.environ.get("ADVISOR_ESTIMATE_TIMEOUT", "120"))
 METHOD = "FakeTensorMode + MemTracker over a fake process group (torch 2.13 private APIs)"
@@ -41,16 +44,17 @@ _DDP_ONLY = {"comm_hook": "none", "bucket_mb": 25, "ddp_static_graph": False, "d
              "sync_batchnorm": False}
 
 
-def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S, loaded: Loaded | None = None) -> dict[str, Any]:
     """Each estimated rank's peak memory, in a child process: ``{"peak_bytes", "ranks",
-    "by_kind", "seconds", "method"}``, or ``{"unavailable": reason}``."""
+    "by_kind", "seconds", "method"}``, or ``{"unavailable": reason}``. ``loaded``: model.py
+    and its datasets, already loaded in this process (a forked child uses them)."""
     from advisor.trial.process import forked_trial
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="advisor-estimate-") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
-        child = _forked(directory) if forked_trial() else subprocess.Popen(
+        child = _forked(directory, loaded) if forked_trial() else subprocess.Popen(
             [sys.executable, "-m", "advisor.trial.estimate", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while child.poll() is None and time.monotonic() < deadline:
@@ -110,7 +114,7 @@ def _device_memory(device: str) -> int | None:
     return None
 
 
-def _forked(directory: Path) -> Any:
+def _forked(directory: Path, loaded: Loaded | None) -> Any:
     """The estimate in a fork of this warm trial process; it dies with it, and what model.py
     prints meanwhile goes nowhere."""
     from advisor.trial.process import ForkedChild, die_with_parent
@@ -120,7 +124,7 @@ def _forked(directory: Path) -> Any:
     def run() -> int:
         die_with_parent(parent)
         _quiet()
-        return main(str(directory))
+        return main(str(directory), loaded)
 
     return ForkedChild(run)
 
@@ -132,19 +136,19 @@ def _quiet() -> None:
     os.dup2(devnull, 2)
 
 
-def main(directory: str) -> int:
+def main(directory: str, loaded: Loaded | None = None) -> int:
     """The child: estimate, write ``estimate.json`` (an estimate, or why there is none)."""
     path = Path(directory)
     payload = TrialPayload.from_dict(json.loads((path / "payload.json").read_text()))
     try:
-        found = estimate_here(payload)
+        found = estimate_here(payload, loaded=loaded)
     except Exception as exc:  # noqa: BLE001 - any failure of the estimate is its reason, not the trial's
         found = {"unavailable": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"}
     (path / "estimate.json").write_text(json.dumps(found))
     return 0
 
 
-def estimate_here(payload: TrialPayload, fake: bool = True) -> dict[str, Any]:
+def estimate_here(payload: TrialPayload, fake: bool = True, loaded: Loaded | None = None) -> dict[str, Any]:
     """The estimate, in this process (which it leaves with a fake process group joined and
     left again, and the workload's model built on fake tensors: a throwaway process).
     ``fake=False`` runs the same steps on real tensors under the same tracker, for a
@@ -154,8 +158,8 @@ def estimate_here(payload: TrialPayload, fake: bool = True) -> dict[str, Any]:
     from advisor.workload.contract import load_datasets
 
     config = payload.config
-    workload = load_same_workload(payload)
-    train, _ = load_datasets(workload)
+    workload = loaded.workload if loaded else load_same_workload(payload)
+    train, _ = loaded.datasets if loaded else load_datasets(workload)
     run, world, ranks, how = _what_to_run(config)
     if not fake and world > 1:
         raise ValueError("real tensors are tracked in one process only: a configuration of one rank, or DDP's")

@@ -42,13 +42,15 @@ from advisor.trial.shared import (
 from advisor.workload.contract import Workload, build_model, load_datasets
 
 
-def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[str, float]) -> TrialResult:
-    """Build the configured model and measure it; ``phases`` collects where time went."""
+def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[str, float],
+                      datasets: tuple[Any, Any] | None = None) -> TrialResult:
+    """Build the configured model and measure it; ``phases`` collects where time went;
+    ``datasets``: model.py's, when they are already loaded."""
     import torch
 
     config, settings = payload.config, payload.settings
     t = time.perf_counter()
-    train, val = load_datasets(workload)
+    train, val = datasets or load_datasets(workload)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local) if settings.device == "cuda" else torch.device("cpu")
     phases["load"] = phases.get("load", 0.0) + time.perf_counter() - t

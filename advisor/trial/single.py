@@ -6,26 +6,50 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from advisor.core.errors import UnsupportedError, WorkloadError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.errors import NonFiniteLoss
-from advisor.workload.contract import Workload, load_workload
+from advisor.workload.contract import Workload, load_datasets, load_workload
 from advisor.workload.user_code import describe_exit, user_frames
 
 
-def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
-    """Measure in this process; ``started`` is when the process began (import time)."""
-    # Imported before anything is measured: part of the "import" phase (instant in a warm
-    # process), never of a trial's peak memory. torch._dynamo is imported lazily by every
-    # optimizer's constructor (~70 MiB here), which would otherwise land inside the measured window.
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
+@dataclass
+class Loaded:
+    """model.py and its datasets, loaded once in the trial's process: the memory estimate
+    (forked from it) and the trial itself use them instead of loading them twice."""
 
-    from advisor.trial.loop import run_configuration
+    workload: Workload
+    datasets: tuple[Any, Any]
+    phases: dict[str, float]
 
+
+def load_first(payload: TrialPayload, started: float) -> Loaded | TrialResult:
+    """Load model.py and its datasets before anything else; a failure is the trial's result."""
+    _import_before_measuring()
     phases: dict[str, float] = {"import": time.perf_counter() - started}
     try:
+        t = time.perf_counter()
+        workload = load_same_workload(payload)
+        datasets = load_datasets(workload)
+        phases["load"] = time.perf_counter() - t
+        return Loaded(workload, datasets, phases)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # as in run_in_this_process
+        return TrialResult.failed(classify(exc), failure_message(exc)[-4000:], phase_s=phases)
+
+
+def run_in_this_process(payload: TrialPayload, started: float, loaded: Loaded | None = None) -> TrialResult:
+    """Measure in this process; ``started`` is when the process began (import time);
+    ``loaded``: model.py and its datasets when ``load_first`` already loaded them."""
+    _import_before_measuring()
+    from advisor.trial.loop import run_configuration
+
+    phases = dict(loaded.phases) if loaded else {"import": time.perf_counter() - started}
+    try:
+        if loaded:
+            return run_configuration(payload, loaded.workload, phases, loaded.datasets)
         t = time.perf_counter()
         workload = load_same_workload(payload)
         phases["load"] = time.perf_counter() - t
@@ -34,6 +58,14 @@ def run_in_this_process(payload: TrialPayload, started: float) -> TrialResult:
         # (a cancelled trial is killed, never interrupted: SystemExit and KeyboardInterrupt
         # here come from model.py's own code)
         return TrialResult.failed(classify(exc), failure_message(exc)[-4000:], phase_s=phases)
+
+
+def _import_before_measuring() -> None:
+    # Imported before anything is measured: part of the "import" phase (instant in a warm
+    # process), never of a trial's peak memory. torch._dynamo is imported lazily by every
+    # optimizer's constructor (~70 MiB here), which would otherwise land inside the measured window.
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
 
 
 def failure_message(exc: BaseException) -> str:
