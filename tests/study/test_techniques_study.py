@@ -51,16 +51,16 @@ def test_cpu_levers_are_measured_in_a_study(ray_session, workdir, capsys):
 
 def test_inference_workload_end_to_end(ray_session, workdir, capsys):
     space = workdir / "infer.yaml"
-    space.write_text("batch_size: {choices: [64, 256]}\nquantization: {choices: [none, int8_dynamic, int8_weight_only]}\n")
+    space.write_text("batch_size: {choices: [256]}\nquantization: {choices: [none, int8_dynamic, int8_weight_only]}\n")
     code = main(["tune", str(EXAMPLES / "digits_inference.py"), "--workload", "inference", "--space", str(space),
-                 "--trials", "6", "--sampler", "random"])
+                 "--trials", "3", "--sampler", "random"])
     out = capsys.readouterr().out
     assert code == 0
     study = load(workdir / "advisor.db", "digits_inference-infer")
     assert study.user_attrs["workload"] == "inference"
     assert study.user_attrs["settings"]["workload"] == "inference"
     done = [t for t in study.get_trials() if t.state.name == "COMPLETE" and "duplicate_of" not in t.user_attrs]
-    assert len(done) == 6
+    assert len(done) == 3  # the whole space
     assert not any(t.user_attrs.get("probe_done") for t in study.trials)  # no two stages: evaluation is cheap
     for t in done:
         assert t.user_attrs["train_samples"] == 0 and "timing" in t.user_attrs["phase_s"]
