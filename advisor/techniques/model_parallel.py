@@ -43,6 +43,10 @@ def model_parallel_conflict(c: TrialConfig) -> str | None:
                 "layers only (fp8 under TP needs torchao's float8 parallel styles, not applied here)")
     if c.precision == "fp16":
         return f"fp16's gradient scaler is not set up for {_name(c)}; use bf16"
+    if c.parallelism == "tp" and c.fused_optimizer:
+        return ("torch's fused optimizer kernel updates every parameter in one call, and under tp only the split "
+                "layers' parameters are DTensors, the rest plain tensors: the kernel refuses the mix (under fsdp_tp "
+                "every parameter is a DTensor and it runs)")
     if c.parallelism == "fsdp_tp" and c.channels_last:
         return "FSDP shards only contiguous parameters; channels_last weights are not (torch 2.13)"
     if c.parallelism == "pp":

@@ -195,6 +195,8 @@ def test_balance_minimises_the_heaviest_stage():
     ({"parallelism": "pp", "devices": 2, "grad_accumulation": 2}, "raise pp_microbatches instead"),
     ({"parallelism": "pp", "devices": 2, "channels_last": True}, "channels_last"),
     ({"parallelism": "tp", "devices": 2, "precision": "fp16"}, "use bf16"),
+    # found by benchmarks/combinations.py: "aten._fused_adamw_.default got mixed torch.Tensor and DTensor"
+    ({"parallelism": "tp", "devices": 2, "fused_optimizer": True}, "the kernel refuses the mix"),
     ({"parallelism": "fsdp_tp", "devices": 4}, "needs tp_size >= 2"),
     ({"parallelism": "fsdp_tp", "devices": 6, "tp_size": 4}, "must be a multiple of tp_size"),
     ({"parallelism": "pp", "devices": 2, "pp_microbatches": 3, "batch_size": 64}, "pp_microbatches=3"),
