@@ -36,6 +36,12 @@ class Compile(Technique):
             return
         mode = prepared.config.compile_mode
         mode = None if mode == "default" else mode
+        if prepared.amp_dtype is not None and _has_mha_fastpath(prepared.module):
+            # the compiled graph calls nn.TransformerEncoderLayer's fused inference kernel with
+            # autocast's 16-bit activations and the fp32 weights ("expected m1 and m2 to have the
+            # same dtype", torch 2.13; found by benchmarks/combinations.py): the layers' own path
+            torch.backends.mha.set_fastpath_enabled(False)
+            prepared.stats["mha_fastpath"] = "off: compiled under autocast, the fused kernel mixes dtypes"
         target = getattr(prepared.module, "compile_target", None)
         if target is not None:  # a LightningModule in its step: its forward, as Lightning compiles it
             target.forward = torch.compile(target.forward, mode=mode)
@@ -45,6 +51,13 @@ class Compile(Technique):
 
     def snippet(self, value: Any) -> str | None:
         return "model = torch.compile(model)" if value else None
+
+
+def _has_mha_fastpath(module: Any) -> bool:
+    """Whether ``module`` holds layers with torch's fused "fast path" for inference."""
+    import torch.nn as nn
+
+    return any(isinstance(m, (nn.TransformerEncoderLayer, nn.MultiheadAttention)) for m in module.modules())
 
 
 class CompileMode(Technique):

@@ -43,6 +43,30 @@ def test_checkpointed_attention_recomputes_with_the_pinned_kernel():
     assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]  # finite, and it learns
 
 
+
+def test_a_model_compiled_under_autocast_evaluates_through_its_encoder_layers():
+    """Compiled under bf16 autocast, nn.TransformerEncoderLayer's fused inference kernel (its
+    "fast path", taken in evaluation) got autocast's bf16 activations with the fp32 weights:
+    "expected m1 and m2 to have the same dtype" (found by benchmarks/combinations.py). Compile
+    turns the fast path off for such a model under autocast."""
+    import torch
+
+    from advisor.techniques.prepare import apply
+    from advisor.workload.contract import load_workload
+
+    workload = load_workload(WORKLOADS / "encoder.py")
+    was = torch.backends.mha.get_fastpath_enabled()
+    try:
+        prepared = apply(workload.model(), {"batch_size": 16, "precision": "bf16", "compile": True}, device="cpu")
+        x, _ = next(iter(prepared.loader(workload.datasets()[1])))
+        prepared.model.eval()
+        with torch.inference_mode():
+            out = prepared.predict(x)
+        assert out.shape == (16, 10) and torch.isfinite(out.float()).all()
+        assert "mha_fastpath" in prepared.stats
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+
 # (model, knobs): dense combinations of the `default` / `cpu` spaces' options. The language
 # models (examples/char_lm.py, examples/hf_gpt2.py) are left to the benchmark: one trial of
 # theirs takes minutes on a 2-core CPU; their failures were the encoder's (checkpointing
