@@ -15,6 +15,7 @@ from typing import Any
 
 from advisor.core.errors import WorkloadError
 from advisor.workload.contract import Workload, call
+from advisor.workload.defaults import OUTPUT_LOSS
 from advisor.workload.structure import pipeline_units
 from advisor.workload.tp_plan import check_plan, nearby, refusal
 
@@ -64,13 +65,25 @@ def split_facts(workload: Workload, model: Any, splits: dict[str, Any]) -> dict[
     parallelism over 2 ranks finds no plan (None when it does), and how many units a
     pipeline can cut the model into (0 where the model cannot be a pipeline)."""
     facts: dict[str, Any] = {"tp_refusal": refusal(model, CHECK_WORLD, splits["tp_plan"])}
-    if workload.kind == "lightning":
-        facts["pipeline_units"] = 0
-        facts["pipeline_refusal"] = ("a Lightning file's step runs the module's training_step, loss included: "
-                                     "a pipeline needs the model's forward alone")
-    else:
-        facts["pipeline_units"] = len(pipeline_units(model, splits["pipeline_split"]))
+    cannot = _pipeline_refusal(workload, model)
+    facts["pipeline_units"] = 0 if cannot else len(pipeline_units(model, splits["pipeline_split"]))
+    if cannot:
+        facts["pipeline_refusal"] = cannot
     return facts
+
+
+def _pipeline_refusal(workload: Workload, model: Any) -> str | None:
+    """Why the model cannot be traced into pipeline stages, whatever its blocks."""
+    if workload.kind == "lightning":
+        return ("a Lightning file's step runs the module's training_step, loss included: a pipeline needs the "
+                "model's forward alone")
+    if getattr(workload.module, "LOSS", None) == OUTPUT_LOSS:
+        return (f'the model computes its own loss (LOSS = "{OUTPUT_LOSS}") from labels in its inputs; a pipeline '
+                "computes the loss on its last stage from the output and the target: give model.py a loss() instead")
+    if getattr(getattr(model, "config", None), "use_cache", False):
+        return (f"{type(model).__name__} returns a key/value cache (config.use_cache=True), which torch.export cannot "
+                "pass between pipeline stages; set config.use_cache = False in model() (training needs no cache)")
+    return None
 
 
 def _describe(obj: Any) -> str:

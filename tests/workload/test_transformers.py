@@ -40,3 +40,24 @@ def test_a_transformers_model_trains_under_the_knobs(config):
     assert result.ok, result.failure_message
     assert result.throughput > 0 and result.peak_memory_bytes > 0
     assert 0.02 < result.accuracy < 1.0  # next-token accuracy over a 512-token vocabulary: above chance
+
+
+def test_a_pipeline_is_dropped_with_the_reason_a_transformers_model_cannot_be_one(tmp_path):
+    """Found by benchmarks/combinations.py: `pp` on GPT-2 failed in every trial (torch.export:
+    "Found <class 'transformers.cache_utils.DynamicCache'> in output"). The preflight says
+    why before the search, and the space drops the option with that reason."""
+    from advisor.machine.hardware import detect
+    from advisor.search.space import filter_space, load_space
+
+    facts = preflight(load_workload(EXAMPLES / "hf_gpt2.py"))
+    assert facts["pipeline_units"] == 0 and 'computes its own loss (LOSS = "output.loss")' in facts["pipeline_refusal"]
+    space = filter_space(load_space("cpu"), detect(), {"workload": "train"} | facts)
+    assert any(d.knob == "parallelism" and d.value == "pp" and "its own loss" in d.reason for d in space.dropped)
+
+    own_loss = tmp_path / "gpt2_loss.py"  # the same model with a loss() of its own: the cache is in the way
+    own_loss.write_text((EXAMPLES / "hf_gpt2.py").read_text().replace(
+        'LOSS = "output.loss"',
+        "def loss(output, target):\n"
+        "    return torch.nn.functional.cross_entropy(output.logits.flatten(0, 1), target.flatten(), ignore_index=-100)"))
+    facts = preflight(load_workload(own_loss))
+    assert "config.use_cache = False" in facts["pipeline_refusal"] and facts["pipeline_units"] == 0
