@@ -134,15 +134,23 @@ def check(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
 
 
 def recheck(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
-    """Run each failure of the results file again; record its outcome now."""
+    """Run each failure of the results file again; record its outcome now (``dropped``: the
+    space no longer offers one of its values for this model, with the reason)."""
+    hw = detect()
     for entry in report["runs"]:
-        workload = None
+        workload, space = None, None
         for row in entry["trials"]:
             if row["outcome"] in ("ok", "refused") or "now" in row:
                 continue
-            workload = workload or load_workload(str(ROOT / entry["model"]))
+            if workload is None:
+                workload = load_workload(str(ROOT / entry["model"]))
+                facts = {"workload": args.workload} | preflight(workload)
+                space = filter_space(load_space(entry["space"]), hw, facts)
             cfg = TrialConfig.from_dict(row["config"])
-            now = run_one(workload, cfg, args.workload)
+            default = TrialConfig()  # a knob dropped whole is at its default here: not what the row changed
+            gone = [d for d in space.dropped if getattr(cfg, d.knob, None) == d.value != getattr(default, d.knob, None)]
+            now = ({"config": cfg.changed(), "outcome": "dropped", "reason": f"{gone[0].knob}={gone[0].value!r}: "
+                    f"{gone[0].reason}"} if gone else run_one(workload, cfg, args.workload))
             row["now"] = {k: v for k, v in now.items() if k != "config"}
             print(f"{entry['family']}/{entry['space']} {row['config']}: now {now['outcome']} "
                   f"{now.get('reason') or now.get('message') or ''}", flush=True)
@@ -174,7 +182,7 @@ def main() -> int:
 
     (recheck if args.recheck else check)(args, report, save)
     failed = [r for e in report["runs"] for r in e["trials"] if r["outcome"] not in ("ok", "refused")
-              and r.get("now", {}).get("outcome", r["outcome"]) not in ("ok", "refused")]
+              and r.get("now", {}).get("outcome", r["outcome"]) not in ("ok", "refused", "dropped")]
     print(f"{sum(e['tried'] for e in report['runs'])} configurations; {len(failed)} failing now; written to {out}")
     return 1 if failed else 0
 

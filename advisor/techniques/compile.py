@@ -36,25 +36,33 @@ class Compile(Technique):
             return
         mode = prepared.config.compile_mode
         mode = None if mode == "default" else mode
-        if prepared.amp_dtype is not None and _has_mha_fastpath(prepared.module):
-            # the compiled graph calls nn.TransformerEncoderLayer's fused inference kernel with
-            # autocast's 16-bit activations and the fp32 weights ("expected m1 and m2 to have the
-            # same dtype", torch 2.13; found by benchmarks/combinations.py): the layers' own path
+        dynamic = None  # torch's default: static first, dynamic shapes once a size changes
+        if prepared.amp_dtype is not None and _has_mha(prepared.module):
+            # Two torch 2.13 failures of nn.MultiheadAttention compiled under autocast, found by
+            # benchmarks/combinations.py. (1) The graph called the encoder layers' fused inference
+            # kernel (the "fast path") with 16-bit activations and fp32 weights: "expected m1 and
+            # m2 to have the same dtype"; the layers' own path is taken instead. (2) On a CPU,
+            # max-autotune's code for attention's batched matmuls, recompiled for a smaller last
+            # batch with dynamic shapes, mixed a dynamic and a fixed batch size ("Expected size for
+            # first two dimensions of batch2 tensor"); it recompiles for each size instead.
             torch.backends.mha.set_fastpath_enabled(False)
             prepared.stats["mha_fastpath"] = "off: compiled under autocast, the fused kernel mixes dtypes"
+            if mode and mode.startswith("max-autotune") and prepared.device.type == "cpu":
+                dynamic = False
+                prepared.stats["compile_dynamic"] = False
         target = getattr(prepared.module, "compile_target", None)
         if target is not None:  # a LightningModule in its step: its forward, as Lightning compiles it
-            target.forward = torch.compile(target.forward, mode=mode)
+            target.forward = torch.compile(target.forward, mode=mode, dynamic=dynamic)
         else:
-            prepared.model = torch.compile(prepared.model, mode=mode)  # the DDP wrapper, if any
+            prepared.model = torch.compile(prepared.model, mode=mode, dynamic=dynamic)  # the DDP wrapper, if any
         prepared.compiled = True
 
     def snippet(self, value: Any) -> str | None:
         return "model = torch.compile(model)" if value else None
 
 
-def _has_mha_fastpath(module: Any) -> bool:
-    """Whether ``module`` holds layers with torch's fused "fast path" for inference."""
+def _has_mha(module: Any) -> bool:
+    """Whether ``module`` holds torch's attention layers (with their fused inference "fast path")."""
     import torch.nn as nn
 
     return any(isinstance(m, (nn.TransformerEncoderLayer, nn.MultiheadAttention)) for m in module.modules())
