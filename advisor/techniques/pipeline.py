@@ -149,8 +149,11 @@ class Pipeline:
         if pipe.num_stages != self.stages:
             raise UnsupportedError(f"the traced model splits into {pipe.num_stages} stages, not {self.stages}: the "
                                    f"cut points {cuts} are not each called once, in order")
-        return ([pipe.build_stage(i, self.prepared.device) for i in indices],
-                [pipe.get_stage_module(i) for i in indices])
+        modules = [pipe.get_stage_module(i) for i in indices]
+        if self.prepared.amp_dtype is not None:
+            for module in modules:
+                _send_as_traced(module, self.prepared.amp_dtype)
+        return [pipe.build_stage(i, self.prepared.device) for i in indices], modules
 
     def _cuts(self, example: Any) -> list[int]:
         """Which units begin a stage: balanced by parameters, or by time measured on rank 0
@@ -247,6 +250,23 @@ class Pipeline:
         args, kwargs = _call_args(_pad(inputs, full) if n < full else inputs) if self.prepared.rank == 0 else ((), {})
         out = self._eval.eval(*args, **kwargs)
         return _take(out, n) if self.is_last else None
+
+
+def _send_as_traced(module: Any, amp_dtype: Any) -> None:
+    """Under autocast a stage's outputs come out in ``amp_dtype``, while the next stage was
+    traced (in fp32) to receive fp32 and its buffers are sized so: without this cast the
+    activations crossed the stage boundary garbled (the loss was nan at the first step in
+    bf16). Each floating output in ``amp_dtype`` is cast back to fp32 before it is sent."""
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    forward = module.forward
+
+    def cast_outputs(*args: Any, **kwargs: Any) -> Any:
+        return tree_map_only(torch.Tensor, lambda t: t.float() if t.dtype == amp_dtype else t,
+                             forward(*args, **kwargs))
+
+    module.forward = cast_outputs
 
 
 @contextlib.contextmanager
