@@ -136,7 +136,7 @@ def check(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
 def recheck(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
     """Run each failure of the results file again; record its outcome now (``dropped``: the
     space no longer offers one of its values for this model, with the reason)."""
-    hw = detect()
+    hw, default = detect(), TrialConfig()  # a knob dropped whole is at its default: not what a row changed
     for entry in report["runs"]:
         workload, space = None, None
         for row in entry["trials"]:
@@ -147,7 +147,6 @@ def recheck(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None
                 facts = {"workload": args.workload} | preflight(workload)
                 space = filter_space(load_space(entry["space"]), hw, facts)
             cfg = TrialConfig.from_dict(row["config"])
-            default = TrialConfig()  # a knob dropped whole is at its default here: not what the row changed
             gone = [d for d in space.dropped if getattr(cfg, d.knob, None) == d.value != getattr(default, d.knob, None)]
             now = ({"config": cfg.changed(), "outcome": "dropped", "reason": f"{gone[0].knob}={gone[0].value!r}: "
                     f"{gone[0].reason}"} if gone else run_one(workload, cfg, args.workload))

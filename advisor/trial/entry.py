@@ -29,11 +29,10 @@ def run_trial(payload: TrialPayload) -> TrialResult:
         from advisor.trial.single import load_first
 
         loaded = load_first(payload, started)
+    # a failure to load is the trial's result (run_in_this_process gives it back)
     estimate, too_big = _estimate(payload, loaded) if not isinstance(loaded, TrialResult) else (None, None)
     idle = None if too_big else _devices_idle(payload.settings.device, config.devices if parallel else 1)
-    if isinstance(loaded, TrialResult):  # model.py or its datasets failed to load
-        result = loaded
-    elif too_big:
+    if too_big:
         result = TrialResult.failed("oom", too_big, skipped=True)
     elif idle is not None and not all(c.ok for c in idle):
         result = TrialResult.failed("device_busy", "; ".join(c.note for c in idle if not c.ok) +

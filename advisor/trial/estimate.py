@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 TIMEOUT_S = float(os.environ.get("ADVISOR_ESTIMATE_TIMEOUT", "120"))
 METHOD = "FakeTensorMode + MemTracker over a fake process group (torch 2.13 private APIs)"
+_RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # what a rank's estimate sets, and puts back after
 _DDP_ONLY = {"comm_hook": "none", "bucket_mb": 25, "ddp_static_graph": False, "ddp_bucket_view": False,
              "sync_batchnorm": False}
 
@@ -210,6 +211,7 @@ def _one_rank(payload: TrialPayload, workload: Any, train: Any, config: TrialCon
     from advisor.workload.contract import build_model
     from advisor.workload.splits import user_splits
 
+    saved = {k: os.environ.get(k) for k in _RANK_ENV}
     if world > 1:
         import torch.testing._internal.distributed.fake_pg  # registers the "fake" backend
         from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -241,6 +243,11 @@ def _one_rank(payload: TrialPayload, workload: Any, train: Any, config: TrialCon
     finally:
         if world > 1:
             dist.destroy_process_group()
+            for k, v in saved.items():  # this process is a rank no longer
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     return _totals(snapshot)
 
 

@@ -39,21 +39,19 @@ from advisor.trial.shared import (
     snapshot,
     training_batches,
 )
-from advisor.workload.contract import Workload, build_model, load_datasets
+from advisor.workload.contract import Workload, build_model
 
 
 def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[str, float],
-                      datasets: tuple[Any, Any] | None = None) -> TrialResult:
-    """Build the configured model and measure it; ``phases`` collects where time went;
-    ``datasets``: model.py's, when they are already loaded."""
+                      datasets: tuple[Any, Any]) -> TrialResult:
+    """Build the configured model and measure it on ``datasets`` (model.py's train and
+    validation sets, loaded); ``phases`` collects where time went."""
     import torch
 
     config, settings = payload.config, payload.settings
-    t = time.perf_counter()
-    train, val = datasets or load_datasets(workload)
+    train, val = datasets
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local) if settings.device == "cuda" else torch.device("cpu")
-    phases["load"] = phases.get("load", 0.0) + time.perf_counter() - t
 
     t = time.perf_counter()
     memory = peak_memory_for(device)

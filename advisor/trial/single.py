@@ -36,24 +36,22 @@ def load_first(payload: TrialPayload, started: float) -> Loaded | TrialResult:
         datasets = load_datasets(workload)
         phases["load"] = time.perf_counter() - t
         return Loaded(workload, datasets, phases)
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # as in run_in_this_process
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a failure is a result, not a crash
         return TrialResult.failed(classify(exc), failure_message(exc)[-4000:], phase_s=phases)
 
 
-def run_in_this_process(payload: TrialPayload, started: float, loaded: Loaded | None = None) -> TrialResult:
+def run_in_this_process(payload: TrialPayload, started: float,
+                        loaded: Loaded | TrialResult | None = None) -> TrialResult:
     """Measure in this process; ``started`` is when the process began (import time);
-    ``loaded``: model.py and its datasets when ``load_first`` already loaded them."""
-    _import_before_measuring()
+    ``loaded``: what ``load_first`` loaded already, else it is loaded here."""
     from advisor.trial.loop import run_configuration
 
-    phases = dict(loaded.phases) if loaded else {"import": time.perf_counter() - started}
+    loaded = loaded or load_first(payload, started)
+    if isinstance(loaded, TrialResult):  # model.py or its datasets failed to load
+        return loaded
+    phases = dict(loaded.phases)
     try:
-        if loaded:
-            return run_configuration(payload, loaded.workload, phases, loaded.datasets)
-        t = time.perf_counter()
-        workload = load_same_workload(payload)
-        phases["load"] = time.perf_counter() - t
-        return run_configuration(payload, workload, phases)
+        return run_configuration(payload, loaded.workload, phases, loaded.datasets)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a failure is a result, not a crash
         # (a cancelled trial is killed, never interrupted: SystemExit and KeyboardInterrupt
         # here come from model.py's own code)

@@ -4,21 +4,11 @@ with --ray-address: the hardware that decides the space is read by a Ray task gi
 GPU slot, not on the driver. Run by tests/faults/test_cluster.py in its own process.
 
     python tests/clusters/gpu_resource.py MODEL SPACE"""
-import os
-import secrets
 import sys
-import tempfile
-from pathlib import Path
 
-state = Path(tempfile.mkdtemp(prefix="advg-"))
-token = state / "token"; token.write_text(secrets.token_hex(32)); os.chmod(token, 0o600)
-os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-os.environ["RAY_TMPDIR"] = str(state)
-from ray.cluster_utils import Cluster
+from local_cluster import start_cluster
 
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-cluster.add_node(num_cpus=1, num_gpus=1)
-cluster.wait_for_nodes()
+cluster, _, state = start_cluster("advg-", num_gpus=1)
 from advisor.cli.main import main
 
 code = main(["tune", sys.argv[1], "--space", sys.argv[2], "--trials", "1", "--train-samples", "256",

@@ -3,23 +3,13 @@ each); once both nodes run a trial, the worker node is removed. Run by
 tests/test_cluster.py in its own process (it needs its own Ray, not the test session's).
 
     python tests/clusters/node_loss.py MODEL SPACE DELAY_S"""
-import os
-import secrets
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-state = Path(tempfile.mkdtemp(prefix="advc-"))
-token = state / "token"; token.write_text(secrets.token_hex(32)); os.chmod(token, 0o600)
-os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-os.environ["RAY_TMPDIR"] = str(state)
-from ray.cluster_utils import Cluster
+from local_cluster import start_cluster
 
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-worker = cluster.add_node(num_cpus=1)
-cluster.wait_for_nodes()
+cluster, worker, state = start_cluster("advc-")
 print("cluster", cluster.address, flush=True)
 from advisor.cli.main import main
 

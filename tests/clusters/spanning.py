@@ -5,26 +5,16 @@ by tests/faults/test_cluster.py in its own process (it needs its own Ray, not th
 session's).
 
     python tests/clusters/spanning.py MODEL SPACE TRIALS [REMOVE_AT]"""
-import os
-import secrets
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-state = Path(tempfile.mkdtemp(prefix="advc-"))
-announced = state / "ranks"  # tests/workloads/announcing.py: a file per rank that built its model
-announced.mkdir()
-os.environ["ADVISOR_TEST_ANNOUNCE"] = str(announced)  # before the cluster starts: its workers inherit it
-token = state / "token"; token.write_text(secrets.token_hex(32)); os.chmod(token, 0o600)
-os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-os.environ["RAY_TMPDIR"] = str(state)
-from ray.cluster_utils import Cluster
+from local_cluster import start_cluster
 
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-worker = cluster.add_node(num_cpus=1)
-cluster.wait_for_nodes()
+announced = Path(tempfile.mkdtemp(prefix="advc-ranks-"))  # tests/workloads/announcing.py: a file a rank
+cluster, worker, state = start_cluster("advc-", env={"ADVISOR_TEST_ANNOUNCE": str(announced)})
 print("cluster", cluster.address, flush=True)
 from advisor.cli.main import main
 
