@@ -10,7 +10,8 @@ driver-side wall (submit to result) split into in-trial compute (build, train, e
 timing: the figures themselves), the Ray task's dispatch and return, the trial process's
 start (a fork of the warm fork server, advisor/trial/forkserver.py; the first trial also starts the
 fork server), imports and data loading inside the trial, and the rest of the trial's own
-time (optimizer construction, result assembly: "in_trial_unattributed"); and in the
+time (optimizer construction, result assembly: "in_trial_unattributed"), apart from the
+memory estimate made before each trial; and in the
 driver, the sampler (study.ask and the space's sampling) and storage (tell, attributes).
 overhead fraction = 1 - compute / wall; fixed cost per trial = (trial wall - compute) / trials.
 """
@@ -121,6 +122,7 @@ def main() -> int:
     loading = sum(f["phase_s"].get("load", 0.0) for f in finished)
     launch = sum(f["phase_s"].get("launch", 0.0) for f in finished)
     baseline = sum(f["phase_s"].get("memory_baseline", 0.0) for f in finished)
+    estimate = sum(f["phase_s"].get("estimate", 0.0) for f in finished)  # the memory plan, before each trial
     parts = {
         "ray_start_s": TIMERS["ray_start"], "preflight_s": TIMERS["preflight"],
         "worker_spawn_and_return_s": trial_wall - in_worker - started,
@@ -128,7 +130,8 @@ def main() -> int:
         "worker_imports_s": imports,
         "worker_data_loading_s": loading,
         "memory_baseline_s": baseline,
-        "in_trial_unattributed_s": in_worker - compute - imports - loading - launch - baseline,
+        "memory_estimate_s": estimate,
+        "in_trial_unattributed_s": in_worker - compute - imports - loading - launch - baseline - estimate,
         "sampler_s": TIMERS["sampler"], "storage_s": TIMERS["storage"],
         "in_trial_compute_s": compute,
     }
