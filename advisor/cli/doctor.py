@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
             say(f"doctor    {ran} option(s) to run on {_name(s.label)} "
                 f"({'a short training run and evaluation' if s.sha256 is None else 'a few probed steps'} each, "
                 f"beside its reference: {_describe(s.base.to_dict())})")
-        outcomes = run_doctor(hw, subjects, options, args.trial_timeout, None if args.json else _progress)
+        # each run as it ends: on stdout, or with --json on stderr (stdout holds the JSON alone)
+        outcomes = run_doctor(hw, subjects, options, args.trial_timeout,
+                              lambda *run: _progress(*run, stream=sys.stderr if args.json else sys.stdout))
     verdicts = [v for o in outcomes for v in o.verdicts()]
     stored = str(save_verdicts(fp, verdicts)) if verdicts and not args.no_save else None
     wall = time.perf_counter() - started
@@ -108,7 +110,7 @@ def _default(key: str) -> Any:
     return getattr(TrialConfig(), key)
 
 
-def _progress(model: str, label: str, result: TrialResult, wall: float) -> None:
+def _progress(model: str, label: str, result: TrialResult, wall: float, stream: Any = None) -> None:
     from advisor.core.units import first_line, fmt_bytes, fmt_rate
 
     what = "model.py" if model != "built-in" else "built-in"
@@ -116,7 +118,7 @@ def _progress(model: str, label: str, result: TrialResult, wall: float) -> None:
         figures = f"{fmt_rate(result.throughput)} samples/s, {fmt_bytes(result.peak_memory_bytes)}"
     else:
         figures = f"{result.failure_class}: {first_line(result.failure_message, 120)}"
-    print(f"run       {what:<9} {label:<44} {wall:5.1f} s  {figures}", flush=True)
+    print(f"run       {what:<9} {label:<44} {wall:5.1f} s  {figures}", file=stream or sys.stdout, flush=True)
 
 
 def _print_tables(outcomes: list[Outcome], stored: str | None, wall: float) -> None:

@@ -127,6 +127,9 @@ class TrialResult:
     pid: int = 0
     skipped: bool = False  # not run: the trial's own check refused it first (a memory estimate over the limit)
     memory_estimate: dict[str, Any] | None = None  # the peak per rank estimated before it ran (advisor.trial.estimate)
+    # joules per sample over the timed steps, from each GPU's total-energy counter (NVML;
+    # all ranks' GPUs together); None without a GPU or the counter
+    energy_per_sample_j: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

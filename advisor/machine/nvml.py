@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,8 +72,38 @@ class NvmlSampler:
             if not sample:  # nothing can be read any more
                 self.note = "NVML sampling failed: " + "; ".join(f"{k}: {v}" for k, v in self.unavailable.items())
                 return
+            sample["t"] = time.perf_counter()
             self.samples.append(sample)
             self._stop.wait(self.interval_s)
+
+    def _last_reading(self) -> None:
+        """One more energy reading as sampling stops, so that the last timed window has a
+        reading after it."""
+        if self._nvml is None or "energy_mj" in self.unavailable or not self.samples:
+            return
+        try:
+            reading = READINGS["energy_mj"](self._nvml, self._handle)
+            self.samples.append({"energy_mj": reading, "t": time.perf_counter()})
+        except Exception:  # noqa: BLE001 - the counter stopped answering: the windows before it still count
+            pass
+
+    def energy_over(self, windows: list[tuple[float, float]]) -> dict[str, float] | None:
+        """The energy the GPU drew over ``windows`` (``perf_counter`` stretches, the timed
+        steps), read from its total-energy counter (millijoules since the driver loaded)
+        interpolated at each window's ends: ``{"joules", "seconds", "power_w"}``; None
+        without the counter or without readings on both sides of every window."""
+        points = [(s["t"], s["energy_mj"]) for s in self.samples if "energy_mj" in s]
+        if len(points) < 2 or not windows:
+            return None
+        joules = seconds = 0.0
+        for start, end in windows:
+            if start < points[0][0] or end > points[-1][0]:
+                return None
+            joules += (_at(points, end) - _at(points, start)) / 1000.0
+            seconds += end - start
+        if seconds <= 0 or joules < 0:
+            return None
+        return {"joules": joules, "seconds": seconds, "power_w": joules / seconds}
 
     def stop(self) -> dict[str, Any]:
         """Stop sampling; return a summary (peak used memory, mean utilisation, ...) of the
@@ -82,6 +113,7 @@ class NvmlSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+        self._last_reading()
         if self._nvml is not None:
             try:
                 self._nvml.nvmlShutdown()
@@ -108,6 +140,14 @@ class NvmlSampler:
         return summary
 
 
+def _at(points: list[tuple[float, float]], t: float) -> float:
+    """The counter's value at ``t``, interpolated between the readings around it."""
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
 # What each sample reads (nvidia-ml-py's functions), by name.
 READINGS: dict[str, Callable[[Any, Any], float]] = {
     "used_bytes": lambda nv, h: float(nv.nvmlDeviceGetMemoryInfo(h).used),
@@ -115,4 +155,5 @@ READINGS: dict[str, Callable[[Any, Any], float]] = {
     "power_w": lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
     "sm_clock_mhz": lambda nv, h: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
     "throttle": lambda nv, h: float(nv.nvmlDeviceGetCurrentClocksEventReasons(h)),
+    "energy_mj": lambda nv, h: float(nv.nvmlDeviceGetTotalEnergyConsumption(h)),  # Volta and later
 }

@@ -72,6 +72,7 @@ class StepTimer:
         self._per_block = 0
         self._open_at: float | None = None  # when the steps not yet recorded started (synchronised)
         self._open_steps = 0
+        self.windows: list[tuple[float, float]] = []  # the timed stretches (perf_counter), for energy
 
     def step(self) -> _TimedStep:
         return _TimedStep(self)
@@ -141,6 +142,8 @@ class _TimedStep:
         if t._per_block == 0 or t._block[1] + t._open_steps >= t._per_block:
             t.sync()
             assert t._open_at is not None
-            seconds, steps = time.perf_counter() - t._open_at, t._open_steps
+            now = time.perf_counter()
+            seconds, steps = now - t._open_at, t._open_steps
+            t.windows.append((t._open_at, now))
             t.discard_open()
             t.add_steps(seconds, steps)

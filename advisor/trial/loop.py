@@ -86,6 +86,12 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     after = sentinel(prepared)
     timing = timer.result()
     telemetry = sampler.stop() if sampler else {}
+    if device.type == "cuda":  # the devices Ray gave this trial's task
+        telemetry["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    energy = sampler.energy_over(timer.windows) if sampler else None
+    if energy is not None:  # the GPU's mean power over the timed steps, from its energy counter
+        telemetry["energy"] = energy
+        figures["energy_per_sample_j"] = energy["power_w"] * timing.median_s / config.batch_size
     if before is not None and after is not None:  # rank 0, or the only process
         telemetry["sentinel"] = {"before_s": before["s"], "after_s": after["s"], "kernel": describe_kernel(device)}
         if device.type == "cuda":

@@ -154,6 +154,9 @@ def _aggregate(results: list[TrialResult]) -> TrialResult:
                                 for i, r in enumerate(results)]
     first.telemetry["peak_memory_sum_bytes"] = sum(peaks)
     first.peak_memory_bytes = max(peaks)
+    energies = [r.energy_per_sample_j for r in results]
+    # each rank's GPU draws its own power for the same global samples: they add up
+    first.energy_per_sample_j = sum(energies) if all(e is not None for e in energies) else None  # type: ignore[arg-type]
     return first
 
 

@@ -80,6 +80,11 @@ class FakeNvml:
         self._maybe_fail("throttle")
         return self.throttle
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        """Millijoules since the driver loaded: a board drawing a steady 300 W."""
+        self._maybe_fail("energy")
+        return 300.0 * 1000.0 * time.perf_counter()
+
     def nvmlShutdown(self):
         pass
 
@@ -96,12 +101,38 @@ def _sample_with(fake):
 def test_an_unsupported_reading_fails_alone():
     """An older driver without clock-event reasons (and a board without power readings):
     memory, utilisation and clocks are still sampled the whole time."""
-    summary = _sample_with(FakeNvml(unsupported={"throttle", "power"}))
+    summary = _sample_with(FakeNvml(unsupported={"throttle", "power", "energy"}))
     assert summary["samples"] >= 3
     assert summary["device_peak_used_bytes"] == 2 ** 30 and summary["gpu_util_mean"] == 50
     assert "throttled_fraction" not in summary and "power_w_mean" not in summary
-    assert set(summary["unavailable"]) == {"throttle", "power_w"}
+    assert set(summary["unavailable"]) == {"throttle", "power_w", "energy_mj"}
     assert "Not Supported" in summary["unavailable"]["throttle"]
+
+
+def test_energy_over_the_timed_windows_comes_from_the_counter():
+    """The energy counter read around each timed window (interpolated between readings)
+    gives the board's power over those windows only; a window outside the readings has no
+    figure, and neither has a sampler without the counter."""
+    sampler = NvmlSampler(0, interval_s=0.005)
+    sampler._nvml, sampler._handle = FakeNvml(), object()
+    sampler._thread = threading.Thread(target=sampler._run, daemon=True)
+    sampler._thread.start()
+    time.sleep(0.02)
+    windows = []
+    for _ in range(3):  # three timed stretches with untimed work between them
+        start = time.perf_counter()
+        time.sleep(0.03)
+        windows.append((start, time.perf_counter()))
+        time.sleep(0.01)
+    summary = sampler.stop()
+    energy = sampler.energy_over(windows)
+    assert energy is not None and "energy_mj" not in summary.get("unavailable", {})
+    assert energy["seconds"] == pytest.approx(sum(b - a for a, b in windows))
+    assert energy["power_w"] == pytest.approx(300.0, rel=1e-4)
+    assert sampler.energy_over([(windows[0][0] - 10.0, windows[0][1])]) is None  # before the first reading
+    without = NvmlSampler(0)
+    without.samples = [{"used_bytes": 1.0, "t": 1.0}, {"used_bytes": 1.0, "t": 2.0}]
+    assert without.energy_over([(1.2, 1.8)]) is None
 
 
 def test_hardware_slowdown_counts_as_throttled():
@@ -115,7 +146,7 @@ class _NothingNvml(FakeNvml):
     """Every reading unsupported (clocks too)."""
 
     def __init__(self):
-        super().__init__(unsupported={"memory", "utilization", "power", "throttle"})
+        super().__init__(unsupported={"memory", "utilization", "power", "throttle", "energy"})
 
     def nvmlDeviceGetClockInfo(self, h, clock):
         raise RuntimeError("Not Supported (clocks)")
