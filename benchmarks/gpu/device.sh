@@ -5,12 +5,12 @@
 #
 # run in the repository's root there, with .gpu/ carried (benchmarks/gpu/prepare.py made it
 # here). PARTs, in the order given, each within its own time limit (seconds, overridable):
-#   smoke      the environment, `advisor hardware`, every CUDA-marked test      (LIMIT_SMOKE=150)
+#   smoke      the environment, `advisor hardware`, every CUDA-marked test      (LIMIT_SMOKE=120)
 #   doctor     `advisor doctor` on its built-in model, every GPU option          (LIMIT_DOCTOR=150)
 #   tune       `advisor tune` of GPT-2 small (context 512) with confirmation,
 #              `advisor measure` of its pick, and the memory plans against the
-#              measured peaks of its trials                                      (LIMIT_TUNE=240)
-#   knobs      each GPU knob against its model's fp32 baseline, paired           (LIMIT_KNOBS=240)
+#              measured peaks of its trials                                      (LIMIT_TUNE=270)
+#   knobs      each GPU knob against its model's fp32 baseline, paired           (LIMIT_KNOBS=200)
 #   inference  the inference knobs (int8 / int4 / fp8, 2:4, compile), paired     (LIMIT_INFERENCE=150)
 #   compile    each compile mode (CUDA graphs included), paired                  (LIMIT_COMPILE=240)
 #   doctor-gpt2  `advisor doctor` on GPT-2 small                                 (LIMIT_DOCTOR_GPT2=240)
@@ -71,7 +71,7 @@ part_smoke() {
   # this machine lacks: optuna-dashboard, pytest-textual-snapshot, psycopg).
   local files
   files=$(grep -rlE "mark\.cuda|pytestmark = .*cuda" tests --include='test_*.py' | sort)
-  (cd /tmp && bounded "$(( LIMIT - 70 ))" "$PY" -m pytest -m cuda -q -p no:cacheprovider -o addopts= \
+  (cd /tmp && bounded "$(( LIMIT - 30 ))" "$PY" -m pytest -m cuda -q -p no:cacheprovider -o addopts= \
       --timeout 240 -rA --junitxml="$W/cuda-tests.xml" $(printf "$REPO/%s " $files))
 }
 
@@ -86,13 +86,13 @@ part_doctor_gpt2() {
 
 part_tune() {
   local db="sqlite:///$W/study.db" model=benchmarks/gpu/models/gpt2_small.py
-  bounded "$(( LIMIT * 3 / 4 ))" advisor tune "$model" --space gpu --study gpt2-check --storage "$db" \
-    --trials "${TUNE_TRIALS:-8}" --train-samples "${TUNE_SAMPLES:-2048}" --accuracy-seeds 1 \
-    --pairs 3 --confirm-top 2 --confirm-target 0.05 --trial-timeout 150 --no-tui --json > "$W/tune.json"
-  bounded 30 advisor export --storage "$db" --study gpt2-check --pick fastest -o "$W/pick.yaml"
-  [ -f "$W/pick.yaml" ] && bounded "$(( LIMIT / 4 - 40 ))" advisor measure "$model" --config "$W/pick.yaml" \
-    --pairs 3 --no-accuracy --trial-timeout 120 --json > "$W/measure.json"
-  bounded 30 "$PY" benchmarks/gpu/memory_plans.py "$W/study.db" gpt2-check -o "$W/memory_plans.json"
+  bounded "$(( LIMIT - 100 ))" advisor tune "$model" --space gpu --study gpt2-check --storage "$db" \
+    --trials "${TUNE_TRIALS:-6}" --train-samples "${TUNE_SAMPLES:-2048}" --accuracy-seeds 1 \
+    --pairs 3 --confirm-top 2 --confirm-target 0.05 --trial-timeout 120 --no-tui --json > "$W/tune.json"
+  bounded 20 advisor export --storage "$db" --study gpt2-check --pick fastest -o "$W/pick.yaml"
+  [ -f "$W/pick.yaml" ] && bounded 60 advisor measure "$model" --config "$W/pick.yaml" \
+    --pairs 3 --no-accuracy --trial-timeout 60 --json > "$W/measure.json"
+  bounded 15 "$PY" benchmarks/gpu/memory_plans.py "$W/study.db" gpt2-check -o "$W/memory_plans.json"
 }
 
 part_knobs() {
@@ -114,7 +114,10 @@ for part in "$@"; do
   fn="part_${part//-/_}"
   declare -F "$fn" > /dev/null || { say "unknown part $part"; continue; }
   var="LIMIT_$(echo "${part//-/_}" | tr a-z A-Z)"
-  case $part in smoke|doctor|inference) LIMIT=${!var:-150} ;; *) LIMIT=${!var:-240} ;; esac
+  case $part in
+    smoke) LIMIT=${!var:-120} ;; doctor|inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
+    tune) LIMIT=${!var:-270} ;; *) LIMIT=${!var:-240} ;;
+  esac
   W=$(mktemp -d "/tmp/advisor-check-$part.XXXX")
   say "part $part, at most $LIMIT s, commit ${ADVISOR_CHECK_COMMIT:-?}"
   ( "$fn" ) > "$W/log.txt" 2>&1

@@ -48,7 +48,6 @@ from advisor.techniques.rules import refusal
 from advisor.workload.contract import load_workload
 
 MODELS = Path(__file__).resolve().parent / "models"
-TRIAL_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ class Table:
             fh.write(json.dumps(entry) + "\n")
 
 
-def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int) -> dict:
+def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int, trial_timeout: float) -> dict:
     hw = detect()
     table = Table(name, out, hw)
     started = time.monotonic()
@@ -176,7 +175,7 @@ def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int) 
                     nonlocal number
                     number += 1
                     payload = TrialPayload.of(workload, config, settings, estimate=(round_no == 1))
-                    result = run_one(executor, number, payload, timeout=TRIAL_TIMEOUT)
+                    result = run_one(executor, number, payload, timeout=trial_timeout)
                     table.record(group, round_no, kind, config, base, result)
                     shown = (f"{result.throughput:,.1f} samples/s, {result.peak_memory_bytes / 2**20:,.0f} MiB"
                              if result.ok else f"FAILED {result.failure_class}: {(result.failure_message or '')[:160]}")
@@ -212,6 +211,8 @@ def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int) 
                 if not baselines:
                     failures.setdefault((group.model, "baseline"), []).append(
                         f"{first.failure_class}: {first.failure_message}")
+    except KeyboardInterrupt:  # stopped at its limit: the table of what was measured
+        print("interrupted: the table holds the rounds that finished", flush=True)
     finally:
         executor.shutdown()
 
@@ -281,10 +282,11 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=240.0, help="start no round after this many seconds")
     ap.add_argument("--pairs", type=int, default=5, help="at most this many rounds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trial-timeout", type=float, default=180.0, help="limit for one run, seconds")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = run_table(args.table, out, args.budget_s, args.pairs, args.seed)
+    doc = run_table(args.table, out, args.budget_s, args.pairs, args.seed, args.trial_timeout)
     (out / f"knobs_{args.table}.json").write_text(json.dumps(doc, indent=1) + "\n")
     show(doc)
     return 0
