@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 
-from conftest import REPO
 from test_layers import FLOORS, SOURCES
+
+from conftest import REPO
 
 DOC = REPO / "docs" / "architecture.md"
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([\w/]+)/`\s*\|", re.MULTILINE)
