@@ -25,7 +25,6 @@ NOT_COUNTED = ("interrupted", "cancelled", "node_lost", "device_busy")
 COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing", "curve")
 EPOCHS_BY_DEFAULT = 5
 WORKLOADS = ("train", "inference")  # what a study tunes: training steps, or serving
-STAGES = ("full", "probe")  # a whole trial, or its timing and memory only
 
 
 def check_workload_kind(kind: Any, where: str) -> str:

@@ -1,5 +1,5 @@
 """Model parallelism inside one trial: tensor parallelism (``tp``: each Linear pair split
-over the ranks by ``parallelize_module``, the plan from ``advisor.techniques.tp_plan``),
+over the ranks by ``parallelize_module``, the plan from ``advisor.workload.tp_plan``),
 FSDP2 over tensor-parallel groups on a 2-D ``DeviceMesh`` (``fsdp_tp``), and the rules that
 say which other knobs cannot go with them. Pipeline parallelism (``pp``) is
 ``advisor.techniques.pipeline``; ``advisor.techniques.parallelism`` joins the process group
