@@ -38,6 +38,15 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_energy(joules: float | None) -> str:
+    """0.01234 -> '12.3 mJ/sample'; 2.5 -> '2.5 J/sample' (energy per sample on a GPU)."""
+    if joules is None:
+        return "-"
+    if abs(joules) < 1.0:
+        return f"{1000 * joules:.3g} mJ/sample"
+    return f"{joules:.3g} J/sample"
+
+
 def fmt_rate(x: float | None) -> str:
     """5123.4 -> '5,123' (samples/s)."""
     return "-" if x is None else f"{x:,.0f}"

@@ -12,7 +12,7 @@ from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.objectives import Versus
 from advisor.core.results import TrialResult
 from advisor.core.stored import ACCURACY_REUSED, ACCURACY_SKIPPED, EARLY_STOP, StoredStudy, TrialRecord, read_study
-from advisor.core.units import first_line, fmt_bytes, fmt_rate
+from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
 from advisor.study.storage import DEFAULT_STORAGE
 
@@ -28,10 +28,11 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     if vs is not None and vs.throughput_ratio is not None:
         memory = f", {vs.memory_ratio:.2f}x its memory" if vs.memory_ratio is not None else ""
         ratios = f"  ({vs.throughput_ratio:.2f}x the baseline{memory}, unconfirmed)"
+    energy = _energy(r)
     if record.state == "probed":
-        return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{ratios}; "
+        return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}{ratios}; "
                 f"accuracy not needed: {record.get(ACCURACY_SKIPPED)}")
-    text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}, "
+    text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}, "
             f"{metric.name} {metric.value_text(r.accuracy)}{ratios}")
     if record.get(ACCURACY_REUSED) is not None:
         text += f"  [accuracy from trial {record.get(ACCURACY_REUSED)}: same training numerics]"
@@ -41,6 +42,11 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     elif record.state == "complete" and not record.feasible:
         text += "  " + infeasible_text(record.constraints, vs, metric)
     return text
+
+
+def _energy(r: TrialResult) -> str:
+    """', 12.3 mJ/sample' on a GPU whose energy counter was read; '' otherwise."""
+    return f", {fmt_energy(r.energy_per_sample_j)}" if r.energy_per_sample_j is not None else ""
 
 
 class TuneOutput:
@@ -107,7 +113,7 @@ class TuneOutput:
             ratios = (f"  ({vs.throughput_ratio:.2f}x the baseline, {vs.memory_ratio:.2f}x its memory, unconfirmed)"
                       if vs is not None and vs.throughput_ratio is not None and vs.memory_ratio is not None else "")
             self.say(f"probe {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
-                     f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{ratios}")
+                     f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{_energy(r)}{ratios}")
         elif isinstance(event, Finished):
             self._finished(event)
         elif isinstance(event, Stopped):

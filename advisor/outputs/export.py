@@ -38,6 +38,8 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     assert record.config is not None
     measured = {k: record.get(k) for k in ("throughput", "peak_memory_bytes", "accuracy", "step_time_median_s",
                                             "step_time_iqr_s", "compile_s")}
+    if record.get("energy_per_sample_j") is not None:  # a GPU's energy counter, over the timed steps
+        measured["energy_per_sample_j"] = record.get("energy_per_sample_j")
     if record.figures is not None:  # the metric as itself ("accuracy" above is its score: higher is better)
         measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.accuracy)}
     if study.baseline is not None and record.figures is not None:

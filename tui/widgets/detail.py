@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from advisor.core.config import TrialConfig
-from advisor.core.units import fmt_bytes, fmt_rate
+from advisor.core.units import fmt_bytes, fmt_energy, fmt_rate
 from advisor.machine.hardware import describe_fingerprint
 from advisor.tui.data import TrialRow
 
@@ -43,6 +43,10 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         if u.get("accuracy_reused_from") is not None:
             text.append(f"accuracy from trial {u['accuracy_reused_from']} (same training numerics: first steps agree "
                         f"within {u.get('accuracy_reuse_difference', 0):.1e})\n", style="dim")
+        if u.get("energy_per_sample_j") is not None:
+            power = (u.get("telemetry") or {}).get("energy", {}).get("power_w")
+            text.append(f"energy {fmt_energy(u['energy_per_sample_j'])}"
+                        + (f" (the GPU drew {power:.0f} W over the timed steps)" if power else "") + "\n")
         med, iqr = u.get("step_time_median_s"), u.get("step_time_iqr_s")
         if med:
             spread = f", spread (IQR) {100 * iqr / med:.1f}%" if iqr is not None else ""

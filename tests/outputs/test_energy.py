@@ -1,0 +1,63 @@
+"""Energy per sample (a GPU's NVML energy counter over the timed steps) where users read a
+trial: its console line, the explorer's detail pane and the export. No GPU here: the
+trial below is stored through the strategy's own ``record_result`` with a made-up energy
+figure (named as such); tests/runner/test_ray_gpu.py measures a real one on a GPU."""
+
+from __future__ import annotations
+
+import optuna
+
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Limits
+from advisor.core.results import TrialResult
+from advisor.core.stored import read_study, read_trial
+from advisor.core.units import fmt_energy
+from advisor.search.strategy import record_result
+from advisor.study import storage as st
+
+from recorded_study import NAME, write_recorded_study
+
+
+def _with_energy(url: str) -> optuna.trial.FrozenTrial:
+    study = write_recorded_study(url)
+    trial = study.ask()
+    config = TrialConfig(precision="bf16", batch_size=128)
+    trial.set_user_attr("config", config.to_dict())
+    trial.set_user_attr("config_key", config.key())
+    result = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, accuracy=0.9650,
+                         step_time_median_s=128 / 12000.0, energy_per_sample_j=0.0123,
+                         telemetry={"energy": {"joules": 61.5, "seconds": 1.0, "power_w": 615.0}})
+    return record_result(study, trial, result, 5.0, Limits(0.01), 0.9667)
+
+
+def test_energy_is_formatted_in_its_unit():
+    assert fmt_energy(0.0123) == "12.3 mJ/sample" and fmt_energy(2.5) == "2.5 J/sample"
+    assert fmt_energy(None) == "-"
+
+
+def test_a_trial_with_energy_shows_it_in_its_line_the_explorer_and_the_export(tmp_path):
+    from advisor.outputs.console import trial_text
+    from advisor.outputs.export import export_document
+    from advisor.tui.data import StudyData
+    from advisor.tui.widgets.detail import describe
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    frozen = _with_energy(url)
+    record = read_trial(frozen)
+    result = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, accuracy=0.9650,
+                         energy_per_sample_j=record.get("energy_per_sample_j"))
+    assert "90.0 MiB, 12.3 mJ/sample, accuracy" in trial_text(result, record, None)
+    without = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, accuracy=0.9650)
+    assert "J/sample" not in trial_text(without, record, None)  # a CPU trial: no energy figure
+
+    data = StudyData(st.open_storage(url), NAME)
+    data.reload()
+    row = next(r for r in data.rows if r.number == frozen.number)
+    text = describe(row, data.attrs).plain
+    assert "energy 12.3 mJ/sample (the GPU drew 615 W over the timed steps)" in text
+    baseline_row = next(r for r in data.rows if r.number == 0)
+    assert "energy" not in describe(baseline_row, data.attrs).plain
+
+    study = read_study(st.load(st.open_storage(url), NAME))
+    assert export_document(study, record)["measured"]["energy_per_sample_j"] == 0.0123
+    assert "energy_per_sample_j" not in export_document(study, study.baseline)["measured"]
