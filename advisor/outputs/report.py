@@ -3,7 +3,8 @@
 It writes ``report.md`` (setup, counts, the Pareto front, the recommended picks with
 their export commands, each knob's effect, the failures) and three plots beside it:
 ``pareto.png`` (throughput vs peak memory), ``accuracy.png`` (throughput vs accuracy)
-and ``knobs.png`` (each knob value's median throughput vs the baseline). matplotlib is
+and ``knobs.png`` (each knob value's median throughput vs the baseline); on a GPU whose
+energy counter was read, ``energy.png`` too (throughput vs energy per sample). matplotlib is
 an optional dependency (``advisor[report]``), imported only when a report is written.
 """
 
@@ -66,9 +67,9 @@ def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_ur
     text = _markdown(study, base, effects, storage_url)
     try:
         with tempfile.TemporaryDirectory(prefix=".report-", dir=out) as tmp:
-            plots.write_plots(Path(tmp), study, trials, base, effects)
+            written = plots.write_plots(Path(tmp), study, trials, base, effects)
             (Path(tmp) / "report.md").write_text(text, encoding="utf-8")
-            for name in (*plots.FILES, "report.md"):  # report.md last: it is there only when all are
+            for name in (*written, "report.md"):  # report.md last: it is there only when all are
                 os.replace(Path(tmp) / name, out / name)
     except OSError as exc:
         raise StudyError(f"cannot write the report into {out}: {exc}") from None
@@ -126,6 +127,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
                "look beaten by others."), "",
               "![Throughput vs peak memory; Pareto front highlighted](pareto.png)", "",
               f"![Throughput vs {metric.name}; Pareto front highlighted](accuracy.png)", "",
+              *(["![Throughput vs energy per sample (a GPU's energy counter over the timed steps)](energy.png)", ""]
+                if plots.has_energy(base, [r for r in study.records if r.state == "complete"]) else []),
               "## Each knob's effect", "",
               ("For each value of every knob that varied: medians over the completed trials (feasible or not) "
                "that had that value, relative to the baseline. These are marginal medians over the trials the "

@@ -18,6 +18,7 @@ from advisor.outputs.summary import KnobEffect
 MiB = 2**20
 PNG_METADATA = {"Software": None}  # drops matplotlib's version; Agg writes no creation time
 FILES = ("pareto.png", "accuracy.png", "knobs.png")
+ENERGY = "energy.png"  # only when trials measured their energy (a GPU with NVML)
 
 
 def require_matplotlib() -> None:
@@ -29,15 +30,18 @@ def require_matplotlib() -> None:
 
 
 def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: TrialRecord,
-                effects: list[KnobEffect]) -> None:
-    """Write FILES into ``out``: ``trials`` (completed, duplicates left out) against the baseline."""
+                effects: list[KnobEffect]) -> tuple[str, ...]:
+    """Write FILES into ``out``: ``trials`` (completed, duplicates left out) against the
+    baseline; and ENERGY when the baseline and other trials measured their energy per
+    sample. Returns the names written."""
     import matplotlib
     import matplotlib.style
 
     front = {r.number for r in study.front()}
+    measured = [r for r in trials if r.figures is not None]
     points = [{"n": r.number, "x": r.figures.throughput, "mem": r.figures.peak_memory_bytes / MiB,
                "acc": _shown(study, r.figures.accuracy), "feasible": r.feasible, "front": r.number in front}
-              for r in trials if r.figures is not None]
+              for r in measured if r.figures is not None]
     assert base.figures is not None
     cap, drop = study.attrs.get("memory_cap_bytes"), study.attrs.get("max_accuracy_drop")
     # the default style, not the user's matplotlibrc: the same study always gives the same images
@@ -52,6 +56,19 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
         _scatter(out / "accuracy.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
                  floor)
         _knob_chart(out / "knobs.png", effects)
+        if has_energy(base, trials):
+            energy = [p | {"energy": 1000 * r.get("energy_per_sample_j")} for p, r in zip(points, measured)
+                      if r.get("energy_per_sample_j") is not None]
+            _scatter(out / ENERGY, energy, base.number, "energy", "energy (mJ per sample)",
+                     "Throughput vs energy per sample", None)
+            return (*FILES, ENERGY)
+    return FILES
+
+
+def has_energy(base: TrialRecord, trials: list[TrialRecord]) -> bool:
+    """Whether the baseline and at least one other trial measured their energy per sample."""
+    return base.get("energy_per_sample_j") is not None and sum(
+        r.get("energy_per_sample_j") is not None and r.figures is not None for r in trials) > 1
 
 
 def _figure(width: float, height: float) -> Any:

@@ -61,3 +61,37 @@ def test_a_trial_with_energy_shows_it_in_its_line_the_explorer_and_the_export(tm
     study = read_study(st.load(st.open_storage(url), NAME))
     assert export_document(study, record)["measured"]["energy_per_sample_j"] == 0.0123
     assert "energy_per_sample_j" not in export_document(study, study.baseline)["measured"]
+
+
+def test_the_report_plots_energy_when_the_trials_measured_it(tmp_path):
+    """A study whose baseline and trials read a GPU's energy counter (made-up figures, as
+    above) gets energy.png, referenced from report.md; the recorded CPU study gets none."""
+    from advisor.core.objectives import DIRECTIONS
+    from advisor.outputs.report import write_report
+
+    url = f"sqlite:///{tmp_path / 'gpu.db'}"
+    study = optuna.create_study(storage=st.open_storage(url), study_name="gpu", directions=list(DIRECTIONS))
+    for key, value in {"workload_path": "model.py", "workload": "train", "space_name": "gpu",
+                       "max_accuracy_drop": 0.01, "settings": {"train_samples": 10, "device": "cuda"}}.items():
+        study.set_user_attr(key, value)
+    for number, (precision, throughput, joules) in enumerate((("fp32", 1000.0, 0.40), ("bf16", 2600.0, 0.15),
+                                                              ("tf32", 1900.0, 0.22))):
+        trial = study.ask()
+        config = TrialConfig(precision=precision)
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("config_key", config.key())
+        if number == 0:
+            trial.set_user_attr("baseline", True)
+        result = TrialResult(ok=True, throughput=throughput, peak_memory_bytes=2**30, accuracy=0.9,
+                             step_time_median_s=0.01, energy_per_sample_j=joules)
+        record_result(study, trial, result, 1.0, Limits(0.01), None if number == 0 else 0.9)
+    out = tmp_path / "report"
+    write_report(read_study(study), out)
+    assert (out / "energy.png").read_bytes().startswith(b"\x89PNG")
+    assert "(energy.png)" in (out / "report.md").read_text()
+
+    cpu_url = f"sqlite:///{tmp_path / 'cpu.db'}"
+    write_recorded_study(cpu_url)
+    cpu_out = tmp_path / "cpu-report"
+    write_report(read_study(st.load(st.open_storage(cpu_url), NAME)), cpu_out)
+    assert not (cpu_out / "energy.png").exists() and "energy" not in (cpu_out / "report.md").read_text()
