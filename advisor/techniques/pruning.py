@@ -39,6 +39,11 @@ class Pruning(Technique):
 
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value != "none" and facts.get("prunable_layers") == 0:
+            left_out = facts.get("parametrized_layers") or []
+            if left_out:
+                return (f"its Linear/Conv layers {', '.join(left_out[:4])}{' ...' if len(left_out) > 4 else ''} "
+                        "have parametrized weights (weight_norm, spectral_norm or another parametrization), which "
+                        "torch's pruning cannot reparametrize, and the output layer is kept dense")
             return "the model has at most one Linear/Conv layer, and the output layer is kept dense"
         return None
 

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from advisor.core.errors import WorkloadError
 from advisor.core.metric import MetricSpec
 from advisor.workload.defaults import OUTPUT_LOSS, default_loss, default_metric, default_optimizer, output_loss
-from advisor.workload.user_code import user_code
+from advisor.workload.user_code import import_limit, time_limit, user_code
 
 _REQUIRED = ("model", "datasets")
 _OPTIONAL = ("loss", "metric", "optimizer", "tp_plan", "pipeline_split")
@@ -103,7 +103,8 @@ def load_workload(path: str | Path, source: str | None = None) -> Workload:
     module.__file__ = str(path)
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
-    with user_code(f"{path}: importing it", importing=True):
+    limit = import_limit()
+    with user_code(f"{path}: importing it", importing=True), time_limit(limit, f"{path}: importing it"):
         exec(code, module.__dict__)
     return _bind(path, source, module)
 
@@ -241,6 +242,9 @@ def check_loss(workload: Workload, value: Any) -> None:
         raise WorkloadError(f"{where} must return a scalar tensor, found {found}")
     if not value.requires_grad:
         raise WorkloadError(f"{where} returned a tensor that does not require grad; backward() cannot train the model")
+    if not bool(torch.isfinite(value.detach()).all()):
+        raise WorkloadError(f"{where} returned {value.item()} on a batch of 2 training samples in fp32, before any "
+                            "training step: expected a finite number (every trial would diverge at its first step)")
 
 
 def check_metric(workload: Workload, value: Any) -> float:

@@ -17,7 +17,7 @@ from advisor.workload.contract import (
     load_datasets,
 )
 from advisor.workload.splits import split_facts, user_splits
-from advisor.workload.structure import blocks, prunable
+from advisor.workload.structure import blocks, parametrized, prunable
 from advisor.workload.user_code import user_code
 
 
@@ -49,11 +49,16 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     splits = user_splits(workload, model)  # model.py's tp_plan() / pipeline_split(), checked
     facts = split_facts(workload, model, splits)
     train, val = load_datasets(workload)
+    _check_baseline_batch(workload, len(train))
     collate = workload.collate or default_collate
     try:
         inputs, target = collate([train[i] for i in range(min(2, len(train)))])
     except Exception as exc:
         raise WorkloadError(f"{workload.where('datasets')}: training items cannot be batched: {exc}") from None
+    try:
+        val_inputs, val_target = collate([val[i] for i in range(min(2, len(val)))])
+    except Exception as exc:
+        raise WorkloadError(f"{workload.where('datasets')}: validation items cannot be batched: {exc}") from None
     if workload.start_trial is not None:
         workload.start_trial(batch_size=len(target), accumulation=1, rank=0, world=1, precision="fp32",
                              train_samples=len(target))
@@ -70,11 +75,12 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     opt.step()
     model.eval()
     with torch.no_grad():
-        if workload.validate is None:
-            with user_code(f"{workload.where('model')}: the model's forward, in eval mode,"):
-                output = forward(model, inputs)
-        check_metric(workload, call(workload, "metric", output, target) if workload.validate is None
-                     else _validate(workload, model, inputs, target))
+        if workload.validate is None:  # the metric on validation items, as every trial's evaluation computes it
+            with user_code(f"{workload.where('model')}: the model's forward, in eval mode, on a batch of 2 "
+                           "validation samples,"):
+                output = forward(model, val_inputs)
+        check_metric(workload, call(workload, "metric", output, val_target) if workload.validate is None
+                     else _validate(workload, model, val_inputs, val_target))
     return {
         "train_size": len(train),
         "val_size": len(val),
@@ -83,6 +89,7 @@ def _preflight(workload: Workload) -> dict[str, Any]:
         "has_batchnorm": any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()),
         "linear_layers": sum(isinstance(m, torch.nn.Linear) for m in model.modules()),
         "prunable_layers": len(prunable(model)),
+        "parametrized_layers": parametrized(model),
         "top_level_blocks": len(blocks(model)),
         "calls_sdpa": seen.sdpa,
         "sdpa_dropout": seen.dropout,  # the largest attention dropout its training forward asked for
@@ -91,9 +98,17 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     } | facts | ({"notes": workload.notes(model)} if workload.notes is not None else {})
 
 
+def _check_baseline_batch(workload: Workload, train_size: int) -> None:
+    """BASELINE's batch must fit in the training set: every trial starts from it."""
+    batch = workload.baseline.get("batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > train_size:
+        raise WorkloadError(f"{workload.path}: BASELINE batch_size {batch} is larger than the training set "
+                            f"({train_size} samples from datasets()); expected at most {train_size}")
+
+
 def _validate(workload: Workload, model: Any, inputs: Any, target: Any) -> Any:
     """A workload's own validation (a Lightning file's validation epoch) on the batch."""
-    with user_code(f"{workload.where('metric')}: validating a batch of 2 training samples,"):
+    with user_code(f"{workload.where('metric')}: validating a batch of 2 validation samples,"):
         return workload.validate(lambda x: forward(model, x), [(inputs, target)])
 
 

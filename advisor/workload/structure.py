@@ -78,7 +78,27 @@ def prunable(module: Any) -> list[tuple[str, Any]]:
     layers = [(n, m) for n, m in module.named_modules()
               if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))
               and not any(n.startswith(prefix) for prefix in attention)]
-    return layers[:-1]
+    return [(n, m) for n, m in layers[:-1] if _plain_weight(m)]
+
+
+def parametrized(module: Any) -> list[str]:
+    """The Linear / Conv layers whose weight is computed, not a parameter of their own
+    (``torch.nn.utils.parametrizations.weight_norm`` / ``spectral_norm``, the older
+    ``weight_norm`` hook, any ``register_parametrization``): torch's pruning cannot
+    reparametrize them, so ``prunable`` leaves them out."""
+    import torch.nn as nn
+
+    return [n for n, m in module.named_modules()
+            if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not _plain_weight(m)]
+
+
+def _plain_weight(layer: Any) -> bool:
+    """A weight of the layer's own: a parameter, or one torch's pruning already split into
+    ``weight_orig`` and ``weight_mask`` (pruned by advisor, which prunes it again or makes
+    it permanent)."""
+    params = layer._parameters
+    return params.get("weight") is not None or (params.get("weight_orig") is not None
+                                                 and "weight_mask" in layer._buffers)
 
 
 def pipeline_units(module: Any, split: list[str] | None = None) -> list[str]:

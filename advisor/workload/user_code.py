@@ -40,23 +40,31 @@ def is_user_file(filename: str) -> bool:
 
 
 def user_frames(exc: BaseException) -> str:
-    """The traceback of ``exc`` in the user's frames (file, line, its text), then the
-    exception itself. Without any user frame, the last frames as they are."""
+    """The traceback of ``exc`` in the user's frames (file, line, its text), one line for
+    where inside a library it was raised (torch's own module, say), then the exception
+    itself; advisor's frames are never shown."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = traceback.StackSummary.from_list([f for f in frames if is_user_file(f.filename)])
-    if not mine:
-        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]).rstrip()
-    lines = ["Traceback (the workload's own frames):\n", *mine.format()]
-    deepest = frames[-1]
-    if not is_user_file(deepest.filename):
+    lines = ["Traceback (the workload's own frames):\n", *mine.format()] if mine else []
+    # where in a library it was raised, in one line; advisor's own frames never show
+    library = [f for f in frames if not is_user_file(f.filename) and not _is_ours(f.filename)]
+    if library and not is_user_file(frames[-1].filename):
+        deepest = library[-1]
         lines.append(f"  (raised inside {_short(deepest.filename)}, line {deepest.lineno}, in {deepest.name})\n")
     lines += traceback.format_exception_only(type(exc), exc)
     return "".join(lines).rstrip()
 
 
+def _is_ours(filename: str) -> bool:
+    try:
+        return str(Path(filename).resolve()).startswith(_OURS)
+    except (OSError, RuntimeError):
+        return False
+
+
 def _short(filename: str) -> str:
     """A library file's path from its package (``torch/nn/functional.py``)."""
-    for root in _LIBRARIES:
+    for root in sorted(_LIBRARIES, key=len, reverse=True):  # the deepest root: site-packages before lib/
         if filename.startswith(root):
             return filename[len(root):].lstrip("/")
     return filename
@@ -90,6 +98,54 @@ def user_code(where: str, importing: bool = False) -> Iterator[None]:
                                 + user_frames(exc)) from None
         except Exception as exc:  # user code: any exception is a contract problem
             raise WorkloadError(f"{where} raised {type(exc).__name__}: {exc}\n{user_frames(exc)}") from None
+
+
+IMPORT_TIMEOUT_S = 300.0  # default of $ADVISOR_IMPORT_TIMEOUT
+
+
+def import_limit() -> float:
+    """Seconds model.py's import may take in the driver ($ADVISOR_IMPORT_TIMEOUT, default 300)."""
+    import os
+
+    text = os.environ.get("ADVISOR_IMPORT_TIMEOUT", "")
+    try:
+        value = float(text) if text else IMPORT_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise WorkloadError(f"$ADVISOR_IMPORT_TIMEOUT is {text!r}: expected a positive number of seconds")
+    return value
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, where: str) -> Iterator[None]:
+    """Stop the code run inside after ``seconds`` with a WorkloadError naming ``where`` and
+    the line of the user's code it was at (a model.py whose import never ends would hang
+    advisor with no output). Only in the main thread (signals reach it alone); elsewhere
+    the code runs unbounded."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        at = next((f for f, _ in traceback.walk_stack(frame) if is_user_file(f.f_code.co_filename)), None)
+        line = ""
+        if at is not None:
+            import linecache
+
+            text = linecache.getline(at.f_code.co_filename, at.f_lineno).strip()
+            line = f" (it was at {at.f_code.co_filename}, line {at.f_lineno}: {text})"
+        raise WorkloadError(f"{where} did not finish within {seconds:.0f} s{line}; load data and weights in "
+                            "datasets() and model() rather than at import, or set $ADVISOR_IMPORT_TIMEOUT "
+                            "(seconds) to wait longer")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class _CtrlC:

@@ -93,6 +93,20 @@ VIOLATIONS = [
     ("pipeline-not-a-list", GOOD_DATA + MLP + "def pipeline_split():\n    return 2\n",
      "pipeline_split() must return a list of layer names"),
     ("pipeline-not-callable", GOOD_DATA + MLP + "pipeline_split = ['1']\n", "pipeline_split must be a function"),
+    # what every trial would fail on, caught here rather than by the baseline trial
+    ("loss-nan", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return o.sum() * float('nan')\n",
+     "loss() returned nan on a batch of 2 training samples in fp32, before any training step: expected a finite"),
+    ("loss-inf", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return o.sum() + float('inf')\n", "returned inf"),
+    ("baseline-batch-over-train", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batch_size': 128}\n",
+     "BASELINE batch_size 128 is larger than the training set (64 samples from datasets()); expected at most 64"),
+    ("validation-items-wrong", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
+     "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
+     "    return TensorDataset(torch.randn(64, 4), y), TensorDataset(torch.randn(16, 5), y[:16])\n",
+     "the model's forward, in eval mode, on a batch of 2 validation samples, raised RuntimeError"),
+    ("validation-not-batchable", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
+     "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
+     "    return TensorDataset(torch.randn(64, 4), y), [(torch.zeros(4), 0), (torch.zeros(3), 1)]\n",
+     "datasets(): validation items"),
 ]
 
 
@@ -165,6 +179,57 @@ def test_error_names_function_and_shows_the_users_frames_only(tmp_path):
     assert f'File "{path}", line 8, in model' in text and "return helper()" in text
     assert f'File "{path}", line 10, in helper' in text and "torch.zeros(2).view(3)" in text
     assert "advisor/" not in text and "contract.py" not in text
+
+
+def test_an_import_that_never_ends_is_stopped_naming_where_it_was(workdir, capsys, monkeypatch):
+    """A model.py whose import never finishes (a server it waits for, a loop) hung
+    `advisor tune` with no output; now its import is bounded ($ADVISOR_IMPORT_TIMEOUT)."""
+    import time
+
+    monkeypatch.setenv("ADVISOR_IMPORT_TIMEOUT", "1")
+    path = write_model(workdir, "import time\nwhile True:\n    time.sleep(0.05)\n")
+    started = time.monotonic()
+    assert main(["tune", str(path), "--trials", "2"]) == 2
+    err = capsys.readouterr().err
+    assert time.monotonic() - started < 30
+    assert f"{path}: importing it did not finish within 1 s (it was at {path}, line 3: time.sleep(0.05))" in err
+    assert "$ADVISOR_IMPORT_TIMEOUT" in err and not (workdir / "advisor.db").exists()
+    monkeypatch.setenv("ADVISOR_IMPORT_TIMEOUT", "soon")
+    assert main(["tune", str(path), "--trials", "2"]) == 2
+    assert "$ADVISOR_IMPORT_TIMEOUT is 'soon': expected a positive number of seconds" in capsys.readouterr().err
+
+
+def test_an_error_inside_torchs_own_module_is_one_line_of_where_not_its_frames(tmp_path):
+    """A model made only of torch's modules fails in torch's code: no frame of the user's to
+    show, so one line says where in torch, then the error; neither advisor's frames nor
+    torch's appear."""
+    path = write_model(tmp_path, GOOD_DATA + "def model():\n    return torch.nn.Linear(3, 2)\n")
+    with pytest.raises(WorkloadError) as info:
+        preflight(load_workload(path))
+    text = str(info.value)
+    assert "(raised inside torch/nn/modules/linear.py, line" in text
+    assert "mat1 and mat2 shapes cannot be multiplied" in text
+    assert 'File "' not in text and "advisor/" not in text
+
+
+def test_pruning_is_refused_before_the_search_for_parametrized_layers(tmp_path):
+    """weight_norm (and any parametrization) computes a layer's weight: torch's pruning
+    cannot reparametrize it, so such layers are not pruned, and a model with nothing else
+    to prune has pruning dropped with the reason (it crashed every pruned trial)."""
+    from advisor.techniques.pruning import Pruning
+
+    body = GOOD_DATA + ("from torch.nn.utils.parametrizations import weight_norm\n"
+                        "def model():\n    return torch.nn.Sequential(weight_norm(torch.nn.Linear(4, 8)), "
+                        "torch.nn.ReLU(), torch.nn.utils.weight_norm(torch.nn.Linear(8, 8)), torch.nn.Linear(8, 2))\n")
+    facts = preflight(load_workload(write_model(tmp_path, body)))
+    assert facts["prunable_layers"] == 0 and facts["parametrized_layers"] == ["0", "2"]
+    reason = Pruning().pointless("l1_unstructured", facts)
+    assert "0, 2 have parametrized weights" in reason and "cannot reparametrize" in reason
+    mixed = GOOD_DATA + ("from torch.nn.utils.parametrizations import weight_norm\n"
+                         "def model():\n    return torch.nn.Sequential(weight_norm(torch.nn.Linear(4, 8)), "
+                         "torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))\n")
+    facts = preflight(load_workload(write_model(tmp_path, mixed, "mixed.py")))
+    assert facts["prunable_layers"] == 1 and Pruning().pointless("l1_unstructured", facts) is None
 
 
 def test_a_real_ctrl_c_in_model_py_is_an_interrupt_not_a_contract_error(tmp_path):
