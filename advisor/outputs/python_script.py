@@ -52,7 +52,7 @@ def main():
     prepared.model.eval()
     total, score = 0, 0.0
     with torch.inference_mode():
-        for x, y in prepared.loader(val_set, per_rank=False):
+        for x, y in prepared.loader(val_set, per_rank=False, collate_fn=getattr(w, "collate", None)):
             out = prepared.predict(x)  # None on a pipeline's earlier stages: outputs come out of the last
             if out is not None:
                 score += float(metric(out, prepared.to_device(y))) * len(y)
@@ -76,7 +76,8 @@ _TRAIN = '''\
     loss_fn = getattr(w, "loss", None) or torch.nn.functional.cross_entropy
     make_optimizer = getattr(w, "optimizer", None) or (lambda p: torch.optim.AdamW(p, lr=1e-3))
     optimizer = make_optimizer(prepared.module.parameters())
-    loader = prepared.loader(train_set, shuffle=True, drop_last=True)  # full batches, as the trials trained
+    # full batches, as the trials trained; model.py's collate() where it has one
+    loader = prepared.loader(train_set, shuffle=True, drop_last=True, collate_fn=getattr(w, "collate", None))
     for epoch in range(math.ceil(TRAIN_SAMPLES / len(train_set))):
         if hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)  # a new shuffle per epoch under DDP / FSDP

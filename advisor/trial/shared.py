@@ -51,7 +51,7 @@ def evaluate(prepared: Any, workload: Any, val: Any) -> float:
                                                                         collate_fn=workload.collate))
         return workload.metric_spec.score(check_metric(workload, value))
     with torch.inference_mode():
-        for x, y in prepared.loader(val, per_rank=False):
+        for x, y in prepared.loader(val, per_rank=False, collate_fn=workload.collate):
             out = prepared.predict(x)
             if out is None:  # a pipeline's earlier stage: the outputs come out of the last one
                 continue

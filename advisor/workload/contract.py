@@ -34,7 +34,7 @@ from advisor.workload.defaults import OUTPUT_LOSS, default_loss, default_metric,
 from advisor.workload.user_code import import_limit, time_limit, user_code
 
 _REQUIRED = ("model", "datasets")
-_OPTIONAL = ("loss", "metric", "optimizer", "tp_plan", "pipeline_split")
+_OPTIONAL = ("loss", "metric", "optimizer", "tp_plan", "pipeline_split", "collate")
 _counter = itertools.count()
 
 
@@ -147,6 +147,7 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         metric_spec=spec,
         tp_plan=getattr(module, "tp_plan", None),
         pipeline_split=getattr(module, "pipeline_split", None),
+        collate=getattr(module, "collate", None),  # items -> (input, target): padding variable-length items
     )
 
 
@@ -204,7 +205,8 @@ def _check_items(where: str, role: str, data: Any) -> None:
     if len(shapes) == 2 and shapes[0] != shapes[1]:
         raise WorkloadError(
             f"{where}: {role} items have inconsistent shapes: item 0 is {shapes[0]}, item 1 is {shapes[1]} "
-            "(every item must have the same shapes so batches can be collated)"
+            "(every item must have the same shapes so batches can be collated; for items of different lengths, "
+            "define collate(items) -> (input, target) in model.py, which pads them)"
         )
 
 

@@ -50,15 +50,8 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     facts = split_facts(workload, model, splits)
     train, val = load_datasets(workload)
     _check_baseline_batch(workload, len(train))
-    collate = workload.collate or default_collate
-    try:
-        inputs, target = collate([train[i] for i in range(min(2, len(train)))])
-    except Exception as exc:
-        raise WorkloadError(f"{workload.where('datasets')}: training items cannot be batched: {exc}") from None
-    try:
-        val_inputs, val_target = collate([val[i] for i in range(min(2, len(val)))])
-    except Exception as exc:
-        raise WorkloadError(f"{workload.where('datasets')}: validation items cannot be batched: {exc}") from None
+    inputs, target = _batch(workload, train, "training", default_collate)
+    val_inputs, val_target = _batch(workload, val, "validation", default_collate)
     if workload.start_trial is not None:
         workload.start_trial(batch_size=len(target), accumulation=1, rank=0, world=1, precision="fp32",
                              train_samples=len(target))
@@ -96,6 +89,23 @@ def _preflight(workload: Workload) -> dict[str, Any]:
         "optimizer_class": type(opt).__name__,
         "optimizer_fused": "fused" in getattr(opt, "defaults", {}),  # torch's classes with a fused kernel
     } | facts | ({"notes": workload.notes(model)} if workload.notes is not None else {})
+
+
+def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tuple[Any, Any]:
+    """Two items of ``data`` as one (input, target) batch: model.py's collate() (its own
+    errors in its own frames), else torch's default collate."""
+    items = [data[i] for i in range(min(2, len(data)))]
+    if workload.collate is None:
+        try:
+            return default_collate(items)
+        except Exception as exc:
+            raise WorkloadError(f"{workload.where('datasets')}: {role} items cannot be batched: {exc}") from None
+    with user_code(f"{workload.where('collate')}: on 2 {role} items,"):
+        batch = workload.collate(items)
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise WorkloadError(f"{workload.where('collate')} must return (input, target), found {type(batch).__name__}"
+                            + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
+    return batch[0], batch[1]
 
 
 def _check_baseline_batch(workload: Workload, train_size: int) -> None:
