@@ -10,6 +10,7 @@ from types import ModuleType
 
 from advisor.cli import confirm, doctor, explore, export, hardware, init, measure, report, spaces, tune
 from advisor.core.errors import AdvisorError
+from advisor.core.version import VERSION
 
 COMMANDS: dict[str, ModuleType] = {
     m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, init)}
@@ -18,6 +19,7 @@ COMMANDS: dict[str, ModuleType] = {
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="advisor", description="Auto-tuning optimization advisor for PyTorch.",
                                 epilog="Run `advisor COMMAND --help` for a command's options and examples.")
+    p.add_argument("--version", action="version", version=f"advisor {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         command = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=module.EPILOG,
