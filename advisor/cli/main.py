@@ -1,19 +1,35 @@
 """``advisor COMMAND``: the parser, the dispatch, and how an error becomes a message and
-an exit status (0 done, 2 bad input, 1 failure at run time, 130 interrupted). Heavy
-imports (torch, ray, optuna, textual) happen inside the commands, so ``--help`` is fast."""
+an exit status (0 done, 2 bad input, 1 failure at run time, 130 interrupted, 141 stdout
+closed by its reader). Heavy imports (torch, ray, optuna, textual) happen inside the
+commands, so ``--help`` is fast."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from types import ModuleType
 
-from advisor.cli import confirm, doctor, explore, export, hardware, init, measure, report, spaces, tune
+from advisor.cli import (
+    confirm,
+    doctor,
+    explore,
+    export,
+    hardware,
+    init,
+    measure,
+    report,
+    spaces,
+    studies,
+    trials,
+    tune,
+)
 from advisor.core.errors import AdvisorError
 from advisor.core.version import VERSION
 
 COMMANDS: dict[str, ModuleType] = {
-    m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, init)}
+    m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, studies, trials,
+                        init)}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,4 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"advisor {args.command}: aborted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `advisor trials --json | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
 

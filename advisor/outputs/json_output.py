@@ -23,6 +23,8 @@ VERSIONS = {
     "export": 1,  # advisor export --json: the export document (it keeps its own advisor_config version)
     "measure": 1,  # advisor measure --json: the comparison
     "report": 1,  # advisor report --json: the report's files and figures
+    "studies": 1,  # advisor studies --json: the studies in a storage
+    "trials": 1,  # advisor trials --json: the trials of one study
 }
 
 

@@ -13,12 +13,14 @@ import pytest
 from advisor.cli import main as cli_main
 from advisor.outputs import console, json_output
 from advisor.outputs.json_output import VERSIONS, format_tag
+
 from conftest import REPO, exit_status
 
 OLD_STUDY = REPO / "tests" / "data" / "study_before_layers.sqlite"
 # every command that prints results, and the kinds its --json prints
 JSON_COMMANDS = {"tune": {"tune"}, "confirm": {"confirm"}, "hardware": {"hardware"}, "doctor": {"doctor"},
-                 "spaces": {"spaces", "space"}, "export": {"export"}, "measure": {"measure"}, "report": {"report"}}
+                 "spaces": {"spaces", "space"}, "export": {"export"}, "measure": {"measure"}, "report": {"report"},
+                 "studies": {"studies"}, "trials": {"trials"}}
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def printed(argv: list[str], capsys) -> dict:
     out, err = capsys.readouterr()
     assert code == 0, err
     document = json.loads(out)  # stdout holds the document and nothing else
-    assert list(document)[0] == "format"
+    assert next(iter(document)) == "format"
     return document
 
 
@@ -70,7 +72,7 @@ def test_tune_summary_is_tagged(old_study, capsys):
     assert output.finish(SimpleNamespace(storage_url=old_study), StudyOutcome(study, None)) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["format"] == "advisor.tune/1" and document["study"] == "compat"
-    assert [row["trial"] for row in document["front"]][0] == 0
+    assert document["front"][0]["trial"] == 0
 
 
 def test_hardware(capsys):
