@@ -11,6 +11,7 @@ import sys
 from types import ModuleType
 
 from advisor.cli import (
+    completion,
     confirm,
     doctor,
     explore,
@@ -29,7 +30,7 @@ from advisor.core.version import VERSION
 
 COMMANDS: dict[str, ModuleType] = {
     m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, studies, trials,
-                        init)}
+                        init, completion)}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,10 +46,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     if args.command is None:
-        parser().print_help()
+        p.print_help()
         return 2
+    args.parser = p  # the whole command line, for a command that describes it (completion)
     try:
         return int(COMMANDS[args.command].run(args))
     except AdvisorError as exc:
