@@ -14,6 +14,14 @@ if TYPE_CHECKING:
 STORAGE_HELP = "Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)"
 
 
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands' parsers of ``advisor``'s parser, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def add_storage_arguments(p: argparse.ArgumentParser, study_help: str) -> None:
     p.add_argument("--storage", help=STORAGE_HELP)
     p.add_argument("--study", help=study_help)

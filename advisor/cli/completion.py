@@ -8,6 +8,8 @@ import argparse
 import re
 from dataclasses import dataclass
 
+from advisor.cli._common import subparsers
+
 NAME = "completion"
 SHELLS = ("bash", "zsh", "fish")
 HELP = "Print a shell completion script for bash, zsh or fish."
@@ -76,14 +78,6 @@ def _option(action: argparse.Action) -> Option:
     name = str(action.metavar or action.dest)  # a positional's
     return Option(tuple(action.option_strings) or (name,), _help(action), value,
                   tuple(str(c) for c in action.choices or ()), not action.option_strings and action.nargs == "?")
-
-
-def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    """The subcommands' parsers by name (empty for a parser without subcommands)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
 
 
 def commands(parser: argparse.ArgumentParser) -> list[Command]:

@@ -6,6 +6,7 @@ commands, so ``--help`` is fast."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from types import ModuleType
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.parser = p  # the whole command line, for a command that describes it (completion)
     try:
+        _project_defaults(p, args, sys.argv[1:] if argv is None else argv)
         return int(COMMANDS[args.command].run(args))
     except AdvisorError as exc:
         print(f"advisor {args.command}: error: {exc}", file=sys.stderr)
@@ -64,3 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
 
+
+
+def _project_defaults(p: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> None:
+    """The options the command line left out, from the project's [tool.advisor] table, said on stderr."""
+    from advisor.cli.project_defaults import apply_project_defaults
+
+    path, applied = apply_project_defaults(p, args, argv)
+    if applied:
+        said = ", ".join(f"{s.key} = {json.dumps(_plain(s.value))}" for s in applied)
+        print(f"advisor {args.command}: from [tool.advisor] in {path}: {said}", file=sys.stderr)
+
+
+def _plain(value: object) -> object:
+    """A value as the table wrote it (a parsed --max-metric-drop is a tuple)."""
+    return list(value) if isinstance(value, tuple) else value

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from advisor.search.samplers import NEEDS, SAMPLERS, check_sampler, make_sampler
+
 from conftest import EXAMPLES, exit_status
 
 
