@@ -115,7 +115,8 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, tuple[argparse.Action
     """A command's table keys: long option name -> (action, negated), for options the table can set."""
     keys = {}
     for action in parser._actions:
-        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)) or not action.option_strings:
+        if (isinstance(action, (argparse._HelpAction, argparse._VersionAction)) or not action.option_strings
+                or action.required):  # a required option is given on the command line every time
             continue
         for text in action.option_strings:
             if text.startswith("--"):
@@ -126,8 +127,6 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, tuple[argparse.Action
 
 def _convert(action: argparse.Action, negated: bool, value: Any) -> Any:
     """The value for ``action``'s dest; BadValue with 'expected ..., found ...' otherwise."""
-    if action.required:
-        raise BadValue("is required on the command line (the table cannot set it)")
     if action.nargs == 0:  # a flag
         if not isinstance(value, bool):
             raise BadValue(f"expected true or false, found {value!r} ({_kind(value)})")
