@@ -181,7 +181,9 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
         nothing = None
     except StudyError as exc:
         picks, nothing = {}, str(exc)
-    effects = knob_effects([r for r in study.records if r.state == "complete"], base)
+    completed = [r for r in study.records if r.state == "complete"]
+    effects = knob_effects(completed, base)
+    names = (*plots.FILES, plots.ENERGY) if plots.has_energy(base, completed) else plots.FILES
     front = []
     for row in front_rows(study):
         entry = row.to_dict()
@@ -192,7 +194,7 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
         "study": study.name,
         "storage": storage_url,
         "report": str(path),
-        "plots": [str(path.with_name(name)) for name in plots.FILES],
+        "plots": [str(path.with_name(name)) for name in names],
         "workload": study.attrs.get("workload_path"),
         "space": study.attrs.get("space_name"),
         "metric": metric.to_dict(),
