@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from advisor.core.version import VERSION as __version__
 
 # name -> the module that defines it; imported on first use, so `import advisor` (and
 # `advisor --help`) stays fast and torch loads only when a model is prepared.

@@ -1,5 +1,5 @@
-"""What several commands share: the storage option, opening a stored study, loading the
-explorer."""
+"""What several commands share: the storage option, opening a storage or a stored study,
+loading the explorer, the confirmation flags."""
 
 from __future__ import annotations
 
@@ -14,6 +14,14 @@ if TYPE_CHECKING:
 STORAGE_HELP = "Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)"
 
 
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands' parsers of ``advisor``'s parser, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def add_storage_arguments(p: argparse.ArgumentParser, study_help: str) -> None:
     p.add_argument("--storage", help=STORAGE_HELP)
     p.add_argument("--study", help=study_help)
@@ -22,21 +30,18 @@ def add_storage_arguments(p: argparse.ArgumentParser, study_help: str) -> None:
 def open_stored_study(args: argparse.Namespace) -> tuple[StoredStudy, str]:
     """The study ``--study`` names in ``--storage`` (which must exist), read, and the
     storage URL. Raises StudyError for a missing storage, an empty one or an unknown name."""
-    import optuna
-
     from advisor.core.stored import read_study
     from advisor.study import storage as stores
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = stores.storage_url(args.storage)
-    return read_study(stores.load(stores.open_storage(url, must_exist=True), args.study, url)), url
+    storage, url = open_existing_storage(args.storage)
+    return read_study(stores.load(storage, args.study, url)), url
 
 
 def load_tui() -> Any:
     """The explorer package, imported only when a command shows it (the engine never
     imports textual or the explorer)."""
     try:
-        import advisor.tui as tui
+        from advisor import tui
     except ImportError as exc:
         raise AdvisorError(f"the explorer needs textual and textual-plotext ({exc}); "
                            "reinstall advisor: pip install advisor") from None
@@ -56,3 +61,16 @@ def add_confirm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confirm-top", type=int, default=DEFAULT_TOP,
                         help=f"confirm at most this many configurations of the front, the export picks first "
                              f"(default {DEFAULT_TOP})")
+
+
+def open_existing_storage(explicit: str | None) -> tuple[Any, str]:
+    """The storage ``--storage`` names (default $ADVISOR_STORAGE or sqlite:///advisor.db),
+    opened for reading, and its URL. Raises StudyError for a bad URL or a storage that does
+    not exist (a missing SQLite file is not created)."""
+    import optuna
+
+    from advisor.study import storage as stores
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = stores.storage_url(explicit)
+    return stores.open_storage(url, must_exist=True), url

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from advisor.cli._common import add_confirm_arguments, add_storage_arguments
 
@@ -36,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from advisor.core.errors import StudyError
     from advisor.core.stored import read_study
     from advisor.outputs.console import TuneOutput, front_table
+    from advisor.outputs.json_output import print_json
     from advisor.study import storage as stores
     from advisor.study.confirm import ConfirmOptions, check_confirm_options, confirm_study
 
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
                                   on_event=output.event)
     stored = read_study(study)
     if args.json:
-        print(json.dumps({"study": stored.name, "confirmations": [c.to_dict() for c in confirmations.values()]},
-                         indent=2))
+        print_json("confirm", {"study": stored.name,
+                               "confirmations": [c.to_dict() for c in confirmations.values()]})
         return 0
     console = Console(highlight=False)
     if not console.is_terminal:

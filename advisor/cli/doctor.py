@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from advisor.machine.doctor_store import save_verdicts, store_path
     from advisor.machine.hardware import describe_fingerprint, detect, fingerprint
+    from advisor.outputs.json_output import print_json
     from advisor.study.doctor import builtin_subject, run_doctor, user_subject
     from advisor.study.doctor_options import plan_options
     from advisor.techniques.registry import TECHNIQUES
@@ -82,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
     stored = str(save_verdicts(fp, verdicts)) if verdicts and not args.no_save else None
     wall = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"hardware": fp, "device": hw.device, "store": str(store_path(fp)), "saved": bool(stored),
-                          "trial_timeout_s": args.trial_timeout, "wall_s": round(wall, 1),
-                          "models": [o.to_dict() for o in outcomes]}, indent=2))
+        print_json("doctor", {"hardware": fp, "device": hw.device, "store": str(store_path(fp)), "saved": bool(stored),
+                              "trial_timeout_s": args.trial_timeout, "wall_s": round(wall, 1),
+                              "models": [o.to_dict() for o in outcomes]})
     else:
         _print_tables(outcomes, stored, wall)
     problems = [o.problem for o in outcomes if o.problem]

@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     record = trial_by_number(study, args.trial) if args.trial is not None else pick(study, args.pick or "balanced")
     document = export_document(study, record)
     fmt = "json" if args.json else args.format
+    if args.json:  # the whole document, tagged like every --json output (advisor.load_config reads it too)
+        from advisor.outputs.json_output import json_document
+
+        document = json_document("export", document)
     text = write_export(document, args.output, fmt)
     if not args.output:
         sys.stdout.write(text)

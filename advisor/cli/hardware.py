@@ -33,10 +33,12 @@ def run(args: argparse.Namespace) -> int:
         hw = detect()
     rows = capability_table(hw)
     if args.json:
-        print(json.dumps({"fingerprint": fingerprint(hw), "notes": list(hw.notes), "nodes": nodes,
-                          "trial_devices": max(hw.cluster_devices, len(hw.gpus) or hw.cpu.cores), "options": [
+        from advisor.outputs.json_output import print_json
+
+        print_json("hardware", {"fingerprint": fingerprint(hw), "notes": list(hw.notes), "nodes": nodes,
+                                "trial_devices": max(hw.cluster_devices, len(hw.gpus) or hw.cpu.cores), "options": [
             {"knob": r.key, "value": r.value, "available": r.available, "reason": r.reason,
-             "workloads": r.workloads.split(", ")} for r in rows]}, indent=2))
+             "workloads": r.workloads.split(", ")} for r in rows]})
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -1,23 +1,43 @@
 """``advisor COMMAND``: the parser, the dispatch, and how an error becomes a message and
-an exit status (0 done, 2 bad input, 1 failure at run time, 130 interrupted). Heavy
-imports (torch, ray, optuna, textual) happen inside the commands, so ``--help`` is fast."""
+an exit status (0 done, 2 bad input, 1 failure at run time, 130 interrupted, 141 stdout
+closed by its reader). Heavy imports (torch, ray, optuna, textual) happen inside the
+commands, so ``--help`` is fast."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from types import ModuleType
 
-from advisor.cli import confirm, doctor, explore, export, hardware, init, measure, report, spaces, tune
+from advisor.cli import (
+    completion,
+    confirm,
+    doctor,
+    explore,
+    export,
+    hardware,
+    init,
+    measure,
+    report,
+    spaces,
+    studies,
+    trials,
+    tune,
+)
 from advisor.core.errors import AdvisorError
+from advisor.core.version import VERSION
 
 COMMANDS: dict[str, ModuleType] = {
-    m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, init)}
+    m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, studies, trials,
+                        init, completion)}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="advisor", description="Auto-tuning optimization advisor for PyTorch.",
                                 epilog="Run `advisor COMMAND --help` for a command's options and examples.")
+    p.add_argument("--version", action="version", version=f"advisor {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         command = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=module.EPILOG,
@@ -27,11 +47,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     if args.command is None:
-        parser().print_help()
+        p.print_help()
         return 2
+    args.parser = p  # the whole command line, for a command that describes it (completion)
     try:
+        _project_defaults(p, args, sys.argv[1:] if argv is None else argv)
         return int(COMMANDS[args.command].run(args))
     except AdvisorError as exc:
         print(f"advisor {args.command}: error: {exc}", file=sys.stderr)
@@ -39,4 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"advisor {args.command}: aborted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `advisor trials --json | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
 
+
+
+def _project_defaults(p: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> None:
+    """The options the command line left out, from the project's [tool.advisor] table, said on stderr."""
+    from advisor.cli.project_defaults import apply_project_defaults
+
+    path, applied = apply_project_defaults(p, args, argv)
+    if applied:
+        said = ", ".join(f"{s.key} = {json.dumps(_plain(s.value))}" for s in applied)
+        print(f"advisor {args.command}: from [tool.advisor] in {path}: {said}", file=sys.stderr)
+
+
+def _plain(value: object) -> object:
+    """A value as the table wrote it (a parsed --max-metric-drop is a tuple)."""
+    return list(value) if isinstance(value, tuple) else value

@@ -5,7 +5,6 @@ the metric; printed beside the stored figures."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from advisor.core.errors import StudyError
@@ -69,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         console.print("full run  " + (describe_run(r, result.metric) if r.ok else f"FAILED [{r.failure_class}] {r.failure_message}"),
                       markup=False)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        from advisor.outputs.json_output import print_json
+
+        print_json("measure", result.to_dict())
         return 0
     source = result.document.get("source") or {}
     origin = f"trial {source.get('trial')} of study {source.get('study')!r}" if source.get("study") else "no source recorded"

@@ -58,7 +58,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
                    "(default: 5 epochs of the training set)")
     t.add_argument("--sampler", default="default",
                    help="default: the baseline with one knob changed first (up to 8 trials), then TPE; "
-                        "or plain tpe, nsga2, random, gp")
+                        "or plain tpe, nsga2, random, gp (gp needs scipy: pip install 'advisor[gp]')")
     t.add_argument("--seed", type=int, default=0, help="seed of the sampler and of every trial (default 0)")
     t.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     t.add_argument("--skip-preflight", action="store_true",

@@ -3,7 +3,6 @@ final summary (the Pareto front against the baseline, counts, timing, next comma
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +12,7 @@ from advisor.core.objectives import Versus
 from advisor.core.results import TrialResult
 from advisor.core.stored import ACCURACY_REUSED, ACCURACY_SKIPPED, EARLY_STOP, StoredStudy, TrialRecord, read_study
 from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate
+from advisor.outputs.json_output import print_json
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
 from advisor.study.storage import DEFAULT_STORAGE
 
@@ -168,9 +168,8 @@ class TuneOutput:
         timing = {"wall_s": wall, "ray_startup_s": self.ray_startup, "trial_wall_s": self.trial_wall,
                   "trial_compute_s": self.trial_compute, "confirm_s": self.confirm_wall}
         if self.json_mode:
-            print(json.dumps({"study": study.name, "storage": plan.storage_url, "stopped": outcome.stop_reason,
-                              "counts": tally, "timing": timing, "front": [row.to_dict() for row in front_rows(study)]},
-                             indent=2))
+            print_json("tune", {"study": study.name, "storage": plan.storage_url, "stopped": outcome.stop_reason,
+                                "counts": tally, "timing": timing, "front": [row.to_dict() for row in front_rows(study)]})
         else:
             self._print_summary(plan, outcome, study, tally, timing)
         return 130 if outcome.interrupted else 0

@@ -14,6 +14,7 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from advisor.core.errors import StudyError
 from advisor.core.picks import PICKS, pick
@@ -165,3 +166,45 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
                      f"({vs.accuracy_text(study.metric)}); "
                      f"export it: `{command}`")
     return lines
+
+
+def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) -> dict[str, Any]:
+    """What ``advisor report --json`` prints: the files written and the report's figures
+    as data (the front, the picks, each knob's effect, the counts). Metric values are the
+    metric itself (``metric_value``, ``metric_delta``); the front rows keep ``accuracy``,
+    the score the study compares (higher is better), as ``advisor tune --json`` does."""
+    base = study.baseline
+    assert base is not None  # write_report refused a study without one
+    metric = study.metric
+    try:
+        picks: dict[str, Any] = {how: pick(study, how).number for how in PICKS}
+        nothing = None
+    except StudyError as exc:
+        picks, nothing = {}, str(exc)
+    completed = [r for r in study.records if r.state == "complete"]
+    effects = knob_effects(completed, base)
+    names = (*plots.FILES, plots.ENERGY) if plots.has_energy(base, completed) else plots.FILES
+    front = []
+    for row in front_rows(study):
+        entry = row.to_dict()
+        entry["description"] = row.record.description
+        entry["metric_value"] = metric.shown(row.figures.accuracy)
+        front.append(entry)
+    return {
+        "study": study.name,
+        "storage": storage_url,
+        "report": str(path),
+        "plots": [str(path.with_name(name)) for name in names],
+        "workload": study.attrs.get("workload_path"),
+        "space": study.attrs.get("space_name"),
+        "metric": metric.to_dict(),
+        "counts": counts(study),
+        "front": front,
+        "picks": picks,
+        "nothing_to_recommend": nothing,
+        "knob_effects": [{"knob": e.knob, "value": e.value, "trials": e.n, "throughput_ratio": e.throughput_ratio,
+                          "memory_ratio": e.memory_ratio,
+                          "metric_delta": None if e.accuracy_delta is None else metric.sign * e.accuracy_delta + 0.0}
+                         for e in effects],
+        "failures": failures_text(study),
+    }

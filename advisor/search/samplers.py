@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from typing import TYPE_CHECKING
 
@@ -11,12 +12,22 @@ if TYPE_CHECKING:
     import optuna
 
 SAMPLERS = ("default", "tpe", "nsga2", "random", "gp")
+# what a sampler needs beyond advisor's own dependencies: Optuna's GPSampler fits its
+# Gaussian process with torch (a dependency) and scipy (not one: only `gp` needs it).
+# TPE, NSGA-II and random search need numpy only.
+NEEDS = {"gp": ("scipy",)}
 
 
 def check_sampler(name: str) -> str:
-    """``name`` if it is a known sampler; a StudyError otherwise (before storage is touched)."""
+    """``name`` if it is a known sampler whose packages are installed; a StudyError
+    otherwise, with the install command (before storage is touched)."""
     if name not in SAMPLERS:
         raise StudyError(f"--sampler {name!r} is unknown (expected {', '.join(SAMPLERS)})")
+    missing = [m for m in NEEDS.get(name, ()) if importlib.util.find_spec(m) is None]
+    if missing:
+        raise StudyError(f"--sampler {name} needs {' and '.join(missing)}, which is not installed (Optuna's GPSampler "
+                         f"fits its Gaussian process with it): pip install 'advisor[gp]' (or pip install "
+                         f"{' '.join(missing)}), or choose another sampler ({', '.join(s for s in SAMPLERS if s not in NEEDS)})")
     return name
 
 

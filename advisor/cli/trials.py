@@ -1,0 +1,46 @@
+"""``advisor trials STUDY``: one study's trials, one line each."""
+
+from __future__ import annotations
+
+import argparse
+
+from advisor.cli._common import STORAGE_HELP, open_existing_storage
+
+NAME = "trials"
+HELP = "List the trials of a stored study: state, configuration, speed, memory, metric, ratios, failure."
+EPILOG = """examples:
+  advisor trials digits_cnn-default            # its trials, from ./advisor.db
+  advisor trials                               # the only study in the storage
+  advisor trials compat --storage sqlite:///runs.db --json"""
+
+
+def add_arguments(t: argparse.ArgumentParser) -> None:
+    t.add_argument("study", nargs="?", metavar="STUDY",
+                   help="study name (default: the only one in the storage; `advisor studies` lists them)")
+    t.add_argument("--storage", help=STORAGE_HELP)
+    t.add_argument("--json", action="store_true", help="print the trials as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from advisor.core.stored import read_study
+    from advisor.outputs.listing import trial_lines, trials_table
+    from advisor.study import storage as stores
+    from advisor.study.storage_guard import shown_url
+
+    storage, url = open_existing_storage(args.storage)
+    study = read_study(stores.load(storage, args.study, url))
+    lines = trial_lines(study)
+    if args.json:
+        from advisor.outputs.json_output import print_json
+
+        print_json("trials", {"study": study.name, "storage": shown_url(url), "metric": study.metric.to_dict(),
+                              "baseline": study.baseline.number if study.baseline is not None else None,
+                              "trials": [line.to_dict() for line in lines]})
+        return 0
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 1000  # logs and pipes: one line per trial, whatever its length
+    console.print(trials_table(study, lines))
+    return 0

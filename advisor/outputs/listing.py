@@ -1,0 +1,169 @@
+"""``advisor studies`` and ``advisor trials``: what a storage holds, one line per study,
+and one study's trials, one line per trial. Each line is built once from the stored
+records (``advisor.core.stored``) into a typed row; the table and ``--json`` format it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.core.metric import MetricSpec
+from advisor.core.objectives import Versus
+from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.units import first_line, fmt_bytes, fmt_rate
+
+# the states of TrialRecord, in the order they are listed
+STATES = ("complete", "probed", "failed", "skipped", "duplicate", "running", "waiting")
+
+
+def _local(when: float | None) -> _dt.datetime | None:
+    return _dt.datetime.fromtimestamp(when).astimezone() if when is not None else None
+
+
+def _iso(when: _dt.datetime | None) -> str | None:
+    return when.isoformat(timespec="seconds") if when is not None else None
+
+
+def _short(when: _dt.datetime | None) -> str:
+    return when.strftime("%Y-%m-%d %H:%M") if when is not None else "-"
+
+
+@dataclass(frozen=True)
+class StudyLine:
+    """One stored study: what it tuned, how its trials ended, when it ran."""
+
+    study: StoredStudy
+    started: _dt.datetime | None  # its first trial's start (Optuna keeps no creation time)
+
+    @property
+    def states(self) -> dict[str, int]:
+        """Trials by state (TrialRecord.state), in STATES order, states with none left out."""
+        tally = Counter(r.state for r in self.study.records)
+        return {s: tally[s] for s in STATES if tally[s]}
+
+    @property
+    def last_finished(self) -> _dt.datetime | None:
+        times = [r.finished_at for r in self.study.records if r.finished_at is not None]
+        return _local(max(times)) if times else None
+
+    @property
+    def metric(self) -> MetricSpec:
+        return self.study.metric
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.study.attrs
+        return {"study": self.study.name, "model": a.get("workload_path"), "workload": a.get("workload", "train"),
+                "space": a.get("space_name"), "trials": len(self.study.records),
+                "counted": sum(r.counted for r in self.study.records), "states": self.states,
+                "started": _iso(self.started), "last_finished": _iso(self.last_finished),
+                "metric": self.metric.to_dict(), "objectives": {"throughput": "maximize",
+                                                                "peak_memory_bytes": "minimize",
+                                                                self.metric.name: "maximize" if
+                                                                self.metric.higher_is_better else "minimize"},
+                "max_metric_drop": a.get("max_accuracy_drop"), "max_drop_relative": bool(a.get("max_drop_relative")),
+                "memory_cap_bytes": a.get("memory_cap_bytes"), "baseline": self.study.baseline is not None}
+
+
+def study_line(study: StoredStudy, started: _dt.datetime | None) -> StudyLine:
+    """``started``: Optuna's study summary's ``datetime_start`` (naive local time) or None."""
+    return StudyLine(study, started.astimezone() if started is not None else None)
+
+
+def studies_table(lines: list[StudyLine], where: str) -> Any:
+    """A rich Table of the studies in storage ``where``."""
+    from rich.table import Table
+
+    table = Table(title=f"Studies in {where}", title_justify="left")
+    for name, justify in (("study", "left"), ("model", "left"), ("space", "left"), ("trials", "right"),
+                          ("by state", "left"), ("started", "left"), ("last finished", "left"), ("metric", "left")):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for line in lines:
+        a = line.study.attrs
+        workload = a.get("workload", "train")
+        model = str(a.get("workload_path") or "-") + ("" if workload == "train" else f" ({workload})")
+        _row(table, [line.study.name, model, str(a.get("space_name") or "-"), str(len(line.study.records)),
+                     ", ".join(f"{n} {state}" for state, n in line.states.items()) or "none yet",
+                     _short(line.started), _short(line.last_finished),
+                     f"{line.metric.name} ({line.metric.direction_word})"])
+    return table
+
+
+@dataclass(frozen=True)
+class TrialLine:
+    """One trial of a study, against the study's baseline (ratios None without one)."""
+
+    record: TrialRecord
+    versus: Versus
+    metric: MetricSpec
+
+    @property
+    def measured(self) -> tuple[float, float] | None:
+        """(throughput, peak memory): a completed trial's, or a probed one's probe."""
+        return self.record.probe
+
+    @property
+    def metric_value(self) -> float | None:
+        f = self.record.figures
+        return self.metric.shown(f.accuracy) if f is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        r, measured = self.record, self.measured
+        return {"trial": r.number, "state": r.state, "baseline": r.baseline,
+                "config": r.config.to_dict() if r.config is not None else None, "description": r.description,
+                "throughput": measured[0] if measured else None,
+                "peak_memory_bytes": measured[1] if measured else None,
+                "metric_value": self.metric_value,
+                "feasible": r.feasible if r.state == "complete" else None,
+                "vs_baseline": self.versus.to_dict() if self.versus.throughput_ratio is not None else None,
+                "failure_class": r.failure_class, "failure_message": r.failure_message,
+                "duplicate_of": r.duplicate_of, "finished": _iso(_local(r.finished_at))}
+
+
+def trial_lines(study: StoredStudy) -> list[TrialLine]:
+    """Every trial of ``study`` by number."""
+    return [TrialLine(r, study.versus_baseline(r), study.metric) for r in sorted(study.records, key=lambda r: r.number)]
+
+
+def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
+    """A rich Table of a study's trials (ratios to the baseline when it has one)."""
+    from rich.table import Table
+
+    metric = study.metric
+    has_base = study.baseline is not None
+    table = Table(title=f"Trials of {study.name}", title_justify="left",
+                  caption=("Ratios are to the baseline: confirmed in pairs with the 95% interval, else unconfirmed "
+                           "(one trial against the baseline measured nearest in time). " if has_base else
+                           "No completed baseline: no ratios. ") + f"{metric.name}: {metric.direction_word}",
+                  caption_justify="left")
+    columns = [("trial", "right"), ("state", "left"), ("configuration", "left"), ("samples/s", "right"),
+               ("peak memory", "right"), (metric.name, "right")]
+    if has_base:
+        columns += [("speed vs base", "right"), ("memory vs base", "right"), (metric.delta_header, "right")]
+    columns += [("failure", "left")]
+    for name, justify in columns:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for line in lines:
+        r, measured = line.record, line.measured
+        state = r.state + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
+        if r.state == "complete" and not r.feasible:
+            state += " (infeasible)"
+        cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, r.description,
+                 fmt_rate(measured[0]) if measured else "-", fmt_bytes(measured[1]) if measured else "-",
+                 metric.value_text(r.figures.accuracy) if r.figures is not None else "-"]
+        if has_base:
+            thr, mem, _ = line.versus.cells()
+            cells += [thr, mem, line.versus.accuracy_text(metric)]
+        failure = ""
+        if r.failure_class or r.failure_message:
+            failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"
+        _row(table, [*cells, failure])
+    return table
+
+
+def _row(table: Any, cells: list[str]) -> None:
+    """Cells as plain text: stored texts ("[oom] ...", paths) are not rich markup."""
+    from rich.text import Text
+
+    table.add_row(*(Text(c) for c in cells))

@@ -1,0 +1,157 @@
+"""`advisor studies` and `advisor trials STUDY`: what a storage holds, read from real SQLite
+studies (a copy of one recorded by a real `advisor tune`, and one written through the
+strategy's own record_result with fixed figures: tests/recorded_study.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import REPO, exit_status
+from recorded_study import add_probed_trial, write_recorded_study
+
+OLD_STUDY = REPO / "tests" / "data" / "study_before_layers.sqlite"
+
+
+@pytest.fixture
+def two_studies(workdir):
+    """./runs.db: 'compat' (4 completed trials of digits_mlp.py, recorded by a real run) and
+    'digits_cnn-cpu' (11 trials with fixed figures: a front, infeasible ones, an oom and an
+    error) plus a probed-only trial."""
+    shutil.copy(OLD_STUDY, workdir / "runs.db")
+    url = "sqlite:///runs.db"
+    add_probed_trial(write_recorded_study(url))
+    return url
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = exit_status(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_studies_lists_each_study_with_its_counts(two_studies, capsys):
+    code, out, err = run(["studies", "--storage", two_studies], capsys)
+    assert code == 0, err
+    lines = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
+    assert set(lines) == {"compat", "digits_cnn-cpu"}
+    assert "/work/main/examples/digits_mlp.py" in lines["compat"] and "compat_space" in lines["compat"]
+    assert "4 complete" in lines["compat"] and "2026-11-23 18:2" in lines["compat"]
+    assert "9 complete, 1 probed, 2 failed" in lines["digits_cnn-cpu"]
+    assert "accuracy (higher is better)" in lines["digits_cnn-cpu"]
+
+
+def test_studies_json(two_studies, capsys):
+    code, out, _ = run(["studies", "--storage", two_studies, "--json"], capsys)
+    document = json.loads(out)
+    assert code == 0 and document["format"] == "advisor.studies/1" and document["storage"] == two_studies
+    studies = {s["study"]: s for s in document["studies"]}
+    assert studies["compat"]["states"] == {"complete": 4} and studies["compat"]["space"] == "compat_space"
+    assert studies["compat"]["started"].startswith("2026-11-23T18:27")
+    assert studies["compat"]["last_finished"] >= studies["compat"]["started"]
+    cnn = studies["digits_cnn-cpu"]
+    assert cnn["trials"] == 12 and cnn["states"] == {"complete": 9, "probed": 1, "failed": 2}
+    assert cnn["objectives"] == {"throughput": "maximize", "peak_memory_bytes": "minimize", "accuracy": "maximize"}
+    assert cnn["max_metric_drop"] == 0.01 and cnn["baseline"] is True
+
+
+def test_trials_lists_every_trial_against_the_baseline(two_studies, capsys):
+    code, out, err = run(["trials", "digits_cnn-cpu", "--storage", two_studies], capsys)
+    assert code == 0, err
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
+    assert list(rows) == ["0 (baseline)", *map(str, range(1, 12))]
+    assert "bs=64 bf16" in rows["1"] and "10,240" in rows["1"] and "100.2 MiB" in rows["1"]
+    assert "1.52x unconfirmed" in rows["1"] and "0.9639" in rows["1"] and "-0.3 pt" in rows["1"]
+    assert "complete (infeasible)" in rows["5"]
+    assert "failed" in rows["8"] and "[oom] CUDA out of memory" in rows["8"]
+    assert "[error] RuntimeError: mat1 and mat2" in rows["9"]
+    assert "probed" in rows["11"] and "3,000" in rows["11"] and "120.0 MiB" in rows["11"]
+
+
+def test_trials_json(two_studies, capsys):
+    code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
+    document = json.loads(out)
+    assert code == 0 and document["format"] == "advisor.trials/1" and document["baseline"] == 0
+    trials = document["trials"]
+    assert [t["trial"] for t in trials] == list(range(12))
+    assert trials[1]["config"]["precision"] == "bf16" and trials[1]["metric_value"] == pytest.approx(0.9639)
+    assert trials[1]["vs_baseline"]["throughput_ratio"] == pytest.approx(10240 / 6736)
+    assert trials[5]["feasible"] is False and trials[1]["feasible"] is True
+    assert trials[8]["state"] == "failed" and trials[8]["failure_class"] == "oom" and trials[8]["throughput"] is None
+    assert trials[11]["state"] == "probed" and trials[11]["throughput"] == 3000.0 and trials[11]["metric_value"] is None
+
+
+def test_trials_of_the_only_study_by_default(workdir, capsys, monkeypatch):
+    shutil.copy(OLD_STUDY, workdir / "old.db")
+    monkeypatch.setenv("ADVISOR_STORAGE", "sqlite:///old.db")
+    code, out, err = run(["trials", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["study"] == "compat"
+
+
+def test_unknown_study_is_exit_2_naming_the_studies(two_studies, capsys):
+    code, out, err = run(["trials", "nope", "--storage", two_studies], capsys)
+    assert code == 2 and out == ""
+    assert "no study named 'nope'" in err and "(studies: compat, digits_cnn-cpu)" in err
+
+
+def test_several_studies_and_none_named_is_exit_2(two_studies, capsys):
+    code, _, err = run(["trials", "--storage", two_studies], capsys)
+    assert code == 2 and "choose one" in err and "compat, digits_cnn-cpu" in err
+
+
+@pytest.mark.parametrize("command", [["studies"], ["trials", "compat"], ["studies", "--json"]])
+@pytest.mark.parametrize("storage", [None, "sqlite:///elsewhere.db"])
+def test_a_missing_sqlite_file_is_exit_2_and_not_created(command, storage, workdir, capsys):
+    code, out, err = run([*command, *(["--storage", storage] if storage else [])], capsys)
+    assert code == 2 and out == ""
+    assert "does not exist" in err and ("advisor.db" if storage is None else "elsewhere.db") in err
+    assert list(workdir.iterdir()) == []
+
+
+def test_an_empty_storage_lists_no_study(workdir, capsys):
+    from advisor.study.storage import open_storage
+
+    open_storage("sqlite:///empty.db")  # an Optuna database with no study in it
+    code, out, _ = run(["studies", "--storage", "sqlite:///empty.db"], capsys)
+    assert code == 0 and "holds no study yet" in out
+    code, out, _ = run(["studies", "--storage", "sqlite:///empty.db", "--json"], capsys)
+    assert code == 0 and json.loads(out)["studies"] == []
+    code, _, err = run(["trials", "--storage", "sqlite:///empty.db"], capsys)
+    assert code == 2 and "holds no study yet" in err
+
+
+def test_the_recorded_file_is_not_changed(two_studies):
+    """Reading never writes: the copied database is byte-for-byte the file in tests/data
+    after a listing (the recorded study was added to a second copy)."""
+    import hashlib
+
+    from conftest import exit_status as status
+
+    path = REPO / "tests" / "data" / "study_before_layers.sqlite"
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert status(["studies", "--storage", f"sqlite:///{path}"]) == 0
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(two_studies):
+    """`advisor trials --json | head -1`: stdout's reader is gone before the document is written."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-m", "advisor", "trials", "digits_cnn-cpu", "--storage", two_studies,
+                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    child.stdout.close()  # long before the child, still importing, writes
+    err = child.stderr.read().decode()
+    assert child.wait() == 141 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("command", ["studies", "trials"])
+def test_help_ends_with_examples(command, capsys):
+    assert exit_status([command, "--help"]) == 0
+    out = capsys.readouterr().out.rstrip()
+    assert "examples:" in out and out.splitlines()[-1].strip().startswith("advisor ")
