@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 TIMEOUT_S = float(os.environ.get("ADVISOR_ESTIMATE_TIMEOUT", "120"))
 METHOD = "FakeTensorMode + MemTracker over a fake process group (torch 2.13 private APIs)"
 _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # what a rank's estimate sets, and puts back after
+OUTPUT = "output.log"  # the child's stdout and stderr, in the estimate's directory: why it died, if it does
 _DDP_ONLY = {"comm_hook": "none", "bucket_mb": 25, "ddp_static_graph": False, "ddp_bucket_view": False,
              "sync_batchnorm": False}
 
@@ -55,8 +56,12 @@ def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S, loaded:
     with tempfile.TemporaryDirectory(prefix="advisor-estimate-") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
-        child = _forked(directory, loaded) if forked_trial() else subprocess.Popen(
-            [sys.executable, "-m", "advisor.trial.estimate", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if forked_trial():
+            child = _forked(directory, loaded)
+        else:
+            with open(directory / OUTPUT, "wb") as output:
+                child = subprocess.Popen([sys.executable, "-m", "advisor.trial.estimate", tmp],
+                                         stdout=output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -67,9 +72,45 @@ def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S, loaded:
         try:
             found = json.loads((directory / "estimate.json").read_text())
         except (OSError, ValueError):
-            return {"unavailable": f"the estimating process ended without an estimate (exit status {child.poll()})"}
+            return {"unavailable": _ended_without(child.poll(), directory / OUTPUT)}
     found["seconds"] = time.perf_counter() - started
     return found
+
+
+def _ended_without(code: int | None, output: Path) -> str:
+    """Why there is no estimate when the child ended without writing one: how it ended, and
+    the last thing it said (a C++ exception's message, Python's fatal error and innermost
+    frame, else its last line)."""
+    from advisor.trial.process import describe_exit
+
+    said = ""
+    try:
+        with open(output, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 64 * 1024))
+            said = _last_words(fh.read().decode(errors="replace"))
+    except OSError:
+        pass
+    return f"the estimating process ended without an estimate ({describe_exit(code)})" + (f": {said}" if said else "")
+
+
+def _last_words(text: str) -> str:
+    """The line of a dying process's output that says why.
+
+    Example:
+        >>> _last_words("terminate called after throwing an instance of 'c10::Error'\\n"
+        ...             "  what():  Invalid thread pool!\\nException raised from ...\\n")
+        'Invalid thread pool!'
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = next((line.split("what():", 1)[1].strip() for line in lines if line.startswith("what():")), "")
+    if not said:
+        fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error:")), None)
+        if fatal is not None:  # faulthandler's dump: the error, then the crashed thread's innermost frame
+            frame = next((line for line in lines[fatal:] if line.startswith("File ")), "")
+            said = lines[fatal] + (f" in {frame}" if frame else "")
+        elif lines:
+            said = lines[-1]
+    return said[:300]
 
 
 def over_limit(estimate: dict[str, Any], device: str, cap: int | None) -> str | None:
@@ -124,21 +165,30 @@ def _forked(directory: Path, loaded: Loaded | None) -> Any:
 
     def run() -> int:
         die_with_parent(parent)
-        _quiet()
+        _output_into(directory / OUTPUT)
         return main(str(directory), loaded)
 
     return ForkedChild(run)
 
 
-def _quiet() -> None:
-    """What model.py prints while it is estimated is not the trial's output."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+def _output_into(path: Path) -> None:
+    """What model.py prints while it is estimated is not the trial's output: this process's
+    stdout and stderr go to ``path`` (read only if it dies without an estimate), Python's
+    streams too (the trial's may be a test runner's or a drain's stand-ins)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - this process's streams until it exits
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
 def main(directory: str, loaded: Loaded | None = None) -> int:
-    """The child: estimate, write ``estimate.json`` (an estimate, or why there is none)."""
+    """The child: estimate, write ``estimate.json`` (an estimate, or why there is none). A
+    fatal signal leaves Python's traceback in its output (faulthandler)."""
+    import faulthandler
+
+    faulthandler.enable()
     path = Path(directory)
     payload = TrialPayload.from_dict(json.loads((path / "payload.json").read_text()))
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.output import redirect_into, trial_drain, with_output
-from advisor.trial.process import adopt_environment, describe_exit, die_with_parent, mark_forked
+from advisor.trial.process import adopt_environment, describe_exit, die_with_parent, mark_forked, rebuild_thread_pool
 
 # Imported by the fork server whatever the workload imports (torch._dynamo: every torch
 # optimizer imports it on construction, ~1.5 s).
@@ -195,6 +195,7 @@ def _child(payload: TrialPayload, environ: dict[str, str], cwd: str, submitted: 
     redirect_into(output.fileno())
     output.close()
     die_with_parent()
+    rebuild_thread_pool()  # while this process has one thread (a forked one's first backward would race for it)
     mark_forked(forked)  # a spawned fallback (CUDA) must not fork ranks from itself
     adopt_environment(environ)
     os.chdir(cwd)

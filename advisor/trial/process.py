@@ -55,6 +55,22 @@ def threads_from_env() -> None:
         torch.set_num_threads(int(value))
 
 
+def rebuild_thread_pool() -> None:
+    """In a process just forked, while it has one thread: let torch replace the thread pool
+    it inherited. Once a thread count is set (``set_num_threads``, from OMP_NUM_THREADS)
+    and a parallel op has run (loading a dataset), torch has a pthreadpool; after a fork it
+    is marked corrupt and rebuilt by the next thread that asks for it, not thread-safely.
+    The first backward starts autograd's device threads, and each asks for the pool as it
+    starts (``Engine::thread_init``); while one rebuilds it another gets none, and the
+    process aborts: ``Invalid thread pool!`` (SIGABRT, issue 27). With a CUDA build of torch
+    (2.11 / 2.13 +cu130) FakeTensorMode installs a stand-in CUDA guard that makes that eight
+    threads even without a GPU; a CPU build starts none. Asked for once here, the pool is
+    rebuilt before there is another thread."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(torch.get_num_threads())
+
+
 def describe_exit(code: int | None) -> str:
     """'killed by SIGKILL' for a negative exit code, 'exit status N' otherwise."""
     if code is not None and code < 0:
@@ -81,6 +97,7 @@ class ForkedChild:
         if self.pid == 0:
             code = 1
             try:
+                rebuild_thread_pool()
                 code = run()
             finally:
                 os._exit(code)

@@ -7,6 +7,11 @@ is a reason, never a failed trial."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+
 import optuna
 import pytest
 
@@ -98,3 +103,61 @@ def test_an_estimate_that_cannot_be_made_is_a_reason_and_the_trial_runs(tmp_path
     result = run_trial(payload(path, batch_size=64))
     assert result.ok, result.failure_message
     assert "DataDependentOutputException" in result.memory_estimate["unavailable"]
+
+
+@pytest.mark.parametrize("forked", [False, True], ids=["fresh-interpreter", "forked"])
+def test_an_estimating_process_that_dies_says_why(tmp_path, forked):
+    """Its output is kept: a child killed by a signal (a C++ abort inside torch) is an
+    ``unavailable`` reason with its last words, not a bare exit status. From a process of
+    its own, as a trial's (a fork of this test process, whose OpenMP threads have run,
+    would hang in its first parallel region: libgomp is not fork-safe)."""
+    path = write_model(tmp_path, (EXAMPLES / "digits_mlp.py").read_text().replace(
+        "def model() -> nn.Module:\n",
+        "def model() -> nn.Module:\n    import os, sys\n    print('the workload gives up', file=sys.stderr)\n"
+        "    os.abort()\n"))
+    script = textwrap.dedent(f"""
+        import json
+        from advisor.core.config import TrialConfig
+        from advisor.core.results import TrialPayload, TrialSettings
+        from advisor.trial.estimate import estimate_memory
+        from advisor.trial.process import mark_forked
+        from advisor.workload.contract import load_workload
+
+        mark_forked({forked})  # as a trial process forked from the fork server, or spawned
+        settings = TrialSettings(train_samples=512, max_timing_s=0.5, stage="probe")
+        payload = TrialPayload.of(load_workload({str(path)!r}), TrialConfig(batch_size=64), settings, estimate=True)
+        print(json.dumps(estimate_memory(payload)))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    reason = json.loads(done.stdout.strip().splitlines()[-1])["unavailable"]
+    assert reason.startswith("the estimating process ended without an estimate (killed by SIGABRT): ")
+    assert "Fatal Python error: Aborted" in reason and "model.py" in reason and "in model" in reason
+
+
+def test_a_forked_child_gets_a_thread_pool_of_its_own_before_its_first_backward():
+    """Issue 27: a forked child's first backward starts autograd's device threads (eight,
+    under FakeTensorMode, with a CUDA build of torch even without a GPU), each of which asks
+    for torch's pthreadpool as it starts; the pool inherited from the parent is rebuilt by the
+    first to ask, not thread-safely, and another got none and aborted the child ("Invalid
+    thread pool!", SIGABRT). ForkedChild rebuilds it first. (A CPU build starts no device
+    threads: there this passes either way.)"""
+    script = textwrap.dedent("""
+        import torch
+        from torch import nn
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from advisor.trial.process import ForkedChild
+
+        torch.set_num_threads(2)  # as a trial process takes OMP_NUM_THREADS
+        torch.ones(1 << 17) / 16.0  # a parallel op, as loading a dataset: the pool is made
+
+        def run():
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                nn.Linear(8, 8)(torch.randn(4, 8)).sum().backward()
+            return 0
+
+        print([ForkedChild(run).wait() for _ in range(5)])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 0, 0, 0, 0]", done.stderr[-2000:]
