@@ -45,6 +45,16 @@ def metric(output, target) -> float:
 
 def optimizer(parameters):
     return torch.optim.AdamW(parameters, lr=1e-3)
+
+
+# Optional: items of different lengths (text, audio, graphs) need a function that makes a
+# batch of them, padding each to the longest; it returns (input, target). Without it,
+# torch's default collate stacks items, which must then all have the same shapes.
+# def collate(items):
+#     sequences = [x for x, _ in items]
+#     padded = nn.utils.rnn.pad_sequence(sequences, batch_first=True)
+#     lengths = torch.tensor([len(x) for x in sequences])
+#     return {"tokens": padded, "lengths": lengths}, torch.tensor([y for _, y in items])
 '''
 
 
