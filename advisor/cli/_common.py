@@ -74,3 +74,14 @@ def open_existing_storage(explicit: str | None) -> tuple[Any, str]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = stores.storage_url(explicit)
     return stores.open_storage(url, must_exist=True), url
+
+
+def print_rows(table: Any) -> None:
+    """A rich table of one row per study or trial: as wide as a terminal, and unwrapped in
+    logs and pipes (one line per row, whatever its length)."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 1000
+    console.print(table)

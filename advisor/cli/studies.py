@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from advisor.cli._common import STORAGE_HELP, open_existing_storage
+from advisor.cli._common import STORAGE_HELP, open_existing_storage, print_rows
 
 NAME = "studies"
 HELP = "List the studies in a storage: model, space, trials by state, when they ran, the metric."
@@ -21,7 +21,6 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import optuna
-    from rich.console import Console
 
     from advisor.core.stored import read_study
     from advisor.outputs.listing import studies_table, study_line
@@ -39,8 +38,5 @@ def run(args: argparse.Namespace) -> int:
     if not lines:
         print(f"storage {where} holds no study yet: run `advisor tune model.py` first")
         return 0
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = 1000  # logs and pipes: one line per study, whatever its length
-    console.print(studies_table(lines, where))
+    print_rows(studies_table(lines, where))
     return 0

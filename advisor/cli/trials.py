@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from advisor.cli._common import STORAGE_HELP, open_existing_storage
+from advisor.cli._common import STORAGE_HELP, open_existing_storage, print_rows
 
 NAME = "trials"
 HELP = "List the trials of a stored study: state, configuration, speed, memory, metric, ratios, failure."
@@ -22,7 +22,6 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from advisor.core.stored import read_study
     from advisor.outputs.listing import trial_lines, trials_table
@@ -39,8 +38,5 @@ def run(args: argparse.Namespace) -> int:
                               "baseline": study.baseline.number if study.baseline is not None else None,
                               "trials": [line.to_dict() for line in lines]})
         return 0
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = 1000  # logs and pipes: one line per trial, whatever its length
-    console.print(trials_table(study, lines))
+    print_rows(trials_table(study, lines))
     return 0

@@ -65,10 +65,11 @@ def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_ur
         raise StudyError(f"report output {out} cannot be created: {exc.strerror or exc}") from None
     trials = [r for r in study.records if r.state == "complete"]
     effects = knob_effects(trials, base)
-    text = _markdown(study, base, effects, storage_url)
+    energy = plots.has_energy(base, trials)
+    text = _markdown(study, base, effects, storage_url, energy)
     try:
         with tempfile.TemporaryDirectory(prefix=".report-", dir=out) as tmp:
-            written = plots.write_plots(Path(tmp), study, trials, base, effects)
+            written = plots.write_plots(Path(tmp), study, trials, base, effects, energy)
             (Path(tmp) / "report.md").write_text(text, encoding="utf-8")
             for name in (*written, "report.md"):  # report.md last: it is there only when all are
                 os.replace(Path(tmp) / name, out / name)
@@ -82,7 +83,7 @@ def _cell(text: str) -> str:
 
 
 def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
-              storage_url: str | None = None) -> str:
+              storage_url: str | None = None, energy: bool = False) -> str:
     u, hw = study.attrs, study.attrs.get("hardware", {})
     c = counts(study)
     gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "none"
@@ -129,7 +130,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
               "![Throughput vs peak memory; Pareto front highlighted](pareto.png)", "",
               f"![Throughput vs {metric.name}; Pareto front highlighted](accuracy.png)", "",
               *(["![Throughput vs energy per sample (a GPU's energy counter over the timed steps)](energy.png)", ""]
-                if plots.has_energy(base, [r for r in study.records if r.state == "complete"]) else []),
+                if energy else []),
               "## Each knob's effect", "",
               ("For each value of every knob that varied: medians over the completed trials (feasible or not) "
                "that had that value, relative to the baseline. These are marginal medians over the trials the "

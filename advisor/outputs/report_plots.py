@@ -30,10 +30,10 @@ def require_matplotlib() -> None:
 
 
 def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: TrialRecord,
-                effects: list[KnobEffect]) -> tuple[str, ...]:
+                effects: list[KnobEffect], energy: bool = False) -> tuple[str, ...]:
     """Write FILES into ``out``: ``trials`` (completed, duplicates left out) against the
-    baseline; and ENERGY when the baseline and other trials measured their energy per
-    sample. Returns the names written."""
+    baseline; and ENERGY with ``energy`` (``has_energy``: the baseline and other trials
+    measured their energy per sample). Returns the names written."""
     import matplotlib
     import matplotlib.style
 
@@ -41,7 +41,7 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
     measured = [r for r in trials if r.figures is not None]
     points = [{"n": r.number, "x": r.figures.throughput, "mem": r.figures.peak_memory_bytes / MiB,
                "acc": _shown(study, r.figures.accuracy), "feasible": r.feasible, "front": r.number in front}
-              for r in measured if r.figures is not None]
+              for r in measured]
     assert base.figures is not None
     cap, drop = study.attrs.get("memory_cap_bytes"), study.attrs.get("max_accuracy_drop")
     # the default style, not the user's matplotlibrc: the same study always gives the same images
@@ -56,10 +56,10 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
         _scatter(out / "accuracy.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
                  floor)
         _knob_chart(out / "knobs.png", effects)
-        if has_energy(base, trials):
-            energy = [p | {"energy": 1000 * r.get("energy_per_sample_j")} for p, r in zip(points, measured)
+        if energy:
+            joules = [p | {"energy": 1000 * r.get("energy_per_sample_j")} for p, r in zip(points, measured)
                       if r.get("energy_per_sample_j") is not None]
-            _scatter(out / ENERGY, energy, base.number, "energy", "energy (mJ per sample)",
+            _scatter(out / ENERGY, joules, base.number, "energy", "energy (mJ per sample)",
                      "Throughput vs energy per sample", None)
             return (*FILES, ENERGY)
     return FILES

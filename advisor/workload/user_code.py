@@ -30,13 +30,18 @@ _LIBRARIES = tuple(sorted({str(Path(p).resolve()) for name in ("stdlib", "platst
 
 def is_user_file(filename: str) -> bool:
     """True for a frame in the user's code: not advisor's, not an installed library's."""
-    if filename.startswith("<"):  # <frozen ...>, <string>
-        return False
+    path = _resolved(filename)
+    return path is not None and not path.startswith(_OURS) and not path.startswith(_LIBRARIES)
+
+
+def _resolved(filename: str) -> str | None:
+    """A frame's file as a resolved path; None for <frozen ...>, <string> or an unreadable one."""
+    if filename.startswith("<"):
+        return None
     try:
-        path = str(Path(filename).resolve())
+        return str(Path(filename).resolve())
     except (OSError, RuntimeError):
-        return False
-    return not path.startswith(_OURS) and not path.startswith(_LIBRARIES)
+        return None
 
 
 def user_frames(exc: BaseException) -> str:
@@ -56,10 +61,8 @@ def user_frames(exc: BaseException) -> str:
 
 
 def _is_ours(filename: str) -> bool:
-    try:
-        return str(Path(filename).resolve()).startswith(_OURS)
-    except (OSError, RuntimeError):
-        return False
+    path = _resolved(filename)
+    return path is not None and path.startswith(_OURS)
 
 
 def _short(filename: str) -> str:

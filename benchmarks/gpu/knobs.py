@@ -126,26 +126,25 @@ def at(before: float, after: float, position: float) -> float:
     return math.exp((1 - position) * math.log(before) + position * math.log(after))
 
 
-class Table:
-    """One table's runs: what ran, in order, and the pairs they make."""
+class RunLog:
+    """Each finished run, appended at once to ``knobs_TABLE.jsonl`` (what a run stopped at
+    its limit keeps)."""
 
-    def __init__(self, name: str, out: Path, hw: Hardware) -> None:
-        self.name, self.hw = name, hw
-        self.log = out / f"knobs_{name}.jsonl"
-        self.log.write_text("")
-        self.rows: dict[tuple[str, str], dict] = {}
+    def __init__(self, name: str, out: Path) -> None:
+        self.path = out / f"knobs_{name}.jsonl"
+        self.path.write_text("")
 
     def record(self, group: Group, round_no: int, kind: str, config: TrialConfig, base: TrialConfig,
                result: TrialResult) -> None:
         entry = {"round": round_no, "model": group.model, "workload": group.workload, "kind": kind,
                  "variant": label(base, config), "config": config.to_dict(), "result": result.to_dict()}
-        with self.log.open("a") as fh:
+        with self.path.open("a") as fh:
             fh.write(json.dumps(entry) + "\n")
 
 
 def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int, trial_timeout: float) -> dict:
     hw = detect()
-    table = Table(name, out, hw)
+    log = RunLog(name, out)
     started = time.monotonic()
     executor = RayExecutor(hw.device, state_dir=Path(tempfile.mkdtemp(prefix="advg-"))).start()
     rng = random.Random(seed)
@@ -176,7 +175,7 @@ def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int, 
                     number += 1
                     payload = TrialPayload.of(workload, config, settings, estimate=(round_no == 1))
                     result = run_one(executor, number, payload, timeout=trial_timeout)
-                    table.record(group, round_no, kind, config, base, result)
+                    log.record(group, round_no, kind, config, base, result)
                     shown = (f"{result.throughput:,.1f} samples/s, {result.peak_memory_bytes / 2**20:,.0f} MiB"
                              if result.ok else f"FAILED {result.failure_class}: {(result.failure_message or '')[:160]}")
                     print(f"round {round_no} {group.model:11s} {label(base, config):60s} {shown}", flush=True)
