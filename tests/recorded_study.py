@@ -14,7 +14,7 @@ import optuna
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import DIRECTIONS, OBJECTIVES, Limits
 from advisor.core.results import TrialResult
-from advisor.search.strategy import record_result
+from advisor.study.ledger import record_result
 from advisor.study import storage as st
 
 NAME = "digits_cnn-cpu"

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import StudyError
 from advisor.core.events import Listener, Note
 from advisor.machine.hardware import fingerprint
-from advisor.study.storage import fail_stale
 from advisor.study.storage_guard import shown_url
+from advisor.study.trial_writes import fail_stale
 
 if TYPE_CHECKING:
     from advisor.study.plan import StudyPlan
@@ -149,7 +149,7 @@ class Drivers:
         return self.study.user_attrs.get(CLAIM + step) == self.id
 
     def fail_stale(self, storage: Any, keep_probed: bool) -> list[int]:
-        """Mark failed the RUNNING trials that gone drivers left (``storage.fail_stale``);
+        """Mark failed the RUNNING trials that gone drivers left (``trial_writes.fail_stale``);
         returns their numbers. A trial that names no driver yet is left alone for
         ``GRACE_S`` while another driver lives (it may just have asked for it and tags it
         within milliseconds); with none alive it is a leftover at once (a killed driver's,

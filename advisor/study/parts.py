@@ -3,11 +3,11 @@
 A configuration runs as one ``full`` part, or, with two-stage evaluation, as a ``probe`` and
 later, where ``AccuracyQueue`` decides it can change the front, an ``accuracy`` part.
 ``Parts`` submits them to the ``Slots``, and for each that comes back either runs it again
-(the noise sentinel shows a disturbed machine: ``BaselineWatch``), hands a good probe to the
-queue, or stores the trial (``Strategy.tell`` / ``AccuracyQueue.finished``) and emits
-``Finished``. ``done`` counts the trials stored that count towards ``--trials``. When the
-study stops, ``cancel_all`` records what still runs or waits, so storage keeps no RUNNING
-trial.
+(the noise sentinel shows a disturbed machine: ``BaselineWatch``), stores a good probe and
+hands it to the queue, or stores the trial (``Ledger.tell`` / ``Ledger.store_accuracy``)
+and emits ``Finished``; what the queue decides needs no run is stored the same way.
+``done`` counts the trials stored that count towards ``--trials``. When the study stops,
+``cancel_all`` records what still runs or waits, so storage keeps no RUNNING trial.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from advisor.core.noise import reading_of
 from advisor.core.objectives import Versus
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stored import WALL, TrialRecord
-from advisor.search.strategy import Proposal, Strategy
+from advisor.search.strategy import Proposal
 from advisor.study.accuracy_queue import AccuracyQueue, Waiting, probe_result
 from advisor.study.baseline_watch import BaselineWatch
+from advisor.study.ledger import Ledger
 from advisor.study.pairing import probe_settings
 from advisor.study.plan import StudyPlan
 from advisor.study.slots import Done, Slots
@@ -27,25 +28,25 @@ from advisor.study.slots import Done, Slots
 
 class Parts:
     """Args:
-        plan: the study's plan (workload, settings); strategy: its Strategy.
+        plan: the study's plan (workload, settings); ledger: the study's writer.
         slots: what runs now; queue: two-stage evaluation's queue (None: full trials).
         on_event: receives ``Submitted``, ``Probed``, ``Finished``, ``Cancelled`` and notes.
     The Tuner sets ``watch`` once the baseline is in."""
 
-    def __init__(self, plan: StudyPlan, strategy: Strategy, slots: Slots, queue: AccuracyQueue | None,
+    def __init__(self, plan: StudyPlan, ledger: Ledger, slots: Slots, queue: AccuracyQueue | None,
                  on_event: Listener) -> None:
-        self.plan, self.strategy, self.slots, self.queue, self.emit = plan, strategy, slots, queue, on_event
+        self.plan, self.ledger, self.slots, self.queue, self.emit = plan, ledger, slots, queue, on_event
         self.watch: BaselineWatch | None = None
 
     @property
     def done(self) -> int:
         """Trials stored that count towards the budget (by this driver and any other)."""
-        return self.strategy.counted
+        return self.ledger.counted
 
     def in_flight(self) -> int:
         """Configurations started and not yet stored: running, or probed and waiting, here
-        or (as far as ``Strategy.observe`` last saw) on another driver."""
-        return len(self._here() | set(self.strategy.others_running))
+        or (as far as ``Ledger.observe`` last saw) on another driver."""
+        return len(self._here() | set(self.ledger.others_running))
 
     def in_flight_here(self) -> int:
         """Configurations this driver started and has not stored yet."""
@@ -73,7 +74,8 @@ class Parts:
     def settle(self) -> None:
         """Store the probed configurations that need no accuracy run, or reuse one."""
         assert self.queue is not None
-        for record in self.queue.settle():
+        for decision in self.queue.settle():
+            record = self.ledger.apply(decision)
             shown = probe_result(record)
             self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
                                self.versus(shown)))
@@ -88,7 +90,8 @@ class Parts:
                 continue
             if d.part == "probe" and d.result.ok:
                 assert self.queue is not None
-                self.queue.probed(d.proposal, d.result, d.wall_s)
+                w = self.queue.probed(d.proposal, d.result, d.wall_s)
+                self.ledger.store_probe(d.number, d.result, d.wall_s, w.at)
                 self.emit(Probed(d.number, d.proposal.config, d.result, d.wall_s, self.versus(d.result, probe=True)))
                 continue
             finished.append(self._record(d))
@@ -96,7 +99,7 @@ class Parts:
 
     def versus(self, result: TrialResult, probe: bool = False) -> Versus | None:
         """A result against the latest measurement of the baseline (None before it is in)."""
-        base = self.strategy.baseline_record
+        base = self.ledger.baseline_record
         if self.watch is None or base is None or base.figures is None:
             return None
         return self.watch.versus(result, base.figures, probe)
@@ -113,7 +116,7 @@ class Parts:
         why = self.watch.disturbed(d.number, d.result)
         if why is None:
             return False
-        self.strategy.note_disturbed(d.number, d.result, why)
+        self.ledger.note_disturbed(d.number, d.result, why)
         self.emit(Note(f"trial {d.number}: {why}; running it again"))
         settings = probe_settings(self.plan.settings) if d.part == "probe" else self.plan.settings
         self.slots.submit(d.proposal, TrialPayload.of(self.plan.workload, d.proposal.config, settings), d.part)
@@ -124,10 +127,11 @@ class Parts:
         if d.part == "accuracy":
             assert self.queue is not None
             shown = self.queue.merged(d.number, result)
-            record = self.queue.finished(d.number, result, wall)
+            w = self.queue.pop(d.number)
+            record = self.ledger.store_accuracy(d.number, w.probe, w.wall_s, result, wall)
             result, wall = shown, record.get(WALL, wall)
         else:
-            record = self.strategy.tell(d.number, result, wall)
+            record = self.ledger.tell(d.number, result, wall)
         self.emit(Finished(d.number, d.proposal.config, result, wall, record, self.versus(result)))
         return record
 
@@ -137,13 +141,15 @@ class Parts:
         probed ones waiting for their accuracy part) and record it."""
         for d in self.slots.cancel_all():
             if d.part == "accuracy":
-                self.queue.cancel(d.number, reason)  # type: ignore[union-attr]
+                self.queue.pop(d.number)  # type: ignore[union-attr]
+                self.ledger.cancel_accuracy(d.number, reason)
             else:
-                self.strategy.tell(d.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), d.wall_s)
+                self.ledger.tell(d.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), d.wall_s)
             self.emit(Cancelled(d.number))
         for number in list(self.queue.waiting if self.queue is not None else ()):
-            self.queue.cancel(number, reason)  # type: ignore[union-attr]
+            self.queue.pop(number)  # type: ignore[union-attr]
+            self.ledger.cancel_accuracy(number, reason)
             self.emit(Cancelled(number))
         if pending is not None:
-            self.strategy.tell(pending.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), 0.0)
+            self.ledger.tell(pending.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), 0.0)
             self.emit(Cancelled(pending.number))

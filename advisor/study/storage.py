@@ -1,19 +1,15 @@
-"""Optuna storage: URL checks, opening, finding a study by name, and the repair a resumed
-study needs (trials a killed driver left running). Reading trials back is
-``advisor.core.stored.read_trial``; writing them is the strategy's
-(``advisor.search.strategy.record_result``)."""
+"""Optuna storage: URL checks, opening, and finding a study by name. Reading trials back is
+``advisor.core.stored.read_trial``; writing them is the ledger's (``advisor.study.ledger``;
+every trial ends in ``advisor.study.trial_writes``)."""
 
 from __future__ import annotations
 
-import datetime
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import StudyError
-from advisor.core.stored import DRIVER, PROBE_DONE
 from advisor.core.units import first_line
 from advisor.study.storage_guard import open_guarded, shown_url, wait_s_from_env
 
@@ -172,38 +168,3 @@ def load(storage: Any, name: str | None, url: str | None = None) -> optuna.Study
     import optuna
 
     return optuna.load_study(study_name=find_study(storage, name, url), storage=storage)
-
-
-def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True,
-               alive: Callable[[str | None], bool] = lambda driver: False, young_s: float = 0.0) -> list[int]:
-    """Mark the trials a gone driver left RUNNING as failed ('interrupted', not counted:
-    their configurations run again), through Optuna's public storage API. A trial whose
-    driver is ``alive`` (``advisor.study.drivers``: another driver on the same study) is
-    left alone, and so are those whose probe is stored when ``keep_probed`` (two-stage
-    evaluation goes on with their accuracy part), and those younger than ``young_s`` that
-    name no driver yet. Returns their numbers."""
-    import optuna
-
-    now = datetime.datetime.now()  # Optuna's start times are naive local times
-
-    def gone(t: optuna.trial.FrozenTrial) -> bool:
-        driver = t.user_attrs.get(DRIVER)
-        if driver is None and t.datetime_start is not None and (now - t.datetime_start).total_seconds() < young_s:
-            return False  # just asked for by a driver that has not tagged it yet
-        return not alive(driver)
-
-    running = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-               if gone(t) and not (keep_probed and t.user_attrs.get(PROBE_DONE))]  # probed: resumed with its probe (advisor.study.accuracy_queue)
-    study_id = storage.get_study_id_from_name(study.study_name)
-    failed = []
-    for t in running:
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        try:
-            storage.set_trial_user_attr(trial_id, "failure_class", "interrupted")
-            storage.set_trial_user_attr(trial_id, "failure_message",
-                                        "the driver running it stopped (marked failed by a later driver)")
-            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-        except (RuntimeError, ValueError):  # another driver marked it first (UpdateFinishedTrialError)
-            continue
-        failed.append(t.number)
-    return failed

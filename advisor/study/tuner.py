@@ -38,6 +38,7 @@ from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
 from advisor.study.drivers import Drivers, join_study
+from advisor.study.ledger import Ledger
 from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
@@ -81,6 +82,7 @@ class Tuner:
         self.emit = on_event
         self.storage: Any = None  # the Optuna storage, once run() has opened it
         self.strategy: Strategy  # set by run(), once the study is open
+        self.ledger: Ledger  # the study's only writer; set by run(), once the study is open
         self.stop_reason: str | None = None  # why no more trials start (the budget, the time, the user)
         self.halt: str | None = None  # the user stopped the study (Ctrl-C, SIGTERM, stop())
         self.watch: BaselineWatch | None = None  # once the baseline is in
@@ -113,15 +115,17 @@ class Tuner:
             study = open_study(self.plan, self.storage, self.emit)
             self.drivers = join_study(study, self.storage, self.plan, self.emit)
             gpu_slots = executor.slots if executor.device == "cuda" else None
-            self.strategy = Strategy(study, self.plan.space, self.plan.baseline, workload=self.options.workload,
+            self.strategy = Strategy(self.plan.space, self.plan.baseline, workload=self.options.workload,
                                      sampler=self.options.sampler, budget=self.options.trials,
-                                     limits=self.options.limits, max_devices=gpu_slots, driver=self.drivers.id,
-                                     on_event=self.emit)
+                                     limits=self.options.limits, max_devices=gpu_slots,
+                                     combined=bool(study.user_attrs.get("combined")), on_event=self.emit)
+            self.ledger = Ledger(study, self.strategy, self.options.limits, driver=self.drivers.id,
+                                 on_event=self.emit)
             if self.options.two_stage:
-                self.queue = AccuracyQueue(study, self.strategy, self.plan.settings, self.options.limits, self.emit)
+                self.queue = AccuracyQueue(self.ledger, self.plan.settings, self.options.limits)
                 for number in self.queue.adopt_unfinished(self.drivers.alive):
                     self.emit(Note(f"trial {number} was probed by an earlier run: its accuracy part runs now"))
-            self.parts = Parts(self.plan, self.strategy, self.slots, self.queue, self.emit)
+            self.parts = Parts(self.plan, self.ledger, self.slots, self.queue, self.emit)
         except BaseException:
             executor.shutdown()
             raise
@@ -166,16 +170,16 @@ class Tuner:
     def _baseline(self) -> TrialRecord | None:
         """The stored baseline, or the baseline run now, alone (or by another driver on the
         study, waited for). None if stopped meanwhile."""
-        failed_before = self.strategy.baseline_failure
-        if not self._claim("baseline", "runs the baseline", lambda: self.strategy.baseline_record is not None or
-                           self.strategy.baseline_failure is not failed_before):
-            if self.strategy.baseline_record is None and self.strategy.baseline_failure is not failed_before:
-                failed = self.strategy.baseline_failure
+        failed_before = self.ledger.baseline_failure
+        if not self._claim("baseline", "runs the baseline", lambda: self.ledger.baseline_record is not None or
+                           self.ledger.baseline_failure is not failed_before):
+            if self.ledger.baseline_record is None and self.ledger.baseline_failure is not failed_before:
+                failed = self.ledger.baseline_failure
                 raise TrialFailed(f"the baseline trial ({self.plan.baseline.describe()}) failed on another "
                                   f"driver [{failed.failure_class}]: {failed.failure_message}")  # type: ignore[union-attr]
-            return self.strategy.baseline_record
+            return self.ledger.baseline_record
         if self.queue is None or not self.queue.waiting:  # else: adopted, probed already
-            self.parts.submit(self.strategy.propose_baseline())
+            self.parts.submit(self.ledger.propose_baseline())
         timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S
         records: list[TrialRecord] = []
         while self.stop_reason is None:
@@ -186,8 +190,8 @@ class Tuner:
                 break
             records += self.parts.collect(timeout)
         self.drivers.release("baseline")
-        if self.stop_reason is not None or self.strategy.baseline_record is not None:
-            return self.strategy.baseline_record
+        if self.stop_reason is not None or self.ledger.baseline_record is not None:
+            return self.ledger.baseline_record
         failed = records[-1]
         message = (f"the baseline trial ({self.plan.baseline.describe()}) failed "
                    f"[{failed.failure_class}]: {failed.failure_message}")
@@ -225,7 +229,7 @@ class Tuner:
             more = done + self.parts.in_flight() < self.options.trials  # trials still to start
             remeasure = self.watch.remeasure_reason(done, self.strategy.seeds_done) if more else None
             if remeasure and not self.slots:  # alone on the machine, like every measurement
-                self.watch.remeasure(remeasure, done, self.strategy.last_number, self.trial_timeout)
+                self.watch.remeasure(remeasure, done, self.ledger.last_number, self.trial_timeout)
                 continue
             if not remeasure:
                 self._start_trials()
@@ -236,7 +240,7 @@ class Tuner:
                 self.stop_reason = "the study's --timeout was reached"
                 break
             if not self.slots and not (self.queue is not None and self.queue.waiting):
-                if self.strategy.others_running and self.parts.done < self.options.trials:
+                if self.ledger.others_running and self.parts.done < self.options.trials:
                     time.sleep(WAIT_S)  # other drivers' trials: stored, or failed with their driver
                     continue
                 if self.strategy.space_exhausted and self.parts.done < self.options.trials:
@@ -259,7 +263,7 @@ class Tuner:
         accuracy run when enough probed configurations wait to choose among (or no probe
         can start), else a new configuration's probe while the budget allows."""
         while self.slots.free and time.monotonic() < self.deadline:
-            self.strategy.observe()  # what other drivers on the study stored or started meanwhile
+            self.ledger.observe()  # what other drivers on the study stored or started meanwhile
             can_probe = self.parts.done + self.parts.in_flight() < self.options.trials
             w = None
             if self.queue is not None:
@@ -268,7 +272,7 @@ class Tuner:
                                         or not can_probe)
             proposal = None
             if w is None and can_probe:
-                proposal = self.pending or self.strategy.propose()
+                proposal = self.pending or self.ledger.propose()
                 if proposal is None and self.queue is not None:  # the strategy waits for results: train meanwhile
                     w = self.queue.next_run(anyway=True)
             if w is not None:
@@ -291,12 +295,12 @@ class Tuner:
         count, this driver's others in flight and other drivers' trials started before it
         (lower numbers) leave room. Two drivers taking the last trial at once: the lower
         number runs, the other is stored as cancelled (not counted)."""
-        self.strategy.observe()
+        self.ledger.observe()
         mine = self.parts.in_flight_here()
-        before = sum(1 for n in self.strategy.others_running if n < proposal.number)
+        before = sum(1 for n in self.ledger.others_running if n < proposal.number)
         if self.parts.done + mine + before < self.options.trials:
             return True
-        self.strategy.tell(proposal.number, TrialResult.failed(
+        self.ledger.tell(proposal.number, TrialResult.failed(
             "cancelled", "cancelled: other drivers on the study took its last trials"), 0.0)
         return False
 
@@ -310,12 +314,12 @@ class Tuner:
         for number in self.drivers.fail_stale(self.storage, keep_probed=False):
             self.emit(Note(f"trial {number}: the driver running it is gone; marked failed, its configuration "
                            "runs again"))
-        self.strategy.observe()
+        self.ledger.observe()
 
     def _claim(self, step: str, what: str, done: Callable[[], bool]) -> bool:
         """Whether this driver does ``step`` now: not when ``done()``, nor while another
         live driver does it (waited for until ``done()`` or until that driver is gone)."""
-        self.strategy.observe()
+        self.ledger.observe()
         while self.stop_reason is None and not done():
             if self.drivers.claim(step):
                 return True
@@ -327,7 +331,7 @@ class Tuner:
                     self.stop_reason = "the study's --timeout was reached"
                 time.sleep(WAIT_S)
                 self._keep_up()
-                self.strategy.observe()
+                self.ledger.observe()
                 if done():
                     return False
         return False

@@ -12,7 +12,7 @@ from advisor.core.objectives import Limits
 from advisor.core.results import TrialResult
 from advisor.core.stored import read_study, read_trial
 from advisor.core.units import fmt_energy
-from advisor.search.strategy import record_result
+from advisor.study.ledger import record_result
 from advisor.study import storage as st
 
 from recorded_study import NAME, write_recorded_study

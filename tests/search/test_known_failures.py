@@ -16,6 +16,7 @@ from advisor.core.stored import TrialRecord, read_study
 from advisor.search.known_failures import REASON, KnownFailures, is_known_failure, normalise, signature
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
+from advisor.study.ledger import Ledger
 
 BASE = TrialConfig(batch_size=64)
 BUG = "RuntimeError: mat1 and mat2 must have the same dtype, got {n} at 0x7f{n}a0 in /tmp/advisor-{n}/model.py"
@@ -194,11 +195,11 @@ def result(config: TrialConfig, number: int) -> TrialResult:
                        accuracy=0.9, step_time_median_s=0.01)
 
 
-def drive(strategy: Strategy, stop_after_failures: int | None = None) -> None:
+def drive(ledger: Ledger, stop_after_failures: int | None = None) -> None:
     """Propose and tell until the strategy has nothing more (or that many failures are in)."""
     failures = 0
-    while (proposal := strategy.propose()) is not None:
-        record = strategy.tell(proposal.number, result(proposal.config, proposal.number), 1.0)
+    while (proposal := ledger.propose()) is not None:
+        record = ledger.tell(proposal.number, result(proposal.config, proposal.number), 1.0)
         failures += record.state == "failed"
         if failures == stop_after_failures:
             return
@@ -212,22 +213,25 @@ def study(tmp_path):
                                sampler=optuna.samplers.RandomSampler(seed=0))
 
 
-def new_strategy(study, events):
-    return Strategy(study, SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=20,
-                    limits=Limits(0.01), on_event=events.append)
+def new_ledger(study, events):
+    """The real strategy and the ledger that asks and stores for it (a new driver's: it
+    reads what the study holds)."""
+    strategy = Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=20,
+                        limits=Limits(0.01), on_event=events.append)
+    return Ledger(study, strategy, Limits(0.01), on_event=events.append)
 
 
 @pytest.mark.parametrize("resume", [False, True], ids=["one-driver", "resumed-after-the-second-failure"])
 def test_the_strategy_skips_what_failed_alike_twice_and_does_not_count_it(study, resume):
     events: list = []
-    strategy = new_strategy(study, events)
-    base = strategy.propose_baseline()
-    strategy.tell(base.number, result(base.config, base.number), 1.0)
-    drive(strategy, stop_after_failures=2 if resume else None)
+    ledger = new_ledger(study, events)
+    base = ledger.propose_baseline()
+    ledger.tell(base.number, result(base.config, base.number), 1.0)
+    drive(ledger, stop_after_failures=2 if resume else None)
     if resume:  # a new driver: what the two failures showed is read back from storage
-        strategy = new_strategy(study, events)
-        assert strategy._known_failures.rules
-        drive(strategy)
+        ledger = new_ledger(study, events)
+        assert ledger.strategy._known_failures.rules
+        drive(ledger)
     stored = read_study(study)
     ran = [r for r in stored.records if r.counted]
     failed_ = [r for r in ran if r.state == "failed"]
@@ -236,7 +240,7 @@ def test_the_strategy_skips_what_failed_alike_twice_and_does_not_count_it(study,
     assert len(skipped) == 2 and all(r.config.precision == "bf16" for r in skipped)
     assert {r.config.batch_size for r in failed_ + skipped} == {16, 32, 64, 128}  # each bf16 config answered once
     assert sum(r.state == "complete" for r in ran) == 4  # every fp32 configuration ran
-    assert strategy.counted == len(ran) == 6  # the skipped ones do not count
+    assert ledger.counted == len(ran) == 6  # the skipped ones do not count
     second = max(r.number for r in failed_)
     trials = " and ".join(str(r.number) for r in sorted(failed_, key=lambda r: r.number))
     for r in skipped:

@@ -17,6 +17,7 @@ from advisor.core.stored import read_study
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
 from advisor.study.accuracy_queue import AccuracyQueue
+from advisor.study.ledger import Ledger, ProbedOnly
 
 SPACE = parse_space({"batch_size": {"choices": [16, 32, 64, 128]}, "threads": {"choices": [None, 1]}},
                     "test", "test")
@@ -43,27 +44,45 @@ def accuracy(value, stop=None):
 
 
 class Run:
-    """A strategy and a queue on the study; ``propose(config)`` asks a trial with that config."""
+    """A strategy, its ledger and a queue on the study; ``probed(config)`` asks a trial with
+    that config and stores its probe. The queue decides, the ledger stores (as
+    ``advisor.study.parts.Parts`` does in a study)."""
 
     def __init__(self, study, limits=Limits(0.01)):
         self.notes: list[str] = []
-        self.strategy = Strategy(study, SPACE, TrialConfig(batch_size=32), workload="train", sampler="random",
+        self.strategy = Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random",
                                  budget=10, limits=limits)
-        self.queue = AccuracyQueue(study, self.strategy, TrialSettings(train_samples=1000), limits,
-                                   lambda e: self.notes.append(e.text) if isinstance(e, Note) else None)
+        self.ledger = Ledger(study, self.strategy, limits,
+                             on_event=lambda e: self.notes.append(e.text) if isinstance(e, Note) else None)
+        self.queue = AccuracyQueue(self.ledger, TrialSettings(train_samples=1000), limits)
 
     def baseline(self, thr=1000.0, mem=100.0, acc=0.9):
-        p = self.strategy.propose_baseline()
-        self.queue.probed(p, probe(thr, mem, FP), 1.0)
+        p = self.ledger.propose_baseline()
+        self._probe(p, probe(thr, mem, FP))
         assert self.queue.next_run(anyway=False).proposal is p  # the baseline runs, always, first
         self.queue.waiting[p.number].running = True
-        return self.queue.finished(p.number, accuracy(acc), 5.0)
+        return self.finished(p.number, accuracy(acc), 5.0)
 
     def probed(self, config, thr, mem, fingerprint=None):
-        trial = self.strategy.study.ask()
-        p = self.strategy._hand_out(trial, TrialConfig(**config))
-        self.queue.probed(p, probe(thr, mem, fingerprint), 1.0)
+        trial = self.ledger.study.ask()
+        p = self.ledger._hand_out(trial, TrialConfig(**config))
+        self._probe(p, probe(thr, mem, fingerprint))
         return p
+
+    def _probe(self, p, result):
+        w = self.queue.probed(p, result, 1.0)
+        self.ledger.store_probe(p.number, result, 1.0, w.at)
+
+    def settle(self):
+        return [self.ledger.apply(decision) for decision in self.queue.settle()]
+
+    def finished(self, number, result, wall_s):
+        w = self.queue.pop(number)
+        return self.ledger.store_accuracy(number, w.probe, w.wall_s, result, wall_s)
+
+    def cancel(self, number, reason):
+        self.queue.pop(number)
+        return self.ledger.cancel_accuracy(number, reason)
 
 
 def test_the_baseline_is_stored_with_both_parts(study):
@@ -81,7 +100,7 @@ def test_dominated_beyond_noise_is_stored_as_probed_with_the_reason(study):
     slow_big = run.probed({"batch_size": 64, "threads": 1}, 500.0, 150.0)
     near = run.probed({"batch_size": 64}, 950.0, 105.0)  # worse, but within the default noise
     small = run.probed({"batch_size": 16}, 300.0, 40.0)  # slower but smaller: a trade-off
-    done = run.queue.settle()
+    done = run.settle()
     assert [r.number for r in done] == [slow_big.number]
     stored = read_study(study)
     rec = stored.records[slow_big.number]
@@ -90,7 +109,7 @@ def test_dominated_beyond_noise_is_stored_as_probed_with_the_reason(study):
     assert rec.get("accuracy_skipped").startswith("dominated by trial 0 (2.00x its throughput, 0.67x its memory")
     assert study.trials[slow_big.number].state == optuna.trial.TrialState.PRUNED
     assert set(run.queue.waiting) == {near.number, small.number}
-    assert run.strategy.counted == 2  # the baseline and the probed one count towards --trials
+    assert run.ledger.counted == 2  # the baseline and the probed one count towards --trials
     assert slow_big.number not in [r.number for r in stored.front()]
 
 
@@ -106,7 +125,7 @@ def test_dominance_compares_ratios_to_the_baseline_measured_nearest_each_probe(s
     time.sleep(0.01)
     kept = run.probed({"batch_size": 64}, 700.0, 150.0)  # raw: 1000 >= 700 x 1.3, dominated on raw figures
     slow = run.probed({"batch_size": 128}, 400.0, 150.0)
-    done = run.queue.settle()
+    done = run.settle()
     assert [r.number for r in done] == [slow.number] and set(run.queue.waiting) == {kept.number}
     assert done[0].get("accuracy_skipped").startswith("dominated by trial 0 (1.50x its throughput")
 
@@ -134,9 +153,9 @@ def test_an_infeasible_front_leaves_the_others_to_run(study):
     w = run.queue.next_run(anyway=True)
     assert w.proposal.number == fast.number
     w.running = True
-    record = run.queue.finished(fast.number, accuracy(0.5), 3.0)  # far below the baseline: infeasible
+    record = run.finished(fast.number, accuracy(0.5), 3.0)  # far below the baseline: infeasible
     assert not record.feasible
-    assert run.queue.settle() == []  # an infeasible trial dominates nothing
+    assert run.settle() == []  # an infeasible trial dominates nothing
     assert run.queue.next_run(anyway=True).proposal.number == other.number
 
 
@@ -146,7 +165,7 @@ def test_a_gate_stop_is_stored_infeasible_with_where_it_stopped(study):
     p = run.probed({"batch_size": 128}, 3000.0, 90.0)
     run.queue.waiting[p.number].running = True
     stop = {"samples": 256, "fraction": 0.25, "reason": "behind the baseline beyond noise", "baseline_metric": 0.7}
-    record = run.queue.finished(p.number, accuracy(0.895, stop), 1.0)  # within the limit, but stopped
+    record = run.finished(p.number, accuracy(0.895, stop), 1.0)  # within the limit, but stopped
     assert record.state == "complete" and not record.feasible
     assert record.constraints["accuracy_drop"] > 0 and record.get("early_stop")["fraction"] == 0.25
 
@@ -158,7 +177,7 @@ def test_same_training_numerics_reuse_an_accuracy(study):
     other = {**FP, "losses": [2.3, 2.2, 2.0, 1.9, 1.7]}
     differs = run.probed({"batch_size": 16, "threads": 1}, 700.0, 60.0, FP)  # batch size: never reused
     numerics = run.probed({"batch_size": 32, "threads": 1}, 500.0, 100.0, other)
-    done = {r.number: r for r in run.queue.settle()}
+    done = {r.number: r for r in run.settle()}
     assert same.number in done and differs.number not in done
     rec = done[same.number]
     assert rec.state == "complete" and rec.figures.accuracy == 0.9 and rec.get("accuracy_reused_from") == 0
@@ -171,7 +190,7 @@ def test_over_the_memory_cap_needs_no_accuracy_run(study):
     run = Run(study, Limits(0.01, memory_cap=120.0))
     run.baseline(1000.0, 100.0)
     big = run.probed({"batch_size": 128}, 300.0, 130.0)
-    [record] = run.queue.settle()
+    [record] = run.settle()
     assert record.number == big.number and "over the memory cap" in record.get("accuracy_skipped")
 
 
@@ -179,7 +198,7 @@ def test_cancelled_keeps_the_probe_and_does_not_count(study):
     run = Run(study)
     run.baseline()
     p = run.probed({"batch_size": 64}, 900.0, 90.0)
-    record = run.queue.cancel(p.number, "interrupted by SIGINT")
+    record = run.cancel(p.number, "interrupted by SIGINT")
     assert record.state == "failed" and not record.counted and record.get("throughput") == 900.0
     assert "before its accuracy part" in record.failure_message
 
@@ -191,7 +210,7 @@ def test_a_probed_only_trial_cannot_be_exported(study):
     run = Run(study)
     run.baseline(1000.0, 100.0)
     slow_big = run.probed({"batch_size": 64, "threads": 1}, 500.0, 150.0)
-    run.queue.settle()
+    run.settle()
     with pytest.raises(StudyError, match="was probed only .* its metric is unknown"):
         trial_by_number(read_study(study), slow_big.number)
 
@@ -209,8 +228,20 @@ def test_combinations_read_each_trial_against_the_baseline_measured_nearest_it(s
     for config, memory in (({"batch_size": 64}, 100.0), ({"threads": 1}, 70.0)):  # faster; smaller
         p = run.probed({"batch_size": 32, **config}, 700.0, memory)
         run.queue.waiting[p.number].running = True
-        assert run.queue.finished(p.number, accuracy(0.9), 1.0).feasible
-    run.strategy._enqueue_combinations()
-    queued = [t.user_attrs for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
-    assert [q["seed_config"]["batch_size"] for q in queued if q.get("combination")] == [64]
-    assert [q["seed_config"]["threads"] for q in queued if q.get("combination")] == [1]
+        assert run.finished(p.number, accuracy(0.9), 1.0).feasible
+    chosen = run.strategy._combinations(run.ledger.baseline_record, run.ledger.stored())
+    assert [(c.batch_size, c.threads) for c in chosen] == [(64, 1)]
+
+
+def test_the_queue_decides_and_only_the_ledger_stores(study):
+    """settle() takes its decisions out of the queue and writes nothing: the trial stays
+    RUNNING until the ledger applies the decision."""
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    slow_big = run.probed({"batch_size": 64, "threads": 1}, 500.0, 150.0)
+    [decision] = run.queue.settle()
+    assert isinstance(decision, ProbedOnly) and decision.number == slow_big.number
+    assert slow_big.number not in run.queue.waiting
+    assert study.trials[slow_big.number].state == optuna.trial.TrialState.RUNNING
+    assert run.ledger.apply(decision).state == "probed"
+    assert study.trials[slow_big.number].state == optuna.trial.TrialState.PRUNED

@@ -13,7 +13,7 @@ import pytest
 from advisor.core.stored import DRIVER
 from advisor.study import drivers as drv
 from advisor.study.drivers import Drivers
-from advisor.study.storage import fail_stale
+from advisor.study.trial_writes import fail_stale
 
 
 class Clock:

@@ -1,0 +1,332 @@
+"""The ledger: the only writer of a study's trials. It asks Optuna for trials, writes their
+attributes, and tells Optuna their results (through ``advisor.study.trial_writes.tell_trial``,
+the one place that does; the drivers' repair of trials a gone driver left running ends
+them there too);
+it reads trials back as ``TrialRecord`` and keeps what the study knows (the baseline, the
+trials that count, those other drivers run). Everything that decides asks it and returns
+decisions: ``Strategy.decide`` (run, skip, duplicate) and ``AccuracyQueue.settle``
+(dominated, reused). Trials are written as ``advisor.core.stored`` reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from advisor.core.config import TrialConfig
+from advisor.core.events import Duplicate as DuplicateEvent
+from advisor.core.events import Listener, Note, Skipped, ignore
+from advisor.core.objectives import Figures, Limits
+from advisor.core.results import TrialResult
+from advisor.core.stored import (
+    ACCURACY_REUSED,
+    ACCURACY_RUN,
+    ACCURACY_SKIPPED,
+    BASELINE,
+    COMBINATION,
+    CONFIG,
+    CURVE,
+    DISTURBED_RUNS,
+    DRIVER,
+    DUPLICATE_OF,
+    EARLY_STOP,
+    INITIAL_LOSS,
+    PROBE_DONE,
+    PROBE_WALL,
+    PROBED_AT,
+    SEED_CONFIG,
+    WALL,
+    StoredStudy,
+    TrialRecord,
+    config_attrs,
+    read_study,
+    read_trial,
+    result_attrs,
+    skipped_attrs,
+)
+from advisor.search.strategy import Duplicate, Proposal, Skip, Strategy
+from advisor.study.trial_writes import record_result, tell_trial
+
+if TYPE_CHECKING:
+    import optuna
+
+
+@dataclass(frozen=True)
+class ProbedOnly:
+    """Decided (``AccuracyQueue.settle``): probed trial ``number`` needs no accuracy run,
+    for ``reason``; stored as probed only."""
+
+    number: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reused:
+    """Decided (``AccuracyQueue.settle``): probed trial ``number`` trains like ``source``
+    (its first steps within ``difference``, relative): ``source``'s metric is reused."""
+
+    number: int
+    probe: TrialResult
+    probe_wall_s: float
+    source: TrialRecord
+    difference: float
+
+
+class Ledger:
+    """The study's trials as this driver writes and knows them.
+
+    Args:
+        study: the (new or resumed) Optuna study; its stored trials are learnt from.
+        strategy: decides what runs; told every trial stored.
+        limits: what makes a trial feasible (its constraints).
+        driver: this driver's id, written on every trial it hands out.
+        on_event: receives ``Skipped``, ``Duplicate`` and ``Note`` events.
+    """
+
+    def __init__(self, study: optuna.Study, strategy: Strategy, limits: Limits, *, driver: str | None = None,
+                 on_event: Listener = ignore) -> None:
+        self.study, self.strategy, self.limits, self.driver, self.emit = study, strategy, limits, driver, on_event
+        self.baseline_record: TrialRecord | None = None
+        self.baseline_failure: TrialRecord | None = None  # the latest baseline trial that failed (counted)
+        self.counted = 0  # trials stored that count towards the budget, by any driver
+        self.others_running: dict[int, TrialRecord] = {}  # started by other drivers, not finished yet
+        self._asked: dict[int, tuple[optuna.Trial, Proposal]] = {}  # handed out here, not stored yet
+        self._final: set[int] = set()  # numbers of the finished trials learnt from
+        self.observe(quiet=True)  # a resumed study: what its stored trials showed
+
+    # ---- reading ------------------------------------------------------------------------
+    def stored(self) -> StoredStudy:
+        """The study as stored now."""
+        return read_study(self.study)
+
+    @property
+    def reference_accuracy(self) -> float | None:
+        """The baseline's metric (None until it is in: the baseline is its own reference)."""
+        base = self.baseline_record
+        return base.figures.accuracy if base is not None and base.figures is not None else None
+
+    @property
+    def last_number(self) -> int:
+        """The number of the latest trial of the study (-1 before any)."""
+        trials = self.study.get_trials(deepcopy=False)
+        return trials[-1].number if trials else -1
+
+    def observe(self, quiet: bool = False) -> None:
+        """Learn from the trials stored or started by others since the last call (an earlier
+        run of the study, or another driver on it: ``advisor.study.drivers``): their
+        configurations count as seen, their results as counted and as known failures
+        (``quiet``: without a note of what that teaches)."""
+        for frozen in self.study.get_trials(deepcopy=False):
+            if frozen.number in self._final or frozen.number in self._asked:
+                continue
+            record = read_trial(frozen)
+            if record.state == "waiting":
+                continue
+            if record.state == "running":  # (without a configuration: just asked for; it may still be skipped)
+                self.others_running[record.number] = record
+                self.strategy.running_elsewhere(record)
+                continue
+            self._final.add(record.number)
+            self.others_running.pop(record.number, None)
+            self._learn(record, record.config.key() if record.config is not None else None, quiet)
+
+    # ---- proposing ----------------------------------------------------------------------
+    def propose_baseline(self) -> Proposal:
+        """The baseline as the next trial (when the study has no completed baseline)."""
+        space, baseline = self.strategy.space, self.strategy.baseline
+        self.study.enqueue_trial(space.enqueue_params(baseline), user_attrs={BASELINE: True})
+        trial = self.study.ask()
+        return self._hand_out(trial, space.sample(trial, base=baseline), baseline=True)
+
+    def propose(self) -> Proposal | None:
+        """The next configuration to run, or None when there is none for now: the strategy
+        waits for results, every configuration has been seen (``space_exhausted``), or the
+        sampler only repeats itself (``gave_up``). Duplicates and skipped configurations
+        are stored on the way."""
+        strategy, space = self.strategy, self.strategy.space
+        while not strategy.space_exhausted and strategy.gave_up is None:
+            queued = strategy.to_queue(own_in_flight=bool(self._asked), waiting=self._waiting,
+                                       baseline=self.baseline_record, stored=self.stored)
+            if queued is None:
+                return None
+            for config in queued.seeds:
+                self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
+                                         user_attrs={SEED_CONFIG: config.to_dict()})
+            if queued.combined:
+                self.study.set_user_attr("combined", True)
+            for config in queued.combinations:
+                self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
+                                         user_attrs={SEED_CONFIG: config.to_dict(), COMBINATION: True})
+            trial = self.study.ask()
+            seed = trial.user_attrs.get(SEED_CONFIG)
+            decision = strategy.decide(space.sample(trial, base=TrialConfig.from_dict(seed) if seed else None))
+            if isinstance(decision, Duplicate):
+                self._store_duplicate(trial, decision.earlier)
+            elif isinstance(decision, Skip):
+                self._store_skipped(trial, decision)
+            else:
+                return self._hand_out(trial, decision.config)
+        return None
+
+    def adopt(self, frozen: optuna.trial.FrozenTrial) -> Proposal:
+        """Take over a trial an earlier driver left running between its two parts (its
+        probe stored): it continues here as if proposed now."""
+        import optuna
+
+        trial = optuna.trial.Trial(self.study, frozen._trial_id)
+        config = TrialConfig.from_dict(frozen.user_attrs[CONFIG])
+        proposal = Proposal(frozen.number, config, bool(frozen.user_attrs.get(BASELINE)))
+        self.others_running.pop(frozen.number, None)
+        if self.driver is not None:
+            trial.set_user_attr(DRIVER, self.driver)
+        self._asked[frozen.number] = (trial, proposal)
+        self.strategy.handed_out(proposal)
+        return proposal
+
+    def adopt_probed(self, alive: Callable[[str | None], bool]) -> list[tuple[Proposal, TrialRecord]]:
+        """Adopt the trials gone drivers left running after their probe (``alive``: whether
+        a driver still runs); each with its stored record (its probe)."""
+        import optuna
+
+        adopted = []
+        for frozen in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if frozen.user_attrs.get(PROBE_DONE) and not alive(frozen.user_attrs.get(DRIVER)):
+                adopted.append((self.adopt(frozen), read_trial(frozen)))
+        return adopted
+
+    # ---- storing ------------------------------------------------------------------------
+    def tell(self, number: int, result: TrialResult, wall_s: float) -> TrialRecord:
+        """Store the result of trial ``number`` run in one part (or failed, or cancelled)."""
+        trial, _ = self._asked[number]
+        return self._finish(number, record_result(self.study, trial, result, wall_s, self.limits,
+                                                  self.reference_accuracy))
+
+    def note_disturbed(self, number: int, result: TrialResult, why: str) -> None:
+        """Record with running trial ``number`` a measurement taken on a disturbed machine
+        (its figures and why); the trial runs again and counts once, when it completes."""
+        trial, _ = self._asked[number]
+        runs = list(trial.user_attrs.get(DISTURBED_RUNS, []))
+        runs.append({"reason": why, "throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes,
+                     "accuracy": result.accuracy, "sentinel": result.telemetry.get("sentinel")})
+        trial.set_user_attr(DISTURBED_RUNS, runs)
+
+    def store_probe(self, number: int, result: TrialResult, wall_s: float, at: float) -> None:
+        """A probe that went well, stored on its still running trial at once (a driver killed
+        before its accuracy part leaves it for the next run to adopt)."""
+        trial, _ = self._asked[number]
+        for key, value in result_attrs(result, wall_s).items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr(PROBE_WALL, wall_s)
+        trial.set_user_attr(PROBED_AT, at)
+        trial.set_user_attr(PROBE_DONE, True)
+
+    def store_accuracy(self, number: int, probe: TrialResult, probe_wall_s: float, result: TrialResult,
+                       wall_s: float) -> TrialRecord:
+        """Store a probed trial's accuracy run with its probe, and tell it."""
+        trial, proposal = self._asked[number]
+        run = {"wall_s": wall_s, "phase_s": result.phase_s, "peak_memory_bytes": result.peak_memory_bytes,
+               "host": result.host, "pid": result.pid}
+        trial.set_user_attr(ACCURACY_RUN, run)
+        trial.set_user_attr(WALL, probe_wall_s + wall_s)
+        if not result.ok:
+            trial.set_user_attr("failure_class", result.failure_class)
+            trial.set_user_attr("failure_message", result.failure_message)
+            return self._finish(number, tell_trial(self.study, trial))
+        for key in ("accuracy", "train_samples", "final_loss"):
+            trial.set_user_attr(key, getattr(result, key))
+        stop = result.telemetry.get("early_stop")
+        trial.set_user_attr(CURVE, result.telemetry.get("curve"))
+        if result.telemetry.get("model"):  # the trained and finished model's facts replace the probe's
+            trial.set_user_attr("telemetry", probe.telemetry | {"model": result.telemetry["model"]})
+        trial.set_user_attr(INITIAL_LOSS, result.telemetry.get("initial_loss"))
+        if stop:
+            trial.set_user_attr(EARLY_STOP, stop)
+        figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0),
+                          float(result.accuracy))  # type: ignore[arg-type]
+        return self._complete(number, figures, early_stopped=bool(stop), baseline=proposal.baseline)
+
+    def cancel_accuracy(self, number: int, reason: str) -> TrialRecord:
+        """The study stops before a probed trial's accuracy part is done: stored as cancelled
+        (its probe kept with it; not counted: it runs again on resume)."""
+        trial, _ = self._asked[number]
+        trial.set_user_attr("failure_class", "cancelled")
+        trial.set_user_attr("failure_message", f"cancelled before its accuracy part: {reason}")
+        return self._finish(number, tell_trial(self.study, trial))
+
+    def apply(self, decision: ProbedOnly | Reused) -> TrialRecord:
+        """Store a probed trial as the accuracy queue decided: probed only, or with a
+        reused metric."""
+        trial, _ = self._asked[decision.number]
+        if isinstance(decision, ProbedOnly):
+            trial.set_user_attr(ACCURACY_SKIPPED, decision.reason)
+            return self._finish(decision.number, tell_trial(self.study, trial, pruned=True))
+        source, probe = decision.source, decision.probe
+        assert source.figures is not None
+        trial.set_user_attr(ACCURACY_REUSED, source.number)
+        trial.set_user_attr("accuracy_reuse_difference", decision.difference)
+        trial.set_user_attr("accuracy", source.figures.accuracy)
+        trial.set_user_attr(WALL, decision.probe_wall_s)
+        self.emit(Note(f"trial {decision.number}: accuracy reused from trial {source.number} (same training "
+                       f"numerics: its first steps agree within {decision.difference:.1e}, relative)"))
+        figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), source.figures.accuracy)
+        return self._complete(decision.number, figures)
+
+    # ---- the steps ----------------------------------------------------------------------
+    def _complete(self, number: int, figures: Figures, early_stopped: bool = False,
+                  baseline: bool = False) -> TrialRecord:
+        reference = figures.accuracy if baseline or self.reference_accuracy is None else self.reference_accuracy
+        constraints = self.limits.constraints(figures, reference)
+        if early_stopped:  # infeasible by the gate's decision, whatever the figure where it stopped
+            constraints["accuracy_drop"] = max(constraints["accuracy_drop"], 1e-9)
+        trial, _ = self._asked[number]
+        return self._finish(number, tell_trial(self.study, trial, figures, constraints))
+
+    def _finish(self, number: int, frozen: optuna.trial.FrozenTrial) -> TrialRecord:
+        _, proposal = self._asked.pop(number)
+        record = read_trial(frozen)
+        self._final.add(number)
+        self._learn(record, proposal.config.key())
+        return record
+
+    def _learn(self, record: TrialRecord, key: str | None, quiet: bool = False) -> None:
+        self.strategy.learn(record, key, quiet)
+        self.counted += record.counted
+        if record.baseline and record.state == "complete":
+            self.baseline_record = record
+        elif record.baseline and record.counted:
+            self.baseline_failure = record
+
+    def _hand_out(self, trial: optuna.Trial, config: TrialConfig, baseline: bool = False) -> Proposal:
+        if self.driver is not None:  # first: a trial with a configuration names its driver
+            trial.set_user_attr(DRIVER, self.driver)
+        for key, value in config_attrs(config).items():
+            trial.set_user_attr(key, value)
+        proposal = Proposal(trial.number, config, baseline)
+        self._asked[trial.number] = (trial, proposal)
+        self.strategy.handed_out(proposal)
+        return proposal
+
+    def _waiting(self) -> bool:
+        import optuna
+
+        return bool(self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+    def _store_skipped(self, trial: optuna.Trial, skip: Skip) -> None:
+        """A configuration that is not run: failed and skipped (not counted)."""
+        for key, value in skipped_attrs(skip.config, skip.reason, skip.failure_class).items():
+            trial.set_user_attr(key, value)
+        record = read_trial(tell_trial(self.study, trial))
+        self._final.add(trial.number)
+        self.strategy.learn(record, skip.config.key())
+        self.emit(Skipped(trial.number, skip.config, skip.reason))
+
+    def _store_duplicate(self, trial: optuna.Trial, earlier: TrialRecord | Proposal) -> None:
+        """A configuration already measured (or running): answered from the earlier trial."""
+        trial.set_user_attr(DUPLICATE_OF, earlier.number)
+        if isinstance(earlier, TrialRecord) and earlier.state == "complete" and earlier.figures is not None:
+            tell_trial(self.study, trial, earlier.figures, earlier.constraints)
+        else:  # still running, skipped, or it failed
+            tell_trial(self.study, trial)
+        self._final.add(trial.number)
+        self.emit(DuplicateEvent(trial.number, earlier.number))
