@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
+from advisor.core.feasibility import Verdict
 from advisor.core.metric import ACCURACY, MetricSpec
 from advisor.core.noise import within_noise
 
@@ -90,6 +91,7 @@ class Versus:
     pairs: int = 0
     epsilon: float = 0.0
     baseline: bool = False  # the baseline against itself: 1.00x by definition, neither confirmed nor not
+    verdict: Verdict | None = None  # the metric against the baseline's seeds (advisor.core.feasibility)
 
     @property
     def accuracy_within_noise(self) -> bool:
@@ -101,7 +103,9 @@ class Versus:
                 "throughput_interval": list(self.throughput_interval) if self.throughput_interval else None,
                 "memory_interval": list(self.memory_interval) if self.memory_interval else None,
                 "pairs": self.pairs, "accuracy_noise_epsilon": self.epsilon,
-                "accuracy_within_noise": self.accuracy_within_noise}
+                "accuracy_within_noise": self.accuracy_within_noise,
+                "metric_verdict": self.verdict.kind if self.verdict is not None else None,
+                "metric_bounds": [self.verdict.low, self.verdict.high] if self.verdict is not None else None}
 
     def cells(self) -> tuple[str, str, str]:
         """Compact table cells: throughput ratio, memory ratio ('1.52x (1.46-1.58)' or
@@ -125,9 +129,13 @@ class Versus:
         return _ratio_text(self.memory_ratio, self.memory_interval, self.pairs, self.confirmed)
 
     def accuracy_text(self, metric: MetricSpec = ACCURACY) -> str:
-        """'+0.3 pt', '+0.3 pt, within noise' (in the metric's own terms: '-0.12 nats')."""
+        """'+0.3 pt', '-0.8 pt, undecided' (within the noise of the allowed drop: the
+        verdict, ``advisor.core.feasibility``) or, without a verdict, '+0.3 pt, within
+        noise' (in the metric's own terms: '-0.12 nats')."""
         if self.accuracy_delta is None:
             return "-"
+        if self.verdict is not None:
+            return metric.delta_text(self.accuracy_delta) + (", undecided" if not self.verdict.decided else "")
         return metric.delta_text(self.accuracy_delta) + (", within noise" if self.accuracy_within_noise else "")
 
     def summary(self, metric: MetricSpec = ACCURACY) -> str:

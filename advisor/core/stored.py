@@ -10,15 +10,17 @@ through it.
 
 from __future__ import annotations
 
+import statistics
 import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from advisor.core.config import TrialConfig
+from advisor.core.feasibility import Verdict, verdict
 from advisor.core.metric import MetricSpec
 from advisor.core.noise import AccuracyNoise
-from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
+from advisor.core.objectives import Figures, Limits, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
 
@@ -222,6 +224,49 @@ class StoredStudy:
         return self.accuracy_noise.epsilon if self.accuracy_noise is not None else 0.0
 
     @cached_property
+    def limits(self) -> Limits:
+        """What made a trial feasible in this study (as it was run)."""
+        cap = self.attrs.get("memory_cap_bytes")
+        return Limits(float(self.attrs.get("max_accuracy_drop", 0.01)), float(cap) if cap else None,
+                      bool(self.attrs.get("max_drop_relative")))
+
+    def metric_values(self, record: TrialRecord) -> list[float]:
+        """``record``'s metric, one value per seed it was trained with: the baseline's seeds
+        (``accuracy_noise``) for the baseline, and for a trial whose metric was reused from
+        another (same training numerics), that trial's values."""
+        base = self.baseline
+        source = record.get(ACCURACY_REUSED)
+        if base is not None and (record.number == base.number or source == base.number):
+            return self.baseline_values
+        if source is not None:
+            other = next((r for r in self.records if r.number == source), None)
+            if other is not None and other.get(ACCURACY_REUSED) is None:
+                return self.metric_values(other)
+        return [record.figures.accuracy] if record.figures is not None else []
+
+    @cached_property
+    def baseline_values(self) -> list[float]:
+        """The baseline's metric over its seeds (trial 0's alone without a noise estimate)."""
+        if self.accuracy_noise is not None and self.accuracy_noise.values:
+            return list(self.accuracy_noise.values)
+        base = self.baseline
+        return [base.figures.accuracy] if base is not None and base.figures is not None else []
+
+    @property
+    def baseline_metric(self) -> float | None:
+        """The reference every trial's metric is judged against: the baseline's seed mean."""
+        values = self.baseline_values
+        return statistics.fmean(values) if values else None
+
+    def verdict(self, record: TrialRecord) -> Verdict | None:
+        """``record``'s metric against the baseline's, with the noise
+        (``advisor.core.feasibility``); None without both."""
+        values, reference = self.metric_values(record), self.baseline_metric
+        if not values or reference is None:
+            return None
+        return verdict(values, self.baseline_values, self.limits.allowed(reference))
+
+    @cached_property
     def baseline_measurements(self) -> list[tuple[float, float]]:
         """(when, throughput) of every measurement of the baseline, in time order: trial 0
         (unless its sentinel showed a disturbed machine) and the re-measurements."""
@@ -260,17 +305,18 @@ class StoredStudy:
                 return Versus(None, None, None)
             return Versus(ratio(probe[0], self.reference_throughput(record)),
                           ratio(probe[1], base.figures.peak_memory_bytes), None, epsilon=self.epsilon)
-        delta = record.figures.accuracy - base.figures.accuracy
+        reference = self.baseline_metric if self.baseline_metric is not None else base.figures.accuracy
+        delta, judged = record.figures.accuracy - reference, self.verdict(record)
         if record.number == base.number:
             return Versus(1.0, 1.0, 0.0, epsilon=self.epsilon, baseline=True)
         c = self.confirmations.get(record.number)
         if c is not None and c.throughput is not None and c.memory is not None:
             thr, mem = c.throughput, c.memory
             return Versus(thr.center, mem.center, delta, True, (thr.low, thr.high), (mem.low, mem.high), thr.n,
-                          self.epsilon)
+                          self.epsilon, verdict=judged)
         return Versus(ratio(record.figures.throughput, self.reference_throughput(record)),
                       ratio(record.figures.peak_memory_bytes, base.figures.peak_memory_bytes), delta,
-                      epsilon=self.epsilon)
+                      epsilon=self.epsilon, verdict=judged)
 
     def relative_figures(self, record: TrialRecord) -> Figures:
         """``record``'s figures as ratios to the baseline (confirmed where it was), the

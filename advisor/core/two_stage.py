@@ -19,13 +19,15 @@ accuracy run stops early. ``advisor.study.accuracy_queue`` applies them; the tri
 3. **The accuracy gate.** The baseline's accuracy run records its learning curve (mean
    training loss since the previous point, and the metric on the validation set) at
    ``CURVE_FRACTIONS`` of the study's sample budget, as do its extra seeds. Another
-   accuracy run, at the same number of samples seen, stops early when its metric is below
-   the baseline's by more than the accuracy limit plus the noise at two points in a row
-   (behind beyond noise), or when its mean loss is not finite or above twice the
-   baseline's loss at its first step, the untrained model's (diverged). The noise at a point is the larger of the
-   study's metric noise (epsilon, 2 standard deviations of the seeds' final metrics) and 2
-   standard deviations of the seeds' metrics at that point. Without seeds only
-   divergence stops a run.
+   accuracy run, at the same number of samples seen, stops early when its metric is behind
+   beyond noise at two points in a row, or when its mean loss is not finite or above twice
+   the baseline's loss at its first step, the untrained model's (diverged). "Behind beyond
+   noise" is the final feasibility check's rule (``advisor.core.feasibility``), applied to
+   the baseline's seeds' metrics at that point: the run's one value there is called
+   infeasible against their mean, one-sided, at level 5% / the number of points
+   (Bonferroni: over all points a run truly within the limit is stopped at most 5% of the
+   time, before the two-in-a-row rule makes it rarer still). Without seeds only divergence
+   stops a run.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.core.feasibility import LEVEL, single_value_floor
 from advisor.core.metric import ACCURACY, MetricSpec
 
 CURVE_FRACTIONS = (0.25, 0.5, 0.75)  # of the sample budget, where learning curves are recorded
@@ -184,19 +187,20 @@ class Gate:
 
 
 def gate_from(base_curve: Sequence[dict[str, Any]], seed_curves: Sequence[Sequence[dict[str, Any]]],
-              max_drop: float, epsilon: float = 0.0, initial_loss: float | None = None) -> Gate | None:
+              max_drop: float, initial_loss: float | None = None) -> Gate | None:
     """The gate from the baseline's curve and its extra seeds' curves (points as recorded
-    by ``advisor.trial.accuracy``: ``samples``, ``loss``, ``metric``), the study's metric
-    noise ``epsilon`` and the baseline's first-step loss; None without a curve."""
+    by ``advisor.trial.accuracy``: ``samples``, ``loss``, ``metric``), the allowed drop and
+    the baseline's first-step loss; None without a curve."""
     if not base_curve:
         return None
     points, floors, metrics = [], [], []
+    alpha = (1 - LEVEL) / len(base_curve)
     for i, point in enumerate(base_curve):
         values = [point["metric"]] + [c[i]["metric"] for c in seed_curves
                                       if i < len(c) and c[i].get("samples") == point["samples"]]
         floor = None
         if len(values) >= 2 and None not in values:
-            floor = point["metric"] - max_drop - max(epsilon, NOISE_SDS * statistics.stdev(values))
+            floor = single_value_floor([float(v) for v in values], max_drop, alpha)
         points.append(int(point["samples"]))
         floors.append(floor)
         metrics.append(float(point["metric"]))

@@ -224,9 +224,14 @@ class TuneOutput:
 
 
 def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = ACCURACY) -> str:
-    """Why a trial is infeasible, and whether its metric drop is beyond the metric's noise."""
+    """Why a trial is infeasible, and whether its metric drop is beyond the metric's noise
+    (the verdict, ``advisor.core.feasibility``: decided, or undecided within the noise)."""
     why = []
-    if constraints.get("accuracy_drop", 0) > 0:
+    verdict = vs.verdict if vs is not None else None
+    if constraints.get("accuracy_drop", 0) > 0 and verdict is not None and verdict.noise_known:
+        likely = "likely " if not verdict.decided else ""
+        why.append(f"{metric.name} {likely}worse than --max-metric-drop allows ({verdict.text(metric.delta_text)})")
+    elif constraints.get("accuracy_drop", 0) > 0:
         text = f"{metric.name} worse than --max-metric-drop allows"
         if vs is not None and vs.accuracy_delta is not None and vs.epsilon > 0:
             noise = metric.noise_text(vs.epsilon)

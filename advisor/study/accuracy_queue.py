@@ -189,8 +189,7 @@ class AccuracyQueue:
         noise = self.ledger.study.user_attrs.get(ACCURACY_NOISE) or {}
         limits = self.limits
         allowed = limits.allowed(base.figures.accuracy) if base.figures is not None else limits.max_accuracy_drop
-        return gate_from(base.get(CURVE) or [], noise.get("curves") or [], allowed,
-                         float(noise.get("epsilon") or 0.0), base.get(INITIAL_LOSS))
+        return gate_from(base.get(CURVE) or [], noise.get("curves") or [], allowed, base.get(INITIAL_LOSS))
 
     def margins(self) -> ProbeMargins:
         """Probe noise from the baseline's own measurements in this study."""

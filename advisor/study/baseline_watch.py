@@ -12,6 +12,7 @@ study attributes (``advisor.core.stored``: ``BASELINE_MEASUREMENTS``, ``ACCURACY
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,8 +20,9 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note
+from advisor.core.feasibility import verdict
 from advisor.core.noise import AccuracyNoise, SentinelJudge, reading_of
-from advisor.core.objectives import Figures, Versus, ratio
+from advisor.core.objectives import Figures, Limits, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import ACCURACY_NOISE, BASELINE_DISTURBED, BASELINE_MEASUREMENTS, TrialRecord, read_trial
 from advisor.core.units import first_line
@@ -56,6 +58,7 @@ class BaselineWatch:
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
         self.epsilon = 0.0  # the metric's noise, once measured
+        self.noise: AccuracyNoise | None = None  # the baseline's metric over its seeds, once measured
         self.load_noise()
         self._numbers = itertools.count(2_000_000)  # executor handle numbers, apart from trial numbers
 
@@ -84,26 +87,33 @@ class BaselineWatch:
                 curves.append(result.telemetry["curve"])
         noise = AccuracyNoise(used, values)
         self.study.set_user_attr(ACCURACY_NOISE, noise.to_dict() | ({"curves": curves} if curves else {}))
-        self.epsilon = noise.epsilon
+        self.epsilon, self.noise = noise.epsilon, noise
         spec = self.workload.metric_spec
         self.emit(Note(f"the metric's noise: {spec.name} {', '.join(spec.value_text(v) for v in values)} over seeds "
-                       f"{used}; differences within {spec.noise_text(noise.epsilon)} are within noise"))
+                       f"{used} (mean {spec.value_text(statistics.fmean(values))}, the reference every trial is "
+                       f"judged against); seed-to-seed spread {spec.noise_text(noise.epsilon)}"))
 
     def load_noise(self) -> None:
         """The metric's noise as stored (measured here, or by another driver on the study)."""
         noise = AccuracyNoise.from_dict(self.study.user_attrs.get(ACCURACY_NOISE))
         if noise is not None:
-            self.epsilon = noise.epsilon
+            self.epsilon, self.noise = noise.epsilon, noise
 
-    def versus(self, result: TrialResult, base: Figures, probe: bool = False) -> Versus | None:
-        """A result against the latest measurement of the baseline (unconfirmed); a
+    def versus(self, result: TrialResult, base: Figures, limits: Limits, probe: bool = False) -> Versus | None:
+        """A result against the latest measurement of the baseline (unconfirmed), its metric
+        against the baseline's seed mean with the verdict (``advisor.core.feasibility``); a
         probe's (``probe``) without the metric."""
         if not result.ok or (result.accuracy is None and not probe):
             return None
         latest = self.base_throughput or base.throughput
-        delta = result.accuracy - base.accuracy if result.accuracy is not None else None
+        seeds = self.noise.values if self.noise is not None and self.noise.values else [base.accuracy]
+        reference = statistics.fmean(seeds)
+        delta = judged = None
+        if result.accuracy is not None:
+            delta = result.accuracy - reference
+            judged = verdict([result.accuracy], seeds, limits.allowed(reference))
         return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.peak_memory_bytes),
-                      delta, epsilon=self.epsilon)
+                      delta, epsilon=self.epsilon, verdict=judged)
 
     # ---- the machine's noise -----------------------------------------------------------
     def disturbed(self, number: int, result: TrialResult) -> str | None:

@@ -10,6 +10,7 @@ decisions: ``Strategy.decide`` (run, skip, duplicate) and ``AccuracyQueue.settle
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,9 +18,11 @@ from typing import TYPE_CHECKING
 from advisor.core.config import TrialConfig
 from advisor.core.events import Duplicate as DuplicateEvent
 from advisor.core.events import Listener, Note, Skipped, ignore
+from advisor.core.noise import AccuracyNoise
 from advisor.core.objectives import Figures, Limits
 from advisor.core.results import TrialResult
 from advisor.core.stored import (
+    ACCURACY_NOISE,
     ACCURACY_REUSED,
     ACCURACY_RUN,
     ACCURACY_SKIPPED,
@@ -93,6 +96,7 @@ class Ledger:
         self.others_running: dict[int, TrialRecord] = {}  # started by other drivers, not finished yet
         self._asked: dict[int, tuple[optuna.Trial, Proposal]] = {}  # handed out here, not stored yet
         self._final: set[int] = set()  # numbers of the finished trials learnt from
+        self._seed_mean: float | None = None  # the baseline's metric over its seeds, once measured
         self.observe(quiet=True)  # a resumed study: what its stored trials showed
 
     # ---- reading ------------------------------------------------------------------------
@@ -102,9 +106,17 @@ class Ledger:
 
     @property
     def reference_accuracy(self) -> float | None:
-        """The baseline's metric (None until it is in: the baseline is its own reference)."""
+        """What a trial's metric is judged against: the baseline's seed mean once its noise
+        is measured (``advisor.core.feasibility``), its one value before; None until the
+        baseline is in (the baseline is its own reference)."""
         base = self.baseline_record
-        return base.figures.accuracy if base is not None and base.figures is not None else None
+        if base is None or base.figures is None:
+            return None
+        if self._seed_mean is None:
+            noise = AccuracyNoise.from_dict(self.study.user_attrs.get(ACCURACY_NOISE))
+            if noise is not None and noise.values:
+                self._seed_mean = statistics.fmean(noise.values)  # stored once per study: kept
+        return self._seed_mean if self._seed_mean is not None else base.figures.accuracy
 
     @property
     def last_number(self) -> int:

@@ -102,7 +102,7 @@ class Parts:
         base = self.ledger.baseline_record
         if self.watch is None or base is None or base.figures is None:
             return None
-        return self.watch.versus(result, base.figures, probe)
+        return self.watch.versus(result, base.figures, self.plan.options.limits, probe)
 
     def _run_again(self, d: Done) -> bool:
         """When the noise sentinel shows the trial ran on a disturbed machine: keep that

@@ -22,6 +22,7 @@ that claims them while the others wait (``_claim``).
 from __future__ import annotations
 
 import signal
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Listener, Note, Started, TimeoutSet, ignore
+from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.results import TrialResult
 from advisor.core.stored import ACCURACY_NOISE, WALL, TrialRecord
 from advisor.runner.executor import Executor
@@ -208,12 +210,23 @@ class Tuner:
                                       stage="accuracy" if self.queue is not None else "full")
             self.drivers.release("accuracy_noise")
         self.watch.load_noise()
-        allowed = self.options.limits.allowed(base.figures.accuracy)  # type: ignore[union-attr]
-        if self.watch.epsilon > allowed:
-            spec = self.plan.workload.metric_spec
-            self.emit(Note(f"--max-metric-drop {self.options.drop_text} is within the metric's "
-                           f"noise ({spec.noise_text(self.watch.epsilon)}): whether a trial passes "
-                           "it is partly chance; infeasible trials say so"))
+        noise = self.watch.noise
+        if noise is None or len(noise.values) < 2:
+            return
+        allowed = self.options.limits.allowed(statistics.fmean(noise.values))
+        half = resolution(noise.values)
+        if half is not None and half > allowed:
+            spec, need = self.plan.workload.metric_spec, seeds_to_resolve(noise.values, allowed)
+            self.emit(Note(
+                f"this training budget cannot judge --max-metric-drop {self.options.drop_text}: with the seeds' "
+                f"spread, one trial's {spec.name} is called feasible only when its 95% bound clears the allowed "
+                f"drop, i.e. {spec.delta_text(half - allowed).lstrip('+')} better than the baseline's mean, and "
+                f"infeasible only when {spec.delta_text(half + allowed).lstrip('+')} worse; in between a trial is "
+                "'undecided' (ranked on its measured value, marked as such). "
+                + (f"About {need} seeds a side (--accuracy-seeds {need}) would decide it, or a longer "
+                   "--train-samples whose seeds agree more closely" if need is not None else
+                   "More seeds cannot fix it at this spread: a longer --train-samples whose seeds agree more "
+                   "closely can")))
 
     def _timeout(self, base: TrialRecord) -> float:
         return self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))

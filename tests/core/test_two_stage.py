@@ -4,9 +4,11 @@ noise margins, fingerprints, and the accuracy gate."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
+from advisor.core.feasibility import single_value_floor, t_quantile
 from advisor.core.two_stage import (
     DEFAULT_MEMORY_MARGIN,
     DEFAULT_THROUGHPUT_MARGIN,
@@ -90,22 +92,29 @@ SEEDS = [[{"samples": 250, "loss": 1.3, "metric": 0.56}, {"samples": 500, "loss"
           {"samples": 750, "loss": 0.6, "metric": 0.79}]]
 
 
-def test_gate_floors_take_the_larger_of_point_noise_and_the_studys_noise():
-    gate = gate_from(BASE, SEEDS, max_drop=0.01, epsilon=0.03, initial_loss=2.3)
+def test_gate_floors_are_the_feasibility_rule_on_the_seeds_at_each_point():
+    """At each point the floor is where one value is called infeasible against the seeds'
+    values there (advisor.core.feasibility), at 5% / 3 points."""
+    gate = gate_from(BASE, SEEDS, max_drop=0.01, initial_loss=2.3)
     assert gate is not None and gate.points == (250, 500, 750)
-    assert gate.floors[0] == pytest.approx(0.60 - 0.01 - 2 * 0.04)  # the seeds spread 0.04 at the first point
-    assert gate.floors[1] == pytest.approx(0.75 - 0.01 - 0.03)  # epsilon is larger there
+    first = [0.60, 0.56, 0.64]  # mean 0.60, sd 0.04, 2 degrees of freedom
+    half = t_quantile(1 - 0.05 / 3, 2) * 0.04 * (1 + 1 / 3) ** 0.5
+    assert gate.floors[0] == pytest.approx(statistics.fmean(first) - 0.01 - half)
+    assert gate.floors[0] == pytest.approx(single_value_floor(first, 0.01, 0.05 / 3))
+    for floor, value in zip(gate.floors, (0.60, 0.75, 0.80)):  # every one below the allowed drop
+        assert floor < value - 0.01
     assert gate.loss_ceiling == pytest.approx(4.6)
-    assert gate_from(BASE, [], 0.01, 0.0, 2.3).floors == (None, None, None)  # no seeds: divergence only
+    assert gate_from(BASE, [], 0.01, 2.3).floors == (None, None, None)  # no seeds: divergence only
     assert gate_from([], SEEDS, 0.01) is None
 
 
 def test_gate_verdicts():
-    gate = gate_from(BASE, SEEDS, max_drop=0.01, epsilon=0.03, initial_loss=2.3)
+    gate = gate_from(BASE, SEEDS, max_drop=0.01, initial_loss=2.3)
     assert gate.verdict(0, 0.55, 1.5) is None  # behind, but within the noise
-    assert gate.behind(1, 0.70) is not None and gate.verdict(1, 0.70, 0.9) is None  # one point behind: go on
-    assert "behind the baseline beyond noise at two points in a row" in gate.verdict(1, 0.70, 0.9, behind_before=True)
-    assert "baseline 0.7500 there" in gate.verdict(1, 0.70, 0.9, behind_before=True)
+    assert gate.behind(1, 0.70) is None  # 5 points behind, seeds 1 point apart: within the noise of 3 seeds
+    assert gate.behind(1, 0.66) is not None and gate.verdict(1, 0.66, 0.9) is None  # one point behind: go on
+    assert "behind the baseline beyond noise at two points in a row" in gate.verdict(1, 0.66, 0.9, behind_before=True)
+    assert "baseline 0.7500 there" in gate.verdict(1, 0.66, 0.9, behind_before=True)
     assert gate.verdict(1, 0.80, 0.9, behind_before=True) is None  # caught up
     assert gate.verdict(2, 0.95, 0.3) is None  # ahead
     assert gate.verdict(0, 0.60, math.inf).startswith("diverged")

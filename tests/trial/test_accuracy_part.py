@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from advisor.core.config import TrialConfig
-from advisor.core.noise import AccuracyNoise
 from advisor.core.results import TrialPayload, TrialSettings
 from advisor.core.two_stage import REUSE_TOLERANCE, fingerprint_difference, gate_from
 from advisor.trial.entry import run_trial
@@ -33,8 +32,7 @@ def run(path, config, stage, seed=0, gate=None, settings=SETTINGS):
 def gate():
     """The gate as a study builds it: the baseline's accuracy runs with three seeds."""
     runs = [run(MLP, {"batch_size": 64}, "accuracy", seed=s) for s in (0, 1, 2)]
-    noise = AccuracyNoise([0, 1, 2], [r.accuracy for r in runs])
-    return gate_from(runs[0].telemetry["curve"], [r.telemetry["curve"] for r in runs[1:]], 0.01, noise.epsilon,
+    return gate_from(runs[0].telemetry["curve"], [r.telemetry["curve"] for r in runs[1:]], 0.01,
                      runs[0].telemetry["initial_loss"])
 
 
