@@ -142,8 +142,9 @@ class Confirmation:
         if self.status not in ("running", "confirmed", "capped", "wide"):
             return
         need = self.needed(target, sitting)
-        thr, mem = self.throughput, self.memory
-        if need is not None and len(self._mine(sitting)) >= need and thr is not None and mem is not None:
+        if need is not None and len(self._mine(sitting)) >= need:
+            thr, mem = self.throughput, self.memory
+            assert thr is not None and mem is not None  # the sitting has pairs
             self.status = "confirmed" if max(thr.halfwidth, mem.halfwidth) <= target + _SLACK else "wide"
         elif len(self.pairs) >= max_pairs:
             self.status = "capped"
