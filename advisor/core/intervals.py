@@ -9,9 +9,10 @@ back by exp. The relative half-width of an interval (lo, hi) around c is
 **When to stop: Stein's two-stage procedure.** The old rule (at least 3 pairs, stop as soon
 as the t interval on n - 1 degrees of freedom is within the target) stops exactly when
 the sample spread happens to be small, and then the interval is too narrow: in
-simulation it covers 0.90-0.92 at a per-pair spread of 5% (``tests/core/
-test_pairs_coverage.py``), and a minimum of 5-6 pairs does not mend it (0.93). Stein's
-rule decouples the spread that sizes the sample from the mean it reports:
+simulation it covers 0.90-0.91 at a per-pair spread of 5% (``benchmarks/coverage_sim.py``,
+``tests/core/test_pairs_coverage.py``), and a minimum of 5 or 6 pairs does not mend it
+(0.927 / 0.931 at a cap of 30, 8000 replicates). Stein's rule decouples the spread that
+sizes the sample from the mean it reports:
 
 1. a first stage of ``FIRST_STAGE`` (5) pairs gives the sd ``s0`` of the log ratios;
 2. the sitting then needs n = max(n0, ceil((t(n0-1) * s0 / asinh(target))^2)) pairs in
@@ -21,7 +22,11 @@ rule decouples the spread that sizes the sample from the mean it reports:
 n depends on the data only through s0, and for normal data the mean is independent of
 s0, so (mean - mu) / (s0 / sqrt(n)) has Student's t with n0 - 1 degrees of freedom
 whatever n turned out: the coverage is exactly 95%, early stopping included, and the
-half-width is within the target once n is reached. The price is the interval's t on
+half-width is within the target once n is reached. A configuration has two figures
+(throughput and memory); its n is the larger of their needs, still a function of the
+first stage's spreads alone, which for normal pairs are independent of the means. (A
+candidate stopped early as *dominated* stopped on its mean: its interval is outside
+this argument, and it leaves the front anyway.) The price is the interval's t on
 n0 - 1 = 4 degrees of freedom (2.78 instead of 2.36 at 8 pairs). Five pairs: with fewer,
 t grows fast (4.30 at 3 pairs) and so do the pairs needed; with more, the minimum cost of
 every candidate grows. A sitting cut short before its first stage (a cap below 5) reports
