@@ -99,10 +99,10 @@ class Rounds:
             if not active or self.stop() is not None:
                 return
             order = active if round_number % 2 == 0 else active[::-1]
+            started = time.monotonic()  # the round's wall time, both baseline runs included
             opening = self._run(baseline, "the baseline")  # never the previous round's closing run
             if opening is None:
                 return
-            started = time.monotonic()
             runs = []
             for c in order:
                 run = self._run(c.config, c.label)
