@@ -15,7 +15,7 @@ TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_v
            "overhead.fraction": "<= 0.25", "overhead.fixed_per_trial_s": "<= 2.0",
            "fidelity.throughput_cv": "<= 0.03", "fidelity.memory_spread": "<= 0.02",
            "trust.pick_ratio_agreement": "<= 0.05", "trust.disturbed_baseline_error": "<= 0.05",
-           "trust.confirm_share": "<= 0.20", "trust.ci_halfwidth": "<= 0.03",
+           "trust.confirm_share": "<= 0.20", "trust.ci_halfwidth": "<= 0.03", "trust.coverage_simulated": ">= 0.93",
            "search.wall_ratio_vs_previous_default": "<= 0.333", "search.hv_fraction_at_10pct_wall": ">= 0.95",
            "search.real_time_to_best_ratio": "<= 0.333",
            "long.driver_ms_ratio_500_vs_100": "<= 1.2", "long.rss_growth_mib": "<= 64",
@@ -89,6 +89,13 @@ def main() -> int:
             "ci_halfwidth": _entry(trust, trust["ci_halfwidth"], "trust.ci_halfwidth"),
             "readme_command_1_wall_s": trust["readme_command_1_wall_s"],
         }
+    coverage_file = RESULTS / "coverage_sim.json"
+    if coverage_file.exists():  # benchmarks/coverage_sim.py: the confirmed interval's coverage, simulated
+        cov = json.loads(coverage_file.read_text())
+        summary.setdefault("trust", {})["coverage_simulated"] = _entry(
+            cov, cov["coverage_simulated"], "trust.coverage_simulated") | {
+            "old_rule": cov["old_rule_coverage"], "replicates": cov["replicates"],
+            "what": "the lowest coverage of the shown 95% interval over the scenarios (one to three sittings)"}
     long_file = RESULTS / "long_study.json"
     if long_file.exists():  # benchmarks/long_study.py: a 500-trial study's driver and explorer
         long = json.loads(long_file.read_text())

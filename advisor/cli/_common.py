@@ -53,11 +53,12 @@ def add_confirm_arguments(parser: argparse.ArgumentParser) -> None:
     from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 
     parser.add_argument("--pairs", type=int, default=DEFAULT_MAX_PAIRS,
-                        help="paired confirmation: at most this many pairs per configuration "
-                             f"(default {DEFAULT_MAX_PAIRS})")
+                        help="paired confirmation: at most this many pairs per configuration, over all "
+                             f"its sittings (default {DEFAULT_MAX_PAIRS})")
     parser.add_argument("--confirm-target", type=float, default=DEFAULT_TARGET,
-                        help="stop pairing a configuration once its 95%% interval is within this relative "
-                             f"half-width (default {DEFAULT_TARGET}: +-{100 * DEFAULT_TARGET:.0f}%%)")
+                        help="pair a configuration until its 95%% interval is within this relative half-width: "
+                             "5 pairs, then as many as their spread asks for (Stein's two-stage rule) "
+                             f"(default {DEFAULT_TARGET}: +-{100 * DEFAULT_TARGET:.0f}%%)")
     parser.add_argument("--confirm-top", type=int, default=DEFAULT_TOP,
                         help=f"confirm at most this many configurations of the front, the export picks first "
                              f"(default {DEFAULT_TOP})")

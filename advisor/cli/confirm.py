@@ -8,9 +8,11 @@ from advisor.cli._common import add_confirm_arguments, add_storage_arguments
 
 NAME = "confirm"
 HELP = "Confirm a stored study's front in pairs against the baseline (or add pairs to it)."
-EPILOG = """Each pair runs the baseline and the configuration one right after the other in fresh
-processes (ABBA order), timing and peak memory only. Pairs already stored are kept: a
-higher --pairs adds pairs to configurations that reached the earlier cap.
+EPILOG = """Each pair runs the baseline, the configuration and the baseline again in fresh
+processes (timing and peak memory only), every round with runs of its own. Pairs already
+stored are kept; the pairs of this run are a new sitting (up to --pairs in all), and the
+interval shown pools the sittings as random effects: a ratio that moved between sittings
+widens it.
 
 examples:
   advisor confirm                                   # the only study in ./advisor.db

@@ -12,9 +12,10 @@ from advisor.core.errors import StudyError
 NAME = "measure"
 HELP = "Measure an exported config again on this machine, in pairs against its baseline, and compare."
 EPILOG = """Rounds run the baseline (the export's, or model.py's BASELINE for older exports), the
-config, the baseline again, ... each in a fresh process (timing and peak memory), until
-the ratio's 95% interval is within --confirm-target or --pairs is reached; then one full
-run of the config gives its metric.
+config, the baseline again (every round with runs of its own), each in a fresh process
+(timing and peak memory): 5 pairs, then as many as their spread asks for the ratio's 95%
+interval to be within --confirm-target (said at once when that is more than --pairs);
+then one full run of the config gives its metric.
 
 examples:
   advisor measure examples/digits_cnn.py --config best.yaml

@@ -1,16 +1,16 @@
-"""Paired confirmation's arithmetic: a pair's ratios, the interval of the ratio, and when
-to stop pairing. Plain numbers; nothing here runs a trial (``advisor.study.pairing`` does).
+"""Paired confirmation's records: a pair's ratios, a configuration's pairs and their
+interval, when its pairing stops. Plain numbers; nothing here runs a trial
+(``advisor.study.pairing`` does), and the interval arithmetic and the stopping rule are
+``advisor.core.intervals`` (Stein's two-stage rule within a sitting, one-way random
+effects across sittings: the reasons are there).
 
-A *pair* is one run of the configuration against the baseline measured around it: the
-baseline runs just before and just after (``advisor.study.pairing``: rounds A C... A), and
-the pair compares the configuration with the baseline interpolated at its moment, so a
-machine that drifts slowly cancels out, as in ABBA order. Each pair gives a throughput
-ratio and a memory ratio (configuration / baseline).
-
-The interval: a ratio of two timings is close to log-normal, so the pairs' log ratios are
-treated as normal. The ratio's median is then exp(mean of the log ratios) (the geometric
-mean of the pair ratios) and its 95% interval exp(mean +- t * sd / sqrt(n)) with Student's
-t on n - 1 degrees of freedom. It needs at least two pairs; with one it is unbounded.
+A *pair* is one run of the configuration against the baseline measured around it: a run
+of the baseline just before and one just after, not shared with any other round
+(``advisor.study.pairing``), and the pair compares the configuration with the baseline
+interpolated at its moment, so a machine that drifts linearly over the round cancels.
+Each pair gives a throughput ratio and a memory ratio (configuration / baseline), and
+belongs to a *sitting*: the pairs measured by one run of ``advisor tune`` / ``advisor
+confirm``. Pairs stored before sittings were recorded are sitting 0.
 """
 
 from __future__ import annotations
@@ -19,71 +19,25 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom 1..30.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+from advisor.core.intervals import FIRST_STAGE, Interval, interval, logs_of, pairs_needed, pooled_interval, sd, t975
+
+__all__ = ["DEFAULT_MAX_PAIRS", "DEFAULT_TARGET", "DEFAULT_TOP", "FIRST_STAGE", "LEVEL", "MIN_PAIRS", "STATUSES",
+           "Confirmation", "Interval", "Pair", "beaten", "interpolate", "interval", "t975"]
 
 DEFAULT_TARGET = 0.03  # stop once the interval is within +-3% of the ratio
 DEFAULT_MAX_PAIRS = 8
 DEFAULT_TOP = 6  # configurations confirmed at the end of a study
-MIN_PAIRS = 3  # never stop on fewer pairs (t with 1 degree of freedom is 12.7)
+MIN_PAIRS = FIRST_STAGE  # never stop a sitting on fewer pairs (Stein's first stage)
 LEVEL = 0.95
+_SLACK = 1e-9  # the stopping rule's half-width is within the target up to rounding
 
 
-def t975(df: int) -> float:
-    """Student's t 0.975 quantile for ``df`` >= 1 degrees of freedom."""
-    if df < 1:
-        raise ValueError("t needs at least one degree of freedom")
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df  # within 0.002 beyond 30
-
-
-@dataclass(frozen=True)
-class Interval:
-    """The ratio's median (``center``) and its 95% interval, from ``n`` pairs."""
-
-    center: float
-    low: float
-    high: float
-    n: int
-
-    @property
-    def halfwidth(self) -> float:
-        """Half the interval's width relative to its center (0.03: +-3%); inf if unbounded."""
-        return (self.high - self.low) / (2 * self.center) if math.isfinite(self.high) else math.inf
-
-    def text(self) -> str:
-        """'1.52x (1.46-1.58), 8 pairs'."""
-        span = f"{self.low:.2f}-{self.high:.2f}" if math.isfinite(self.high) else "unbounded"
-        return f"{self.center:.2f}x ({span}), {self.n} pair{'s' if self.n != 1 else ''}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"center": self.center, "low": self.low, "high": self.high, "n": self.n,
-                "halfwidth": self.halfwidth if math.isfinite(self.halfwidth) else None}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Interval:
-        high = data["high"]
-        return cls(float(data["center"]), float(data["low"]), math.inf if high is None else float(high), int(data["n"]))
-
-
-def interval(ratios: list[float]) -> Interval | None:
-    """The 95% interval of the ratio's median from pair ratios (None without any pair).
-
-    Example:
-        >>> interval([1.5, 1.5, 1.5]).text()
-        '1.50x (1.50-1.50), 3 pairs'
-    """
-    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
-    n = len(logs)
-    if n == 0:
-        return None
-    mean = sum(logs) / n
-    if n == 1:
-        return Interval(math.exp(mean), 0.0, math.inf, 1)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = t975(n - 1) * sd / math.sqrt(n)
-    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+def interpolate(a: float | None, b: float | None, w: float) -> float:
+    """Geometric interpolation from ``a`` (w = 0) to ``b`` (w = 1): a drift by a factor
+    over the round cancels."""
+    if not a or not b:
+        return float(a or b or 0.0)
+    return math.exp((1 - w) * math.log(a) + w * math.log(b))
 
 
 @dataclass(frozen=True)
@@ -93,6 +47,9 @@ class Pair:
     ``position``: where the configuration ran between the round's two baseline runs
     (0: right after the first, 1: right before the second); the baseline figures are
     interpolated there. ``sentinel``: the readings of the three runs, seconds.
+    ``sitting``: which sitting measured it. ``disturbed``: empty, or why one of its runs
+    is kept although the sentinel showed a disturbed machine (every retry was disturbed
+    too: the least disturbed run was kept).
     """
 
     position: float
@@ -101,6 +58,8 @@ class Pair:
     baseline_memory: float
     config_memory: float
     sentinel: list[float] = field(default_factory=list)
+    sitting: int = 0
+    disturbed: str = ""
 
     @property
     def throughput_ratio(self) -> float:
@@ -116,20 +75,24 @@ class Pair:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Pair:
         return cls(float(data["position"]), float(data["baseline_throughput"]), float(data["config_throughput"]),
-                   float(data["baseline_memory"]), float(data["config_memory"]), list(data.get("sentinel") or []))
+                   float(data["baseline_memory"]), float(data["config_memory"]), list(data.get("sentinel") or []),
+                   int(data.get("sitting") or 0), str(data.get("disturbed") or ""))
 
 
-STATUSES = ("running", "confirmed", "capped", "dominated", "failed")
+STATUSES = ("running", "confirmed", "capped", "wide", "dominated", "failed")
 
 
 @dataclass
 class Confirmation:
     """A configuration's pairs against the baseline and what they show.
 
-    ``status``: ``running`` (more pairs due), ``confirmed`` (both intervals within the
-    target), ``capped`` (the pair cap was reached first: the interval is wider than the
-    target), ``dominated`` (stopped early: its interval shows a configuration it cannot
-    beat), ``failed`` (a run of the configuration failed; ``note`` says how).
+    ``status``: ``running`` (more pairs due), ``confirmed`` (the current sitting has the
+    pairs Stein's rule asks for and both intervals are within the target), ``capped``
+    (the pair cap, counted over all sittings, came first: the interval is wider than the
+    target), ``wide`` (the sitting's pairs are done but the sittings disagree: the pooled
+    interval is wider than the target; another sitting narrows it), ``dominated`` (stopped
+    early: its interval shows a configuration it cannot beat), ``failed`` (a run of the
+    configuration failed; ``note`` says how).
     """
 
     trial: int
@@ -138,30 +101,73 @@ class Confirmation:
     note: str = ""
 
     @property
+    def sitting(self) -> int:
+        """The latest sitting with a pair (0 without any)."""
+        return max((p.sitting for p in self.pairs), default=0)
+
+    def _by_sitting(self, figure: str) -> list[list[float]]:
+        groups: dict[int, list[float]] = {}
+        for p in self.pairs:
+            groups.setdefault(p.sitting, []).append(getattr(p, figure))
+        return [groups[s] for s in sorted(groups)]
+
+    @property
     def throughput(self) -> Interval | None:
-        return interval([p.throughput_ratio for p in self.pairs])
+        return pooled_interval(self._by_sitting("throughput_ratio"))
 
     @property
     def memory(self) -> Interval | None:
-        return interval([p.memory_ratio for p in self.pairs])
+        return pooled_interval(self._by_sitting("memory_ratio"))
 
     @property
     def done(self) -> bool:
         return self.status != "running"
 
-    def settle(self, target: float, max_pairs: int) -> None:
-        """Stop pairing once both intervals are within ``target`` (after ``MIN_PAIRS``) or
-        the cap is reached; a stop decided earlier (dominated, failed) stands."""
-        if self.status not in ("running", "confirmed", "capped"):
+    def _mine(self, sitting: int | None) -> list[Pair]:
+        current = self.sitting if sitting is None else sitting
+        return [p for p in self.pairs if p.sitting == current]
+
+    def needed(self, target: float, sitting: int | None = None) -> int | None:
+        """The pairs ``sitting`` (default: the latest) needs under Stein's rule for both
+        intervals within ``target``; None before its first stage is complete."""
+        mine = self._mine(sitting)
+        thr = pairs_needed([p.throughput_ratio for p in mine], target)
+        mem = pairs_needed([p.memory_ratio for p in mine], target)
+        return None if thr is None or mem is None else max(thr, mem)
+
+    def settle(self, target: float, max_pairs: int, sitting: int | None = None) -> None:
+        """Stop pairing once ``sitting`` (default: the latest) has the pairs Stein's rule
+        asks for, or the pair cap (over all sittings) is reached; a stop decided earlier
+        (dominated, failed) stands."""
+        if self.status not in ("running", "confirmed", "capped", "wide"):
             return
-        thr, mem = self.throughput, self.memory
-        n = len(self.pairs)
-        if thr is not None and mem is not None and n >= MIN_PAIRS and max(thr.halfwidth, mem.halfwidth) <= target:
-            self.status = "confirmed"
-        elif n >= max_pairs:
+        need = self.needed(target, sitting)
+        if need is not None and len(self._mine(sitting)) >= need:
+            thr, mem = self.throughput, self.memory
+            assert thr is not None and mem is not None  # the sitting has pairs
+            self.status = "confirmed" if max(thr.halfwidth, mem.halfwidth) <= target + _SLACK else "wide"
+        elif len(self.pairs) >= max_pairs:
             self.status = "capped"
         else:
             self.status = "running"
+
+    def out_of_reach(self, target: float, max_pairs: int, sitting: int | None = None) -> str | None:
+        """Why ``target`` cannot be met within ``max_pairs`` (known once the sitting's first
+        stage is complete), with the half-width to expect at the cap; None if it can."""
+        mine = self._mine(sitting)
+        need = self.needed(target, sitting)
+        room = max_pairs - (len(self.pairs) - len(mine))  # the pairs this sitting may have
+        if need is None or need <= room:
+            return None
+        at_cap = []
+        for figure in ("throughput_ratio", "memory_ratio"):
+            logs = logs_of([getattr(p, figure) for p in mine])
+            h = t975(FIRST_STAGE - 1) * sd(logs[:FIRST_STAGE]) / math.sqrt(room)
+            at_cap.append(math.sinh(h))
+        return (f"+-{100 * target:.1f}% is out of reach: the spread of the first {FIRST_STAGE} pairs asks for "
+                f"{need} pairs in this sitting and the cap of {max_pairs} leaves {room}; pairing goes on to the "
+                f"cap, where the interval will be about +-{100 * max(at_cap):.1f}% "
+                f"(--pairs {max_pairs - room + need} would reach the target)")
 
     def to_dict(self) -> dict[str, Any]:
         thr, mem = self.throughput, self.memory
@@ -174,6 +180,7 @@ class Confirmation:
         status = data.get("status", "running")
         return cls(int(data["trial"]), [Pair.from_dict(p) for p in data.get("pairs") or []],
                    status if status in STATUSES else "running", str(data.get("note") or ""))
+
 
 
 def beaten(mine: Confirmation, other: Confirmation | None, accuracy_worse: bool) -> bool:

@@ -127,6 +127,7 @@ class TuneOutput:
             figures = (f"throughput {thr.text()}, memory {mem.text()}" if thr is not None and mem is not None
                        else "no pair yet")
             state = {"running": "", "confirmed": "  [confirmed]", "capped": "  [pair cap reached]",
+                     "wide": "  [sittings disagree: wider than the target]",
                      "dominated": f"  [stopped: {c.note}]", "failed": f"  [failed: {first_line(c.note, 120)}]"}
             self.say(f"confirm {c.trial:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {figures}"
                      f"{state.get(c.status, '')}")

@@ -21,7 +21,7 @@ from typing import Any
 from advisor.core.errors import StudyError, TrialFailed
 from advisor.core.events import Listener, Note, Paired, ignore
 from advisor.core.noise import SentinelJudge, reading_of
-from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP, Confirmation, beaten
+from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP, MIN_PAIRS, Confirmation, beaten
 from advisor.core.picks import PICKS, pick
 from advisor.core.results import TrialSettings
 from advisor.core.stored import CONFIRMATION, StoredStudy, TrialRecord, read_study
@@ -31,8 +31,9 @@ from advisor.study.pairing import Candidate, Rounds
 
 @dataclass(frozen=True)
 class ConfirmOptions:
-    """How much to confirm: the ``top`` candidates, each until its interval is within
-    ``target`` (relative half-width) or it has ``max_pairs`` pairs."""
+    """How much to confirm: the ``top`` candidates, each until its sitting has the pairs
+    Stein's rule asks for an interval within ``target`` (relative half-width), or it has
+    ``max_pairs`` pairs over all its sittings."""
 
     top: int = DEFAULT_TOP
     max_pairs: int = DEFAULT_MAX_PAIRS
@@ -98,23 +99,27 @@ class Confirmer:
         if base is None or base.config is None:
             raise TrialFailed(f"study {stored.name!r} has no completed baseline to confirm against")
         judge = SentinelJudge(x for x in (reading_of(r.get("telemetry")) for r in stored.records) if x is not None)
+        earlier = [p.sitting for c in stored.confirmations.values() for p in c.pairs]
+        sitting = max(earlier) + 1 if earlier else 0  # pairs measured now are a sitting of their own
         rounds = Rounds(self.executor, self.workload, self.settings, judge, self.options.target,
-                        self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._dominated)
+                        self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._dominated,
+                        sitting)
         chosen: dict[int, Candidate] = {}
         while self.stop() is None:
             new = [r for r in candidates(stored, self.options.top) if r.number not in chosen]
             new = new[: max(0, self.options.top - len(chosen))]
             for r in new:
                 c = stored.confirmations.get(r.number) or Confirmation(r.number)
-                c.settle(self.options.target, self.options.max_pairs)  # a raised cap reopens a capped one
+                c.settle(self.options.target, self.options.max_pairs, sitting)  # a new sitting, or a raised cap
                 chosen[r.number] = Candidate(f"trial {r.number}", r.config, c)  # type: ignore[arg-type]
             due = [c for c in chosen.values() if not c.confirmation.done]
             if not due:
                 break
             self.emit(Note(("confirming" if len(chosen) == len(new) else "confirming as well, now on the front,")
                            + f" {len(due)} configuration(s) in pairs against the baseline (trials "
-                           f"{', '.join(str(c.confirmation.trial) for c in due)}; until "
-                           f"+-{100 * self.options.target:.0f}% or {self.options.max_pairs} pairs)"))
+                           f"{', '.join(str(c.confirmation.trial) for c in due)}; sitting {sitting + 1}: "
+                           f"{MIN_PAIRS} pairs, then as many as their spread needs for "
+                           f"+-{100 * self.options.target:.0f}%, at most {self.options.max_pairs} pairs in all)"))
             rounds.run(base.config, list(chosen.values()))
             stored = self.stored = read_study(self.study)  # the confirmed figures can change the front
         return {n: c.confirmation for n, c in chosen.items()}

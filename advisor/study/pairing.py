@@ -1,25 +1,28 @@
 """Rounds of paired runs against the baseline: the engine under paired confirmation
 (``advisor tune``'s last step, ``advisor confirm``) and ``advisor measure``.
 
-A round runs the baseline, then each open candidate, then the baseline again; the closing
-baseline run opens the next round:
+A round runs the baseline, then each open candidate, then the baseline again; the next
+round starts with a fresh run of the baseline, so no run serves two rounds and each
+candidate's pairs are independent of one another (``advisor.core.intervals`` treats
+them so). The candidates' order is reversed every other round:
 
-    A  C1 C2 C3  A  C3 C2 C1  A  C1 C2 C3  A ...
+    A  C1 C2 C3  A | A  C3 C2 C1  A | A  C1 C2 C3  A ...
 
-Each candidate's pair compares its run with the baseline interpolated (geometrically) at
-the candidate's moment between the round's two baseline runs, so a drift that is linear
-over the round cancels, as in ABBA; the candidates' order is reversed every other round,
-so no candidate always runs right after the baseline. With one candidate this is
-A C A C A: every run of C between two runs of A. A round of k candidates costs k + 1 runs
-instead of the 2k of separate pairs. Every run is a probe (timing and peak memory, in a
+With one candidate two rounds are A C A A C A: around the rounds' boundary the baseline
+runs twice in a row, as in ABBA order. Each candidate's pair compares its run with the
+baseline interpolated (geometrically) at the candidate's moment between its round's two
+baseline runs, so a drift that is linear over the round cancels; no candidate always
+runs right after the baseline. A round of k candidates costs k + 2 runs (the candidates
+of one round share its two baseline runs: their pairs are correlated with each other,
+never with their own earlier pairs). Every run is a probe (timing and peak memory, in a
 fresh trial process, one at a time) and is judged by the noise sentinel: a disturbed run
-is run again (at most ``RETRIES`` times).
+is run again (at most ``RETRIES`` times); when every try was disturbed, the least
+disturbed one is kept and the pair says so (``Pair.disturbed``).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -28,8 +31,8 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.errors import TrialFailed
 from advisor.core.events import Listener, Note
-from advisor.core.noise import SentinelJudge, reading_of
-from advisor.core.pairs import Confirmation, Pair
+from advisor.core.noise import SentinelJudge, off_by, reading_of
+from advisor.core.pairs import Confirmation, Pair, interpolate
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
@@ -56,6 +59,7 @@ class Candidate:
 class _Run:
     result: TrialResult
     at: float  # the middle of the run, time.monotonic()
+    disturbed: str = ""  # why the sentinel called it disturbed, when it was kept all the same
 
 
 class Rounds:
@@ -68,17 +72,21 @@ class Rounds:
         on_pair: called after each round for each candidate that got a pair (or failed),
             with the round's wall time per candidate.
         dominated: why a candidate is beaten beyond its interval, or None (optional).
+        sitting: the sitting the new pairs belong to (``advisor confirm`` on a stored
+            study: one after the latest stored).
     """
 
     def __init__(self, executor: Executor, workload: Any, settings: TrialSettings, judge: SentinelJudge,
                  target: float, max_pairs: int, trial_timeout: float, stop: Callable[[], str | None],
                  on_event: Listener, on_pair: Callable[[Candidate, float], None],
-                 dominated: Callable[[Candidate, list[Candidate]], str | None] | None = None) -> None:
+                 dominated: Callable[[Candidate, list[Candidate]], str | None] | None = None,
+                 sitting: int = 0) -> None:
         self.executor, self.workload, self.settings = executor, workload, probe_settings(settings)
         self.judge, self.target, self.max_pairs = judge, target, max_pairs
         self.trial_timeout, self.stop, self.emit = trial_timeout, stop, on_event
-        self.on_pair, self.dominated = on_pair, dominated
+        self.on_pair, self.dominated, self.sitting = on_pair, dominated, sitting
         self._numbers = itertools.count(1_000_000)  # executor handle numbers, apart from trial numbers
+        self._told: set[str] = set()  # candidates already told that the target is out of reach
 
     def run(self, baseline: TrialConfig, candidates: list[Candidate]) -> None:
         """Pair the candidates against ``baseline`` until done.
@@ -86,16 +94,15 @@ class Rounds:
         Raises:
             TrialFailed: a run of the baseline itself failed (nothing can be paired).
         """
-        opening: _Run | None = None
         for round_number in itertools.count():
             active = [c for c in candidates if not c.confirmation.done]
             if not active or self.stop() is not None:
                 return
             order = active if round_number % 2 == 0 else active[::-1]
-            opening = opening or self._run(baseline, "the baseline")
+            started = time.monotonic()  # the round's wall time, both baseline runs included
+            opening = self._run(baseline, "the baseline")  # never the previous round's closing run
             if opening is None:
                 return
-            started = time.monotonic()
             runs = []
             for c in order:
                 run = self._run(c.config, c.label)
@@ -112,18 +119,30 @@ class Rounds:
                 return
             for c, run in runs:
                 if run is not None:
-                    c.confirmation.pairs.append(_pair(opening, closing, run))
-                    c.confirmation.settle(self.target, self.max_pairs)
+                    c.confirmation.pairs.append(_pair(opening, closing, run, self.sitting))
+                    c.confirmation.settle(self.target, self.max_pairs, self.sitting)
+                    self._say_if_out_of_reach(c)
             for c, _ in runs:
                 why = self.dominated(c, candidates) if self.dominated is not None and not c.confirmation.done else None
                 if why:
                     c.confirmation.status, c.confirmation.note = "dominated", why
                 self.on_pair(c, (time.monotonic() - started) / len(runs))
-            opening = closing
+
+    def _say_if_out_of_reach(self, c: Candidate) -> None:
+        """Once per candidate, as soon as its first stage shows it: the target cannot be
+        met within the cap (pairing goes on to the cap, which still narrows the interval)."""
+        if c.label in self._told or c.confirmation.done:
+            return
+        why = c.confirmation.out_of_reach(self.target, self.max_pairs, self.sitting)
+        if why:
+            self._told.add(c.label)
+            self.emit(Note(f"pairing {c.label}: {why}"))
 
     def _run(self, config: TrialConfig, label: str) -> _Run | None:
-        """One probe, run again while the sentinel shows a disturbed machine; None when
-        stopped. A failed baseline raises TrialFailed; a failed candidate is returned."""
+        """One probe, run again while the sentinel shows a disturbed machine (the least
+        disturbed try is kept, marked, when every try was); None when stopped. A failed
+        baseline raises TrialFailed; a failed candidate is returned."""
+        tries: list[tuple[float, _Run]] = []
         for attempt in range(RETRIES + 1):
             started = time.monotonic()
             payload = TrialPayload.of(self.workload, config, self.settings)
@@ -135,27 +154,28 @@ class Rounds:
                     raise TrialFailed(f"a run of the baseline failed during paired confirmation "
                                       f"[{result.failure_class}]: {first_line(result.failure_message, 1000)}")
                 return _Run(result, (started + time.monotonic()) / 2)
-            reading = reading_of(result.telemetry)
+            reading, median = reading_of(result.telemetry), self.judge.median
             why = self.judge.disturbed(reading)
             self.judge.add(reading)
-            if why is None or attempt == RETRIES:
-                return _Run(result, (started + time.monotonic()) / 2)
-            self.emit(Note(f"pairing {label}: a run was discarded ({why}); running it again"))
-        return None  # not reached
+            run = _Run(result, (started + time.monotonic()) / 2, why or "")
+            if why is None:
+                return run
+            tries.append((off_by(reading, median) if reading and median else 1.0, run))  # type: ignore[arg-type]
+            if attempt < RETRIES:
+                self.emit(Note(f"pairing {label}: a run was discarded ({why}); running it again"))
+        factor, cleanest = min(tries, key=lambda t: t[0])
+        self.emit(Note(f"pairing {label}: every try was disturbed; keeping the least disturbed one "
+                       f"({factor:.2f}x off the sentinel's median), marked in its pair"))
+        return cleanest
 
 
-def _pair(opening: _Run, closing: _Run, run: _Run) -> Pair:
+def _pair(opening: _Run, closing: _Run, run: _Run, sitting: int = 0) -> Pair:
     """The candidate's run against the baseline interpolated at its moment in the round."""
     span = closing.at - opening.at
     w = min(1.0, max(0.0, (run.at - opening.at) / span)) if span > 0 else 0.5
     a, b, x = opening.result, closing.result, run.result
+    runs = (("the opening baseline", opening), ("the configuration", run), ("the closing baseline", closing))
+    disturbed = "; ".join(f"{what}: {r.disturbed}" for what, r in runs if r.disturbed)
     return Pair(w, interpolate(a.throughput, b.throughput, w), x.throughput,  # type: ignore[arg-type]
                 interpolate(a.peak_memory_bytes, b.peak_memory_bytes, w), float(x.peak_memory_bytes or 0),
-                [v for v in (reading_of(r.telemetry) for r in (a, x, b)) if v is not None])
-
-
-def interpolate(a: float | None, b: float | None, w: float) -> float:
-    """Geometric interpolation from ``a`` (w = 0) to ``b`` (w = 1)."""
-    if not a or not b:
-        return float(a or b or 0.0)
-    return math.exp((1 - w) * math.log(a) + w * math.log(b))
+                [v for v in (reading_of(r.telemetry) for r in (a, x, b)) if v is not None], sitting, disturbed)

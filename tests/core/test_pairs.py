@@ -1,5 +1,7 @@
 """Paired confirmation's arithmetic on synthetic numbers: pair order, the interval, when
-pairing stops, dominance beyond the interval, and the stored form."""
+pairing stops (Stein's two-stage rule), sittings pooled as random effects, dominance
+beyond the interval, and the stored form. Coverage is checked by simulation in
+test_pairs_coverage.py."""
 
 from __future__ import annotations
 
@@ -8,12 +10,13 @@ import statistics
 
 import pytest
 
-from advisor.core.pairs import MIN_PAIRS, Confirmation, Interval, Pair, beaten, interval, t975
+from advisor.core.intervals import pairs_needed, pooled_interval, stein_interval
+from advisor.core.pairs import FIRST_STAGE, MIN_PAIRS, Confirmation, Interval, Pair, beaten, interval, t975
 from advisor.study.pairing import interpolate
 
 
-def pair(ratio: float, memory_ratio: float = 1.0, position: float = 0.5) -> Pair:
-    return Pair(position, 1000.0, 1000.0 * ratio, 100.0, 100.0 * memory_ratio)
+def pair(ratio: float, memory_ratio: float = 1.0, position: float = 0.5, sitting: int = 0) -> Pair:
+    return Pair(position, 1000.0, 1000.0 * ratio, 100.0, 100.0 * memory_ratio, sitting=sitting)
 
 
 def test_the_baseline_is_interpolated_between_its_two_runs():
@@ -55,14 +58,42 @@ def test_more_pairs_narrow_the_interval():
     assert widths[0] > widths[-1]
 
 
-def test_settle_confirms_within_target_after_min_pairs():
-    c = Confirmation(1, [pair(1.5), pair(1.5)])
+def test_settle_confirms_within_target_after_the_first_stage():
+    c = Confirmation(1, [pair(1.5)] * (MIN_PAIRS - 1))
     c.settle(target=0.03, max_pairs=8)
-    assert c.status == "running"  # tight, but fewer than MIN_PAIRS
+    assert c.status == "running"  # tight, but fewer than the first stage
     c.pairs.append(pair(1.5))
-    assert len(c.pairs) == MIN_PAIRS
+    assert len(c.pairs) == MIN_PAIRS == FIRST_STAGE
     c.settle(target=0.03, max_pairs=8)
     assert c.status == "confirmed"
+
+
+def test_stein_interval_takes_its_spread_from_the_first_stage_only():
+    ratios = [1.50, 1.55, 1.45, 1.52, 1.48, 1.60, 1.40]
+    logs = [math.log(r) for r in ratios]
+    got = stein_interval(ratios)
+    half = t975(FIRST_STAGE - 1) * statistics.stdev(logs[:FIRST_STAGE]) / math.sqrt(len(ratios))
+    assert got.n == 7 and got.center == pytest.approx(math.exp(statistics.fmean(logs)))
+    assert got.low == pytest.approx(math.exp(statistics.fmean(logs) - half))
+    assert got.high == pytest.approx(math.exp(statistics.fmean(logs) + half))
+    assert stein_interval(ratios[:3]) == interval(ratios[:3])  # a sitting cut short: the plain t interval
+
+
+def test_stein_rule_keeps_pairing_where_the_naive_rule_stopped():
+    """Five spread pairs, then pairs right at their mean: the plain t interval shrinks
+    within +-3% after two more (the old rule stopped there, on a spread that looked small
+    by luck); Stein's rule sized the sitting from the first five and goes on to 10."""
+    ratios = [1.50, 1.56, 1.44, 1.54, 1.46]
+    need = pairs_needed(ratios, 0.03)
+    assert need == math.ceil((t975(4) * statistics.stdev(map(math.log, ratios)) / math.asinh(0.03)) ** 2) == 10
+    mean = math.exp(statistics.fmean(map(math.log, ratios)))
+    c = Confirmation(1, [pair(r) for r in ratios] + [pair(mean), pair(mean)])
+    assert interval([p.throughput_ratio for p in c.pairs]).halfwidth < 0.03
+    c.settle(target=0.03, max_pairs=20)
+    assert c.status == "running" and c.needed(0.03) == need and c.throughput.halfwidth > 0.03
+    c.pairs.extend(pair(mean) for _ in range(need - len(c.pairs)))
+    c.settle(target=0.03, max_pairs=20)
+    assert c.status == "confirmed" and c.throughput.halfwidth <= 0.03
 
 
 def test_settle_caps_a_noisy_configuration_and_a_raised_cap_reopens_it():
@@ -77,10 +108,47 @@ def test_settle_caps_a_noisy_configuration_and_a_raised_cap_reopens_it():
 
 
 def test_memory_interval_counts_too():
-    c = Confirmation(1, [pair(1.5, m) for m in (0.8, 1.2, 0.9)])
+    c = Confirmation(1, [pair(1.5, m) for m in (0.8, 1.2, 0.9, 1.1, 1.0)])
     c.settle(target=0.03, max_pairs=8)
-    assert c.throughput.halfwidth == 0 and c.memory.halfwidth > 0.03
+    assert c.throughput.halfwidth == pytest.approx(0) and c.memory.halfwidth > 0.03
+    assert c.status == "running" and c.needed(0.03) > 8
+
+
+def test_out_of_reach_is_said_after_the_first_stage_with_the_width_to_expect():
+    c = Confirmation(1, [pair(r) for r in (1.3, 1.7, 1.4, 1.6, 1.5)])
+    assert Confirmation(1, c.pairs[:4]).out_of_reach(0.03, 8) is None  # not known before the first stage
+    why = c.out_of_reach(0.03, 8)
+    need = c.needed(0.03)
+    assert why and f"asks for {need} pairs" in why and f"--pairs {need} would reach" in why
+    at_cap = math.sinh(t975(4) * statistics.stdev(math.log(p.throughput_ratio) for p in c.pairs) / math.sqrt(8))
+    assert f"about +-{100 * at_cap:.1f}%" in why
+    assert Confirmation(1, [pair(1.5)] * 5).out_of_reach(0.03, 8) is None
+
+
+def test_a_second_sitting_is_pooled_as_a_random_effect():
+    first = [pair(r) for r in (1.30, 1.31, 1.32, 1.30, 1.31)]
+    c = Confirmation(1, list(first), "confirmed")
+    one = c.throughput
+    assert one.sittings == 1 and one.halfwidth < 0.03
+    c.settle(target=0.03, max_pairs=16, sitting=1)  # advisor confirm, hours later: a new sitting is due
     assert c.status == "running"
+    c.pairs.extend(pair(r, sitting=1) for r in (1.49, 1.50, 1.48, 1.49, 1.50))
+    c.settle(target=0.03, max_pairs=16)
+    both = c.throughput
+    assert both.sittings == 2 and both.n == 10 and "in 2 sittings" in both.text()
+    assert both.low < 1.31 and both.high > 1.49 and both.halfwidth > 0.3  # one degree of freedom between them
+    assert both.center == pytest.approx(math.sqrt(one.center * Confirmation(1, c.pairs[5:]).throughput.center))
+    assert c.status == "wide"  # this sitting's pairs are done; the sittings disagree beyond the target
+    pooled = pooled_interval([[1.5] * 5, [1.5] * 5])
+    assert pooled.center == pytest.approx(1.5) and pooled.halfwidth == pytest.approx(0)
+
+
+def test_sittings_that_agree_are_never_narrower_than_their_own_noise():
+    a, b = [1.40, 1.60, 1.45, 1.55, 1.50], [1.42, 1.58, 1.47, 1.53, 1.50]  # equal means by chance
+    pooled = pooled_interval([a, b])
+    logs = [[math.log(r) for r in s] for s in (a, b)]
+    s_w = math.sqrt(sum(statistics.variance(g) * 4 for g in logs) / 8)
+    assert pooled.halfwidth >= math.sinh(t975(8) * s_w * math.sqrt(2 / 5) / 2) - 1e-12 > 0
 
 
 def test_beaten_only_beyond_both_intervals():
@@ -104,3 +172,10 @@ def test_confirmation_round_trips_through_its_stored_form():
     assert back.throughput == c.throughput and back.memory == c.memory
     assert Interval.from_dict(Interval(1.0, 0.0, math.inf, 1).to_dict()).high == math.inf
     assert Confirmation.from_dict({"trial": 1, "status": "bogus"}).status == "running"
+    two = Confirmation(8, [pair(1.5), pair(1.6, sitting=1), pair(1.4, sitting=1)])
+    again = Confirmation.from_dict(two.to_dict())
+    assert [p.sitting for p in again.pairs] == [0, 1, 1] and again.throughput == two.throughput
+    assert again.to_dict()["throughput_ratio"]["sittings"] == 2
+    old = {k: v for k, v in pair(1.5).to_dict().items() if k not in ("sitting", "disturbed")}
+    assert Pair.from_dict(old).sitting == 0  # stored before sittings: one sitting
+    assert Interval.from_dict({"center": 1.0, "low": 0.9, "high": 1.1, "n": 3}).sittings == 1

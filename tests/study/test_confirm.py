@@ -60,13 +60,14 @@ def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
     for key in keys:
         c = Confirmation.from_dict(attrs[key])
         assert c.trial == int(key.split(":")[1]) and c.trial != stored.baseline.number
-        assert c.status in ("capped", "confirmed", "dominated", "failed")
+        assert c.status in ("capped", "confirmed", "wide", "dominated", "failed")
         if c.status != "failed":
             assert 1 <= len(c.pairs) <= 2
             for p in c.pairs:
                 assert 0 < p.position < 1  # between the round's two runs of the baseline
                 assert p.throughput_ratio == pytest.approx(p.config_throughput / p.baseline_throughput)
                 assert len(p.sentinel) == 3  # baseline, configuration, baseline
+                assert p.sitting == 0  # advisor tune's own confirmation: the first sitting
         vs = stored.versus_baseline(stored.records[c.trial])
         assert vs.confirmed and vs.pairs == len(c.pairs) and vs.throughput_ratio == pytest.approx(c.throughput.center)
     # every completed trial carries its sentinel readings
@@ -102,6 +103,7 @@ def test_confirm_extends_without_losing_or_repeating_a_pair(confirmed, tmp_path,
     for number, pairs in before.items():
         c = after[number]
         assert c.pairs[: len(pairs)] == pairs  # kept as they were
+        assert all(p.sitting == 1 for p in c.pairs[len(pairs):])  # hours later: a sitting of its own
         if c.status in ("capped", "confirmed"):
             assert len(c.pairs) in (3, len(pairs))  # one more where the cap allowed it, never a repeat
 
@@ -130,7 +132,8 @@ def test_an_interrupted_confirmation_stores_no_half_pair(confirmed, tmp_path, ca
 
 
 def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(confirmed, tmp_path):
-    """A C1 C2 A C2 C1 A: the order the real executor was asked to run (a spy around it)."""
+    """A C1 C2 A | A C2 C1 A: the order the real executor was asked to run (a spy around it);
+    every round runs its own baseline."""
     from advisor.core.noise import SentinelJudge
     from advisor.core.results import TrialSettings
     from advisor.runner.ray_executor import RayExecutor
@@ -155,7 +158,7 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
     Rounds(executor, load_workload(str(EXAMPLES / "digits_mlp.py")), TrialSettings.from_dict(study.user_attrs["settings"]),
            SentinelJudge(threshold=1e9), 0.0001, 2, 120, lambda: None, lambda e: None,
            lambda c, wall: paired.append(c.label)).run(base, candidates)
-    assert order == [32, 64, 128, 32, 128, 64, 32]
+    assert order == [32, 64, 128, 32, 32, 128, 64, 32]
     assert paired == ["c0", "c1", "c1", "c0"]
     assert [len(c.confirmation.pairs) for c in candidates] == [2, 2]
     assert all(c.confirmation.status == "capped" for c in candidates)

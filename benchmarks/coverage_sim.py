@@ -1,0 +1,140 @@
+"""Does paired confirmation's 95% interval cover the true ratio, early stopping and
+sittings included? A simulation with a known truth and no machine: each replicate runs
+rounds of the baseline and a candidate on a simulated machine whose speed wanders (a
+random walk, and a step between sittings), builds pairs with the real interpolation
+(``advisor.core.pairs.interpolate``), stops them with the real rule
+(``Confirmation.settle``) and checks the shown interval (``Confirmation.throughput``)
+against the true ratio. The rule before Stein's (at least 3 pairs, stop once the plain t
+interval is within the target; each sitting stopped so, every pair then pooled as one
+sample whatever its sitting) runs on the same seeds for comparison.
+
+    python benchmarks/coverage_sim.py                  # 2000 replicates a scenario, ~10 s
+    python benchmarks/coverage_sim.py --replicates 500
+
+Writes benchmarks/results/coverage_sim.json; ``tests/core/test_pairs_coverage.py`` runs
+the same scenarios, smaller, as a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import random
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from advisor.core.intervals import interval  # noqa: E402
+from advisor.core.pairs import Confirmation, Pair, interpolate  # noqa: E402
+
+TRUE_RATIO = 1.3
+MEMORY_RATIO = 0.9
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """pair_sd: the sd of one pair's log throughput ratio (run noise and the machine's
+    wander within a round together); walk_sd: the machine's speed wander per run (log);
+    sittings: sittings in a row, each allowed ``max_pairs`` more pairs (as ``advisor
+    confirm --pairs`` raised by that much); between_sd: the sd of the true log ratio from
+    one sitting to the next (around the long-run ratio, the truth checked)."""
+
+    pair_sd: float
+    target: float = 0.03
+    max_pairs: int = 30
+    sittings: int = 1
+    between_sd: float = 0.0
+    walk_sd: float = 0.01
+
+
+SCENARIOS = {
+    "one sitting, per-pair sd 5%, cap 30": Scenario(0.05),
+    "one sitting, per-pair sd 2%, cap 30": Scenario(0.02),
+    "one sitting, per-pair sd 5%, cap 8 (the default)": Scenario(0.05, max_pairs=8),
+    "two sittings, per-pair sd 3%, no drift between them": Scenario(0.03, sittings=2),
+    "two sittings, per-pair sd 3%, 3% drift between them": Scenario(0.03, sittings=2, between_sd=0.03),
+    "three sittings, per-pair sd 3%, 5% drift between them": Scenario(0.03, sittings=3, between_sd=0.05),
+}
+
+
+def old_settle(c: Confirmation, target: float, max_pairs: int, sitting: int) -> None:
+    """The rule before Stein's, applied to each sitting: at least 3 pairs of the sitting,
+    stop once their plain t intervals are within the target (or at the cap)."""
+    mine = [p for p in c.pairs if p.sitting == sitting]
+    thr = interval([p.throughput_ratio for p in mine])
+    mem = interval([p.memory_ratio for p in mine])
+    if len(mine) >= 3 and thr is not None and mem is not None and max(thr.halfwidth, mem.halfwidth) <= target:
+        c.status = "confirmed"
+    else:
+        c.status = "capped" if len(c.pairs) >= max_pairs else "running"
+
+
+def replicate(s: Scenario, rng: random.Random, rule: str) -> tuple[bool, int, bool, float]:
+    """One confirmation on the simulated machine: (covered, pairs, stopped before the cap,
+    relative half-width)."""
+    run_sd = math.sqrt(max(0.0, s.pair_sd ** 2 - s.walk_sd ** 2 / 2) / 1.5)  # pair var = 1.5 run var + walk var / 2
+    c, speed, early = Confirmation(0), 0.0, False
+    for sitting in range(s.sittings):
+        log_ratio = math.log(TRUE_RATIO) + rng.gauss(0.0, s.between_sd)  # this sitting's ratio
+        speed += rng.gauss(0.0, 0.2)  # hours later: another speed altogether
+        cap = (sitting + 1) * s.max_pairs
+        c.status = "running"
+        c.settle(s.target, cap, sitting) if rule == "stein" else old_settle(c, s.target, cap, sitting)
+        while not c.done:
+            runs = []
+            for ratio in (1.0, math.exp(log_ratio), 1.0):  # A C A, a fresh baseline run each round
+                speed += rng.gauss(0.0, s.walk_sd)
+                runs.append(1000.0 * math.exp(speed + rng.gauss(0.0, run_sd)) * ratio)
+            memory = 100.0 * MEMORY_RATIO * math.exp(rng.gauss(0.0, 0.005))
+            c.pairs.append(Pair(0.5, interpolate(runs[0], runs[2], 0.5), runs[1], 100.0, memory, sitting=sitting))
+            c.settle(s.target, cap, sitting) if rule == "stein" else old_settle(c, s.target, cap, sitting)
+        early = c.status in ("confirmed", "wide") and len(c.pairs) < cap  # the last sitting, before its cap
+    shown = c.throughput if rule == "stein" else interval([p.throughput_ratio for p in c.pairs])
+    assert shown is not None
+    return shown.low <= TRUE_RATIO <= shown.high, len(c.pairs), early, shown.halfwidth
+
+
+def simulate(s: Scenario, replicates: int, seed: int, rule: str = "stein") -> dict:
+    """Coverage of the shown 95% interval over ``replicates`` confirmations."""
+    rng = random.Random(seed)
+    runs = [replicate(s, rng, rule) for _ in range(replicates)]
+    return {"coverage": sum(r[0] for r in runs) / replicates, "mean_pairs": statistics.fmean(r[1] for r in runs),
+            "stopped_early": sum(r[2] for r in runs) / replicates,
+            "median_halfwidth": statistics.median(r[3] for r in runs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replicates", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-o", "--output", default=str(HERE / "results" / "coverage_sim.json"))
+    args = parser.parse_args(argv)
+    from common import commit
+
+    scenarios = {}
+    for i, (name, s) in enumerate(SCENARIOS.items()):
+        scenarios[name] = row = {"scenario": asdict(s), "stein": simulate(s, args.replicates, args.seed + i),
+                                 "old_rule": simulate(s, args.replicates, args.seed + i, rule="old")}
+        print(f"{name}: " + "; ".join(f"{rule} covers {r['coverage']:.3f}, {r['mean_pairs']:.1f} pairs, "
+                                      f"{100 * r['stopped_early']:.0f}% early, +-{100 * r['median_halfwidth']:.1f}%"
+                                      for rule, r in row.items() if rule != "scenario"))
+    result = {"date": datetime.date.today().isoformat(), "commit": commit(),
+              "command": "python benchmarks/coverage_sim.py" + (f" --replicates {args.replicates}"
+                                                               if args.replicates != 2000 else ""),
+              "replicates": args.replicates, "seed": args.seed, "true_ratio": TRUE_RATIO,
+              "coverage_simulated": min(r["stein"]["coverage"] for r in scenarios.values()),
+              "old_rule_coverage": min(r["old_rule"]["coverage"] for r in scenarios.values()),
+              "scenarios": scenarios}
+    Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"lowest coverage: {result['coverage_simulated']:.3f} (the old rule: {result['old_rule_coverage']:.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

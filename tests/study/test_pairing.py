@@ -1,0 +1,128 @@
+"""Rounds of paired runs on a scripted executor (no Ray, no trial processes): the order the
+runs are asked for, a fresh baseline run for every round, the least disturbed run kept
+when every retry is disturbed, the pairs' sitting, and the early word when the target is
+out of reach. The real executor runs the same rounds in tests/study/test_confirm.py."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.events import Note
+from advisor.core.noise import SentinelJudge
+from advisor.core.pairs import Confirmation
+from advisor.core.results import TrialResult, TrialSettings
+from advisor.study.pairing import Candidate, Rounds
+
+
+@dataclass
+class Handle:
+    number: int
+    submitted: float
+    result: TrialResult
+
+
+@dataclass
+class Workload:
+    path: str = "model.py"
+    source: str = ""
+    sha256: str = "0"
+
+
+@dataclass
+class Scripted:
+    """An executor whose every probe answers at once: throughput from ``speed`` (by batch
+    size, or a list popped per run), sentinel readings from ``sentinel`` (popped; 1 ms when
+    empty). ``asked`` records the batch size of each run, in order."""
+
+    speed: dict[int, list[float] | float]
+    sentinel: list[float] = field(default_factory=list)
+    asked: list[int] = field(default_factory=list)
+    device: str = "cpu"
+    slots: int = 1
+    resources: dict = field(default_factory=dict)
+    startup_s: float = 0.0
+
+    def submit(self, number, payload):
+        bs = payload.config.batch_size
+        self.asked.append(bs)
+        speed = self.speed[bs]
+        throughput = speed.pop(0) if isinstance(speed, list) else speed
+        reading = self.sentinel.pop(0) if self.sentinel else 0.001
+        result = TrialResult(ok=True, throughput=throughput, peak_memory_bytes=1000 * bs,
+                             telemetry={"sentinel": {"before_s": reading, "after_s": reading}})
+        return Handle(number, time.monotonic(), result)
+
+    def wait(self, handles, timeout):
+        return [(h, h.result) for h in handles]
+
+    def cancel(self, handle):
+        pass
+
+    def shutdown(self):
+        pass
+
+
+BASE = TrialConfig(batch_size=32)
+
+
+def rounds(executor, target=0.03, max_pairs=2, judge=None, sitting=0):
+    notes, paired = [], []
+    r = Rounds(executor, Workload(), TrialSettings(train_samples=1), judge or SentinelJudge(threshold=1e9), target,
+               max_pairs, 60, lambda: None, lambda e: notes.append(e.text) if isinstance(e, Note) else None,
+               lambda c, wall: paired.append(c.label), sitting=sitting)
+    return r, notes, paired
+
+
+def test_every_round_runs_its_own_baseline_and_reverses_the_candidates():
+    executor = Scripted({32: 1000.0, 64: 1500.0, 128: 1200.0})
+    candidates = [Candidate(f"c{bs}", BASE.replace(batch_size=bs), Confirmation(bs)) for bs in (64, 128)]
+    r, _, paired = rounds(executor)
+    r.run(BASE, candidates)
+    assert executor.asked == [32, 64, 128, 32, 32, 128, 64, 32]  # A C1 C2 A | A C2 C1 A: no run shared
+    assert paired == ["c64", "c128", "c128", "c64"]
+    for c in candidates:
+        assert len(c.confirmation.pairs) == 2 and c.confirmation.status == "capped"
+        assert all(0 < p.position < 1 and p.sitting == 0 and not p.disturbed for p in c.confirmation.pairs)
+    assert candidates[0].confirmation.throughput.center == pytest.approx(1.5)
+
+
+def test_the_least_disturbed_try_is_kept_and_marked_when_every_try_is_disturbed():
+    # the baseline's first run is clean; the candidate's three tries read 2x, 1.5x, 1.8x the median
+    executor = Scripted({32: 1000.0, 64: [1100.0, 1500.0, 1200.0]}, sentinel=[0.001, 0.002, 0.0015, 0.0018])
+    c = Candidate("c64", BASE.replace(batch_size=64), Confirmation(64))
+    r, notes, _ = rounds(executor, max_pairs=1, judge=SentinelJudge([0.001] * 5))
+    r.run(BASE, [c])
+    assert executor.asked == [32, 64, 64, 64, 32]
+    (pair,) = c.confirmation.pairs
+    assert pair.config_throughput == 1500.0  # the 1.5x try, not the last (1.8x) one
+    assert "the configuration: the noise sentinel read 1.5 ms" in pair.disturbed
+    assert sum("running it again" in n for n in notes) == 2
+    assert any("keeping the least disturbed one (1.50x off" in n for n in notes)
+    again = Confirmation.from_dict(c.confirmation.to_dict())
+    assert again.pairs[0].disturbed == pair.disturbed
+
+
+def test_a_clean_retry_replaces_a_disturbed_run():
+    executor = Scripted({32: 1000.0, 64: [1100.0, 1500.0]}, sentinel=[0.001, 0.002, 0.001])
+    c = Candidate("c64", BASE.replace(batch_size=64), Confirmation(64))
+    r, notes, _ = rounds(executor, max_pairs=1, judge=SentinelJudge([0.001] * 5))
+    r.run(BASE, [c])
+    (pair,) = c.confirmation.pairs
+    assert pair.config_throughput == 1500.0 and pair.disturbed == ""
+
+
+def test_pairs_carry_their_sitting_and_the_out_of_reach_word_comes_once_after_the_first_stage():
+    noisy = [1300.0, 1700.0, 1400.0, 1600.0, 1500.0, 1450.0, 1550.0, 1500.0]
+    executor = Scripted({32: 1000.0, 64: list(noisy)})
+    c = Candidate("c64", BASE.replace(batch_size=64), Confirmation(64))
+    r, notes, _ = rounds(executor, max_pairs=8, sitting=3)
+    r.run(BASE, [c])
+    assert len(c.confirmation.pairs) == 8 and {p.sitting for p in c.confirmation.pairs} == {3}
+    assert c.confirmation.status == "capped"  # pairing went on to the cap
+    reach = [n for n in notes if "out of reach" in n]
+    assert len(reach) == 1 and reach[0].startswith("pairing c64: +-3.0% is out of reach")
+    assert executor.asked.count(64) == 8
