@@ -52,19 +52,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom 1..30.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+from advisor.core.student import t975
 
 FIRST_STAGE = 5  # Stein's first stage: the pairs whose spread sizes a sitting, never fewer before stopping
-
-
-def t975(df: int) -> float:
-    """Student's t 0.975 quantile for ``df`` >= 1 degrees of freedom."""
-    if df < 1:
-        raise ValueError("t needs at least one degree of freedom")
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df  # within 0.002 beyond 30
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,9 @@ from advisor.core.feasibility import (
     resolution,
     seeds_to_resolve,
     single_value_floor,
-    t95,
-    t_quantile,
     verdict,
 )
+from advisor.core.student import t95, t_quantile
 
 REPLICATES = 4000
 ALLOWED = 0.01
