@@ -1,12 +1,20 @@
 """The picks a user exports by name (``--pick fastest|smallest|most-accurate|balanced``):
-each a trial of the feasible Pareto front, chosen on its ratios to the baseline (the
-confirmed ones where the trial was confirmed in pairs). Paired confirmation confirms the
-picks first."""
+each a trial of the feasible Pareto front, chosen on its ratios to the baseline.
+
+Picks are made on confirmed figures: once any trial of the front is confirmed in pairs,
+only the confirmed ones (and the baseline) are picked from, so an unconfirmed single
+reading never beats a confirmed interval. Figures that the noise cannot tell apart are
+ties: confirmed intervals that overlap the best one's, and metrics within the metric's
+noise (epsilon) of the best. A tie goes to the configuration that changes fewer knobs
+from the baseline, then to the one with less memory (the faster one, for ``smallest``).
+Paired confirmation confirms the picks first (``advisor.study.confirm``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from advisor.core.errors import StudyError
-from advisor.core.objectives import DIRECTIONS, Figures
+from advisor.core.objectives import DIRECTIONS, METRIC, Figures
 from advisor.core.stored import StoredStudy, TrialRecord
 
 PICKS = ("fastest", "smallest", "most-accurate", "balanced")
@@ -15,37 +23,76 @@ PICKS = ("fastest", "smallest", "most-accurate", "balanced")
 def pick(study: StoredStudy, how: str) -> TrialRecord:
     """A trial of the feasible Pareto front.
 
-    fastest: highest throughput; smallest: lowest peak memory; most-accurate: highest
-    accuracy; balanced: closest to the ideal point after scaling each objective to [0, 1]
-    over the front (ties go to the faster trial).
+    fastest: highest throughput ratio; smallest: lowest peak memory ratio; most-accurate:
+    highest metric; balanced: closest to the ideal point after scaling each objective to
+    [0, 1] over the front (the metric only where it spreads beyond its noise). Ties as the
+    module says.
     """
     if how not in PICKS:
         raise StudyError(f"--pick {how!r} is unknown (expected one of {', '.join(PICKS)})")
     front = study.front()
     if not front:
         raise StudyError(f"study {study.name!r} has no feasible completed trial to pick from")
-    # ratios to the baseline, the confirmed ones where a trial was confirmed in pairs
-    figures = {r.number: study.relative_figures(r) for r in front}
+    versus = {r.number: study.versus_baseline(r) for r in front}
+    pool = [r for r in front if versus[r.number].confirmed or r.baseline]
+    if not any(versus[r.number].confirmed for r in pool):
+        pool = front  # nothing confirmed yet: the single readings are all there is
+    figures = {r.number: study.relative_figures(r) for r in pool}
+    changed = _changed_knobs(study)
+
+    def tie_break(memory_first: bool) -> Callable[[TrialRecord], tuple[float, ...]]:
+        def key(r: TrialRecord) -> tuple[float, ...]:
+            f = figures[r.number]
+            return ((changed(r), f.peak_memory_bytes, -f.throughput) if memory_first
+                    else (changed(r), -f.throughput, f.peak_memory_bytes))
+        return key
+
     if how == "fastest":
-        return max(front, key=lambda r: figures[r.number].throughput)
+        span = {r.number: _span(versus[r.number].throughput_interval, figures[r.number].throughput) for r in pool}
+        best = max(pool, key=lambda r: figures[r.number].throughput)
+        ties = [r for r in pool if span[r.number][1] >= span[best.number][0]]
+        return min(ties, key=tie_break(memory_first=True))
     if how == "smallest":
-        return min(front, key=lambda r: figures[r.number].peak_memory_bytes)
+        span = {r.number: _span(versus[r.number].memory_interval, figures[r.number].peak_memory_bytes) for r in pool}
+        best = min(pool, key=lambda r: figures[r.number].peak_memory_bytes)
+        ties = [r for r in pool if span[r.number][0] <= span[best.number][1]]
+        return min(ties, key=tie_break(memory_first=False))
     if how == "most-accurate":
-        return max(front, key=lambda r: figures[r.number].accuracy)
+        top = max(figures[r.number].accuracy for r in pool)
+        ties = [r for r in pool if top - figures[r.number].accuracy <= study.epsilon]
+        return min(ties, key=tie_break(memory_first=False))
     points = list(figures.values())
-    return min(front, key=lambda r: (_distance_to_ideal(figures[r.number], points), -figures[r.number].throughput))
+    return min(pool, key=lambda r: (_distance_to_ideal(figures[r.number], points, study.epsilon), changed(r),
+                                    -figures[r.number].throughput))
 
 
-def _distance_to_ideal(point: Figures, front: list[Figures]) -> float:
-    """Distance to the ideal point, each objective scaled to [0, 1] over the front."""
+def _span(interval: tuple[float, float] | None, value: float) -> tuple[float, float]:
+    """A figure's confirmed 95% interval, or the single reading as a point."""
+    return interval if interval is not None else (value, value)
+
+
+def _changed_knobs(study: StoredStudy) -> Callable[[TrialRecord], int]:
+    """How many knobs a trial's configuration changes from the baseline's."""
+    base = study.baseline.config.to_dict() if study.baseline is not None and study.baseline.config else {}
+
+    def count(r: TrialRecord) -> int:
+        config = r.config.to_dict() if r.config is not None else {}
+        return sum(1 for k, v in config.items() if k in base and base[k] != v)
+    return count
+
+
+def _distance_to_ideal(point: Figures, front: list[Figures], epsilon: float = 0.0) -> float:
+    """Distance to the ideal point, each objective scaled to [0, 1] over the front; the
+    metric counts only where it spreads more than its noise (``epsilon``)."""
     total = 0.0
     for i, direction in enumerate(DIRECTIONS):
         values = [p[i] for p in front]
         lo, hi = min(values), max(values)
-        if hi == lo:
+        if hi == lo or (i == METRIC and hi - lo <= epsilon):
             continue
         score = (point[i] - lo) / (hi - lo)
         if direction == "minimize":
             score = 1.0 - score
         total += (1.0 - score) ** 2
     return total**0.5
+

@@ -23,6 +23,7 @@ from advisor.core.noise import AccuracyNoise
 from advisor.core.objectives import Figures, Limits, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
+from advisor.core.two_stage import ProbeMargins
 
 # user-attribute keys besides the TrialResult fields
 CONFIG, CONFIG_KEY, WALL = "config", "config_key", "wall_s"
@@ -278,6 +279,17 @@ class StoredStudy:
                 out and self.attrs.get(BASELINE_DISTURBED)):  # a disturbed trial 0 is no reference
             out.append((float(when), base.figures.throughput))
         return sorted(out)
+
+    @cached_property
+    def probe_margins(self) -> ProbeMargins:
+        """How far apart two probes must be to differ beyond noise, from the baseline's own
+        measurements in this study (its probe and its re-measurements)."""
+        measured = [(m.get("throughput"), m.get("peak_memory_bytes"))
+                    for m in self.attrs.get(BASELINE_MEASUREMENTS) or [] if isinstance(m, dict)]
+        base = self.baseline
+        if base is not None and base.probe is not None:
+            measured.append(base.probe)
+        return ProbeMargins.from_baseline([t for t, _ in measured if t], [m for _, m in measured if m])
 
     def reference_throughput(self, record: TrialRecord) -> float | None:
         """The baseline's throughput measured nearest in time to ``record`` (to its probe,

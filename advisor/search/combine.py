@@ -32,7 +32,7 @@ from advisor.core.objectives import Figures, Limits, hypervolume
 from advisor.search.one_knob import seed_count
 
 MAX_MOVES = 10  # the best moves by throughput gain kept when there are more (2^10 subsets)
-MARGIN = 0.05  # a move must change throughput or memory by more than this to count (noise)
+MARGIN = 0.05  # a move must change throughput or memory by more than this to count, until the noise is measured
 
 
 @dataclass(frozen=True)
@@ -54,22 +54,26 @@ def combination_count(trials: int) -> int:
 
 def combination_configs(base: TrialConfig, base_figures: Figures,
                         measured: Sequence[tuple[TrialConfig, Figures | None]], limits: Limits, limit: int,
-                        allowed: Callable[[TrialConfig], bool]) -> list[TrialConfig]:
+                        allowed: Callable[[TrialConfig], bool],
+                        margins: tuple[float, float] = (MARGIN, MARGIN)) -> list[TrialConfig]:
     """The whole step: moves from the one-knob trials in ``measured``, their combinations,
-    and the ``limit`` predicted to add the most to the feasible front."""
+    and the ``limit`` predicted to add the most to the feasible front. ``margins``: how
+    much a move must change throughput and memory (relative) to count, from the study's
+    measured probe noise."""
 
     def feasible(f: Figures) -> bool:
         return limits.feasible(f, base_figures[2])
 
-    found = moves(base, base_figures, measured, limits.allowed(base_figures[2]))
+    found = moves(base, base_figures, measured, limits.allowed(base_figures[2]), margins)
     pool = candidates(base, found, base_figures)
     done = [Figures(*base_figures)] + [Figures(*f) for _, f in measured if f is not None]
     return choose(pool, done, limit, feasible, allowed)
 
 
 def moves(base: TrialConfig, base_figures: Figures, measured: Sequence[tuple[TrialConfig, Figures | None]],
-          max_drop: float) -> list[Move]:
-    """The one-knob changes among ``measured`` that improved throughput, memory or accuracy."""
+          max_drop: float, margins: tuple[float, float] = (MARGIN, MARGIN)) -> list[Move]:
+    """The one-knob changes among ``measured`` that improved throughput or memory beyond
+    ``margins`` (relative), or accuracy."""
     t0, m0, a0 = base_figures
     reference = base.to_dict()
     found = []
@@ -79,7 +83,7 @@ def moves(base: TrialConfig, base_figures: Figures, measured: Sequence[tuple[Tri
             continue
         t, m, a = figures
         move = Move(changed[0], getattr(config, changed[0]), t / t0, m / m0, a - a0, a < a0 - max_drop)
-        if move.speed > 1 + MARGIN or move.memory < 1 - MARGIN or (move.accuracy > 0 and not move.lossy):
+        if move.speed > 1 + margins[0] or move.memory < 1 - margins[1] or (move.accuracy > 0 and not move.lossy):
             found.append(move)
     found.sort(key=lambda mv: -mv.speed)
     return found[:MAX_MOVES]

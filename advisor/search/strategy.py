@@ -24,7 +24,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.objectives import Figures, Limits
 from advisor.core.stored import StoredStudy, TrialRecord
-from advisor.search.combine import combination_configs, combination_count
+from advisor.search.combine import MARGIN, combination_configs, combination_count
 from advisor.search.known_failures import KnownFailures
 from advisor.search.known_oom import KnownOom
 from advisor.search.one_knob import seed_configs, seed_count
@@ -201,8 +201,10 @@ class Strategy:
 
         measured = [(r.config, figures(r)) for r in stored.records
                     if r.counted and r.config is not None and not r.baseline]
+        noise = stored.probe_margins  # a move counts beyond the study's probe noise, once measured
+        margins = (noise.throughput, noise.memory) if noise.measured else (MARGIN, MARGIN)
         return combination_configs(self.baseline, base.figures, measured, self.limits,
-                                   combination_count(self.budget), self._allowed)
+                                   combination_count(self.budget), self._allowed, margins)
 
     def _allowed(self, config: TrialConfig) -> bool:
         return config.key() not in self._seen and self._why_not(config)[0] is None

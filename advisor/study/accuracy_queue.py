@@ -28,7 +28,6 @@ from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import (
     ACCURACY_NOISE,
     ACCURACY_REUSED,
-    BASELINE_MEASUREMENTS,
     CURVE,
     EARLY_STOP,
     INITIAL_LOSS,
@@ -142,7 +141,7 @@ class AccuracyQueue:
         stored = self.ledger.stored()
         feasible = [(r.number, relative(stored, r.probe, r.get(PROBED_AT) or r.finished_at))
                     for r in stored.records if r.state == "complete" and r.feasible and r.probe is not None]
-        margins = self.margins()
+        margins = self.margins(stored)
         for number, w in sorted(self.waiting.items()):
             if w.proposal.baseline or w.running:
                 continue
@@ -168,7 +167,8 @@ class AccuracyQueue:
         base = next((w for w in pool if w.proposal.baseline), None)
         if base is not None or not anyway or not pool:
             return base
-        margins, stored = self.margins(), self.ledger.stored()
+        stored = self.ledger.stored()
+        margins = self.margins(stored)
         figures = {n: w.relative(stored) for n, w in self.waiting.items()}  # running ones too: verdict pending
         front = [w for w in pool if not any(dominates_beyond_noise(f, figures[w.proposal.number], margins)
                                             for f in figures.values())]
@@ -187,18 +187,13 @@ class AccuracyQueue:
         if base is None:
             return None
         noise = self.ledger.study.user_attrs.get(ACCURACY_NOISE) or {}
-        limits = self.limits
-        allowed = limits.allowed(base.figures.accuracy) if base.figures is not None else limits.max_accuracy_drop
+        reference = self.ledger.reference_accuracy  # the seed mean, once measured
+        allowed = self.limits.allowed(reference) if reference is not None else self.limits.max_accuracy_drop
         return gate_from(base.get(CURVE) or [], noise.get("curves") or [], allowed, base.get(INITIAL_LOSS))
 
-    def margins(self) -> ProbeMargins:
+    def margins(self, stored: StoredStudy | None = None) -> ProbeMargins:
         """Probe noise from the baseline's own measurements in this study."""
-        base = self.ledger.baseline_record
-        measured = [(m.get("throughput"), m.get("peak_memory_bytes"))
-                    for m in self.ledger.study.user_attrs.get(BASELINE_MEASUREMENTS) or []]
-        if base is not None and base.probe is not None:
-            measured.append(base.probe)
-        return ProbeMargins.from_baseline([t for t, _ in measured if t], [m for _, m in measured if m])
+        return (stored or self.ledger.stored()).probe_margins
 
     # ---- the steps --------------------------------------------------------------------
     def _over_memory_cap(self, w: Waiting) -> str | None:

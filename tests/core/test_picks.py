@@ -52,3 +52,31 @@ def test_the_front_does_not_keep_a_slow_trial_for_accuracy_within_noise():
     vs = study.versus_baseline(records[1])
     assert vs.accuracy_text() == "+1.4 pt, undecided" and vs.verdict.kind == "undecided"
     assert vs.to_dict()["metric_verdict"] == "undecided"
+
+
+def confirmed_at(trial: int, ratios: list[float], memory: float = 1.0) -> dict:
+    pairs = [Pair(0.5, 1000.0, 1000.0 * r, 100.0, 100.0 * memory) for r in ratios]
+    return Confirmation(trial, pairs, "confirmed").to_dict()
+
+
+def test_overlapping_intervals_are_ties_won_by_fewer_knobs_then_less_memory():
+    """bf16 + compile + channels_last reads 1.52x, bf16 alone 1.48x: their intervals
+    overlap, so the pick is bf16 alone (one knob changed, not three)."""
+    records = [record(0, 1000, 100, 0.95, 0.0), record(1, 1480, 100, 0.95, 10.0, precision="bf16"),
+               record(2, 1520, 120, 0.95, 20.0, precision="bf16", compile=True, channels_last=True),
+               record(3, 2500, 150, 0.95, 30.0, threads=1)]  # unconfirmed: never beats a confirmed interval
+    attrs = {f"{CONFIRMATION}1": confirmed_at(1, [1.40, 1.48, 1.56, 1.45, 1.51]),
+             f"{CONFIRMATION}2": confirmed_at(2, [1.44, 1.52, 1.60, 1.49, 1.55], memory=1.2)}
+    study = StoredStudy("s", attrs, records)
+    assert pick(study, "fastest").number == 1
+    apart = {**attrs, f"{CONFIRMATION}2": confirmed_at(2, [1.80, 1.81, 1.82, 1.80, 1.81], memory=1.2)}
+    assert pick(StoredStudy("s", apart, records), "fastest").number == 2  # beyond the noise: the faster one
+    assert pick(StoredStudy("s", {}, records), "fastest").number == 3  # nothing confirmed: single readings decide
+
+
+def test_metrics_within_the_noise_are_ties_for_most_accurate():
+    records = [record(0, 1000, 100, 0.950, 0.0), record(1, 1500, 100, 0.955, 10.0, precision="bf16"),
+               record(2, 1400, 80, 0.958, 20.0, precision="bf16", channels_last=True, compile=True)]
+    noisy = StoredStudy("s", {ACCURACY_NOISE: {"seeds": [0, 1, 2], "values": [0.95, 0.94, 0.96]}}, records)
+    assert pick(noisy, "most-accurate").number == 1  # within 2 pt of each other: the fewer knobs changed
+    assert pick(StoredStudy("s", {}, records), "most-accurate").number == 2  # no noise known: the highest

@@ -104,3 +104,17 @@ def test_a_default_study_runs_the_combinations_after_the_seeds(ray_session, work
         assert len(changed) >= 2 and changed <= seed_knobs
     keys = [TrialConfig.from_dict(t.user_attrs["config"]).key() for t in combos]
     assert len(set(keys)) == len(keys)
+
+
+def test_a_move_counts_only_beyond_the_measured_probe_noise():
+    """bf16 alone at 1.08x: a move against the 5% default, noise against a study whose
+    baseline probes spread 10% (margins measured from them)."""
+    from advisor.core.config import TrialConfig as Config
+    from advisor.core.objectives import Figures as F
+    from advisor.search.combine import MARGIN, moves
+
+    base = Config(batch_size=32)
+    measured = [(base.replace(precision="bf16"), F(1080.0, 100.0, 0.9))]
+    assert [m.knob for m in moves(base, F(1000.0, 100.0, 0.9), measured, 0.01)] == ["precision"]
+    assert moves(base, F(1000.0, 100.0, 0.9), measured, 0.01, margins=(0.10, 0.02)) == []
+    assert MARGIN == 0.05
