@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -46,6 +46,7 @@ INITIAL_LOSS = "initial_loss"  # an accuracy run's loss at its first step (the u
 CONFIRMATION = "confirmation:"  # + trial number: that trial's paired confirmation
 BASELINE_MEASUREMENTS = "baseline_measurements"  # the baseline's re-measurements (probes)
 ACCURACY_NOISE = "accuracy_noise"  # the baseline's metric over several seeds
+METRIC_SEEDS = "metric_seeds:"  # + trial number: that trial's metric over more seeds (undecided front candidates)
 BASELINE_DISTURBED = "baseline_disturbed"  # why trial 0's speed is not a reference (its sentinel was off)
 
 
@@ -191,6 +192,26 @@ class StoredStudy:
     attrs: dict[str, Any]
     records: list[TrialRecord]
 
+    def __post_init__(self) -> None:
+        """A trial trained with more seeds (the baseline's noise seeds, or ``METRIC_SEEDS``)
+        is read at its seed mean: its figure, and its feasibility against the baseline's
+        mean (an accuracy gate's stop stays infeasible)."""
+        object.__setattr__(self, "records", [self._over_seeds(r) for r in self.records])
+        self.__dict__.pop("baseline", None)  # read again from the records as they now are
+
+    def _over_seeds(self, record: TrialRecord) -> TrialRecord:
+        values = self.metric_values(record) if record.state == "complete" and record.figures else []
+        if len(values) < 2:
+            return record
+        mean = statistics.fmean(values)
+        constraints = dict(record.constraints)
+        reference = self.baseline_metric
+        if not record.baseline and reference is not None and "accuracy_drop" in constraints \
+                and not record.get(EARLY_STOP):
+            constraints["accuracy_drop"] = (reference - mean) - self.limits.allowed(reference)
+        return replace(record, figures=record.figures._replace(accuracy=mean),  # type: ignore[union-attr]
+                       constraints=constraints)
+
     @cached_property
     def metric(self) -> MetricSpec:
         """What the study's metric is (its name, direction, how it reads)."""
@@ -233,8 +254,12 @@ class StoredStudy:
 
     def metric_values(self, record: TrialRecord) -> list[float]:
         """``record``'s metric, one value per seed it was trained with: the baseline's seeds
-        (``accuracy_noise``) for the baseline, and for a trial whose metric was reused from
-        another (same training numerics), that trial's values."""
+        (``accuracy_noise``) for the baseline, a front candidate's when it was trained with
+        more (``METRIC_SEEDS``), and for a trial whose metric was reused from another (same
+        training numerics), that trial's values."""
+        more = self.attrs.get(f"{METRIC_SEEDS}{record.number}")
+        if isinstance(more, dict) and isinstance(more.get("values"), list) and more["values"]:
+            return [float(v) for v in more["values"]]
         base = self.baseline
         source = record.get(ACCURACY_REUSED)
         if base is not None and (record.number == base.number or source == base.number):

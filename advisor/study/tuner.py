@@ -4,8 +4,9 @@ Read ``run()`` top to bottom: start the executor, open (or resume) the study, ru
 baseline alone (its accuracy anchors the accuracy constraint, its duration the default
 per-trial timeout) and with more seeds (the metric's noise), then keep every slot busy
 with the strategy's proposals until the budget or the time is spent, storing each result
-as it comes, and finally confirm the front in pairs against the baseline
-(``advisor.study.confirm``). In a training study each configuration runs in two parts
+as it comes, train the front's undecided candidates with the baseline's other seeds
+(``advisor.study.more_seeds``), and finally confirm the front in pairs against the
+baseline (``advisor.study.confirm``). In a training study each configuration runs in two parts
 (two-stage evaluation): its probe, then, where ``AccuracyQueue`` decides it can change the
 front, its accuracy run. ``Parts`` (advisor/study/parts.py) submits the parts, collects and
 stores what comes back and runs a part again when its noise sentinel shows a disturbed
@@ -41,6 +42,7 @@ from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
 from advisor.study.drivers import Drivers, join_study
 from advisor.study.ledger import Ledger
+from advisor.study.more_seeds import train_more_seeds
 from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.signals import stopped_by_signals
@@ -144,6 +146,13 @@ class Tuner:
                     if self.options.workload == "train":  # inference: no seed changes the metric
                         self._metric_noise(study, base)
                     self._search(base)
+                if base is not None and self.options.workload == "train" and self.halt is None:
+                    self._cancel_all(self.stop_reason or "the study stopped")
+                    if self.drivers.claim("metric_seeds"):  # one driver trains them; the others go on
+                        train_more_seeds(study, self.plan.workload, self.plan.settings, executor,
+                                         self.options.confirm_top, self._timeout(base), lambda: self.halt, self.emit,
+                                         "accuracy" if self.queue is not None else "full")
+                        self.drivers.release("metric_seeds")
                 if base is not None and self.options.confirm and self.halt is None:
                     self._cancel_all(self.stop_reason or "the study stopped")
                     if self.drivers.claim("confirm"):

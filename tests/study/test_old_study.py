@@ -63,6 +63,9 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     for key in ("throughput_interval", "memory_interval"):
         assert vs.pop(key) is None
     assert vs.pop("accuracy_noise_epsilon") == 0 and vs.pop("accuracy_within_noise") is False
+    # added since (decisions that survive a second run): the metric's verdict; this study
+    # measured no noise, so its point estimate decides and the bounds are that estimate
+    assert vs.pop("metric_verdict") == "feasible" and vs.pop("metric_bounds") == [vs["accuracy_delta"]] * 2
     # added since (meeting users where their code is): what the metric is, and its value as
     # itself; a study from before METRIC existed reads as accuracy
     metric = now["measured"].pop("metric")
