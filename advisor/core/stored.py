@@ -10,19 +10,21 @@ through it.
 
 from __future__ import annotations
 
-import statistics
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.feasibility import Verdict, verdict
 from advisor.core.metric import MetricSpec
 from advisor.core.noise import AccuracyNoise
-from advisor.core.objectives import Figures, Limits, Versus, pareto_front, ratio, satisfied
+from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
+from advisor.core.study_metric import ACCURACY_REUSED as ACCURACY_REUSED  # its keys, re-exported: read here
+from advisor.core.study_metric import EARLY_STOP as EARLY_STOP
+from advisor.core.study_metric import METRIC_SEEDS as METRIC_SEEDS
+from advisor.core.study_metric import MetricReading
 from advisor.core.two_stage import ProbeMargins
 
 # user-attribute keys besides the TrialResult fields
@@ -37,16 +39,14 @@ PROBE_DONE, PROBE_WALL = "probe_done", "probe_wall_s"
 PROBED_AT = "probed_at"  # when the probe finished (POSIX seconds): its ratio is to the baseline nearest then
 ESTIMATE = "memory_estimate"  # the trial's estimate of its peak memory (``advisor.trial.estimate``)
 ACCURACY_SKIPPED = "accuracy_skipped"  # why no accuracy run was needed (the trial is PRUNED)
-ACCURACY_REUSED = "accuracy_reused_from"  # the trial whose accuracy this one reuses
 ACCURACY_RUN = "accuracy_run"  # the accuracy run's own phases, wall time and peak memory
-CURVE, EARLY_STOP = "curve", "early_stop"  # the learning curve; why and where the gate stopped it
+CURVE = "curve"  # the learning curve (EARLY_STOP: why and where the gate stopped it)
 INITIAL_LOSS = "initial_loss"  # an accuracy run's loss at its first step (the untrained model's)
 # study attributes written as the study runs (Optuna cannot change a finished trial, so
 # what is learnt about a trial later is stored with the study, keyed by trial number)
 CONFIRMATION = "confirmation:"  # + trial number: that trial's paired confirmation
 BASELINE_MEASUREMENTS = "baseline_measurements"  # the baseline's re-measurements (probes)
 ACCURACY_NOISE = "accuracy_noise"  # the baseline's metric over several seeds
-METRIC_SEEDS = "metric_seeds:"  # + trial number: that trial's metric over more seeds (undecided front candidates)
 BASELINE_DISTURBED = "baseline_disturbed"  # why trial 0's speed is not a reference (its sentinel was off)
 
 
@@ -179,7 +179,7 @@ def skipped_attrs(config: TrialConfig, reason: str, failure_class: str) -> dict[
 
 
 @dataclass(frozen=True)
-class StoredStudy:
+class StoredStudy(MetricReading):
     """A stored study read once: its attributes and every trial as a record.
 
     Ratios to the baseline (``versus_baseline``) are the confirmed ones where a trial was
@@ -191,26 +191,6 @@ class StoredStudy:
     name: str
     attrs: dict[str, Any]
     records: list[TrialRecord]
-
-    def __post_init__(self) -> None:
-        """A trial trained with more seeds (the baseline's noise seeds, or ``METRIC_SEEDS``)
-        is read at its seed mean: its figure, and its feasibility against the baseline's
-        mean (an accuracy gate's stop stays infeasible)."""
-        object.__setattr__(self, "records", [self._over_seeds(r) for r in self.records])
-        self.__dict__.pop("baseline", None)  # read again from the records as they now are
-
-    def _over_seeds(self, record: TrialRecord) -> TrialRecord:
-        values = self.metric_values(record) if record.state == "complete" and record.figures else []
-        if len(values) < 2:
-            return record
-        mean = statistics.fmean(values)
-        constraints = dict(record.constraints)
-        reference = self.baseline_metric
-        if not record.baseline and reference is not None and "accuracy_drop" in constraints \
-                and not record.get(EARLY_STOP):
-            constraints["accuracy_drop"] = (reference - mean) - self.limits.allowed(reference)
-        return replace(record, figures=record.figures._replace(accuracy=mean),  # type: ignore[union-attr]
-                       constraints=constraints)
 
     @cached_property
     def metric(self) -> MetricSpec:
@@ -244,53 +224,6 @@ class StoredStudy:
     def epsilon(self) -> float:
         """The metric's noise (0 when the study did not estimate it)."""
         return self.accuracy_noise.epsilon if self.accuracy_noise is not None else 0.0
-
-    @cached_property
-    def limits(self) -> Limits:
-        """What made a trial feasible in this study (as it was run)."""
-        cap = self.attrs.get("memory_cap_bytes")
-        return Limits(float(self.attrs.get("max_accuracy_drop", 0.01)), float(cap) if cap else None,
-                      bool(self.attrs.get("max_drop_relative")))
-
-    def metric_values(self, record: TrialRecord) -> list[float]:
-        """``record``'s metric, one value per seed it was trained with: the baseline's seeds
-        (``accuracy_noise``) for the baseline, a front candidate's when it was trained with
-        more (``METRIC_SEEDS``), and for a trial whose metric was reused from another (same
-        training numerics), that trial's values."""
-        more = self.attrs.get(f"{METRIC_SEEDS}{record.number}")
-        if isinstance(more, dict) and isinstance(more.get("values"), list) and more["values"]:
-            return [float(v) for v in more["values"]]
-        base = self.baseline
-        source = record.get(ACCURACY_REUSED)
-        if base is not None and (record.number == base.number or source == base.number):
-            return self.baseline_values
-        if source is not None:
-            other = next((r for r in self.records if r.number == source), None)
-            if other is not None and other.get(ACCURACY_REUSED) is None:
-                return self.metric_values(other)
-        return [record.figures.accuracy] if record.figures is not None else []
-
-    @cached_property
-    def baseline_values(self) -> list[float]:
-        """The baseline's metric over its seeds (trial 0's alone without a noise estimate)."""
-        if self.accuracy_noise is not None and self.accuracy_noise.values:
-            return list(self.accuracy_noise.values)
-        base = self.baseline
-        return [base.figures.accuracy] if base is not None and base.figures is not None else []
-
-    @property
-    def baseline_metric(self) -> float | None:
-        """The reference every trial's metric is judged against: the baseline's seed mean."""
-        values = self.baseline_values
-        return statistics.fmean(values) if values else None
-
-    def verdict(self, record: TrialRecord) -> Verdict | None:
-        """``record``'s metric against the baseline's, with the noise
-        (``advisor.core.feasibility``); None without both."""
-        values, reference = self.metric_values(record), self.baseline_metric
-        if not values or reference is None:
-            return None
-        return verdict(values, self.baseline_values, self.limits.allowed(reference))
 
     @cached_property
     def baseline_measurements(self) -> list[tuple[float, float]]:

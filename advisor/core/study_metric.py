@@ -1,0 +1,108 @@
+"""A stored study's metric read with its noise: the baseline's seed values and mean (the
+reference every trial is judged against), each trial's values over the seeds it trained
+with, its verdict (``advisor.core.feasibility``), and the trials read at their seed mean.
+``StoredStudy`` (``advisor.core.stored``) has these through ``MetricReading``."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from functools import cached_property
+from typing import Any, Protocol
+
+from advisor.core.feasibility import Verdict, verdict
+from advisor.core.noise import AccuracyNoise
+from advisor.core.objectives import Figures, Limits
+
+
+class TrialRecord(Protocol):
+    """What is read here of ``advisor.core.stored.TrialRecord`` (which imports this module)."""
+
+    number: int
+    state: str
+    figures: Figures | None
+    constraints: dict[str, float]
+    baseline: bool
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+ACCURACY_REUSED = "accuracy_reused_from"  # the trial whose accuracy this one reuses
+EARLY_STOP = "early_stop"  # why and where the accuracy gate stopped a trial
+METRIC_SEEDS = "metric_seeds:"  # + trial number: that trial's metric over more seeds (undecided front candidates)
+
+
+class MetricReading:
+    """For ``StoredStudy``: needs its ``attrs``, ``records``, ``baseline`` and ``accuracy_noise``."""
+
+    attrs: dict[str, Any]
+    records: list[TrialRecord]
+    baseline: TrialRecord | None
+    accuracy_noise: AccuracyNoise | None
+
+    def __post_init__(self) -> None:
+        """A trial trained with more seeds (the baseline's noise seeds, or ``METRIC_SEEDS``)
+        is read at its seed mean: its figure, and its feasibility against the baseline's
+        mean (an accuracy gate's stop stays infeasible)."""
+        object.__setattr__(self, "records", [self._over_seeds(r) for r in self.records])
+        self.__dict__.pop("baseline", None)  # read again from the records as they now are
+
+    def _over_seeds(self, record: TrialRecord) -> TrialRecord:
+        values = self.metric_values(record) if record.state == "complete" and record.figures else []
+        if len(values) < 2:
+            return record
+        mean = statistics.fmean(values)
+        constraints = dict(record.constraints)
+        reference = self.baseline_metric
+        if not record.baseline and reference is not None and "accuracy_drop" in constraints \
+                and not record.get(EARLY_STOP):
+            constraints["accuracy_drop"] = (reference - mean) - self.limits.allowed(reference)
+        return replace(record, figures=record.figures._replace(accuracy=mean),  # type: ignore[union-attr]
+                       constraints=constraints)
+
+
+    @cached_property
+    def limits(self) -> Limits:
+        """What made a trial feasible in this study (as it was run)."""
+        cap = self.attrs.get("memory_cap_bytes")
+        return Limits(float(self.attrs.get("max_accuracy_drop", 0.01)), float(cap) if cap else None,
+                      bool(self.attrs.get("max_drop_relative")))
+
+    def metric_values(self, record: TrialRecord) -> list[float]:
+        """``record``'s metric, one value per seed it was trained with: the baseline's seeds
+        (``accuracy_noise``) for the baseline, a front candidate's when it was trained with
+        more (``METRIC_SEEDS``), and for a trial whose metric was reused from another (same
+        training numerics), that trial's values."""
+        more = self.attrs.get(f"{METRIC_SEEDS}{record.number}")
+        if isinstance(more, dict) and isinstance(more.get("values"), list) and more["values"]:
+            return [float(v) for v in more["values"]]
+        base = self.baseline
+        source = record.get(ACCURACY_REUSED)
+        if base is not None and (record.number == base.number or source == base.number):
+            return self.baseline_values
+        if source is not None:
+            other = next((r for r in self.records if r.number == source), None)
+            if other is not None and other.get(ACCURACY_REUSED) is None:
+                return self.metric_values(other)
+        return [record.figures.accuracy] if record.figures is not None else []
+
+    @cached_property
+    def baseline_values(self) -> list[float]:
+        """The baseline's metric over its seeds (trial 0's alone without a noise estimate)."""
+        if self.accuracy_noise is not None and self.accuracy_noise.values:
+            return list(self.accuracy_noise.values)
+        base = self.baseline
+        return [base.figures.accuracy] if base is not None and base.figures is not None else []
+
+    @property
+    def baseline_metric(self) -> float | None:
+        """The reference every trial's metric is judged against: the baseline's seed mean."""
+        values = self.baseline_values
+        return statistics.fmean(values) if values else None
+
+    def verdict(self, record: TrialRecord) -> Verdict | None:
+        """``record``'s metric against the baseline's, with the noise
+        (``advisor.core.feasibility``); None without both."""
+        values, reference = self.metric_values(record), self.baseline_metric
+        if not values or reference is None:
+            return None
+        return verdict(values, self.baseline_values, self.limits.allowed(reference))
