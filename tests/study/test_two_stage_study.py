@@ -17,8 +17,7 @@ from conftest import EXAMPLES
 
 pytestmark = pytest.mark.ray
 
-TRIALS = 5  # the baseline, its three one-knob seeds and one trial after them
-ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "2000", "--trials", str(TRIALS),
+ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "2000", "--trials", "8",
         "--accuracy-seeds", "2"]
 
 
@@ -28,7 +27,7 @@ def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
     study = optuna.load_study(study_name="digits_mlp-eager", storage="sqlite:///advisor.db")
     stored = read_study(study)
     measured = [r for r in stored.records if r.counted]
-    assert len(measured) == TRIALS and not [t for t in study.trials if t.state.name == "RUNNING"]
+    assert len(measured) == 8 and not [t for t in study.trials if t.state.name == "RUNNING"]
     for r in measured:
         assert r.get("probe_done") and r.get("throughput") and r.get("telemetry")["fingerprint"]["steps"] == 5
         if r.state == "probed":
@@ -43,9 +42,8 @@ def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
     noise = study.user_attrs["accuracy_noise"]
     assert len(noise["curves"]) == 1 and len(noise["curves"][0]) == 3  # the seed's learning curve, for the gate
     tally = counts(stored)
-    assert tally["probes"] == TRIALS
-    assert tally["accuracy_runs"] + tally["probed_only"] + tally["accuracy_reused"] == TRIALS
-    assert f"two-stage: {TRIALS} probes, {tally['accuracy_runs']} accuracy runs" in out
+    assert tally["probes"] == 8 and tally["accuracy_runs"] + tally["probed_only"] + tally["accuracy_reused"] == 8
+    assert f"two-stage: 8 probes, {tally['accuracy_runs']} accuracy runs" in out
     assert "probe   0" in out  # each probe is shown as it comes in
 
 
