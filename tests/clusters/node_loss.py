@@ -2,7 +2,7 @@
 each); once both nodes run a trial, the worker node is removed. Run by
 tests/test_cluster.py in its own process (it needs its own Ray, not the test session's).
 
-    python tests/clusters/node_loss.py MODEL SPACE DELAY_S"""
+    python tests/clusters/node_loss.py MODEL SPACE DELAY_S TRIALS"""
 import sys
 import threading
 import time
@@ -31,7 +31,7 @@ def remove_when_both_nodes_busy():
         time.sleep(0.2)
 timer = threading.Thread(target=remove_when_both_nodes_busy, daemon=True)
 timer.start()
-code = main(["tune", sys.argv[1], "--space", sys.argv[2], "--trials", "6", "--train-samples", "2000",
+code = main(["tune", sys.argv[1], "--space", sys.argv[2], "--trials", sys.argv[4], "--train-samples", "2000",
              "--ray-address", cluster.address, "--sampler", "random"])
 import ray  # noqa: E402
 

@@ -21,8 +21,9 @@ def test_node_loss_mid_study(workdir):
     (workdir / "s.yaml").write_text("batch_size: {choices: [16, 32, 64, 128, 256, 512]}\nprecision: fp32\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")}
     script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "clusters", "node_loss.py")
-    proc = subprocess.run([sys.executable, script, str(EXAMPLES / "digits_mlp.py"), "s.yaml", "1.5"], cwd=workdir,
-                          env=env, capture_output=True, text=True, timeout=280)
+    total = 4  # the baseline, then two at once (one on each node: the worker's is lost), then the rest
+    proc = subprocess.run([sys.executable, script, str(EXAMPLES / "digits_mlp.py"), "s.yaml", "1.5", str(total)],
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=280)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "removing worker node" in out
@@ -33,7 +34,7 @@ def test_node_loss_mid_study(workdir):
     # the study's total, reached on the remaining node (a configuration dominated beyond noise
     # by a feasible one is stored probed only, PRUNED: which ones depends on measured speeds)
     measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
-    assert len(measured) == 6 and sum(t.state.name == "COMPLETE" for t in measured) >= 1
+    assert len(measured) == total and sum(t.state.name == "COMPLETE" for t in measured) >= 1
 
 
 @pytest.mark.timeout(240)

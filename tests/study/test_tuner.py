@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 
 import optuna
 import pytest
@@ -22,11 +25,36 @@ def load(db, name):
     return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
 
 
-def test_tune_records_a_real_study(ray_session, workdir, capsys):
-    code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--trials", "4", *FAST])
-    out = capsys.readouterr().out
+EAGER = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--trials", "4", *FAST]
+
+
+@pytest.fixture(scope="module")
+def eager_study(ray_session, tmp_path_factory):
+    """One real 4-trial study (``EAGER``), run once: its advisor.db and what it printed. The
+    tests that only read a finished study, or resume one, copy the database (``in_workdir``)."""
+    where = tmp_path_factory.mktemp("eager-study")
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:  # what the function-scoped autouse fixtures set
+        mp.chdir(where)
+        mp.delenv("ADVISOR_STORAGE", raising=False)
+        mp.setenv("ADVISOR_CONFIRM", "0")
+        mp.setenv("ADVISOR_ACCURACY_SEEDS", "1")
+        mp.setenv("ADVISOR_HOME", str(tmp_path_factory.mktemp("advisor-home")))
+        with contextlib.redirect_stdout(out):
+            code = main(EAGER)
     assert code == 0
-    study = load(workdir / "advisor.db", "digits_mlp-eager")
+    return where / "advisor.db", out.getvalue()
+
+
+def in_workdir(eager_study, workdir):
+    """A copy of the shared study's database as ./advisor.db of this test."""
+    shutil.copy(eager_study[0], workdir / "advisor.db")
+    return workdir / "advisor.db"
+
+
+def test_tune_records_a_real_study(eager_study):
+    db, out = eager_study
+    study = load(db, "digits_mlp-eager")
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE", "MAXIMIZE"]
     trials = study.get_trials()
     base = trials[0]
@@ -54,12 +82,11 @@ def test_tune_records_a_real_study(ray_session, workdir, capsys):
     assert "advisor export" in out and "trials: 4 run" in out
 
 
-def test_resume_completes_total_and_fails_stale_running(ray_session, workdir, capsys):
+def test_resume_completes_total_and_fails_stale_running(eager_study, workdir, capsys):
     args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", *FAST]
-    assert main([*args, "--trials", "2"]) == 0
-    study = load(workdir / "advisor.db", "digits_mlp-eager")
+    study = load(in_workdir(eager_study, workdir), "digits_mlp-eager")  # 4 trials done
     stale = study.ask()  # what a killed driver leaves behind: a RUNNING trial
-    assert main([*args, "--trials", "4"]) == 0
+    assert main([*args, "--trials", "6"]) == 0
     out = capsys.readouterr().out
     study = load(workdir / "advisor.db", "digits_mlp-eager")
     trials = study.get_trials()
@@ -68,21 +95,18 @@ def test_resume_completes_total_and_fails_stale_running(ray_session, workdir, ca
     assert "left running by an earlier run" in out
     assert sum(1 for t in trials if t.user_attrs.get("baseline")) == 1  # baseline not re-run
     real = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
-    assert len(real) == 4  # --trials is the study's total (the interrupted one does not count); probed ones do
+    assert len(real) == 6  # --trials is the study's total (the interrupted one does not count); probed ones do
     assert not [t for t in trials if t.state.name == "RUNNING"]
 
 
-def test_resume_with_other_settings_is_refused(ray_session, workdir, capsys):
-    args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--trials", "1"]
-    assert main([*args, *FAST]) == 0
-    capsys.readouterr()
-    assert main([*args, "--train-samples", "400"]) == 2
+def test_resume_with_other_settings_is_refused(eager_study, workdir, capsys):
+    in_workdir(eager_study, workdir)  # stored with --train-samples 300
+    assert main([*EAGER[:-2], "--train-samples", "400"]) == 2
     assert "different settings" in capsys.readouterr().err
 
 
-def test_export_round_trip(ray_session, workdir, capsys):
-    assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--trials", "3", *FAST]) == 0
-    capsys.readouterr()
+def test_export_round_trip(eager_study, workdir, capsys):
+    in_workdir(eager_study, workdir)
     assert main(["export", "--pick", "balanced", "-o", "best.yaml"]) == 0
     assert "wrote trial" in capsys.readouterr().out
     document = yaml.safe_load((workdir / "best.yaml").read_text())
