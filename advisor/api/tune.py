@@ -49,7 +49,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     Raises an AdvisorError subclass (the command's exit status 2 cases) for bad input,
     before anything runs.
     """
-    given = {name: value for name, value in locals().items() if name in OPTIONS}  # the options, as passed
+    given = {key: value for key, value in locals().items() if key in OPTIONS}  # the options, as passed
     import optuna
 
     from advisor.outputs.console import TuneOutput

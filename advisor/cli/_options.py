@@ -67,8 +67,7 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
     at None this way takes its default."""
     values = {}
     for field, o in options_of(TuneOptions).items():
-        value = next((v for v in (getattr(args, f.removeprefix("--").replace("-", "_")) for f in o.flags)
-                      if v is not None), None)
+        value = next((v for v in (getattr(args, dest) for dest in o.dests) if v is not None), None)
         if value is None and o.env and o.env_read and os.environ.get(o.env) is not None:
             value = o.env_read(os.environ[o.env])
         if value is not None or not (o.env or o.aliases):

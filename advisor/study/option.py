@@ -38,12 +38,17 @@ class Option:
         """The command line's dest and ``advisor.tune()``'s keyword: the flag, underscored."""
         if self.flag is None:
             raise ValueError("an option without a flag has no name of its own")
-        return self.flag.removeprefix("--").replace("-", "_")
+        return self.dests[0]
 
     @property
     def flags(self) -> tuple[str, ...]:
         """The flag and its older names (their values go to the same field)."""
         return tuple(f for f in (self.flag, *(a for a, _ in self.aliases)) if f)
+
+    @property
+    def dests(self) -> tuple[str, ...]:
+        """Where argparse puts the flag's and its older names' values."""
+        return tuple(f.removeprefix("--").replace("-", "_") for f in self.flags)
 
 
 def option(default: Any = dataclasses.MISSING, **declared: Any) -> Any:

@@ -32,7 +32,7 @@ def _drop(value: Any, name: str) -> tuple[float, bool]:
     try:
         return parse_drop(value)
     except ValueError as exc:
-        raise StudyError(f"{name}{value!r}: {exc}") from None
+        raise StudyError(f"{name}{'' if name.endswith('=') else ' '}{value!r}: {exc}") from None
 
 
 def _size(value: Any, name: str) -> int | None:
