@@ -12,12 +12,14 @@ from typing import Any, Callable
 
 from advisor.api.callables import write_workload
 from advisor.api.result import TuneResult
-from advisor.core.errors import StudyError, WorkloadError
-from advisor.core.metric import parse_drop
+from advisor.core.errors import WorkloadError
 from advisor.core.noise import ACCURACY_SEEDS
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.stored import read_study
-from advisor.core.units import parse_size
+from advisor.study.option import options_of
+from advisor.study.options import TuneOptions
+
+OPTIONS = {o.name: field for field, o in options_of(TuneOptions).items()}  # keyword -> TuneOptions field
 
 
 def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | None = None, *,
@@ -30,8 +32,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,
          confirm: bool = True, confirm_top: int = DEFAULT_TOP, pairs: int = DEFAULT_MAX_PAIRS,
          confirm_target: float = DEFAULT_TARGET, accuracy_seeds: int = ACCURACY_SEEDS, accuracy: str = "selective",
-         progress: bool = True) -> TuneResult:
-    """Tune a model from Python; the keyword options are ``advisor tune``'s flags.
+         ignore_doctor: bool = False, progress: bool = True) -> TuneResult:
+    """Tune a model from Python; the keyword options are ``advisor tune``'s flags
+    (``advisor.study.options.TuneOptions`` declares both; a test keeps them equal).
 
     ``model`` and ``datasets`` (and optionally ``loss``, ``metric``, ``optimizer``) are
     the model.py contract's functions, each defined at the top level of an importable
@@ -46,33 +49,20 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     Raises an AdvisorError subclass (the command's exit status 2 cases) for bad input,
     before anything runs.
     """
+    given = {key: value for key, value in locals().items() if key in OPTIONS}  # the options, as passed
     import optuna
 
     from advisor.outputs.console import TuneOutput
-    from advisor.study.options import TuneOptions
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
-    try:
-        drop, relative = parse_drop(max_metric_drop) if isinstance(max_metric_drop, str) else (max_metric_drop, False)
-    except ValueError as exc:
-        raise StudyError(f"max_metric_drop={max_metric_drop!r}: {exc}") from None
+    options = TuneOptions.given("", {OPTIONS[p]: v for p, v in given.items()}, python=True).check(python=True)
     path, label = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))
-    options = TuneOptions(
-        workload_path=str(path), space=space, workload=workload, storage=storage, study_name=study, trials=trials,
-        timeout=timeout,
-        trial_timeout=trial_timeout, max_accuracy_drop=drop, max_drop_relative=relative,
-        memory_cap=parse_size(memory_cap) if isinstance(memory_cap, str) else memory_cap, sampler=sampler,
-        seed=seed, train_samples=train_samples, ray_address=ray_address, skip_preflight=skip_preflight,
-        confirm=confirm, confirm_top=confirm_top, pairs=pairs, confirm_target=confirm_target,
-        accuracy_seeds=accuracy_seeds, accuracy=accuracy)
+    options = replace(options, workload_path=str(path))
     if study is None and label is not None:  # named after the model function, not the written file
         options = replace(options, study_name=f"{label}-{options.space_name}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        plan = plan_study(options)
-    except StudyError as exc:  # the options' messages name the command's flags: name the arguments
-        raise StudyError(re.sub(r"--([a-z-]+)", lambda m: m.group(1).replace("-", "_") + "=", str(exc))) from None
+    plan = plan_study(options)
     output = TuneOutput(quiet=not progress)
     output.planned(plan)
     outcome = Tuner(plan, on_event=output.event).run()

@@ -1,5 +1,5 @@
 """What several commands share: the storage option, opening a storage or a stored study,
-loading the explorer, the confirmation flags."""
+loading the explorer."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import AdvisorError
+from advisor.study.options import STORAGE_HELP
 
 if TYPE_CHECKING:
     from advisor.core.stored import StoredStudy
-
-STORAGE_HELP = "Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)"
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -46,22 +45,6 @@ def load_tui() -> Any:
         raise AdvisorError(f"the explorer needs textual and textual-plotext ({exc}); "
                            "reinstall advisor: pip install advisor") from None
     return tui
-
-
-def add_confirm_arguments(parser: argparse.ArgumentParser) -> None:
-    """The paired-confirmation flags, shared by tune, confirm and measure."""
-    from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
-
-    parser.add_argument("--pairs", type=int, default=DEFAULT_MAX_PAIRS,
-                        help="paired confirmation: at most this many pairs per configuration, over all "
-                             f"its sittings (default {DEFAULT_MAX_PAIRS})")
-    parser.add_argument("--confirm-target", type=float, default=DEFAULT_TARGET,
-                        help="pair a configuration until its 95%% interval is within this relative half-width: "
-                             "5 pairs, then as many as their spread asks for (Stein's two-stage rule) "
-                             f"(default {DEFAULT_TARGET}: +-{100 * DEFAULT_TARGET:.0f}%%)")
-    parser.add_argument("--confirm-top", type=int, default=DEFAULT_TOP,
-                        help=f"confirm at most this many configurations of the front, the export picks first "
-                             f"(default {DEFAULT_TOP})")
 
 
 def open_existing_storage(explicit: str | None) -> tuple[Any, str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from advisor.cli._common import add_confirm_arguments, add_storage_arguments
+from advisor.cli._common import add_storage_arguments
+from advisor.cli._options import add_confirm_arguments
 
 NAME = "confirm"
 HELP = "Confirm a stored study's front in pairs against the baseline (or add pairs to it)."

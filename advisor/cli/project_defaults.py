@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from advisor.cli._common import subparsers
+from advisor.cli._options import environment
 from advisor.core.errors import ConfigError
 
 # options whose built-in default an environment variable replaces: the variable wins over the table
-ENVIRONMENT = {"storage": "ADVISOR_STORAGE", "confirm": "ADVISOR_CONFIRM", "accuracy_seeds": "ADVISOR_ACCURACY_SEEDS"}
+# (--storage is every storage command's; the study options declare their own in TuneOptions)
+ENVIRONMENT = {"storage": "ADVISOR_STORAGE", **environment()}
 COMMANDS_KEY = "commands"  # [tool.advisor.commands.NAME]: one command's own defaults
 _TABLE = re.compile(r"^\s*\[\s*tool\s*\.\s*advisor\s*[\].]", re.MULTILINE)
 

@@ -18,14 +18,15 @@ SAMPLERS = ("default", "tpe", "nsga2", "random", "gp")
 NEEDS = {"gp": ("scipy",)}
 
 
-def check_sampler(name: str) -> str:
+def check_sampler(name: str, what: str = "--sampler") -> str:
     """``name`` if it is a known sampler whose packages are installed; a StudyError
-    otherwise, with the install command (before storage is touched)."""
+    otherwise, naming ``what`` (the flag or keyword), with the install command (before
+    storage is touched)."""
     if name not in SAMPLERS:
-        raise StudyError(f"--sampler {name!r} is unknown (expected {', '.join(SAMPLERS)})")
+        raise StudyError(f"{what} {name!r} is unknown (expected {', '.join(SAMPLERS)})")
     missing = [m for m in NEEDS.get(name, ()) if importlib.util.find_spec(m) is None]
     if missing:
-        raise StudyError(f"--sampler {name} needs {' and '.join(missing)}, which is not installed (Optuna's GPSampler "
+        raise StudyError(f"{what} {name} needs {' and '.join(missing)}, which is not installed (Optuna's GPSampler "
                          f"fits its Gaussian process with it): pip install 'advisor[gp]' (or pip install "
                          f"{' '.join(missing)}), or choose another sampler ({', '.join(s for s in SAMPLERS if s not in NEEDS)})")
     return name

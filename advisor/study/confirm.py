@@ -15,40 +15,18 @@ too (up to ``top`` in all).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from advisor.core.errors import StudyError, TrialFailed
 from advisor.core.events import Listener, Note, Paired, ignore
 from advisor.core.noise import SentinelJudge, reading_of
-from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP, MIN_PAIRS, Confirmation, beaten
+from advisor.core.pairs import MIN_PAIRS, Confirmation, beaten
 from advisor.core.picks import PICKS, pick
 from advisor.core.results import TrialSettings
 from advisor.core.stored import CONFIRMATION, StoredStudy, TrialRecord, read_study
 from advisor.runner.executor import Executor
+from advisor.study.options import ConfirmOptions, check_confirm_options
 from advisor.study.pairing import Candidate, Rounds
-
-
-@dataclass(frozen=True)
-class ConfirmOptions:
-    """How much to confirm: the ``top`` candidates, each until its sitting has the pairs
-    Stein's rule asks for an interval within ``target`` (relative half-width), or it has
-    ``max_pairs`` pairs over all its sittings."""
-
-    top: int = DEFAULT_TOP
-    max_pairs: int = DEFAULT_MAX_PAIRS
-    target: float = DEFAULT_TARGET
-
-
-def check_confirm_options(options: ConfirmOptions) -> ConfirmOptions:
-    """Raise StudyError (exit status 2) for a bad confirmation option, named by its flag."""
-    if options.max_pairs < 1:
-        raise StudyError(f"--pairs must be at least 1, found {options.max_pairs}")
-    if options.top < 1:
-        raise StudyError(f"--confirm-top must be at least 1, found {options.top}")
-    if not 0 < options.target < 1:
-        raise StudyError(f"--confirm-target must be a fraction between 0 and 1 (0.03: +-3%), found {options.target}")
-    return options
 
 
 def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:

@@ -1,49 +1,165 @@
-"""``TuneOptions``: what a study is asked to do (``advisor tune``'s flags), and their
-validation. Problems are named by the flag a user typed."""
+"""``TuneOptions``: what a study is asked to do, and their validation. Each field declares
+its option once (``advisor.study.option``): ``advisor tune``'s flag and help,
+``advisor.tune()``'s keyword, how a value is read, its environment variable, whether a
+resumed study must match it. Problems name the option as the caller wrote it."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from advisor.core.errors import StudyError
+from advisor.core.metric import parse_drop
 from advisor.core.noise import ACCURACY_SEEDS
 from advisor.core.objectives import Limits
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
-from advisor.core.results import check_workload_kind
+from advisor.core.results import WORKLOADS, check_workload_kind
+from advisor.core.units import parse_size
 from advisor.search.samplers import check_sampler
-from advisor.study.confirm import ConfirmOptions, check_confirm_options
+from advisor.study.option import Naming, build, naming, option
 
 ACCURACY_MODES = ("selective", "all")
+STORAGE_HELP = "Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)"
+
+
+def _drop(value: Any, name: str) -> tuple[float, bool]:
+    """The drop as given: (amount, relative) parsed already, a number, or "0.01" / "2%"."""
+    if isinstance(value, tuple):
+        return value
+    if not isinstance(value, str):
+        return value, False
+    try:
+        return parse_drop(value)
+    except ValueError as exc:
+        raise StudyError(f"{name}{'' if name.endswith('=') else ' '}{value!r}: {exc}") from None
+
+
+def _size(value: Any, name: str) -> int | None:
+    return parse_size(value, name) if isinstance(value, str) else value
+
+
+def _switch_env(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("0", "1", "yes", "no", "true", "false", "on", "off"):
+        raise StudyError(f"$ADVISOR_CONFIRM is {value!r}, expected 1 (confirm) or 0 (do not)")
+    return value in ("1", "yes", "true", "on")
+
+
+def _seeds_env(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise StudyError(f"$ADVISOR_ACCURACY_SEEDS is {text!r}, expected a whole number (1: no estimate)") from None
+
+
+@dataclass(frozen=True)
+class ConfirmOptions:
+    """How much to confirm: the ``top`` candidates, each until its sitting has the pairs
+    Stein's rule asks for an interval within ``target`` (relative half-width), or it has
+    ``max_pairs`` pairs over all its sittings."""
+
+    top: int = DEFAULT_TOP
+    max_pairs: int = DEFAULT_MAX_PAIRS
+    target: float = DEFAULT_TARGET
+
+
+def check_confirm_options(options: ConfirmOptions, name: Naming | None = None) -> ConfirmOptions:
+    """Raise StudyError (exit status 2) for a bad confirmation option, named by ``name``
+    (default: its flag)."""
+    name = name or naming(TuneOptions, python=False)
+    if options.max_pairs < 1:
+        raise StudyError(f"{name('pairs')} must be at least 1, found {options.max_pairs}")
+    if options.top < 1:
+        raise StudyError(f"{name('confirm_top')} must be at least 1, found {options.top}")
+    if not 0 < options.target < 1:
+        raise StudyError(f"{name('confirm_target')} must be a fraction between 0 and 1 (0.03: +-3%), "
+                         f"found {options.target}")
+    return options
 
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """The options of one study; ``check()`` refuses bad values before anything runs."""
+    """The options of one study, in the order of ``advisor tune --help``; ``check()``
+    refuses bad values before anything runs."""
 
-    workload_path: str
-    space: str | None = None  # None: "default" for training, "inference" for inference
-    workload: str = "train"
-    storage: str | None = None
-    study_name: str | None = None
-    trials: int = 20
-    timeout: float | None = None
-    trial_timeout: float | None = None
-    max_accuracy_drop: float = 0.01  # how much worse the metric may get (--max-metric-drop)
-    max_drop_relative: bool = False  # ... as a fraction of the baseline's metric ("1%")
-    memory_cap: int | None = None
-    sampler: str = "default"
-    seed: int = 0
-    train_samples: int | None = None
-    ray_address: str | None = None
-    skip_preflight: bool = False
-    confirm: bool = True  # paired confirmation of the front at the end (--no-confirm)
-    confirm_top: int = DEFAULT_TOP
-    pairs: int = DEFAULT_MAX_PAIRS
-    confirm_target: float = DEFAULT_TARGET
-    accuracy_seeds: int = ACCURACY_SEEDS
-    accuracy: str = "selective"  # two-stage evaluation; "all": every trial trains in full, as before
-    ignore_doctor: bool = False  # keep the options that failed `advisor doctor` on this machine
+    workload_path: str = option()  # the command's positional model, advisor.tune()'s model (or callables)
+    workload: str = option(
+        "train", flag="--workload", choices=WORKLOADS,
+        help="train (default): time training steps, accuracy after a fixed number of samples; "
+             "inference: time forward passes of the trained model, no training")
+    space: str | None = option(  # None: "default" for training, "inference" for inference
+        None, flag="--space",
+        help="preset name or YAML file (default: default, or inference with --workload inference)")
+    trials: int = option(20, flag="--trials", parse=int,
+                         help="the study's total number of measured trials (default 20)")
+    storage: str | None = option(None, flag="--storage", help=STORAGE_HELP)
+    study_name: str | None = option(None, flag="--study",
+                                    help="study name (default: MODEL-SPACE); re-running resumes it")
+    timeout: float | None = option(None, flag="--timeout", parse=float,
+                                   help="wall-clock budget of the whole study, seconds")
+    trial_timeout: float | None = option(
+        None, flag="--trial-timeout", parse=float,
+        help="limit for one trial, seconds (default: 10x the baseline trial, at least 120)")
+    max_accuracy_drop: float = option(  # how much worse the metric may get
+        0.01, flag="--max-metric-drop", parse=parse_drop, read=_drop, into=("max_accuracy_drop", "max_drop_relative"),
+        metavar="AMOUNT|PCT%", must_match="max_accuracy_drop",
+        help="feasible trials are at most this much worse than the baseline on the metric: an "
+             "amount of it (default 0.01: 1 point of a fraction such as accuracy), or a percentage "
+             "of the baseline's (2%%); 'worse' follows the metric's direction (model.py's METRIC)",
+        aliases=(("--max-accuracy-drop", "the same as --max-metric-drop (its older name)"),))
+    max_drop_relative: bool = option(False, must_match="max_drop_relative")  # ... a fraction of the baseline's ("1%")
+    memory_cap: int | None = option(None, flag="--memory-cap", read=_size, must_match="memory_cap_bytes",
+                                    help="feasible trials peak below this, e.g. 2GiB or 500MiB")
+    train_samples: int | None = option(
+        None, flag="--train-samples", parse=int,
+        help="samples each trial trains on before evaluation (default: 5 epochs of the training set)")
+    sampler: str = option(
+        "default", flag="--sampler",
+        help="default: the baseline with one knob changed first (up to 8 trials), then TPE; "
+             "or plain tpe, nsga2, random, gp (gp needs scipy: pip install 'advisor[gp]')")
+    seed: int = option(0, flag="--seed", parse=int, help="seed of the sampler and of every trial (default 0)")
+    ray_address: str | None = option(None, flag="--ray-address",
+                                     help="join this Ray cluster instead of starting a local one")
+    skip_preflight: bool = option(
+        False, flag="--skip-preflight",
+        help="do not build the model in the driver first (for models too large for it)")
+    pairs: int = option(
+        DEFAULT_MAX_PAIRS, flag="--pairs", parse=int,
+        help="paired confirmation: at most this many pairs per configuration, over all "
+             f"its sittings (default {DEFAULT_MAX_PAIRS})")
+    confirm_target: float = option(
+        DEFAULT_TARGET, flag="--confirm-target", parse=float,
+        help="pair a configuration until its 95%% interval is within this relative half-width: "
+             "5 pairs, then as many as their spread asks for (Stein's two-stage rule) "
+             f"(default {DEFAULT_TARGET}: +-{100 * DEFAULT_TARGET:.0f}%%)")
+    confirm_top: int = option(
+        DEFAULT_TOP, flag="--confirm-top", parse=int,
+        help=f"confirm at most this many configurations of the front, the export picks first "
+             f"(default {DEFAULT_TOP})")
+    confirm: bool = option(  # paired confirmation of the front at the end
+        True, flag="--confirm", negatable=True, env="ADVISOR_CONFIRM", env_read=_switch_env,
+        help="confirm the front in pairs against the baseline at the end (default: on, or "
+             "$ADVISOR_CONFIRM=0 for off); --no-confirm leaves the ratios unconfirmed (advisor confirm "
+             "runs it later)")
+    accuracy_seeds: int = option(
+        ACCURACY_SEEDS, flag="--accuracy-seeds", parse=int, env="ADVISOR_ACCURACY_SEEDS", env_read=_seeds_env,
+        help="train the baseline with this many seeds to measure the metric's noise "
+             "(default 3, or $ADVISOR_ACCURACY_SEEDS; 1: no estimate)")
+    accuracy: str = option(  # two-stage evaluation; "all": every trial trains in full, as before
+        "selective", flag="--accuracy",
+        help="selective (default): probe every configuration's speed and memory, and train only "
+             "those that could still reach the feasible front (two-stage evaluation); all: train "
+             "every configuration in full, as one process per trial")
+    ignore_doctor: bool = option(  # keep the options that failed `advisor doctor` on this machine
+        False, flag="--ignore-doctor",
+        help="keep the options that failed `advisor doctor` on this machine (by default they are "
+             "dropped, each with the reason)")
+
+    @classmethod
+    def given(cls, workload_path: str, values: dict[str, Any], python: bool) -> TuneOptions:
+        """The options from values as given (keyed by field), read as the caller wrote them."""
+        return build(cls, values, naming(cls, python), workload_path=workload_path)
 
     @property
     def two_stage(self) -> bool:
@@ -69,28 +185,33 @@ class TuneOptions:
         """The space asked for, or the workload's default preset."""
         return self.space or ("inference" if self.workload == "inference" else "default")
 
-    def check(self) -> TuneOptions:
-        """Raise StudyError for the first bad option; return the options when all are good."""
+    def check(self, python: bool = False) -> TuneOptions:
+        """Raise StudyError for the first bad option, named by its flag ("--trials") or, for
+        ``python``, by advisor.tune()'s keyword ("trials="); return the options when all are good."""
+        name = naming(TuneOptions, python)
         if self.trials < 1:
-            raise StudyError(f"--trials must be at least 1, found {self.trials}")
-        for flag, value in (("--timeout", self.timeout), ("--trial-timeout", self.trial_timeout)):
+            raise StudyError(f"{name('trials')} must be at least 1, found {self.trials}")
+        for field, value in (("timeout", self.timeout), ("trial_timeout", self.trial_timeout)):
             if value is not None and not value > 0:
-                raise StudyError(f"{flag} must be a positive number of seconds, found {value}")
+                raise StudyError(f"{name(field)} must be a positive number of seconds, found {value}")
+        drop = name("max_accuracy_drop")
         if not 0 <= self.max_accuracy_drop < math.inf:
-            raise StudyError(f"--max-metric-drop must be >= 0, found {self.drop_text}")
+            raise StudyError(f"{drop} must be >= 0, found {self.drop_text}")
         if self.max_drop_relative and self.max_accuracy_drop > 1:
-            raise StudyError(f"--max-metric-drop must be at most 100% of the baseline's metric, found {self.drop_text}")
+            raise StudyError(f"{drop} must be at most 100% of the baseline's metric, found {self.drop_text}")
         if self.memory_cap is not None and not self.memory_cap > 0:
-            raise StudyError(f"--memory-cap must be positive, found {self.memory_cap}")
-        check_workload_kind(self.workload, "--workload")
-        check_sampler(self.sampler)
+            raise StudyError(f"{name('memory_cap')} must be positive, found {self.memory_cap}")
+        check_workload_kind(self.workload, name("workload"))
+        check_sampler(self.sampler, name("sampler"))
         if self.train_samples is not None and self.train_samples < 1:
-            raise StudyError(f"--train-samples must be at least 1, found {self.train_samples}")
-        check_confirm_options(self.confirm_options)
+            raise StudyError(f"{name('train_samples')} must be at least 1, found {self.train_samples}")
+        check_confirm_options(self.confirm_options, name)
         if self.accuracy_seeds < 1:
-            raise StudyError(f"--accuracy-seeds must be at least 1 (1: no noise estimate), found {self.accuracy_seeds}")
+            raise StudyError(f"{name('accuracy_seeds')} must be at least 1 (1: no noise estimate), "
+                             f"found {self.accuracy_seeds}")
         if self.accuracy not in ACCURACY_MODES:
-            raise StudyError(f"--accuracy must be one of {', '.join(ACCURACY_MODES)}, found {self.accuracy!r}")
+            raise StudyError(f"{name('accuracy')} must be one of {', '.join(ACCURACY_MODES)}, found {self.accuracy!r}")
         if self.skip_preflight and self.train_samples is None and self.workload == "train":
-            raise StudyError("--train-samples is required with --skip-preflight (how many samples each trial trains on)")
+            raise StudyError(f"{name('train_samples')} is required with {name('skip_preflight')} "
+                             "(how many samples each trial trains on)")
         return self

@@ -20,6 +20,7 @@ from advisor.runner.cluster import cluster_hardware
 from advisor.search.samplers import make_sampler
 from advisor.search.space import Dropped, SearchSpace, filter_space, load_space
 from advisor.study import storage as stores
+from advisor.study.option import must_match
 from advisor.study.options import TuneOptions
 from advisor.study.storage_guard import shown_url
 from advisor.techniques.rules import refusal
@@ -29,8 +30,11 @@ from advisor.workload.preflight import preflight
 if TYPE_CHECKING:
     import optuna
 
-# Study attributes that must match for a resumed study's trials to stay comparable.
-MUST_MATCH = ("workload_sha256", "space", "settings", "max_accuracy_drop", "max_drop_relative", "memory_cap_bytes")
+# Study attributes that must match for a resumed study's trials to stay comparable: those the
+# plan derives (not options of their own: the model.py's content, the space as filtered here,
+# the trial settings), then the options TuneOptions marks must_match (advisor.study.options).
+DERIVED_MUST_MATCH = ("workload_sha256", "space", "settings")
+MUST_MATCH = DERIVED_MUST_MATCH + tuple(attr for _, attr in must_match(TuneOptions))
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,8 @@ class StudyPlan:
             "dropped_options": [[d.knob, d.value, d.reason] for d in self.space.dropped],
             "settings": self.settings.to_dict(),
             "hardware": fingerprint(self.hardware),
-            "max_accuracy_drop": self.options.max_accuracy_drop,
-            "max_drop_relative": self.options.max_drop_relative,
+            **{attr: getattr(self.options, field) for field, attr in must_match(TuneOptions)},
             "metric": self.workload.metric_spec.to_dict(),
-            "memory_cap_bytes": self.options.memory_cap,
             "objectives": list(OBJECTIVES),
         }
 

@@ -1,0 +1,85 @@
+"""A study's options on the command line, read from their one definition
+(``advisor.study.options.TuneOptions``): the flags ``advisor tune`` (and, for the
+confirmation options, ``advisor confirm``) adds, and the options built back from what
+was parsed, the environment filling in what the command line left out."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from advisor.study.option import Option, options_of
+from advisor.study.options import TuneOptions
+
+CONFIRM_OPTIONS = ("pairs", "confirm_target", "confirm_top")  # shared by tune and confirm
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TuneOptions)}
+
+
+def _parsing(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as an argparse type: its ValueError's reason becomes the error argparse prints."""
+    if parse in (int, float):
+        return parse  # as they are: argparse and [tool.advisor] read these by name
+
+    def parsed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parsed.__name__ = getattr(parse, "__name__", "value")
+    return parsed
+
+
+def _add(parser: argparse.ArgumentParser, field: str, o: Option) -> None:
+    default = _DEFAULTS[field]
+    if o.env or o.aliases:
+        default = None  # resolved later: the environment, or whichever of the exclusive flags was given
+    where: Any = parser.add_mutually_exclusive_group() if o.aliases else parser
+    named: dict[str, Any] = {"help": o.help}
+    if isinstance(default, bool) or o.negatable:
+        named["action"] = argparse.BooleanOptionalAction if o.negatable else "store_true"
+    else:
+        named.update(type=_parsing(o.parse) if o.parse else None, choices=o.choices, metavar=o.metavar)
+    where.add_argument(o.flag, default=default, **{k: v for k, v in named.items() if v is not None})
+    for flag, help in o.aliases:
+        where.add_argument(flag, type=named.get("type"), default=None, help=help)
+
+
+def add_option_arguments(parser: argparse.ArgumentParser, fields: Iterable[str] | None = None) -> None:
+    """The flags of ``fields`` (default: every option), in the definition's order."""
+    wanted = None if fields is None else set(fields)
+    for field, o in options_of(TuneOptions).items():
+        if wanted is None or field in wanted:
+            _add(parser, field, o)
+
+
+def add_confirm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The paired-confirmation flags, shared by tune and confirm."""
+    add_option_arguments(parser, CONFIRM_OPTIONS)
+
+
+def given(args: argparse.Namespace) -> dict[str, Any]:
+    """The options' values from the parsed command line (keyed by field): an older flag's
+    value when the newer one is not given, else the environment variable's; an option left
+    at None this way takes its default."""
+    values = {}
+    for field, o in options_of(TuneOptions).items():
+        value = next((v for v in (getattr(args, dest) for dest in o.dests) if v is not None), None)
+        if value is None and o.env and o.env_read and os.environ.get(o.env) is not None:
+            value = o.env_read(os.environ[o.env])
+        if value is not None or not (o.env or o.aliases):
+            values[field] = value
+    return values
+
+
+def tune_options(args: argparse.Namespace) -> TuneOptions:
+    """``advisor tune``'s options from its parsed command line (``args.model`` the workload)."""
+    return TuneOptions.given(args.model, given(args), python=False)
+
+
+def environment() -> dict[str, str]:
+    """The options whose default an environment variable replaces: argparse dest -> variable."""
+    return {o.name: o.env for o in options_of(TuneOptions).values() if o.env}

@@ -1,0 +1,149 @@
+"""The study options are defined once, in ``TuneOptions`` (each field's ``Option``), and
+everything else agrees with that definition: ``advisor tune``'s flags (name, help, type,
+default), ``advisor confirm``'s confirmation flags, ``advisor.tune()``'s keywords and
+their defaults, and the attributes a resumed study must match. ``disagreements`` says
+where they part; the last tests show it notices a field added without a flag, a flag
+without a keyword, and a must-match mark that the resume check would not see."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+
+import pytest
+
+import advisor
+from advisor.cli._common import subparsers
+from advisor.cli.main import parser
+from advisor.study import plan
+from advisor.study.option import declared, must_match, option, options_of
+from advisor.study.options import TuneOptions
+
+# the fields that are not options of their own: model.py's path (the command's positional
+# `model`, advisor.tune()'s `model` or callables), and whether the drop is a percentage
+# (set by --max-metric-drop with its amount)
+NOT_OPTIONS = {"workload_path", "max_drop_relative"}
+# advisor.tune()'s keywords that are not study options: the model.py contract as callables,
+# where to write it, and whether to print progress
+PYTHON_ONLY = {"loss", "metric", "optimizer", "baseline", "name", "workdir", "progress"}
+COMMAND_ONLY = {"--json", "--no-tui"}  # how `advisor tune` prints
+CONFIRM_FLAGS = {"--pairs", "--confirm-target", "--confirm-top"}  # also `advisor confirm`'s
+
+
+def _actions(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {flag: a for a in p._actions for flag in a.option_strings if flag.startswith("--") and flag != "--help"}
+
+
+def disagreements(cls: type, tune_parser: argparse.ArgumentParser, confirm_parser: argparse.ArgumentParser,
+                  tune: object, resumed: tuple[str, ...]) -> list[str]:
+    """Where the command line, the Python API and the resume check part from ``cls``' options."""
+    try:
+        fields = {f.name: (f, o) for f, o in declared(cls)}
+    except TypeError as exc:
+        return [str(exc)]
+    problems = [f"{name}: no flag, and not one of the fields documented as no option" for name, (_, o) in
+                fields.items() if o.flag is None and name not in NOT_OPTIONS]
+    options = options_of(cls)
+    actions, keywords = _actions(tune_parser), inspect.signature(tune).parameters  # type: ignore[arg-type]
+    flags = {flag for o in options.values() for flag in o.flags}
+    flags |= {f"--no-{o.name.replace('_', '-')}" for o in options.values() if o.negatable}
+    problems += [f"{flag}: a flag of advisor tune that no option declares"
+                 for flag in sorted(set(actions) - flags - COMMAND_ONLY)]
+    for name, o in options.items():
+        f = fields[name][0]
+        action = actions.get(str(o.flag))
+        if action is None:
+            problems.append(f"{name}: advisor tune has no {o.flag}")
+        elif (action.help, action.dest) != (o.help, o.name):
+            problems.append(f"{name}: {o.flag}'s help or dest is not the declared one")
+        elif action.default != (None if (o.env or o.aliases) else f.default):
+            problems.append(f"{name}: {o.flag}'s default {action.default!r} is not {f.default!r}")
+        elif o.parse in (int, float) and action.type is not o.parse:
+            problems.append(f"{name}: {o.flag} does not read {o.parse.__name__}")
+        if o.flag in CONFIRM_FLAGS and _actions(confirm_parser).get(o.flag, action).help != o.help:
+            problems.append(f"{name}: advisor confirm's {o.flag} is not the declared one")
+        keyword = keywords.get(o.name)
+        if keyword is None or keyword.kind is not inspect.Parameter.KEYWORD_ONLY:
+            problems.append(f"{name}: advisor.tune() has no keyword {o.name}=")
+        elif keyword.default != f.default or type(keyword.default) is not type(f.default):
+            problems.append(f"{name}: advisor.tune()'s {o.name}={keyword.default!r}, the option's default is "
+                            f"{f.default!r}")
+    named = {o.name for o in options.values()}
+    problems += [f"{k}=: a keyword of advisor.tune() that no option declares" for k, p in keywords.items()
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY and k not in named | PYTHON_ONLY]
+    marked = [attr for _, attr in must_match(cls)]
+    problems += [f"{attr}: marked must_match, but the resume check does not compare it"
+                 for attr in marked if attr not in resumed]
+    problems += [f"{attr}: compared on resume, but neither marked must_match nor derived by the plan"
+                 for attr in resumed if attr not in marked and attr not in plan.DERIVED_MUST_MATCH]
+    return problems
+
+
+@pytest.fixture(scope="module")
+def parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    commands = subparsers(parser())
+    return commands["tune"], commands["confirm"]
+
+
+def test_the_command_line_the_python_api_and_the_resume_check_agree_with_the_definition(parsers):
+    problems = disagreements(TuneOptions, *parsers, advisor.tune, plan.MUST_MATCH)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_field_added_without_a_flag_or_keyword_is_noticed(parsers):
+    bare = dataclasses.make_dataclass("Bare", [("new_limit", int, dataclasses.field(default=1))], bases=(TuneOptions,),
+                                      frozen=True)
+    assert disagreements(bare, *parsers, advisor.tune, plan.MUST_MATCH) == [
+        "Bare.new_limit declares no Option (advisor.study.option)"]
+    quiet = dataclasses.make_dataclass("Quiet", [("new_limit", int, option(1))], bases=(TuneOptions,), frozen=True)
+    assert disagreements(quiet, *parsers, advisor.tune, plan.MUST_MATCH) == [
+        "new_limit: no flag, and not one of the fields documented as no option"]
+    flagged = dataclasses.make_dataclass("Flagged", [("new_limit", int, option(1, flag="--new-limit", parse=int,
+                                                                               must_match="new_limit"))],
+                                         bases=(TuneOptions,), frozen=True)
+    assert disagreements(flagged, *parsers, advisor.tune, plan.MUST_MATCH) == [
+        "new_limit: advisor tune has no --new-limit", "new_limit: advisor.tune() has no keyword new_limit=",
+        "new_limit: marked must_match, but the resume check does not compare it"]
+
+
+def test_a_keyword_or_default_that_drifts_is_noticed(parsers):
+    def tune(model, datasets=None, *, trials: int = 10, surprise: int = 0, **rest): ...  # noqa: ANN001, ANN003
+
+    problems = disagreements(TuneOptions, *parsers, tune, plan.MUST_MATCH + ("hardware",))
+    assert "trials: advisor.tune()'s trials=10, the option's default is 20" in problems
+    assert "surprise=: a keyword of advisor.tune() that no option declares" in problems
+    assert "seed: advisor.tune() has no keyword seed=" in problems
+    assert "hardware: compared on resume, but neither marked must_match nor derived by the plan" in problems
+
+
+def test_errors_name_the_option_as_the_caller_wrote_it():
+    options = TuneOptions(workload_path="m.py", trials=0)
+    with pytest.raises(advisor.StudyError, match="^--trials must be at least 1"):
+        options.check()
+    with pytest.raises(advisor.StudyError, match="^trials= must be at least 1"):
+        options.check(python=True)
+    both = TuneOptions(workload_path="m.py", skip_preflight=True)
+    with pytest.raises(advisor.StudyError, match="^train_samples= is required with skip_preflight= "):
+        both.check(python=True)
+    with pytest.raises(advisor.StudyError, match="^--pairs must be at least 1"):
+        TuneOptions(workload_path="m.py", pairs=0).check()
+
+
+def test_the_command_line_and_python_read_values_the_same_way(monkeypatch):
+    for variable in ("ADVISOR_CONFIRM", "ADVISOR_ACCURACY_SEEDS"):  # conftest sets both
+        monkeypatch.delenv(variable, raising=False)
+    args = subparsers(parser())["tune"].parse_args(["m.py", "--max-accuracy-drop", "2%", "--memory-cap", "2GiB"])
+    from advisor.cli._options import tune_options
+
+    from_cli = tune_options(args)
+    from_python = TuneOptions.given("m.py", {"max_accuracy_drop": "2%", "memory_cap": "2GiB"}, python=True)
+    assert from_cli == from_python == TuneOptions(workload_path="m.py", max_accuracy_drop=0.02,
+                                                  max_drop_relative=True, memory_cap=2 * 2**30)
+    monkeypatch.setenv("ADVISOR_CONFIRM", "off")
+    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "1")
+    assert (tune_options(args).confirm, tune_options(args).accuracy_seeds) == (False, 1)  # the command only
+    assert (from_python.confirm, from_python.accuracy_seeds) == (True, 3)
+    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "many")
+    with pytest.raises(advisor.StudyError, match=r"\$ADVISOR_ACCURACY_SEEDS is 'many', expected a whole number"):
+        tune_options(args)
