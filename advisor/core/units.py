@@ -57,6 +57,18 @@ def fmt_ratio(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
+def duration_text(seconds: float) -> str:
+    """'45 s', '3 min 20 s', '2 h 05 min'."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
 def first_line(message: str | BaseException | None, limit: int = 300) -> str:
     """The first non-empty line of a message or an exception, at most ``limit`` characters
     (an exception with no message gives its type's name)."""

@@ -41,6 +41,7 @@ from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
 from advisor.study.drivers import Drivers, join_study
+from advisor.study.estimate import estimate
 from advisor.study.ledger import Ledger
 from advisor.study.more_seeds import train_more_seeds
 from advisor.study.parts import Parts
@@ -145,6 +146,7 @@ class Tuner:
                                                                   self.emit)
                     if self.options.workload == "train":  # inference: no seed changes the metric
                         self._metric_noise(study, base)
+                    self._say_how_long(base)
                     self._search(base)
                 if base is not None and self.options.workload == "train" and self.halt is None:
                     self._cancel_all(self.stop_reason or "the study stopped")
@@ -236,6 +238,15 @@ class Tuner:
                    "--train-samples whose seeds agree more closely" if need is not None else
                    "More seeds cannot fix it at this spread: a longer --train-samples whose seeds agree more "
                    "closely can")))
+
+    def _say_how_long(self, base: TrialRecord) -> None:
+        """How long the rest should take, from the baseline's own times (``study.estimate``)."""
+        o = self.options
+        guess = estimate(base, o.trials - self.parts.done, two_stage=self.queue is not None,
+                         seeds=o.accuracy_seeds if o.workload == "train" else 1, confirm=o.confirm,
+                         top=o.confirm_top, pairs=o.pairs)
+        if guess is not None and guess.trials:
+            self.emit(Note(guess.text()))
 
     def _timeout(self, base: TrialRecord) -> float:
         return self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))

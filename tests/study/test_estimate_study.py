@@ -1,0 +1,44 @@
+"""How long the rest of a study should take (advisor/study/estimate.py), from a baseline
+record with known times: each part's arithmetic, and what the study prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Figures
+from advisor.core.stored import TrialRecord
+from advisor.core.units import duration_text
+from advisor.study.estimate import ACCURACY_SHARE, estimate
+
+
+def baseline(**attrs) -> TrialRecord:
+    return TrialRecord(0, "complete", TrialConfig(batch_size=64), Figures(1000.0, 100.0, 0.95), baseline=True,
+                       attrs=attrs)
+
+
+def test_a_two_stage_study_costs_probes_accuracy_runs_seeds_and_pairs():
+    base = baseline(probe_wall_s=2.0, accuracy_run={"wall_s": 6.0}, wall_s=8.0)
+    e = estimate(base, 19, two_stage=True, seeds=3, confirm=True, top=6, pairs=8)
+    assert e.per_trial_s == pytest.approx(2.0 + ACCURACY_SHARE * 6.0)
+    assert e.search_s == pytest.approx(19 * 5.0 + 2 * 2.0)  # 19 trials, the baseline re-measured twice
+    assert e.more_seeds_s == pytest.approx(6 * 2 * 6.0)  # at most 6 candidates, 2 more seeds each
+    assert e.confirm_s == pytest.approx(8 * (6 + 2) * 2.0)  # 8 rounds of 6 candidates and 2 baseline runs
+    assert e.total_s == pytest.approx(99 + 72 + 128)
+    assert e.text().startswith("about 4 min 59 s from here on this machine (19 trial(s) at ~5 s each: 1 min 39 s; ")
+
+
+def test_full_trials_and_no_confirmation():
+    e = estimate(baseline(wall_s=30.0), 4, two_stage=False, seeds=1, confirm=False, top=6, pairs=8)
+    assert (e.per_trial_s, e.search_s, e.more_seeds_s, e.confirm_s) == (30.0, 150.0, 0.0, 0.0)
+    assert "confirmation" not in e.text() and "more seeds" not in e.text()
+
+
+def test_no_estimate_without_the_baselines_times():
+    assert estimate(baseline(), 10, two_stage=True, seeds=3, confirm=True, top=6, pairs=8) is None
+    assert estimate(baseline(wall_s=0.0), 10, two_stage=False, seeds=1, confirm=True, top=6, pairs=8) is None
+
+
+def test_durations_read_as_people_say_them():
+    assert [duration_text(s) for s in (4.4, 59.6, 61, 3599, 3600, 7500)] == [
+        "4 s", "60 s", "1 min 01 s", "59 min 59 s", "1 h 00 min", "2 h 05 min"]
