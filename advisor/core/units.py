@@ -3,6 +3,8 @@ metric differences, and the first line of a message."""
 
 from __future__ import annotations
 
+import re
+
 from advisor.core.errors import StudyError
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "kb": 10**3, "m": 2**20, "mib": 2**20, "mb": 10**6,
@@ -55,6 +57,23 @@ def fmt_rate(x: float | None) -> str:
 def fmt_ratio(ratio: float | None) -> str:
     """1.7634 -> '1.76x' (a ratio to the baseline)."""
     return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from '90', '90s', '30m', '2h', '1h30m' (ValueError with the reason)."""
+    value = str(text).strip().lower().replace(" ", "")
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    match = _DURATION.fullmatch(value)
+    if not value or match is None or not any(match.groups()):
+        raise ValueError(f"expected a duration such as 90, 90s, 30m, 2h or 1h30m, found {text!r}")
+    hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    return 3600 * hours + 60 * minutes + seconds
 
 
 def duration_text(seconds: float) -> str:

@@ -71,3 +71,18 @@ def estimate(base: TrialRecord, trials_left: int, *, two_stage: bool, seeds: int
     more_seeds = candidates * max(0, seeds - 1) * (accuracy if two_stage else wall)
     confirm_s = pairs * (candidates + 2) * one_probe if confirm and candidates else 0.0
     return Estimate(trials_left, per_trial, search, more_seeds, confirm_s)
+
+
+def budget_plan(guess: Estimate | None, now: float, budget_end: float, budget_s: float) -> tuple[float, str]:
+    """--budget: when the search must stop (monotonic seconds) so that the undecided
+    candidates' seeds and the confirmation, as estimated, fit before ``budget_end``, and
+    the note that says so. Those steps stop at ``budget_end`` whatever the estimate."""
+    reserve = guess.more_seeds_s + guess.confirm_s if guess is not None else 0.0
+    search_end = max(now, budget_end - reserve)
+    left = search_end - now
+    fits = (f", about {min(guess.trials, int(left // guess.per_trial_s))} of the {guess.trials} trials left"
+            if guess is not None and guess.per_trial_s > 0 else "")
+    spent = "" if budget_end - reserve > now else " (the budget is spent already: no more search)"
+    return search_end, (f"--budget {duration_text(budget_s)}: the search runs {duration_text(left)} more{fits}; "
+                        f"{duration_text(reserve)} is kept for the undecided candidates' seeds and the "
+                        f"confirmation, which stop when the budget is spent{spent}")

@@ -15,7 +15,7 @@ from advisor.core.noise import ACCURACY_SEEDS
 from advisor.core.objectives import Limits
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.results import WORKLOADS, check_workload_kind
-from advisor.core.units import parse_size
+from advisor.core.units import parse_duration, parse_size
 from advisor.search.samplers import check_sampler
 from advisor.study.option import Naming, build, naming, option
 
@@ -37,6 +37,16 @@ def _drop(value: Any, name: str) -> tuple[float, bool]:
 
 def _size(value: Any, name: str) -> int | None:
     return parse_size(value, name) if isinstance(value, str) else value
+
+
+def _duration(value: Any, name: str) -> float | None:
+    """A duration as given: seconds, or text such as "30m" / "1h30m"."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise StudyError(f"{name}{'' if name.endswith('=') else ' '}{value!r}: {exc}") from None
 
 
 def _switch_env(text: str) -> bool:
@@ -98,6 +108,11 @@ class TuneOptions:
                                     help="study name (default: MODEL-SPACE); re-running resumes it")
     timeout: float | None = option(None, flag="--timeout", parse=float,
                                    help="wall-clock budget of the whole study, seconds")
+    budget: float | None = option(
+        None, flag="--budget", parse=parse_duration, read=_duration, metavar="DURATION",
+        help="time for the whole study (e.g. 30m, 2h, 1h30m, or seconds): once the baseline is in, the "
+             "search is planned to end early enough for the undecided candidates' seeds and the "
+             "confirmation, which stop at the budget's end")
     trial_timeout: float | None = option(
         None, flag="--trial-timeout", parse=float,
         help="limit for one trial, seconds (default: 10x the baseline trial, at least 120)")
@@ -191,7 +206,7 @@ class TuneOptions:
         name = naming(TuneOptions, python)
         if self.trials < 1:
             raise StudyError(f"{name('trials')} must be at least 1, found {self.trials}")
-        for field, value in (("timeout", self.timeout), ("trial_timeout", self.trial_timeout)):
+        for field, value in (("timeout", self.timeout), ("budget", self.budget), ("trial_timeout", self.trial_timeout)):
             if value is not None and not value > 0:
                 raise StudyError(f"{name(field)} must be a positive number of seconds, found {value}")
         drop = name("max_accuracy_drop")

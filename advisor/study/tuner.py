@@ -41,7 +41,7 @@ from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
 from advisor.study.drivers import Drivers, join_study
-from advisor.study.estimate import estimate
+from advisor.study.estimate import budget_plan, estimate
 from advisor.study.ledger import Ledger
 from advisor.study.more_seeds import train_more_seeds
 from advisor.study.parts import Parts
@@ -96,7 +96,9 @@ class Tuner:
         self.parts: Parts  # submits, collects and stores the parts; set once the study is open
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
         self.drivers: Drivers  # this driver on the study, and the others; set once the study is open
-        self.deadline = float("inf")
+        self.deadline = float("inf")  # when the search stops (--timeout; --budget plans an earlier one)
+        self.budget_end = float("inf")  # when everything stops (--budget)
+        self.deadline_why = "the study's --timeout was reached"
         self.trial_timeout = self.options.trial_timeout or BASELINE_TIMEOUT_S  # until the baseline's is known
 
     # ---- the study ------------------------------------------------------------------
@@ -137,8 +139,13 @@ class Tuner:
         self.emit(Started(executor.startup_s, executor.slots, dict(executor.resources), self.parts.done))
         with stopped_by_signals(self._on_signal):
             try:
-                if self.options.timeout:  # the budget counts from here, after Ray has started
-                    self.deadline = time.monotonic() + self.options.timeout
+                started = time.monotonic()  # the budgets count from here, after Ray has started
+                if self.options.timeout:
+                    self.deadline = started + self.options.timeout
+                if self.options.budget:
+                    self.budget_end = started + self.options.budget
+                    if self.budget_end < self.deadline:
+                        self.deadline, self.deadline_why = self.budget_end, "the study's --budget was spent"
                 base = self._baseline()
                 if base is not None and self.stop_reason is None:
                     self.watch = self.parts.watch = BaselineWatch(study, self.plan.workload, self.plan.settings,
@@ -152,7 +159,7 @@ class Tuner:
                     self._cancel_all(self.stop_reason or "the study stopped")
                     if self.drivers.claim("metric_seeds"):  # one driver trains them; the others go on
                         train_more_seeds(study, self.plan.workload, self.plan.settings, executor,
-                                         self.options.confirm_top, self._timeout(base), lambda: self.halt, self.emit,
+                                         self.options.confirm_top, self._timeout(base), self._stopping, self.emit,
                                          "accuracy" if self.queue is not None else "full")
                         self.drivers.release("metric_seeds")
                 if base is not None and self.options.confirm and self.halt is None:
@@ -247,6 +254,17 @@ class Tuner:
                          top=o.confirm_top, pairs=o.pairs)
         if guess is not None and guess.trials:
             self.emit(Note(guess.text()))
+        if o.budget:
+            deadline, text = budget_plan(guess, time.monotonic(), self.budget_end, o.budget)
+            if deadline < self.deadline:
+                self.deadline, self.deadline_why = deadline, "the search's share of the study's --budget was spent"
+            self.emit(Note(text))
+
+    def _stopping(self) -> str | None:
+        """Why the steps after the search stop now: the user, or the spent --budget."""
+        if self.halt is not None:
+            return self.halt
+        return "the study's --budget was spent" if time.monotonic() >= self.budget_end else None
 
     def _timeout(self, base: TrialRecord) -> float:
         return self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))
@@ -270,7 +288,7 @@ class Tuner:
                 self.stop_reason = self.strategy.gave_up
                 break
             if time.monotonic() >= self.deadline:
-                self.stop_reason = "the study's --timeout was reached"
+                self.stop_reason = self.deadline_why
                 break
             if not self.slots and not (self.queue is not None and self.queue.waiting):
                 if self.ledger.others_running and self.parts.done < self.options.trials:
@@ -285,7 +303,7 @@ class Tuner:
         """Paired confirmation of the front against the baseline."""
         assert self.executor is not None
         confirmer = Confirmer(study, self.plan.workload, self.plan.settings, self.executor,
-                              self.options.confirm_options, self._timeout(base), lambda: self.halt, self.emit)
+                              self.options.confirm_options, self._timeout(base), self._stopping, self.emit)
         try:
             confirmer.run()
         except TrialFailed as exc:
@@ -361,7 +379,7 @@ class Tuner:
                 self.emit(Note(f"driver {holder} {what}: waiting for it"))
             while self.stop_reason is None and self.drivers.holder(step) not in (None, self.drivers.id):
                 if time.monotonic() >= self.deadline:
-                    self.stop_reason = "the study's --timeout was reached"
+                    self.stop_reason = self.deadline_why
                 time.sleep(WAIT_S)
                 self._keep_up()
                 self.ledger.observe()

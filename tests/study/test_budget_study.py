@@ -1,0 +1,27 @@
+"""A study with --budget on the real Tuner, local Ray and SQLite: once the baseline is in it
+says how long the rest should take and when its search ends, and the search stops at its
+share of the budget, well before its --trials (no timing is asserted: only what was said
+and why the study stopped)."""
+
+from __future__ import annotations
+
+from advisor.core.events import Note
+from advisor.study.options import TuneOptions
+from advisor.study.plan import plan_study
+from advisor.study.tuner import Tuner
+
+from conftest import EXAMPLES
+
+
+def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_session):
+    options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=200, budget=25,
+                          storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=256, accuracy_seeds=1,
+                          confirm=False)
+    notes: list[str] = []
+    outcome = Tuner(plan_study(options), on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None).run()
+    assert any(n.startswith("about ") and "from here on this machine" in n for n in notes), notes
+    plan = [n for n in notes if n.startswith("--budget 25 s: the search runs ")]
+    assert len(plan) == 1 and "is kept for the undecided candidates' seeds and the confirmation" in plan[0]
+    assert outcome.stop_reason in ("the search's share of the study's --budget was spent",
+                                   "the study's --budget was spent")
+    assert len(outcome.study.trials) < 200
