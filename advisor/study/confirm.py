@@ -30,18 +30,33 @@ from advisor.study.pairing import Candidate, Rounds
 
 
 def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
-    """The configurations a user would pick: the export picks first, then the rest of the
-    feasible front by throughput; never the baseline itself; at most ``top``."""
+    """The configurations that could still be picked: the export picks first, then the
+    rest of the feasible front that is within the noise of a pick on that pick's own
+    objective (throughput within the probe noise of the fastest, memory within it of the
+    smallest, the metric within its noise of the most accurate), fastest first; never the
+    baseline itself; at most ``top``. The rest of the front cannot change a pick, so it
+    is not confirmed (issue 31: confirmation sized to the decision)."""
     front = [r for r in study.front() if not r.baseline and r.config is not None]
     if not front:
         return []
     chosen: dict[int, TrialRecord] = {}
-    for how in PICKS:
-        r = pick(study, how)
+    picked = {how: pick(study, how) for how in PICKS}
+    for r in picked.values():
         if not r.baseline:
             chosen.setdefault(r.number, r)
-    for r in sorted(front, key=lambda r: -study.relative_figures(r).throughput):
-        chosen.setdefault(r.number, r)
+    figures = {r.number: study.relative_figures(r) for r in [*front, *picked.values()]}
+    noise = study.probe_margins
+    fastest, smallest, accurate = (figures[picked[h].number] for h in ("fastest", "smallest", "most-accurate"))
+
+    def could_be_picked(r: TrialRecord) -> bool:
+        f = figures[r.number]
+        return (f.throughput * (1 + noise.throughput) >= fastest.throughput
+                or f.peak_memory_bytes <= smallest.peak_memory_bytes * (1 + noise.memory)
+                or f.accuracy >= accurate.accuracy - study.epsilon)
+
+    for r in sorted(front, key=lambda r: -figures[r.number].throughput):
+        if could_be_picked(r):
+            chosen.setdefault(r.number, r)
     return list(chosen.values())[:top]
 
 

@@ -1,0 +1,36 @@
+"""Which configurations paired confirmation confirms (advisor/study/confirm.py
+``candidates``): the picks, and the rest of the front only where it could still be picked
+(within the noise of a pick on that pick's own objective). Stored figures chosen for the
+case; the pairing itself runs in tests/study/test_confirm.py."""
+
+from __future__ import annotations
+
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Figures
+from advisor.core.picks import PICKS, pick
+from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.study.confirm import candidates
+
+
+def record(number: int, thr: float, mem: float, acc: float, **config) -> TrialRecord:
+    return TrialRecord(number, "complete", TrialConfig.from_dict({"batch_size": 32, **config}),
+                       Figures(thr, mem, acc), {"accuracy_drop": -0.01}, baseline=number == 0,
+                       finished_at=float(number))
+
+
+def test_only_what_could_still_be_picked_is_confirmed():
+    records = [record(0, 1000, 100, 0.95),
+               record(1, 2000, 100, 0.95, precision="bf16"),  # the fastest
+               record(2, 1900, 95, 0.95, channels_last=True),  # within 30% of the fastest: could be picked
+               record(3, 1200, 50, 0.95, grad_accumulation=2),  # the smallest
+               record(4, 1500, 70, 0.95, threads=1),  # on the front, but no pick is within its reach
+               record(5, 1100, 90, 0.96, compile=True),  # the most accurate
+               record(6, 1300, 60, 0.95, num_workers=2)]  # on the front, beyond every pick's noise
+    study = StoredStudy("s", {}, records)
+    assert {r.number for r in study.front()} >= {1, 2, 3, 4, 5, 6}
+    picked = {pick(study, how).number for how in PICKS}
+    chosen = [r.number for r in candidates(study, top=6)]
+    assert picked == {1, 3, 4, 5}  # 4: the balanced pick
+    assert set(chosen) == picked | {2} and 6 not in chosen
+    assert chosen[: len(picked - {0})] == [n for n in dict.fromkeys(pick(study, h).number for h in PICKS) if n != 0]
+    assert candidates(study, top=2) == candidates(study, top=6)[:2]
