@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate: pip install accelerate")
 
 CHANGES = {"batch_size": 8, "precision": "bf16", "grad_accumulation": 2, "activation_checkpointing": True,
-           "fused_optimizer": True}
+           "fused_optimizer": True, "threads": 1}
 
 
 def _exported(tmp_path, capsys):
@@ -59,7 +59,8 @@ def test_trainer_runs_with_the_exported_arguments_and_they_take_effect(tmp_path,
 
     exported = _exported(tmp_path, capsys)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2))
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                                       bos_token_id=0, eos_token_id=0))
     seen = {"batches": [], "dtypes": set(), "mlp_calls": 0}
 
     def on_model(module, args, kwargs):
@@ -71,12 +72,17 @@ def test_trainer_runs_with_the_exported_arguments_and_they_take_effect(tmp_path,
 
     model.register_forward_pre_hook(on_model, with_kwargs=True)
     model.transformer.h[0].mlp.c_fc.register_forward_hook(on_mlp)
-    steps = 2
-    trainer, prepared = exported.trainer(model, Tokens(), args={
-        "output_dir": str(tmp_path / "out"), "use_cpu": True, "max_steps": steps, "report_to": "none",
-        "save_strategy": "no", "logging_strategy": "no", "disable_tqdm": True})
-    assert prepared is None  # every knob of this trial has a TrainingArguments keyword
-    result = trainer.train()
+    steps, threads = 2, torch.get_num_threads()
+    try:
+        trainer, prepared = exported.trainer(model, Tokens(), args={
+            "output_dir": str(tmp_path / "out"), "use_cpu": True, "max_steps": steps, "report_to": "none",
+            "save_strategy": "no", "logging_strategy": "no", "disable_tqdm": True})
+        # threads has no TrainingArguments keyword: the module's advisor.apply() set it
+        assert exported.ADVISOR_APPLY == {"threads": 1} and prepared.module is model
+        assert torch.get_num_threads() == 1
+        result = trainer.train()
+    finally:
+        torch.set_num_threads(threads)
 
     assert result.global_step == steps
     assert seen["batches"] == [4] * (2 * steps)  # per device 8 / 2 accumulated, two forwards per optimizer step
@@ -100,4 +106,4 @@ def test_the_json_export_builds_the_same_training_arguments(tmp_path, capsys):
     args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, **section["training_arguments"])
     assert (args.bf16, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (True, 4, 2)
     assert args.optim == "adamw_torch_fused" and args.gradient_checkpointing is True
-    assert section["not_covered"] == [] and section["advisor_apply"] == {}
+    assert [e["knob"] for e in section["not_covered"]] == ["threads"] and section["advisor_apply"] == {"threads": 1}

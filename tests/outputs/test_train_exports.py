@@ -156,5 +156,25 @@ def test_torchrun_launch_sets_the_environment_each_process_sees(tmp_path, capsys
     assert run.returncode == 0, run.stderr[-2000:]
     lines = sorted(line for line in run.stdout.splitlines() if line.startswith("rank"))
     assert lines == [f"rank {r} 2 3 expandable_segments:True" for r in (0, 1)]
+    document = json.loads(_export(url, 2, "torchrun", capsys, "--json"))
+    assert document["format"] == "advisor.export/1" and document["torchrun"]["env"]["OMP_NUM_THREADS"] == "3"
+    assert document["torchrun"]["command"][:4] == ["torchrun", "--standalone", "--nproc_per_node", "2"]
+    assert {e["knob"] for e in document["torchrun"]["not_covered"]} == {"parallelism", "bucket_mb", "comm_hook"}
     single = _export(url, 1, "torchrun", capsys)
     assert 'exec torchrun --standalone --nproc_per_node 1 "${1:-train.py}"' in single
+
+
+def test_hf_names_follow_the_installed_transformers():
+    """transformers 5.x renamed gradient_checkpointing (a deprecated alias now) and turns FSDP
+    on with fsdp=True; 4.x, or no transformers here, gets the older names."""
+    from advisor.core.config import TrialConfig
+    from advisor.outputs.hf_export import training_arguments
+
+    config = TrialConfig(parallelism="fsdp", devices=2, activation_checkpointing=True)
+    old = training_arguments(config, ("gradient_checkpointing", None))
+    args = old["training_arguments"]
+    assert args["gradient_checkpointing"] is True
+    assert args["fsdp"] == "full_shard auto_wrap" and "fsdp_config" not in args
+    new = training_arguments(config, ("activation_checkpointing", "5.24.0"))
+    assert new["training_arguments"]["activation_checkpointing"] is True
+    assert new["training_arguments"]["fsdp"] is True and new["launch"] == "torchrun --nproc_per_node 2 train.py"
