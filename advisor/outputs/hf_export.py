@@ -63,7 +63,7 @@ def training_arguments(config: TrialConfig, names: tuple[str, str | None] | None
         args["tf32"] = True
     if config.precision == "bf16_full":
         covered.discard("precision")  # bf16=True is autocast; the trials also held the weights in bf16
-    if config.activation_checkpointing:
+    if config.activation_checkpointing and config.parallelism != "fsdp":  # FSDP's own: in fsdp_config below
         args[checkpointing] = True
     if config.compile:
         args["torch_compile"] = True
@@ -89,6 +89,8 @@ def training_arguments(config: TrialConfig, names: tuple[str, str | None] | None
         else:
             args["fsdp"] = ("full_shard" if config.fsdp_reshard else "shard_grad_op") + " auto_wrap"
             notes.append("transformers 4.x: FSDP1 here; the trials sharded with FSDP2's fully_shard")
+        if config.activation_checkpointing:  # transformers' advice: the argument adds an all-gather under FSDP
+            args["fsdp_config"] = args.get("fsdp_config", {}) | {"activation_checkpointing": True}
     elif config.parallelism in ("tp", "pp", "fsdp_tp"):
         covered -= {"parallelism", "devices"}
     how = {"fsdp_mixed_precision": "fsdp_config has no key for it: with bf16=True accelerate's FSDP2 plugin picks "

@@ -107,3 +107,23 @@ def test_the_json_export_builds_the_same_training_arguments(tmp_path, capsys):
     assert (args.bf16, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (True, 4, 2)
     assert args.optim == "adamw_torch_fused" and args.gradient_checkpointing is True
     assert [e["knob"] for e in section["not_covered"]] == ["threads"] and section["advisor_apply"] == {"threads": 1}
+
+
+@pytest.mark.parametrize("changes", [
+    {"parallelism": "ddp", "devices": 2, "bucket_mb": 50, "ddp_static_graph": True, "num_workers": 2},
+    {"parallelism": "fsdp", "devices": 2, "fsdp_reshard": False, "activation_checkpointing": True},
+    {"compile": True, "compile_mode": "max-autotune"},
+], ids=["ddp", "fsdp", "compile"])
+def test_the_installed_training_arguments_take_every_exported_keyword(tmp_path, changes):
+    """Launching DDP / FSDP needs several processes: here the installed TrainingArguments
+    accept the keywords and hold them as given (the launch line is torchrun's)."""
+    from transformers import TrainingArguments
+
+    from advisor.core.config import TrialConfig
+    from advisor.outputs.hf_export import training_arguments
+
+    exported = training_arguments(TrialConfig(**changes))["training_arguments"]
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, **exported)
+    for key, value in exported.items():
+        held = getattr(args, key)
+        assert held == value or (isinstance(value, dict) and held | value == held), key  # fsdp_config gains defaults

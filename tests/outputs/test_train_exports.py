@@ -172,9 +172,12 @@ def test_hf_names_follow_the_installed_transformers():
 
     config = TrialConfig(parallelism="fsdp", devices=2, activation_checkpointing=True)
     old = training_arguments(config, ("gradient_checkpointing", None))
-    args = old["training_arguments"]
-    assert args["gradient_checkpointing"] is True
-    assert args["fsdp"] == "full_shard auto_wrap" and "fsdp_config" not in args
+    args = old["training_arguments"]  # under FSDP, FSDP's own checkpointing (transformers' advice)
+    assert args["fsdp"] == "full_shard auto_wrap" and args["fsdp_config"] == {"activation_checkpointing": True}
+    assert "gradient_checkpointing" not in args
+    plain = training_arguments(TrialConfig(activation_checkpointing=True), ("gradient_checkpointing", None))
+    assert plain["training_arguments"]["gradient_checkpointing"] is True
     new = training_arguments(config, ("activation_checkpointing", "5.24.0"))
-    assert new["training_arguments"]["activation_checkpointing"] is True
+    assert new["training_arguments"]["fsdp_config"] == {"version": 2, "reshard_after_forward": True,
+                                                        "activation_checkpointing": True}
     assert new["training_arguments"]["fsdp"] is True and new["launch"] == "torchrun --nproc_per_node 2 train.py"
