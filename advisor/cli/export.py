@@ -1,10 +1,12 @@
-"""``advisor export``: write the configuration of a chosen trial (a config file, or a
-runnable Python script)."""
+"""``advisor export``: write the configuration of a chosen trial (a config file, a
+runnable Python script, or the settings in transformers', accelerate's or torchrun's
+terms)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from advisor.cli._common import add_storage_arguments, open_stored_study
 
@@ -14,7 +16,16 @@ EPILOG = """examples:
   advisor export --pick balanced -o best.yaml
   advisor export --trial 7 --format json
   advisor export --pick fastest --format python -o train_fast.py   # runnable; plain-PyTorch lines below
-  advisor export --study digits_cnn-default --pick fastest -o fast.yaml"""
+  advisor export --study digits_cnn-default --pick fastest -o fast.yaml
+  advisor export --format hf -o training_args.py      # TrainingArguments for transformers' Trainer
+  advisor export --format hf --json                    # the same as JSON, with the not_covered list
+  advisor export --format accelerate -o accelerate.yaml # accelerate launch --config_file accelerate.yaml train.py
+  advisor export --format torchrun -o launch.sh        # sh launch.sh train.py: environment + torchrun line"""
+
+
+_RUN = {"hf": ("use it:  ", "from {stem} import trainer; t, prepared = trainer(model, train_set); t.train()"),
+        "accelerate": ("run it:  ", "accelerate launch --config_file {path} train.py"),
+        "torchrun": ("run it:  ", "sh {path} train.py   (train.py: advisor export --format python writes one)")}
 
 
 def add_arguments(e: argparse.ArgumentParser) -> None:
@@ -22,20 +33,24 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
     which = e.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="trial number")
     which.add_argument("--pick", default=None, help="fastest, smallest, most-accurate or balanced (default)")
-    e.add_argument("--format", default="yaml", choices=("yaml", "json", "python"),
+    e.add_argument("--format", default="yaml", choices=("yaml", "json", "python", "hf", "accelerate", "torchrun"),
                    help="yaml (default) or json: the config file advisor.load_config reads; python: a runnable "
-                        "script that applies it with advisor.apply(), plus the plain-PyTorch equivalent")
+                        "script that applies it with advisor.apply(), plus the plain-PyTorch equivalent; hf: "
+                        "transformers TrainingArguments keywords (a Python module; with --json, JSON); accelerate: "
+                        "the config YAML accelerate launch reads; torchrun: a shell script with the environment and "
+                        "the torchrun line. Each of the last three lists what has no equivalent there")
     e.add_argument("-o", "--output", help="file to write (default: print)")
-    e.add_argument("--json", action="store_true", help="print the whole export document as JSON")
+    e.add_argument("--json", action="store_true", help="print the whole export document as JSON (with --format "
+                   "hf, accelerate or torchrun: with that format's section, its not_covered list included)")
 
 
 def run(args: argparse.Namespace) -> int:
     from advisor.core.picks import pick
-    from advisor.outputs.export import export_document, trial_by_number, write_export
+    from advisor.outputs.export import export_document, trial_by_number, with_target, write_export
 
     study, _ = open_stored_study(args)
     record = trial_by_number(study, args.trial) if args.trial is not None else pick(study, args.pick or "balanced")
-    document = export_document(study, record)
+    document = with_target(export_document(study, record), args.format)  # refuses what that tool cannot take
     fmt = "json" if args.json else args.format
     if args.json:  # the whole document, tagged like every --json output (advisor.load_config reads it too)
         from advisor.outputs.json_output import json_document
@@ -46,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     print(f"wrote trial {record.number} of study {study.name!r} to {args.output}")
-    if fmt == "python":
+    if fmt in _RUN:
+        print(f"{_RUN[fmt][0]}  {_RUN[fmt][1].format(path=args.output, stem=Path(args.output).stem)}")
+    elif fmt == "python":
         from advisor.outputs.python_script import launch_command
 
         assert record.config is not None

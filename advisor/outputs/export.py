@@ -1,6 +1,7 @@
 """Choose a trial (by number or by a pick rule) and write its configuration to a file:
-the export document (``advisor.core.export_format``) as YAML or JSON, or a runnable
-Python script."""
+the export document (``advisor.core.export_format``) as YAML or JSON, a runnable Python
+script, or the same settings in the terms of the places users train: transformers'
+TrainingArguments (hf), an accelerate config, a torchrun launch."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from advisor.core.errors import ConfigError, StudyError
 from advisor.core.export_format import FORMAT_VERSION, serialise, write_atomically
 from advisor.core.stored import StoredStudy, TrialRecord
 
-FORMATS = ("yaml", "json", "python")
+FORMATS = ("yaml", "json", "python", "hf", "accelerate", "torchrun")
+# a format in another tool's terms -> the export document's key for its section
+TARGETS = {"hf": "transformers", "accelerate": "accelerate", "torchrun": "torchrun"}
 
 
 def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
@@ -76,13 +79,39 @@ def _lightning(config: Any, attrs: dict[str, Any]) -> dict[str, Any]:
             "lightning_parts": {"module": parts.get("model", "model()"), "data": parts.get("datamodule", "datamodule()")}}
 
 
+def with_target(document: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """The document with the section of a format in another tool's terms (``TARGETS``):
+    its settings, what has no equivalent there (``not_covered``) and what
+    ``advisor.apply()`` still sets. Raises ConfigError where that tool cannot take the
+    study (inference for TrainingArguments, a Lightning file for hf and accelerate)."""
+    if fmt not in TARGETS or TARGETS[fmt] in document:
+        return document
+    if fmt == "hf":
+        from advisor.outputs.hf_export import hf_section as section
+    elif fmt == "accelerate":
+        from advisor.outputs.launch_export import accelerate_section as section
+    else:
+        from advisor.outputs.launch_export import torchrun_section as section
+    return document | {TARGETS[fmt]: section(document)}
+
+
 def render(document: dict[str, Any], fmt: str = "yaml", name: str = "this_file.py") -> str:
-    """The export document as a config file (yaml, json) or a runnable script (python,
-    ``name`` being the script's file name)."""
+    """The export document as a config file (yaml, json), a runnable script (python,
+    ``name`` being the script's file name), or in another tool's terms (hf: a Python
+    module of TrainingArguments; accelerate: its config YAML; torchrun: a shell script)."""
     if fmt == "python":
         from advisor.outputs.python_script import python_script
 
         return python_script(document, name)
+    if fmt == "hf":
+        from advisor.outputs.hf_export import hf_snippet
+
+        return hf_snippet(with_target(document, fmt))
+    if fmt in ("accelerate", "torchrun"):
+        from advisor.outputs.launch_export import accelerate_yaml, torchrun_script
+
+        document = with_target(document, fmt)
+        return accelerate_yaml(document) if fmt == "accelerate" else torchrun_script(document)
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r} (expected {', '.join(FORMATS)})")
     return serialise(document, fmt)
