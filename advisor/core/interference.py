@@ -76,8 +76,9 @@ def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: flo
 
 
 def too_few_clean(blocks: int, clean: int) -> bool:
-    """Whether a trial kept too few clean blocks for its step time to stand."""
-    return blocks > 0 and (clean < MIN_CLEAN or clean < CLEAN_SHARE * blocks)
+    """Whether a trial that dropped blocks kept too few clean ones for its step time to
+    stand (a trial that dropped none stands, however few blocks its time cap allowed)."""
+    return clean < blocks and (clean < MIN_CLEAN or clean < CLEAN_SHARE * blocks)
 
 
 def summary_of(telemetry: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -91,9 +92,11 @@ def rerun_reason(telemetry: dict[str, Any] | None) -> str | None:
     s = summary_of(telemetry)
     if s is None or not s.get("too_few_clean"):
         return None
+    limit = s.get("limit")
+    over = f"over {100 * limit:.0f}% of the block, " if isinstance(limit, (int, float)) else ""
     return (f"interference disturbed {s['blocks'] - s['clean']} of its {s['blocks']} timed blocks "
-            f"(run-queue wait or steal over {100 * s['limit']:.0f}% of the block, {s.get('limit_from', 'trial')}'s "
-            "spread): too few clean blocks remain")
+            f"(run-queue wait or steal {over}by the {s.get('limit_from', 'trial')}'s spread): "
+            "too few clean blocks remain")
 
 
 def disturbance(telemetry: dict[str, Any] | None) -> tuple[float, float]:

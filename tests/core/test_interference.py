@@ -54,11 +54,13 @@ def test_only_slower_blocks_over_the_limit_are_dropped():
 
 def test_a_trial_runs_again_only_when_too_few_clean_blocks_remain():
     assert not too_few_clean(20, 10) and too_few_clean(20, 9) and too_few_clean(4, 2) and not too_few_clean(0, 0)
+    assert not too_few_clean(2, 2)  # a slow trial's time cap left two blocks, none dropped: it stands
     summary = {"blocks": 20, "clean": 4, "dropped": 16, "too_few_clean": True, "limit": 0.12, "limit_from": "study",
                "scores": [0.4] * 16 + [0.02] * 4}
     why = rerun_reason({"interference": summary})
     assert why and "16 of its 20 timed blocks" in why and "12%" in why and "study" in why
     assert rerun_reason({"interference": summary | {"too_few_clean": False}}) is None
+    assert "by the trial's spread" in rerun_reason({"interference": summary | {"limit": None, "limit_from": "trial"}})
     assert rerun_reason({}) is None and rerun_reason(None) is None
 
 
