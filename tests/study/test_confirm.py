@@ -200,7 +200,9 @@ def test_missing_or_empty_storage_exits_2(workdir, capsys, quiet_optuna):
 
 
 def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
-    """A real disturbance: two busy processes started while trial 1 builds its model."""
+    """A real disturbance: two busy processes per CPU started while trial 1 builds its model:
+    its timed blocks wait for a CPU far beyond the study's spread so far, too few stay
+    clean, and it runs again."""
     from advisor.core.events import Note
     from advisor.study.options import TuneOptions
     from advisor.study.plan import plan_study
@@ -225,5 +227,9 @@ def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
     for d in disturbed:  # the busy processes may outlast trial 1: a later trial can be disturbed too
         runs = d.get("disturbed_runs")
         assert d.state in ("complete", "probed") and d.counted and 1 <= len(runs) <= 2  # ran again, counted once
-        assert "noise sentinel" in runs[0]["reason"] and runs[0]["throughput"] and runs[0]["sentinel"]["before_s"] > 0
+        assert runs[0]["throughput"] and runs[0]["sentinel"]["before_s"] > 0
+        if runs[0]["interference"] is not None:  # Linux: the blocks the busy processes disturbed were dropped
+            assert "interference disturbed" in runs[0]["reason"] and runs[0]["interference"]["dropped"] > 0
+        else:  # no interference counters: the noise sentinel decides
+            assert "noise sentinel" in runs[0]["reason"]
     assert sum(r.counted for r in stored.records) == 3
