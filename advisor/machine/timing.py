@@ -168,7 +168,7 @@ class StepTimer:
         dropped, limit = self.dropped()
         clean = len(self.samples) - len(dropped)
         typical = statistics.median(self.clean_samples())
-        total = accumulate({}, {})
+        total: dict[str, float] = {}
         for c in self.counts:
             total = accumulate(total, c)
         why = [{"block": i, "score": round(scores[i] or 0.0, 4), "slower": round(self.samples[i] / typical, 3),
