@@ -8,8 +8,9 @@ shown is to the baseline's reference at that time: the median of its ``RECENT`` 
 measurements (``advisor.core.noise.recent_reference``), never one probe alone.
 
 When a trial's retries run out, the cleanest of its runs (fewest blocks dropped) is kept,
-marked in its telemetry (``kept``). Without interference counters (not Linux) the noise
-sentinel decides, and only a slower machine counts.
+marked in its telemetry (``kept``). Without interference counters (not Linux), or before
+there are enough block scores to draw a limit from (trials of a few slow blocks), the
+noise sentinel decides, and only a slower machine counts.
 
 The Tuner owns one ``BaselineWatch`` and calls it at those points; the watch runs its own
 measurements (probes, seed replicas) through the Tuner's executor and stores them as
@@ -140,11 +141,12 @@ class BaselineWatch:
 
     def why_disturbed(self, result: TrialResult) -> str | None:
         """Why ``result`` cannot stand (too few clean blocks; without interference counters,
-        a sentinel reading slower than the study's), or None. Informs the judges too."""
+        or with too few block scores yet to draw a limit from, a sentinel reading slower
+        than the study's), or None. Informs the judges too."""
         reading = reading_of(result.telemetry)
         if not result.ok:
             why = None
-        elif summary_of(result.telemetry) is not None:
+        elif (summary_of(result.telemetry) or {}).get("limit") is not None:
             why = rerun_reason(result.telemetry)
         else:
             why = self.judge.disturbed(reading)

@@ -61,6 +61,19 @@ def test_without_interference_counters_the_sentinel_decides_slowdowns_only(watch
     assert "slower" in watch.disturbed(2, bare(0.008))[0]
 
 
+def test_without_a_limit_yet_the_sentinel_decides(watch):
+    """Trials of two slow blocks each: no limit can be drawn from so few scores."""
+    def few(sentinel: float) -> TrialResult:
+        return TrialResult(ok=True, throughput=1.0, telemetry={
+            "sentinel": {"before_s": sentinel, "after_s": sentinel},
+            "interference": {"blocks": 2, "clean": 2, "dropped": 0, "too_few_clean": False, "limit": None,
+                             "limit_from": "trial", "scores": [0.6, 0.7]}})
+    for _ in range(3):
+        assert watch.disturbed(1, few(0.004))[0] is None
+    assert watch.limit is None
+    assert "noise sentinel" in watch.disturbed(2, few(0.012))[0]
+
+
 def test_the_reference_is_the_median_of_the_latest_measurements(watch):
     """A bad probe (0.73x between two 1.0 readings) does not become the reference."""
     watch.references = [1000.0]
