@@ -16,6 +16,7 @@ TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_v
            "fidelity.throughput_cv": "<= 0.03", "fidelity.memory_spread": "<= 0.02",
            "trust.pick_ratio_agreement": "<= 0.05", "trust.disturbed_baseline_error": "<= 0.05",
            "trust.confirm_share": "<= 0.20", "trust.ci_halfwidth": "<= 0.03", "trust.coverage_simulated": ">= 0.93",
+           "trust.sentinel_rerun_share_quiet": "<= 0.05",
            "search.wall_ratio_vs_previous_default": "<= 0.333", "search.hv_fraction_at_10pct_wall": ">= 0.95",
            "search.real_time_to_best_ratio": "<= 0.333",
            "long.driver_ms_ratio_500_vs_100": "<= 1.2", "long.rss_growth_mib": "<= 64",
@@ -96,6 +97,24 @@ def main() -> int:
             cov, cov["coverage_simulated"], "trust.coverage_simulated") | {
             "old_rule": cov["old_rule_coverage"], "replicates": cov["replicates"],
             "what": "the lowest coverage of the shown 95% interval over the scenarios (one to three sittings)"}
+    sentinel_file = RESULTS / "sentinel.json"
+    if sentinel_file.exists():  # benchmarks/sentinel.py: trials run again for interference, quiet and loaded
+        sen = json.loads(sentinel_file.read_text())
+        phases = sen["phases"]
+        summary.setdefault("trust", {})["sentinel_rerun_share_quiet"] = _entry(
+            sen, sen["sentinel_rerun_share_quiet"], "trust.sentinel_rerun_share_quiet") | {
+            "trials_quiet": phases["quiet"]["trials"],
+            "old_rule_quiet": phases["quiet"]["old_rule_rerun_share"],
+            # how quiet "quiet" was: the machine's other users stay
+            "quiet_load_average": [phases["quiet"]["load_average_before"], phases["quiet"]["load_average_after"]],
+            "quiet_block_score_median": phases["quiet"]["block_score_median"],
+            "quiet_throughput_cv": phases["quiet"]["throughput_cv"],
+            "limit_at_end": phases["quiet"]["limit_at_end"],
+            "loaded": {name: {"trials": p["trials"], "rerun_share": p["rerun_share"],
+                              "old_rule_rerun_share": p["old_rule_rerun_share"],
+                              "dropped_block_share": p["dropped_block_share"]}
+                       for name, p in phases.items() if name != "quiet"},
+            "what": "share of real probes run again for interference (too few clean blocks), by the study's rule"}
     long_file = RESULTS / "long_study.json"
     if long_file.exists():  # benchmarks/long_study.py: a 500-trial study's driver and explorer
         long = json.loads(long_file.read_text())

@@ -1,11 +1,18 @@
-"""The two noise rules a study applies, as plain arithmetic.
+"""The noise rules a study applies, as plain arithmetic.
 
 **The machine's noise (the sentinel).** Every trial process times a fixed kernel just
 before and after its measured region (``advisor.machine.sentinel``). ``SentinelJudge``
-keeps the study's recent readings: a trial whose reading is off their median by more than
-``DISTURBED_AT`` (a factor, either way) ran on a disturbed machine; when the median itself
-moves that far from where it was at the last baseline measurement, the machine drifted
-and the baseline is measured again.
+keeps the study's recent readings: a reading slower than their median by more than
+``DISTURBED_AT`` shows a disturbed machine (a faster one never does); when the median
+itself moves that far (either way) from where it was at the last baseline measurement,
+the machine drifted and the baseline is measured again. Whether a *trial* runs again is
+decided from the interference inside its timed blocks (``advisor.core.interference``);
+the sentinel decides only where those counters cannot be read, and judges confirmation's
+runs (``advisor.study.pairing``).
+
+**The baseline's reference.** Each ratio is to the median of the ``RECENT`` measurements
+of the baseline nearest in time (trial 0 and its re-measurements), never to one probe:
+with readings 1.0, 0.73, 1.0 the reference stays 1.0 (``recent_reference``).
 
 **The metric's noise (seed to seed).** The baseline is trained with ``ACCURACY_SEEDS``
 seeds; ``epsilon`` = 2 x their standard deviation. A difference in the metric within
@@ -24,6 +31,7 @@ from typing import Any
 DISTURBED_AT = 1.3  # a sentinel reading 30% off the study's median: a disturbed machine
 WINDOW = 15  # the median is over the last WINDOW readings (a lasting change moves it)
 MIN_READINGS = 3  # no verdict before the study has this many readings
+RECENT = 3  # the baseline's reference is the median of its RECENT measurements nearest in time
 ACCURACY_SEEDS = 3  # the baseline trained with this many seeds (the first is trial 0)
 EPSILON_SDS = 2.0  # epsilon = EPSILON_SDS x the seed-to-seed standard deviation
 
@@ -61,20 +69,35 @@ class SentinelJudge:
         return statistics.median(self.readings) if len(self.readings) >= MIN_READINGS else None
 
     def disturbed(self, reading: float | None) -> str | None:
-        """Why ``reading`` shows a disturbed machine, or None (also when it cannot tell)."""
+        """Why ``reading`` shows a disturbed machine (slower than the median by more than
+        the threshold; a faster machine is never disturbed), or None (also when it cannot
+        tell)."""
         median = self.median
-        if reading is None or median is None:
+        if reading is None or median is None or reading <= median:
             return None
-        factor = off_by(reading, median)
+        factor = reading / median
         if factor <= self.threshold:
             return None
         return (f"the noise sentinel read {1e3 * reading:.1f} ms against the study's median {1e3 * median:.1f} ms "
-                f"({factor:.2f}x off, the limit is {self.threshold:.2f}x): the machine was disturbed")
+                f"({factor:.2f}x slower, the limit is {self.threshold:.2f}x): the machine was disturbed")
 
     def drifted(self, since: float | None) -> bool:
         """Whether the median moved more than the threshold from ``since`` (a reading)."""
         median = self.median
         return since is not None and median is not None and off_by(median, since) > self.threshold
+
+
+def recent_reference(measurements: list[tuple[float, float]], when: float | None = None) -> float | None:
+    """The baseline's reference throughput at ``when``: the median of the ``RECENT``
+    measurements ``(at, throughput)`` nearest to it in time (the latest ones when ``when``
+    is None; all of them when there are fewer); None without any."""
+    if not measurements:
+        return None
+    if when is None:
+        recent = sorted(measurements)[-RECENT:]
+    else:
+        recent = sorted(measurements, key=lambda m: (abs(m[0] - when), m[0]))[:RECENT]
+    return statistics.median(m[1] for m in recent)
 
 
 @dataclass(frozen=True)

@@ -82,24 +82,28 @@ class TrialPayload:
     # whose estimate is over ``memory_cap`` (bytes per rank) or the device's memory
     estimate: bool = False
     memory_cap: int | None = None
+    # the study's interference limit (``advisor.core.interference``); None: the trial's own blocks decide
+    interference_limit: float | None = None
 
     @classmethod
     def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings,
-           gate: dict[str, Any] | None = None, estimate: bool = False, memory_cap: int | None = None) -> TrialPayload:
+           gate: dict[str, Any] | None = None, estimate: bool = False, memory_cap: int | None = None,
+           interference_limit: float | None = None) -> TrialPayload:
         """From a loaded workload (anything with ``path``, ``source`` and ``sha256``)."""
-        return cls(str(workload.path), workload.source, workload.sha256, config, settings, gate, estimate, memory_cap)
+        return cls(str(workload.path), workload.source, workload.sha256, config, settings, gate, estimate, memory_cap,
+                   interference_limit)
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload_path": self.workload_path, "workload_source": self.workload_source,
                 "workload_sha256": self.workload_sha256, "config": self.config.to_dict(),
                 "settings": self.settings.to_dict(), "gate": self.gate, "estimate": self.estimate,
-                "memory_cap": self.memory_cap}
+                "memory_cap": self.memory_cap, "interference_limit": self.interference_limit}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialPayload:
         return cls(data["workload_path"], data["workload_source"], data["workload_sha256"],
                    TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]), data.get("gate"),
-                   bool(data.get("estimate", False)), data.get("memory_cap"))
+                   bool(data.get("estimate", False)), data.get("memory_cap"), data.get("interference_limit"))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.metric import MetricSpec
-from advisor.core.noise import AccuracyNoise
+from advisor.core.noise import AccuracyNoise, recent_reference
 from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
@@ -250,19 +250,20 @@ class StoredStudy(MetricReading):
         return ProbeMargins.from_baseline([t for t, _ in measured if t], [m for _, m in measured if m])
 
     def reference_throughput(self, record: TrialRecord) -> float | None:
-        """The baseline's throughput measured nearest in time to ``record`` (to its probe,
-        when it was probed first)."""
+        """The baseline's reference at ``record``'s time (its probe's, when it was probed
+        first): ``reference_at``."""
         return self.reference_at(record.get(PROBED_AT) or record.finished_at)
 
     def reference_at(self, when: float | None) -> float | None:
-        """The baseline's throughput measured nearest in time to ``when`` (POSIX seconds;
-        None: trial 0's)."""
+        """The baseline's reference throughput at ``when`` (POSIX seconds; None: trial
+        0's): the median of its ``RECENT`` measurements nearest in time
+        (``advisor.core.noise.recent_reference``), never one probe alone."""
         base = self.baseline
         if base is None or base.figures is None:
             return None
         if when is None or not self.baseline_measurements:
             return base.figures.throughput
-        return min(self.baseline_measurements, key=lambda m: abs(m[0] - when))[1]
+        return recent_reference(self.baseline_measurements, when)
 
     def versus_baseline(self, record: TrialRecord) -> Versus:
         """``record``'s figures relative to the baseline's (confirmed where it was)."""

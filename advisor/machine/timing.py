@@ -12,6 +12,13 @@ inside a block the steps run as a training loop runs them, so the host queues th
 step while the device computes, and a prefetching loader's pinned, non-blocking copies
 overlap the previous step's compute (with a synchronisation per step, ``pin_memory``
 could never show its benefit). The first timed step is timed alone, to size the blocks.
+
+Where a block starts and ends (outside the timed stretch) the process's interference
+counters are read (``advisor.machine.interference``); a block that other work disturbed
+(``advisor.core.interference``: its score over the study's ``limit``, or the trial's own
+blocks' when the study has none yet, and slower than the undisturbed blocks) is dropped:
+median, IQR and convergence are over the clean blocks. ``interference()`` says how many
+were dropped and why.
 """
 
 from __future__ import annotations
@@ -19,8 +26,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from advisor.core.interference import disturbed_blocks, limit_of, score, too_few_clean
+from advisor.machine.interference import accumulate, difference, read_counters
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,8 @@ class StepTimer:
     """
 
     def __init__(self, min_steps: int = 10, target_rel_iqr: float = 0.10, max_seconds: float = 5.0,
-                 sync: Any = None, block_s: float = 0.05, min_blocks: int = 10) -> None:
+                 sync: Any = None, block_s: float = 0.05, min_blocks: int = 10, limit: float | None = None,
+                 counters: Callable[[], dict[str, float] | None] | None = read_counters) -> None:
         self.min_steps = min_steps
         self.target_rel_iqr = target_rel_iqr
         self.max_seconds = max_seconds
@@ -73,6 +85,12 @@ class StepTimer:
         self._open_at: float | None = None  # when the steps not yet recorded started (synchronised)
         self._open_steps = 0
         self.windows: list[tuple[float, float]] = []  # the timed stretches (perf_counter), for energy
+        self.limit = limit  # the study's interference limit (None: the trial's own blocks')
+        self.counters = counters or (lambda: None)
+        self.counts: list[dict[str, float]] = []  # each block's interference counters, with samples
+        self._block_counts: dict[str, float] = {}
+        self._open_counters: dict[str, float] | None = None
+        self._clean: tuple[int, list[int], float | None] = (-1, [], None)  # (blocks, dropped, limit), cached
 
     def step(self) -> _TimedStep:
         return _TimedStep(self)
@@ -81,30 +99,53 @@ class StepTimer:
         """Record one step of ``seconds``: ``add_steps(seconds, 1)``."""
         self.add_steps(seconds, 1)
 
-    def add_steps(self, seconds: float, steps: int) -> None:
-        """Record ``steps`` consecutive steps that took ``seconds`` together. Short steps
-        are pooled into blocks of equal step count (sized from the first timed step to last
-        about ``block_s``) so that timer and scheduler noise does not dominate a sample; the
-        median is over the blocks' mean step time."""
+    def add_steps(self, seconds: float, steps: int, counts: dict[str, float] | None = None) -> None:
+        """Record ``steps`` consecutive steps that took ``seconds`` together (``counts``: the
+        interference counters' differences over them). Short steps are pooled into blocks of
+        equal step count (sized from the first timed step to last about ``block_s``) so that
+        timer and scheduler noise does not dominate a sample; the median is over the clean
+        blocks' mean step time."""
         if self._per_block == 0:
             self._per_block = max(1, math.ceil(self.block_s / max(seconds / steps, 1e-9)))
         self.steps += steps
         self.total_s += seconds
         self._block[0] += seconds
         self._block[1] += steps
+        self._block_counts = accumulate(self._block_counts, (counts | {"wall_s": seconds}) if counts else {})
         if self._block[1] >= self._per_block:
             self.samples.append(self._block[0] / self._block[1])
-            self._block = [0.0, 0]
+            self.counts.append(self._block_counts)
+            self._block, self._block_counts = [0.0, 0], {}
 
     def discard_open(self) -> None:
         """Forget the steps timed since the last synchronisation: untimed work (an
         evaluation) is about to run before the next timed step."""
-        self._open_at, self._open_steps = None, 0
+        self._open_at, self._open_steps, self._open_counters = None, 0, None
+
+    def dropped(self) -> tuple[list[int], float | None]:
+        """The disturbed blocks' indices, and the limit they were judged by."""
+        if self._clean[0] != len(self.samples):
+            scores = [score(c) for c in self.counts]
+            limit = self.limit if self.limit is not None else limit_of(scores)
+            self._clean = (len(self.samples), disturbed_blocks(self.samples, scores, limit), limit)
+        return self._clean[1], self._clean[2]
+
+    def clean_samples(self, strict: bool = False) -> list[float]:
+        """The clean blocks' step times; unless ``strict``, all of them when too few are
+        clean (the trial is then run again, ``advisor.core.interference.too_few_clean``)."""
+        dropped = set(self.dropped()[0])
+        clean = [s for i, s in enumerate(self.samples) if i not in dropped]
+        return clean if strict or (clean and not too_few_clean(len(self.samples), len(clean))) else self.samples
 
     def converged(self) -> bool:
-        if self.steps < self.min_steps or len(self.samples) < self.min_blocks:
+        """Settled on the clean blocks (a disturbed trial times on, up to ``max_seconds``,
+        in case the disturbance passes)."""
+        samples = self.clean_samples(strict=True)
+        if too_few_clean(len(self.samples), len(samples)):
             return False
-        median, iqr = median_iqr(self.samples)
+        if self.steps < self.min_steps or len(samples) < self.min_blocks:
+            return False
+        median, iqr = median_iqr(samples)
         return median > 0 and iqr / median <= self.target_rel_iqr
 
     def capped(self) -> bool:
@@ -114,9 +155,34 @@ class StepTimer:
         return self.converged() or self.capped()
 
     def result(self) -> Timing:
-        samples = self.samples or ([self._block[0] / self._block[1]] if self._block[1] else [])
+        samples = self.clean_samples() or ([self._block[0] / self._block[1]] if self._block[1] else [])
         median, iqr = median_iqr(samples)
         return Timing(median, iqr, self.steps, self.total_s, self.converged())
+
+    def interference(self) -> dict[str, Any] | None:
+        """How many blocks were dropped and why (for the trial's telemetry); None when no
+        counter could be read."""
+        scores = [score(c) for c in self.counts]
+        if not any(s is not None for s in scores):
+            return None
+        dropped, limit = self.dropped()
+        clean = len(self.samples) - len(dropped)
+        typical = statistics.median(self.clean_samples())
+        total: dict[str, float] = {}
+        for c in self.counts:
+            total = accumulate(total, c)
+        why = [{"block": i, "score": round(scores[i] or 0.0, 4), "slower": round(self.samples[i] / typical, 3),
+                "wait_s": round(self.counts[i].get("wait_s", 0.0), 5),
+                "steal_s": round(self.counts[i].get("steal_s", 0.0), 5),
+                "nivcsw": self.counts[i].get("nivcsw")} for i in dropped[:10]]
+        wall = total.get("wall_s")
+        return {"blocks": len(self.samples), "clean": clean, "dropped": len(dropped),
+                "too_few_clean": too_few_clean(len(self.samples), clean),
+                "limit": round(limit, 4) if limit is not None else None,
+                "limit_from": "study" if self.limit is not None else "trial",
+                "scores": [round(s, 4) if s is not None else None for s in scores], "why": why,
+                "nivcsw": total.get("nivcsw"), "threads": total.get("threads"),
+                "cpu_per_wall": round(total["cpu_s"] / wall, 3) if wall and "cpu_s" in total else None}
 
 
 class _TimedStep:
@@ -131,6 +197,7 @@ class _TimedStep:
         t = self.timer
         if t._open_at is None:
             t.sync()
+            t._open_counters = t.counters()
             t._open_at = time.perf_counter()
 
     def __exit__(self, *exc: Any) -> None:
@@ -143,7 +210,8 @@ class _TimedStep:
             t.sync()
             assert t._open_at is not None
             now = time.perf_counter()
+            counts = difference(t._open_counters, t.counters())
             seconds, steps = now - t._open_at, t._open_steps
             t.windows.append((t._open_at, now))
             t.discard_open()
-            t.add_steps(seconds, steps)
+            t.add_steps(seconds, steps, counts)

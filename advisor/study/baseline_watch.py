@@ -1,8 +1,16 @@
 """What keeps a running study's figures honest between trials: the baseline's accuracy over
-several seeds (the metric's noise), the noise sentinel's verdict on each trial (a disturbed
-one runs again), and the baseline measured again during the study (after the one-knob
-seeds, every ``REMEASURE_EVERY`` trials, and whenever the sentinel drifts), so that each
-ratio shown is to the baseline measured nearest in time.
+several seeds (the metric's noise), the verdict on each trial's interference (a trial whose
+timer kept too few clean blocks runs again, ``advisor.core.interference``; the study's
+limit for the next trials comes from its recent blocks, ``InterferencePool``), and the
+baseline measured again during the study (after the one-knob seeds, every
+``REMEASURE_EVERY`` trials, and whenever the noise sentinel drifts), so that each ratio
+shown is to the baseline's reference at that time: the median of its ``RECENT`` latest
+measurements (``advisor.core.noise.recent_reference``), never one probe alone.
+
+When a trial's retries run out, the cleanest of its runs (fewest blocks dropped) is kept,
+marked in its telemetry (``kept``). Without interference counters (not Linux), or before
+there are enough block scores to draw a limit from (trials of a few slow blocks), the
+noise sentinel decides, and only a slower machine counts.
 
 The Tuner owns one ``BaselineWatch`` and calls it at those points; the watch runs its own
 measurements (probes, seed replicas) through the Tuner's executor and stores them as
@@ -21,7 +29,8 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note
 from advisor.core.feasibility import verdict
-from advisor.core.noise import AccuracyNoise, SentinelJudge, reading_of
+from advisor.core.interference import InterferencePool, disturbance, rerun_reason, summary_of
+from advisor.core.noise import AccuracyNoise, SentinelJudge, reading_of, recent_reference
 from advisor.core.objectives import Figures, Limits, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import ACCURACY_NOISE, BASELINE_DISTURBED, BASELINE_MEASUREMENTS, TrialRecord, read_trial
@@ -49,14 +58,17 @@ class BaselineWatch:
         self.executor, self.stop, self.emit = executor, stop, on_event
         records = [read_trial(t) for t in study.get_trials(deepcopy=False)]
         self.judge = SentinelJudge(x for x in (reading_of(r.get("telemetry")) for r in records) if x is not None)
+        self.pool = InterferencePool(r.get("telemetry") for r in records)
         self.measurements: list[dict[str, Any]] = list(study.user_attrs.get(BASELINE_MEASUREMENTS) or [])
         base = next((r for r in records if r.baseline and r.state == "complete"), None)
         self.base_reading = (self.measurements[-1].get("sentinel_s") if self.measurements
                              else reading_of(base.get("telemetry")) if base else None)
-        self.base_throughput = (self.measurements[-1]["throughput"] if self.measurements
-                                else base.figures.throughput if base and base.figures else None)
+        trial0 = [base.figures.throughput] if base and base.figures and not (
+            self.measurements and study.user_attrs.get(BASELINE_DISTURBED)) else []  # as StoredStudy reads it
+        self.references: list[float] = trial0 + [m["throughput"] for m in self.measurements if m.get("throughput")]
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
+        self.runs: dict[int, list[TrialResult]] = {}  # a trial's disturbed runs so far, by trial number
         self.epsilon = 0.0  # the metric's noise, once measured
         self.noise: AccuracyNoise | None = None  # the baseline's metric over its seeds, once measured
         self.load_noise()
@@ -77,6 +89,7 @@ class BaselineWatch:
             if self.stop() is not None:
                 return
             self.judge.add(reading_of(result.telemetry))
+            self.pool.add(result.telemetry)
             if not result.ok or result.accuracy is None:
                 self.emit(Note(f"the baseline with seed {seed} failed [{result.failure_class}]: "
                                f"{first_line(result.failure_message, 200)}; the noise estimate leaves it out"))
@@ -115,17 +128,46 @@ class BaselineWatch:
         return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.peak_memory_bytes),
                       delta, epsilon=self.epsilon, verdict=judged)
 
+    @property
+    def base_throughput(self) -> float | None:
+        """The baseline's reference now: the median of its latest measurements."""
+        return recent_reference(list(enumerate(self.references)))
+
     # ---- the machine's noise -----------------------------------------------------------
-    def disturbed(self, number: int, result: TrialResult) -> str | None:
-        """Why trial ``number`` must run again: its sentinel shows a disturbed machine (at
-        most ``RERUNS`` times per trial); None to keep the result."""
+    @property
+    def limit(self) -> float | None:
+        """The interference limit the next trials' timers judge their blocks by."""
+        return self.pool.limit
+
+    def why_disturbed(self, result: TrialResult) -> str | None:
+        """Why ``result`` cannot stand (too few clean blocks; without interference counters,
+        or with too few block scores yet to draw a limit from, a sentinel reading slower
+        than the study's), or None. Informs the judges too."""
         reading = reading_of(result.telemetry)
-        why = self.judge.disturbed(reading) if result.ok else None
+        if not result.ok:
+            why = None
+        elif (summary_of(result.telemetry) or {}).get("limit") is not None:
+            why = rerun_reason(result.telemetry)
+        else:
+            why = self.judge.disturbed(reading)
         self.judge.add(reading)
-        if why is None or self.reruns.get(number, 0) >= RERUNS:
-            return None
-        self.reruns[number] = self.reruns.get(number, 0) + 1
+        self.pool.add(result.telemetry)
         return why
+
+    def disturbed(self, number: int, result: TrialResult) -> tuple[str | None, TrialResult]:
+        """Whether trial ``number`` must run again: (why, None to keep it; the result to
+        keep). At most ``RERUNS`` times per trial; then the cleanest of its runs is kept,
+        marked."""
+        why = self.why_disturbed(result)
+        if why is None:
+            self.runs.pop(number, None)
+            return None, result
+        runs = self.runs.setdefault(number, [])
+        runs.append(result)
+        if self.reruns.get(number, 0) < RERUNS:
+            self.reruns[number] = self.reruns.get(number, 0) + 1
+            return why, result
+        return None, cleanest(self.runs.pop(number), why)
 
     # ---- the baseline, measured again -------------------------------------------------
     def remeasure_reason(self, counted: int, seeds_done: bool) -> str | None:
@@ -142,6 +184,7 @@ class BaselineWatch:
     def remeasure(self, reason: str, counted: int, last_trial: int, timeout: float) -> None:
         """Measure the baseline again (a probe; once more if the machine was disturbed)."""
         self.counted_at_last = counted  # also when it fails: try again only after more trials
+        tries: list[TrialResult] = []
         for attempt in range(2):
             result = self._run(self.baseline, probe_settings(self.settings), timeout)
             if self.stop() is not None:
@@ -151,11 +194,13 @@ class BaselineWatch:
                 self.emit(Note(f"measuring the baseline again failed [{result.failure_class}]: "
                                f"{first_line(result.failure_message, 200)}"))
                 return
-            reading = reading_of(result.telemetry)
-            why = self.judge.disturbed(reading)
-            self.judge.add(reading)
-            if why is None or attempt == 1:
+            why = self.why_disturbed(result)
+            tries.append(result)
+            if why is None:
                 break
+            if attempt == 1:
+                result = cleanest(tries, why)
+        reading = reading_of(result.telemetry)
         if self.base_reading is not None and self.judge.median is not None and not self.measurements and \
                 self.judge.disturbed(self.base_reading):
             self.study.set_user_attr(BASELINE_DISTURBED, self.judge.disturbed(self.base_reading))
@@ -165,11 +210,23 @@ class BaselineWatch:
         # read again first: another driver on the study may have added its own since
         self.measurements = list(self.study.user_attrs.get(BASELINE_MEASUREMENTS) or []) + [entry]
         self.study.set_user_attr(BASELINE_MEASUREMENTS, self.measurements)
-        previous, self.base_reading, self.base_throughput = self.base_throughput, reading, result.throughput
-        change = f" ({result.throughput / previous:.2f}x the previous measurement)" if previous else ""
+        previous, self.base_reading = self.base_throughput, reading
+        self.references.append(result.throughput)
+        change = f" ({result.throughput / previous:.2f}x the previous reference)" if previous else ""
         self.emit(Note(f"baseline measured again ({reason}): {result.throughput:,.0f} samples/s{change}; "
-                       "ratios from here are to this measurement"))
+                       f"ratios from here are to the median of its latest measurements, "
+                       f"{self.base_throughput:,.0f} samples/s"))
 
     def _run(self, config: TrialConfig, settings: TrialSettings, timeout: float) -> TrialResult:
-        payload = TrialPayload.of(self.workload, config, settings)
+        payload = TrialPayload.of(self.workload, config, settings, interference_limit=self.limit)
         return run_one(self.executor, next(self._numbers), payload, timeout, self.stop)
+
+
+def cleanest(runs: list[TrialResult], why: str) -> TrialResult:
+    """The least disturbed of a trial's runs (fewest blocks dropped, then the lowest median
+    interference; without counters, the fastest sentinel reading), marked as kept although
+    every run was disturbed (the last one for ``why``)."""
+    best = min(runs, key=lambda r: (*disturbance(r.telemetry), reading_of(r.telemetry) or float("inf")))
+    best.telemetry["kept"] = (f"the least disturbed of {len(runs)} runs, every one disturbed "
+                              f"(the last: {why})")
+    return best

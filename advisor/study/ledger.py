@@ -220,7 +220,9 @@ class Ledger:
         trial, _ = self._asked[number]
         runs = list(trial.user_attrs.get(DISTURBED_RUNS, []))
         runs.append({"reason": why, "throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes,
-                     "accuracy": result.accuracy, "sentinel": result.telemetry.get("sentinel")})
+                     "accuracy": result.accuracy, "sentinel": result.telemetry.get("sentinel"),
+                     "interference": {k: v for k, v in (result.telemetry.get("interference") or {}).items()
+                                      if k != "scores"} or None})
         trial.set_user_attr(DISTURBED_RUNS, runs)
 
     def store_probe(self, number: int, result: TrialResult, wall_s: float, at: float) -> None:

@@ -2,8 +2,10 @@
 
 A configuration runs as one ``full`` part, or, with two-stage evaluation, as a ``probe`` and
 later, where ``AccuracyQueue`` decides it can change the front, an ``accuracy`` part.
-``Parts`` submits them to the ``Slots``, and for each that comes back either runs it again
-(the noise sentinel shows a disturbed machine: ``BaselineWatch``), stores a good probe and
+``Parts`` submits them to the ``Slots`` (with the study's interference limit, by which the
+trial's timer drops disturbed blocks), and for each that comes back either runs it again
+(too few clean blocks remain: ``BaselineWatch``; when its retries are used up, the
+cleanest of its runs is kept), stores a good probe and
 hands it to the queue, or stores the trial (``Ledger.tell`` / ``Ledger.store_accuracy``)
 and emits ``Finished``; what the queue decides needs no run is stored the same way.
 ``done`` counts the trials stored that count towards ``--trials``. When the study stops,
@@ -11,6 +13,8 @@ and emits ``Finished``; what the queue decides needs no run is stored the same w
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from advisor.core.events import Cancelled, Finished, Listener, Note, Probed, Submitted
 from advisor.core.noise import reading_of
@@ -62,7 +66,8 @@ class Parts:
         # its memory estimated first; a candidate over --memory-cap is not run (the baseline is the
         # reference whatever its memory: over the cap, it is only infeasible)
         cap = None if proposal.baseline else self.plan.options.memory_cap
-        payload = TrialPayload.of(self.plan.workload, proposal.config, settings, estimate=True, memory_cap=cap)
+        payload = TrialPayload.of(self.plan.workload, proposal.config, settings, estimate=True, memory_cap=cap,
+                                  interference_limit=self._limit())
         self.slots.submit(proposal, payload, "probe" if self.queue is not None else "full")
         self.emit(Submitted(proposal.number, proposal.config))
 
@@ -85,8 +90,9 @@ class Parts:
         """Wait briefly for results; store finished and timed-out trials (a probe that went
         well waits in the queue for its accuracy decision)."""
         finished = []
-        for d in self.slots.done(timeout):
-            if self._run_again(d):
+        for came in self.slots.done(timeout):
+            d = self._run_again(came)
+            if d is None:
                 continue
             if d.part == "probe" and d.result.ok:
                 assert self.queue is not None
@@ -104,23 +110,33 @@ class Parts:
             return None
         return self.watch.versus(result, base.figures, self.plan.options.limits, probe)
 
-    def _run_again(self, d: Done) -> bool:
-        """When the noise sentinel shows the trial ran on a disturbed machine: keep that
-        measurement with the trial and run the same part again (it counts once). Accuracy
-        parts only inform the sentinel's judge: the metric does not depend on the speed."""
+    def _limit(self) -> float | None:
+        return self.watch.limit if self.watch is not None else None
+
+    def _run_again(self, d: Done) -> Done | None:
+        """When too few of the trial's timed blocks were clean (``BaselineWatch.disturbed``):
+        keep that measurement with the trial and run the same part again (it counts once;
+        None). Otherwise what to store: ``d``, or, once the retries are used up, ``d`` with
+        the cleanest of its runs. Accuracy parts only inform the sentinel's judge: the
+        metric does not depend on the speed."""
         if self.watch is None:
-            return False
+            return d
         if d.part == "accuracy":
             self.watch.judge.add(reading_of(d.result.telemetry))
-            return False
-        why = self.watch.disturbed(d.number, d.result)
+            return d
+        why, kept = self.watch.disturbed(d.number, d.result)
         if why is None:
-            return False
+            if kept is not d.result:  # every run was disturbed: the last one is kept with the trial too
+                self.ledger.note_disturbed(d.number, d.result, kept.telemetry.get("kept", ""))
+            if "kept" in kept.telemetry:
+                self.emit(Note(f"trial {d.number}: kept {kept.telemetry['kept']}"))
+            return replace(d, result=kept)
         self.ledger.note_disturbed(d.number, d.result, why)
         self.emit(Note(f"trial {d.number}: {why}; running it again"))
         settings = probe_settings(self.plan.settings) if d.part == "probe" else self.plan.settings
-        self.slots.submit(d.proposal, TrialPayload.of(self.plan.workload, d.proposal.config, settings), d.part)
-        return True
+        self.slots.submit(d.proposal, TrialPayload.of(self.plan.workload, d.proposal.config, settings,
+                                                      interference_limit=self._limit()), d.part)
+        return None
 
     def _record(self, d: Done) -> TrialRecord:
         result, wall = d.result, d.wall_s

@@ -7,7 +7,8 @@ part; paired confirmation runs probes too); its first training steps leave a fin
 (``advisor.trial.accuracy``). An ``accuracy`` run is the second part: the training budget
 with a learning curve and an early-stop gate, then the evaluation, nothing timed. A full
 trial does both in one process. Every timed trial times the noise sentinel (``advisor.machine.sentinel``) just before
-and just after its measured region.
+and just after its measured region, and its timer drops the blocks of steps that other work disturbed
+(``advisor.machine.timing``; the study's limit comes with the payload).
 
 With data parallelism every rank runs this in lockstep (the ranks agree on when timing
 stops); ``advisor.trial.ranks`` collects their results. Without it, the trial runs it directly.
@@ -75,7 +76,8 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
         from advisor.machine.nvml import nvml_sampler_for
 
         sampler = nvml_sampler_for(device).start()
-    timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize)
+    timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize,
+                      limit=payload.interference_limit)
     before = sentinel(prepared)
     if settings.workload == "inference":
         figures = _inference(prepared, workload, val, settings, timer, phases, memory.peak_bytes)
@@ -101,6 +103,8 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     telemetry["peak_memory_exact"] = getattr(memory, "exact", True)
     telemetry["build_peak_bytes"] = build_peak
     telemetry["timing"] = timing.to_dict()  # the measurement's spread, for a reader to judge
+    if (interference := timer.interference()) is not None:  # the blocks dropped as disturbed, and why
+        telemetry["interference"] = interference
     telemetry["intra_op_threads"] = torch.get_num_threads()
     telemetry["model"] = model_facts(prepared)
     first_step_s = figures.pop("first_step_s")

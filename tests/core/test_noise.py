@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.core.noise import DISTURBED_AT, MIN_READINGS, AccuracyNoise, SentinelJudge, reading_of, within_noise
+from advisor.core.noise import (
+    DISTURBED_AT,
+    MIN_READINGS,
+    AccuracyNoise,
+    SentinelJudge,
+    reading_of,
+    recent_reference,
+    within_noise,
+)
 from advisor.core.objectives import dominates, pareto_front
 
 
@@ -15,7 +23,7 @@ def test_reading_is_the_geometric_mean_of_before_and_after():
     assert reading_of({}) is None and reading_of(None) is None and reading_of({"sentinel": "x"}) is None
 
 
-def test_judge_needs_readings_then_flags_either_way():
+def test_judge_needs_readings_then_flags_slowdowns_only():
     judge = SentinelJudge()
     for _ in range(MIN_READINGS - 1):
         judge.add(0.007)
@@ -23,10 +31,23 @@ def test_judge_needs_readings_then_flags_either_way():
     judge.add(0.007)
     assert judge.disturbed(0.007 * (DISTURBED_AT - 0.05)) is None
     slow = judge.disturbed(0.007 * 2)
-    assert slow and "2.00x off" in slow
-    assert judge.disturbed(0.007 / 2)  # faster than the study's median by as much: also off
+    assert slow and "2.00x slower" in slow
+    assert judge.disturbed(0.007 / 2) is None  # a faster machine is never a disturbed one
     judge.add(None)
     assert len(judge.readings) == MIN_READINGS
+
+
+def test_the_reference_is_the_median_of_the_nearest_measurements_never_one_probe():
+    """One bad probe (0.73 between two 1.0 readings) does not move the reference."""
+    measured = [(100.0, 1.0), (200.0, 0.73), (300.0, 1.0)]
+    assert recent_reference(measured, 200.0) == 1.0  # nearest the bad probe itself
+    assert recent_reference(measured) == 1.0  # the latest three (the live reference)
+    assert recent_reference(measured, None) == recent_reference(list(reversed(measured)))
+    # further on, the nearest three in time: a lasting change moves it once two agree
+    later = measured + [(400.0, 0.6), (500.0, 0.6)]
+    assert recent_reference(later, 500.0) == 0.6 and recent_reference(later, 100.0) == 1.0
+    assert recent_reference([(1.0, 5.0)]) == 5.0 and recent_reference([(1.0, 4.0), (2.0, 6.0)]) == 5.0
+    assert recent_reference([]) is None
 
 
 def test_a_lasting_change_moves_the_median_and_counts_as_drift():

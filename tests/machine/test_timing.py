@@ -216,3 +216,94 @@ def test_discarded_steps_are_not_timed(monkeypatch):
         with timer.step():
             gpu.step()
     assert timer.steps == 10 and timer.samples == [pytest.approx(0.001)]
+
+
+# ---- interference: synthetic blocks and counters (known truth) -------------------------
+
+def _counts(wait_share: float) -> dict[str, float]:
+    run = 0.01
+    return {"run_s": run, "wait_s": run * wait_share / (1 - wait_share), "steal_s": 0.0, "cpus_s": 0.02,
+            "nivcsw": 2.0 if wait_share > 0.1 else 0.0, "cpu_s": 0.01, "threads": 3.0}
+
+
+def _fed(blocks: list[tuple[float, float]], limit: float | None = None) -> StepTimer:
+    """A timer fed ``(seconds per step, wait share)`` blocks of one step each."""
+    timer = StepTimer(min_steps=1, max_seconds=100.0, block_s=0.0, min_blocks=5, limit=limit, counters=lambda: None)
+    for seconds, wait in blocks:
+        timer.add_steps(seconds, 1, _counts(wait))
+    return timer
+
+
+def test_disturbed_blocks_are_dropped_from_the_step_time():
+    quiet = [(0.010 + 0.0001 * (i % 3), 0.01 + 0.002 * (i % 3)) for i in range(20)]
+    busy = [(0.016, 0.45), (0.015, 0.4), (0.017, 0.5)]  # a neighbour took slices from three blocks
+    timer = _fed(quiet[:10] + busy + quiet[10:])
+    assert timer.result().median_s == pytest.approx(0.0101)  # the busy blocks do not count
+    report = timer.interference()
+    assert report["blocks"] == 23 and report["dropped"] == 3 and report["clean"] == 20
+    assert not report["too_few_clean"] and report["limit_from"] == "trial" and report["limit"] > 0.02
+    assert [w["block"] for w in report["why"]] == [10, 11, 12] and report["why"][0]["slower"] > 1.5
+    assert report["nivcsw"] == 6.0 and report["threads"] == 3.0 and report["cpu_per_wall"] > 0
+    everything = _fed(quiet[:10] + busy + quiet[10:], limit=1.0)  # a study limit nothing reaches
+    assert everything.interference()["dropped"] == 0 and everything.interference()["limit_from"] == "study"
+
+
+def test_a_faster_block_is_never_dropped():
+    quiet = [(0.010, 0.01)] * 12
+    timer = _fed(quiet + [(0.007, 0.5)])  # much waiting, yet faster: no slowdown to drop
+    assert timer.interference()["dropped"] == 0
+
+
+def test_a_trial_disturbed_throughout_keeps_too_few_clean_blocks():
+    """The study's limit (from its quiet trials) catches a neighbour that lasted the whole
+    trial, which the trial's own spread cannot: it is then run again."""
+    busy = [(0.015 + 0.0001 * (i % 2), 0.4) for i in range(12)]
+    assert _fed(busy).interference()["dropped"] == 0  # alone, all blocks look alike
+    timer = _fed(busy, limit=0.05)
+    report = timer.interference()
+    assert report["dropped"] == 12 and report["too_few_clean"]
+    assert timer.result().median_s == pytest.approx(0.01505)  # all blocks: the trial runs again anyway
+    assert not timer.converged()
+
+
+def test_convergence_counts_clean_blocks_only():
+    quiet = [(0.010, 0.01)] * 4 + [(0.016, 0.5)] * 3
+    timer = _fed(quiet)
+    assert not timer.converged()  # 4 clean blocks < min_blocks 5
+    timer.add_steps(0.010, 1, _counts(0.01))
+    assert timer.converged()
+
+
+def test_without_counters_no_block_is_dropped():
+    timer = StepTimer(min_steps=1, block_s=0.0, min_blocks=2, counters=lambda: None)
+    for _ in range(10):
+        with timer.step():
+            pass
+    assert timer.interference() is None and len(timer.samples) == 10
+
+
+def test_the_counters_are_read_where_each_window_opens_and_closes():
+    ticks = iter(range(1000))
+
+    def counters():  # every reading: 1 ms more on a CPU, 0.5 ms more waiting for one
+        n = next(ticks)
+        return {"run_s": 0.001 * n, "wait_s": 0.0005 * n, "steal_s": 0.0, "cpus_s": 0.002 * n, "nivcsw": float(n),
+                "cpu_s": 0.001 * n, "threads": 3.0}
+    timer = StepTimer(min_steps=1, block_s=0.0, min_blocks=3, counters=counters)
+    for _ in range(4):
+        with timer.step():
+            pass
+    assert len(timer.counts) == 4
+    assert all(c["run_s"] == pytest.approx(0.001) and c["wait_s"] == pytest.approx(0.0005) for c in timer.counts)
+    assert timer.interference()["scores"] == [pytest.approx(1 / 3, abs=1e-4)] * 4
+
+
+def test_real_counters_on_this_machine_read_or_say_none():
+    from advisor.machine.interference import difference, read_counters
+
+    first = read_counters()
+    if first is None:  # not Linux
+        pytest.skip("no /proc here")
+    sum(range(100_000))
+    d = difference(first, read_counters())
+    assert d["run_s"] >= 0 and d["wait_s"] >= 0 and d["threads"] >= 1 and d["cpu_s"] >= 0

@@ -114,20 +114,42 @@ def test_dominated_beyond_noise_is_stored_as_probed_with_the_reason(study):
 
 
 def test_dominance_compares_ratios_to_the_baseline_measured_nearest_each_probe(study):
-    """The baseline was probed on a fast machine (1,000/s) and measured again at 600/s once
-    the machine slowed: a probe at 700/s and 1.5x the memory is 1.17x the baseline then, not
-    0.7x, and is not dominated; one at 400/s (0.67x) still is."""
+    """The baseline was probed on a fast machine (1,000/s) and measured again twice at 600/s
+    once the machine slowed: the reference (the median of the three nearest measurements) is
+    600/s, so a probe at 700/s and 1.5x the memory is 1.17x the baseline then, not 0.7x, and
+    is not dominated; one at 400/s (0.67x) still is, by trial 0, whose own 1,000/s is judged
+    against the same median (1.67x: the odd reading out of three)."""
     run = Run(study)
     run.baseline(1000.0, 100.0)
     time.sleep(0.01)
     study.set_user_attr("baseline_measurements", [{"at": time.time(), "throughput": 600.0,
+                                                   "peak_memory_bytes": 100.0},
+                                                  {"at": time.time(), "throughput": 600.0,
                                                    "peak_memory_bytes": 100.0}])
     time.sleep(0.01)
     kept = run.probed({"batch_size": 64}, 700.0, 150.0)  # raw: 1000 >= 700 x 1.3, dominated on raw figures
     slow = run.probed({"batch_size": 128}, 400.0, 150.0)
     done = run.settle()
     assert [r.number for r in done] == [slow.number] and set(run.queue.waiting) == {kept.number}
-    assert done[0].get("accuracy_skipped").startswith("dominated by trial 0 (1.50x its throughput")
+    assert done[0].get("accuracy_skipped").startswith("dominated by trial 0 (2.50x its throughput")
+
+
+def test_one_bad_probe_of_the_baseline_never_becomes_the_reference(study):
+    """Trial 0 at 1,000/s, re-measured at 730/s (a bad probe) and at 1,000/s: a probe taken
+    next to the bad one is judged against the median of the three nearest, 1,000/s."""
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    time.sleep(0.01)
+    bad_at = time.time()
+    time.sleep(0.01)
+    study.set_user_attr("baseline_measurements", [{"at": bad_at, "throughput": 730.0, "peak_memory_bytes": 100.0},
+                                                  {"at": time.time(), "throughput": 1000.0,
+                                                   "peak_memory_bytes": 100.0}])
+    stored = read_study(study)
+    assert [m[1] for m in stored.baseline_measurements] == [1000.0, 730.0, 1000.0]
+    assert stored.reference_at(bad_at) == 1000.0 and stored.reference_at(None) == 1000.0
+    p = run.probed({"batch_size": 64}, 1000.0, 100.0)
+    assert read_study(study).versus_baseline(read_study(study).records[p.number]).throughput_ratio == 1.0
 
 
 def test_next_run_prefers_the_front_of_what_waits_fastest_first(study):
@@ -217,12 +239,15 @@ def test_a_probed_only_trial_cannot_be_exported(study):
 
 def test_combinations_read_each_trial_against_the_baseline_measured_nearest_it(study):
     """The one-knob changes that paid off are judged on ratios to the baseline measured
-    nearest each trial: measured at 700/s after the baseline fell from 1,000 to 600/s, a
-    batch of 64 is 1.17x faster (a move to combine), not 0.7x."""
+    nearest each trial: measured at 700/s after the baseline fell from 1,000 to 600/s (twice,
+    so the median of the three nearest is 600/s), a batch of 64 is 1.17x faster (a move to
+    combine), not 0.7x."""
     run = Run(study)
     run.baseline(1000.0, 100.0, acc=0.9)
     time.sleep(0.01)
     study.set_user_attr("baseline_measurements", [{"at": time.time(), "throughput": 600.0,
+                                                   "peak_memory_bytes": 100.0},
+                                                  {"at": time.time(), "throughput": 600.0,
                                                    "peak_memory_bytes": 100.0}])
     time.sleep(0.01)
     for config, memory in (({"batch_size": 64}, 100.0), ({"threads": 1}, 70.0)):  # faster; smaller

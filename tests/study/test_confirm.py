@@ -200,7 +200,9 @@ def test_missing_or_empty_storage_exits_2(workdir, capsys, quiet_optuna):
 
 
 def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
-    """A real disturbance: two busy processes started while trial 1 builds its model."""
+    """A real disturbance: two busy processes per CPU started while trial 1 builds its model:
+    its timed blocks wait for a CPU far beyond the study's spread so far, too few stay
+    clean, and it runs again."""
     from advisor.core.events import Note
     from advisor.study.options import TuneOptions
     from advisor.study.plan import plan_study
@@ -219,11 +221,23 @@ def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
     stored = read_study(Tuner(plan_study(options), on_event=on_event).run().study)
     assert not marker.exists()  # the disturbance happened
     disturbed = [r for r in stored.records if r.get("disturbed_runs")]
+    limits = [((r.get("telemetry") or {}).get("interference") or {}).get("limit") for r in stored.records[1:]]
+    if not disturbed and all(limit is not None and limit >= 0.9 for limit in limits):
+        # the study's limit is its own spread (advisor/core/interference.py): on a machine whose
+        # other users already keep the trial's threads waiting most of the time, two more busy
+        # processes do not stand out, and nothing runs again
+        pytest.skip(f"this machine's own interference hides the disturbance (the study's limits {limits})")
     # trials 1 and 2 start together (two slots): whichever builds its model first is disturbed
     assert disturbed and min(d.number for d in disturbed) in (1, 2), \
-        [(r.number, r.attrs.get("disturbed_runs")) for r in stored.records]
+        [(r.number, r.attrs.get("disturbed_runs"), {k: v for k, v in ((r.get("telemetry") or {}).get("interference")
+                                                                       or {}).items() if k != "why"})
+         for r in stored.records]
     for d in disturbed:  # the busy processes may outlast trial 1: a later trial can be disturbed too
         runs = d.get("disturbed_runs")
         assert d.state in ("complete", "probed") and d.counted and 1 <= len(runs) <= 2  # ran again, counted once
-        assert "noise sentinel" in runs[0]["reason"] and runs[0]["throughput"] and runs[0]["sentinel"]["before_s"] > 0
+        assert runs[0]["throughput"] and runs[0]["sentinel"]["before_s"] > 0
+        if "interference disturbed" in runs[0]["reason"]:  # the blocks the busy processes disturbed were dropped
+            assert runs[0]["interference"]["dropped"] > 0
+        else:  # no counters, or too few block scores yet for a limit: the noise sentinel decides
+            assert "noise sentinel" in runs[0]["reason"]
     assert sum(r.counted for r in stored.records) == 3

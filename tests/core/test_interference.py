@@ -1,0 +1,80 @@
+"""advisor/core/interference.py: which timed blocks other work disturbed, from synthetic
+counters (known truth, no machine noise)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from advisor.core.interference import (
+    FLOOR,
+    MIN_SCORES,
+    InterferencePool,
+    Z,
+    disturbance,
+    disturbed_blocks,
+    limit_of,
+    rerun_reason,
+    score,
+    too_few_clean,
+)
+
+
+def block(wait_share: float = 0.0, steal_share: float = 0.0) -> dict[str, float]:
+    """Counters of one block whose threads waited ``wait_share`` of their runnable time."""
+    run = 0.1
+    return {"run_s": run, "wait_s": run * wait_share / (1 - wait_share), "steal_s": steal_share, "cpus_s": 1.0,
+            "nivcsw": 3.0, "cpu_s": 0.1, "threads": 3.0}
+
+
+def test_score_is_the_wait_share_plus_the_steal_share():
+    assert score(block(0.25)) == pytest.approx(0.25)
+    assert score(block(0.25, 0.1)) == pytest.approx(0.35)
+    assert score({"steal_s": 0.02, "cpus_s": 0.2}) == pytest.approx(0.1)  # no schedstat: steal alone
+    assert score({}) is None and score({"run_s": 0.0, "wait_s": 0.0}) is None  # nothing read: no score
+
+
+def test_the_limit_comes_from_the_spread_never_below_the_floor():
+    assert limit_of([0.01] * (MIN_SCORES - 1)) is None  # too few to judge
+    assert limit_of([0.01, 0.012, 0.014] * 4) == FLOOR  # a quiet machine: MAD tiny, the floor decides
+    busy = [0.15, 0.2, 0.25] * 4  # a shared machine's usual wait: median 0.2, MAD 0.05
+    assert limit_of(busy) == pytest.approx(0.2 + Z * 0.05 / 0.6745)
+    assert limit_of(busy + [None] * 5) == limit_of(busy)
+
+
+def test_only_slower_blocks_over_the_limit_are_dropped():
+    steps = [0.010] * 10 + [0.015, 0.014, 0.008]
+    scores: list[float | None] = [0.01] * 10 + [0.4, 0.3, 0.4]  # the last one busy, yet faster
+    assert disturbed_blocks(steps, scores, 0.1) == [10, 11]
+    assert disturbed_blocks(steps, scores, None) == []  # no limit, no verdict
+    assert disturbed_blocks([0.02, 0.021], [0.4, 0.5], 0.1) == [0, 1]  # all busy: none to compare with
+    assert disturbed_blocks([0.02, 0.021], [None, None], 0.1) == []  # no counters: all clean
+
+
+def test_a_trial_runs_again_only_when_too_few_clean_blocks_remain():
+    assert not too_few_clean(20, 10) and too_few_clean(20, 9) and too_few_clean(4, 2) and not too_few_clean(0, 0)
+    assert not too_few_clean(2, 2)  # a slow trial's time cap left two blocks, none dropped: it stands
+    summary = {"blocks": 20, "clean": 4, "dropped": 16, "too_few_clean": True, "limit": 0.12, "limit_from": "study",
+               "scores": [0.4] * 16 + [0.02] * 4}
+    why = rerun_reason({"interference": summary})
+    assert why and "16 of its 20 timed blocks" in why and "12%" in why and "study" in why
+    assert rerun_reason({"interference": summary | {"too_few_clean": False}}) is None
+    assert "by the trial's spread" in rerun_reason({"interference": summary | {"limit": None, "limit_from": "trial"}})
+    assert rerun_reason({}) is None and rerun_reason(None) is None
+
+
+def test_the_cleanest_run_drops_fewest_blocks_then_waits_least():
+    def t(clean: int, scores: list[float]) -> dict:
+        return {"interference": {"blocks": 10, "clean": clean, "scores": scores}}
+    assert disturbance(t(8, [0.1])) < disturbance(t(4, [0.0]))
+    assert disturbance(t(4, [0.1, 0.2, 0.3])) < disturbance(t(4, [0.3, 0.3, 0.3]))
+    assert disturbance({}) == (math.inf, math.inf)
+
+
+def test_the_pool_keeps_the_studys_recent_scores():
+    pool = InterferencePool([{"interference": {"blocks": 3, "clean": 3, "scores": [0.01, 0.02, None]}}, None, {}])
+    assert list(pool.scores) == [0.01, 0.02] and pool.limit is None
+    for _ in range(4):
+        pool.add({"interference": {"blocks": 3, "clean": 3, "scores": [0.15, 0.2, 0.25]}})
+    assert pool.limit == pytest.approx(limit_of(list(pool.scores)))

@@ -1,0 +1,94 @@
+"""advisor/study/baseline_watch.py: which runs stand (per-block interference, synthetic),
+the cleanest kept when retries run out, and the baseline's reference as the median of its
+recent measurements (no trial is run here)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.results import TrialResult, TrialSettings
+from advisor.core.stored import BASELINE_MEASUREMENTS
+from advisor.study.baseline_watch import RERUNS, BaselineWatch
+
+
+@pytest.fixture
+def watch():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+    return BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, lambda: None,
+                         lambda e: None)
+
+
+def run(clean: int, blocks: int = 20, wait: float = 0.3, throughput: float = 100.0, sentinel: float = 0.004):
+    too_few = clean < max(3, blocks / 2)
+    scores = [0.02] * clean + [wait] * (blocks - clean)
+    return TrialResult(ok=True, throughput=throughput, telemetry={
+        "sentinel": {"before_s": sentinel, "after_s": sentinel},
+        "interference": {"blocks": blocks, "clean": clean, "dropped": blocks - clean, "too_few_clean": too_few,
+                         "limit": 0.08, "limit_from": "study", "scores": scores}})
+
+
+def test_a_run_with_enough_clean_blocks_stands_whatever_the_sentinel(watch):
+    for _ in range(5):
+        result = run(20, sentinel=0.004)
+        assert watch.disturbed(1, result) == (None, result)
+    why, kept = watch.disturbed(1, run(15, sentinel=0.012))  # sentinel 3x slower, blocks mostly clean
+    assert why is None and kept.throughput == 100.0 and "kept" not in kept.telemetry
+    assert watch.limit is not None  # the study's limit, from the blocks seen so far
+
+
+def test_too_few_clean_blocks_runs_again_then_keeps_the_cleanest(watch):
+    first, second, third = run(2, throughput=50.0), run(8, throughput=90.0), run(0, throughput=40.0)
+    why, _ = watch.disturbed(3, first)
+    assert why and "18 of its 20 timed blocks" in why
+    assert watch.disturbed(3, second)[0]
+    assert RERUNS == 2
+    why, kept = watch.disturbed(3, third)  # out of retries
+    assert why is None and kept is second and kept.throughput == 90.0
+    assert "least disturbed of 3 runs" in kept.telemetry["kept"]
+    assert 3 not in watch.runs
+    assert watch.disturbed(4, run(20))[0] is None  # another trial starts afresh
+
+
+def test_without_interference_counters_the_sentinel_decides_slowdowns_only(watch):
+    def bare(sentinel: float) -> TrialResult:
+        return TrialResult(ok=True, throughput=1.0, telemetry={"sentinel": {"before_s": sentinel, "after_s": sentinel}})
+    for _ in range(5):
+        watch.disturbed(1, bare(0.004))
+    assert watch.disturbed(2, bare(0.002))[0] is None  # twice as fast: never disturbed
+    assert "slower" in watch.disturbed(2, bare(0.008))[0]
+
+
+def test_without_a_limit_yet_the_sentinel_decides(watch):
+    """Trials of two slow blocks each: no limit can be drawn from so few scores."""
+    def few(sentinel: float) -> TrialResult:
+        return TrialResult(ok=True, throughput=1.0, telemetry={
+            "sentinel": {"before_s": sentinel, "after_s": sentinel},
+            "interference": {"blocks": 2, "clean": 2, "dropped": 0, "too_few_clean": False, "limit": None,
+                             "limit_from": "trial", "scores": [0.6, 0.7]}})
+    for _ in range(3):
+        assert watch.disturbed(1, few(0.004))[0] is None
+    assert watch.limit is None
+    assert "noise sentinel" in watch.disturbed(2, few(0.012))[0]
+
+
+def test_the_reference_is_the_median_of_the_latest_measurements(watch):
+    """A bad probe (0.73x between two 1.0 readings) does not become the reference."""
+    watch.references = [1000.0]
+    assert watch.base_throughput == 1000.0
+    watch.references.append(730.0)
+    assert watch.base_throughput == pytest.approx(865.0)  # two: their median
+    watch.references.append(1000.0)
+    assert watch.base_throughput == 1000.0
+    watch.references += [600.0, 600.0]  # a lasting change moves it once it is the majority
+    assert watch.base_throughput == 600.0
+
+
+def test_the_references_are_read_back_from_the_study():
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+    study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": 1.0, "throughput": 1000.0}, {"at": 2.0, "throughput": 730.0},
+                                                {"at": 3.0, "throughput": 1000.0}])
+    w = BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, lambda: None, lambda e: None)
+    assert w.base_throughput == 1000.0
