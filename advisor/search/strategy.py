@@ -24,6 +24,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.objectives import Figures, Limits
 from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.two_stage import ProbeMargins
 from advisor.search.combine import MARGIN, combination_configs, combination_count
 from advisor.search.known_failures import KnownFailures
 from advisor.search.known_oom import KnownOom
@@ -201,8 +202,12 @@ class Strategy:
 
         measured = [(r.config, figures(r)) for r in stored.records
                     if r.counted and r.config is not None and not r.baseline]
-        noise = stored.probe_margins  # a move counts beyond the study's probe noise, once measured
-        margins = (noise.throughput, noise.memory) if noise.measured else (MARGIN, MARGIN)
+        # a move counts beyond the study's probe noise, once measured; a machine that drifted
+        # between the baseline's measurements inflates that spread, so it is never taken
+        # above the margins assumed before any measurement
+        noise, unmeasured = stored.probe_margins, ProbeMargins()
+        margins = ((min(noise.throughput, unmeasured.throughput), min(noise.memory, unmeasured.memory))
+                   if noise.measured else (MARGIN, MARGIN))
         return combination_configs(self.baseline, base.figures, measured, self.limits,
                                    combination_count(self.budget), self._allowed, margins)
 
