@@ -9,8 +9,8 @@ as it comes, train the front's undecided candidates with the baseline's other se
 baseline (``advisor.study.confirm``). In a training study each configuration runs in two parts
 (two-stage evaluation): its probe, then, where ``AccuracyQueue`` decides it can change the
 front, its accuracy run. ``Parts`` (advisor/study/parts.py) submits the parts, collects and
-stores what comes back and runs a part again when its noise sentinel shows a disturbed
-machine; between trials a ``BaselineWatch`` measures the baseline again when due.
+stores what comes back and runs a part again when too few of its timed blocks were clean
+of interference (``BaselineWatch``); between trials a ``BaselineWatch`` measures the baseline again when due.
 Ctrl-C / SIGTERM (or ``stop()`` from another thread) stop it gracefully: running trials
 are cancelled and recorded, so storage holds no RUNNING trial.
 
