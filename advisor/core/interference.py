@@ -15,8 +15,10 @@ for a reader; they do not enter the score (both move with the model's own thread
 
 A block is **disturbed** when its score is an upper outlier of the study's own spread (a
 modified z-score above ``Z`` over the median and MAD of the recent blocks' scores, as
-hyperfine flags outliers; never below ``FLOOR``) *and* it was slower than the trial's
-undisturbed blocks: a block that ran faster is never dropped. The step time is the median
+hyperfine flags outliers; never below ``FLOOR``), for a data-parallel trial (its ranks
+share the machine) also of its own blocks (that steady waiting is the configuration, not a
+neighbour), *and* it was slower than the trial's undisturbed blocks: a block that ran
+faster is never dropped. The step time is the median
 of the clean blocks; a trial is run again only when fewer than ``CLEAN_SHARE`` of its
 blocks (or fewer than ``MIN_CLEAN``) are clean. Where no counter can be read (not Linux),
 a block has no score and is always clean.
@@ -62,11 +64,17 @@ def limit_of(scores: Iterable[float | None]) -> float | None:
     return max(FLOOR, median + Z * mad / 0.6745)
 
 
-def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: float | None) -> list[int]:
+def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: float | None,
+                     self_contended: bool = False) -> list[int]:
     """The indices of the disturbed blocks: score over ``limit`` and slower than the median
-    of the blocks under it (all of those over it when none is under it)."""
+    of the blocks under it (all of those over it when none is under it). A
+    ``self_contended`` trial (data-parallel ranks sharing the machine) waits for a CPU in
+    every block alike: that is the configuration, not a neighbour, so its blocks must
+    also be outliers of its own spread (``limit_of`` its own scores) to count."""
     if limit is None:
         return []
+    own = limit_of(scores) if self_contended else None
+    limit = max(limit, own) if own is not None else limit
     high = [i for i, s in enumerate(scores) if s is not None and s > limit]
     quiet = [t for t, s in zip(step_s, scores) if s is None or s <= limit]
     if not quiet:

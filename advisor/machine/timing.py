@@ -24,6 +24,7 @@ were dropped and why.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -127,8 +128,15 @@ class StepTimer:
         if self._clean[0] != len(self.samples):
             scores = [score(c) for c in self.counts]
             limit = self.limit if self.limit is not None else limit_of(scores)
-            self._clean = (len(self.samples), disturbed_blocks(self.samples, scores, limit), limit)
+            self._clean = (len(self.samples), disturbed_blocks(self.samples, scores, limit, self._self_contended()),
+                           limit)
         return self._clean[1], self._clean[2]
+
+    def _self_contended(self) -> bool:
+        """Whether this trial's ranks share the machine (a data-parallel trial: its ranks'
+        threads wait for each other's CPUs in every block, whatever the neighbours do). A
+        thread count is no sign: torch and Ray keep idle threads."""
+        return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
 
     def clean_samples(self, strict: bool = False) -> list[float]:
         """The clean blocks' step times; unless ``strict``, all of them when too few are

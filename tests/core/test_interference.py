@@ -78,3 +78,15 @@ def test_the_pool_keeps_the_studys_recent_scores():
     for _ in range(4):
         pool.add({"interference": {"blocks": 3, "clean": 3, "scores": [0.15, 0.2, 0.25]}})
     assert pool.limit == pytest.approx(limit_of(list(pool.scores)))
+
+
+def test_a_configuration_that_waits_in_every_block_alike_drops_nothing():
+    """Two DDP ranks on one core wait for a CPU in every block (their own threads): over the
+    study's limit, but not over the trial's own spread, so nothing is dropped; a burst on top
+    of that steady wait still is."""
+    steps = [0.020 + 0.0001 * (i % 3) for i in range(12)]
+    steady: list[float | None] = [0.45, 0.5, 0.48] * 4
+    assert disturbed_blocks(steps, steady, 0.1, self_contended=True) == []
+    burst = steady[:11] + [0.97]
+    assert disturbed_blocks(steps[:11] + [0.05], burst, 0.1, self_contended=True) == [11]
+    assert len(disturbed_blocks(steps, steady, 0.1)) == 12  # not self-contended: a neighbour all along

@@ -307,3 +307,13 @@ def test_real_counters_on_this_machine_read_or_say_none():
     sum(range(100_000))
     d = difference(first, read_counters())
     assert d["run_s"] >= 0 and d["wait_s"] >= 0 and d["threads"] >= 1 and d["cpu_s"] >= 0
+
+
+def test_a_data_parallel_rank_waiting_alike_in_every_block_drops_nothing(monkeypatch):
+    """Ranks sharing the machine wait for each other's CPUs in every block: judged against
+    their own spread too, so a steady wait is the configuration and only a burst is dropped."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    busy = [(0.015 + 0.0001 * (i % 2), 0.4) for i in range(12)]
+    assert _fed(busy, limit=0.05).interference()["dropped"] == 0
+    burst = busy[:11] + [(0.05, 0.95)]
+    assert _fed(burst, limit=0.05).interference()["dropped"] == 1
