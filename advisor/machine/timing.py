@@ -71,12 +71,14 @@ class StepTimer:
 
     def __init__(self, min_steps: int = 10, target_rel_iqr: float = 0.10, max_seconds: float = 5.0,
                  sync: Any = None, block_s: float = 0.05, min_blocks: int = 10, limit: float | None = None,
-                 counters: Callable[[], dict[str, float] | None] | None = read_counters) -> None:
+                 counters: Callable[[], dict[str, float] | None] | None = read_counters,
+                 self_contended: bool = False) -> None:
         self.min_steps = min_steps
         self.target_rel_iqr = target_rel_iqr
         self.max_seconds = max_seconds
         self.block_s = block_s
         self.min_blocks = min_blocks
+        self.self_contended = self_contended  # its own threads, loader workers or ranks outnumber its CPUs
         self.sync = sync or (lambda: None)
         self.samples: list[float] = []  # seconds per step, one per block
         self.steps = 0
@@ -133,10 +135,11 @@ class StepTimer:
         return self._clean[1], self._clean[2]
 
     def _self_contended(self) -> bool:
-        """Whether this trial's ranks share the machine (a data-parallel trial: its ranks'
-        threads wait for each other's CPUs in every block, whatever the neighbours do). A
-        thread count is no sign: torch and Ray keep idle threads."""
-        return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+        """Whether this trial waits for a CPU in every block whatever the neighbours do: its
+        ranks share the machine (a data-parallel trial), or its compute threads and loader
+        workers outnumber its CPUs (``self_contended``, from its configuration: a thread
+        count read from /proc is no sign, torch and Ray keep idle threads)."""
+        return self.self_contended or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
 
     def clean_samples(self, strict: bool = False) -> list[float]:
         """The clean blocks' step times; unless ``strict``, all of them when too few are

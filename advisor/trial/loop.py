@@ -77,7 +77,7 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
 
         sampler = nvml_sampler_for(device).start()
     timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize,
-                      limit=payload.interference_limit)
+                      limit=payload.interference_limit, self_contended=_self_contended(config, settings.device))
     before = sentinel(prepared)
     if settings.workload == "inference":
         figures = _inference(prepared, workload, val, settings, timer, phases, memory.peak_bytes)
@@ -281,3 +281,15 @@ def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any
             "peak_memory_bytes": memory_peak()}
 
 
+def _self_contended(config: Any, device: str) -> bool:
+    """Whether a CPU trial's compute threads and loader workers outnumber the CPUs it has:
+    its timed blocks then wait for a CPU whatever the neighbours do."""
+    import torch
+
+    if device != "cpu":
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return torch.get_num_threads() + int(config.num_workers or 0) > cpus

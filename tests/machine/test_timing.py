@@ -317,3 +317,18 @@ def test_a_data_parallel_rank_waiting_alike_in_every_block_drops_nothing(monkeyp
     assert _fed(busy, limit=0.05).interference()["dropped"] == 0
     burst = busy[:11] + [(0.05, 0.95)]
     assert _fed(burst, limit=0.05).interference()["dropped"] == 1
+
+
+def test_a_cpu_trial_whose_threads_and_loader_workers_outnumber_its_cpus_is_self_contended():
+    import os
+
+    import torch
+
+    from advisor.core.config import TrialConfig
+    from advisor.trial.loop import _self_contended
+
+    cpus = len(os.sched_getaffinity(0))
+    threads = torch.get_num_threads()
+    assert _self_contended(TrialConfig(num_workers=cpus), "cpu")  # at least one thread beside cpus workers
+    assert _self_contended(TrialConfig(), "cpu") == (threads > cpus)
+    assert not _self_contended(TrialConfig(num_workers=cpus), "cuda")  # the GPU computes: the host may wait
