@@ -74,11 +74,6 @@ class Verdict:
         return self.low != self.high
 
     @property
-    def likely_feasible(self) -> bool:
-        """The point estimate is within the allowed drop (where the front places it)."""
-        return self.difference >= -self.allowed
-
-    @property
     def decided(self) -> bool:
         return self.kind != UNDECIDED
 

@@ -24,7 +24,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.objectives import Figures, Limits
 from advisor.core.stored import StoredStudy, TrialRecord
-from advisor.core.two_stage import ProbeMargins
+from advisor.core.two_stage import DEFAULT_MEMORY_MARGIN, DEFAULT_THROUGHPUT_MARGIN
 from advisor.search.combine import MARGIN, combination_configs, combination_count
 from advisor.search.known_failures import KnownFailures
 from advisor.search.known_oom import KnownOom
@@ -205,8 +205,8 @@ class Strategy:
         # a move counts beyond the study's probe noise, once measured; a machine that drifted
         # between the baseline's measurements inflates that spread, so it is never taken
         # above the margins assumed before any measurement
-        noise, unmeasured = stored.probe_margins, ProbeMargins()
-        margins = ((min(noise.throughput, unmeasured.throughput), min(noise.memory, unmeasured.memory))
+        noise = stored.probe_margins
+        margins = ((min(noise.throughput, DEFAULT_THROUGHPUT_MARGIN), min(noise.memory, DEFAULT_MEMORY_MARGIN))
                    if noise.measured else (MARGIN, MARGIN))
         return combination_configs(self.baseline, base.figures, measured, self.limits,
                                    combination_count(self.budget), self._allowed, margins)

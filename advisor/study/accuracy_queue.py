@@ -141,7 +141,7 @@ class AccuracyQueue:
         stored = self.ledger.stored()
         feasible = [(r.number, relative(stored, r.probe, r.get(PROBED_AT) or r.finished_at))
                     for r in stored.records if r.state == "complete" and r.feasible and r.probe is not None]
-        margins = self.margins(stored)
+        margins = stored.probe_margins  # the baseline's own measurements in this study
         for number, w in sorted(self.waiting.items()):
             if w.proposal.baseline or w.running:
                 continue
@@ -168,7 +168,7 @@ class AccuracyQueue:
         if base is not None or not anyway or not pool:
             return base
         stored = self.ledger.stored()
-        margins = self.margins(stored)
+        margins = stored.probe_margins  # the baseline's own measurements in this study
         figures = {n: w.relative(stored) for n, w in self.waiting.items()}  # running ones too: verdict pending
         front = [w for w in pool if not any(dominates_beyond_noise(f, figures[w.proposal.number], margins)
                                             for f in figures.values())]
@@ -190,10 +190,6 @@ class AccuracyQueue:
         reference = self.ledger.reference_accuracy  # the seed mean, once measured
         allowed = self.limits.allowed(reference) if reference is not None else self.limits.max_accuracy_drop
         return gate_from(base.get(CURVE) or [], noise.get("curves") or [], allowed, base.get(INITIAL_LOSS))
-
-    def margins(self, stored: StoredStudy | None = None) -> ProbeMargins:
-        """Probe noise from the baseline's own measurements in this study."""
-        return (stored or self.ledger.stored()).probe_margins
 
     # ---- the steps --------------------------------------------------------------------
     def _over_memory_cap(self, w: Waiting) -> str | None:

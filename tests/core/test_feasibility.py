@@ -85,7 +85,7 @@ def test_more_seeds_decide_more():
 
 def test_a_verdict_from_known_values():
     v = verdict([0.90], [0.92, 0.88, 0.90], 0.01)  # d = 0, sd 0.02 on 2 df
-    assert v.difference == pytest.approx(0.0) and v.kind == UNDECIDED and v.likely_feasible
+    assert v.difference == pytest.approx(0.0) and v.kind == UNDECIDED and v.difference >= -v.allowed
     half = t95(2) * 0.02 * (1 + 1 / 3) ** 0.5
     assert (v.low, v.high) == (pytest.approx(-half), pytest.approx(half))
     assert v.text(lambda x: f"{100 * x:+.1f} pt") == ("undecided: +0.0 pt, its 95% bounds -6.7 pt to +6.7 pt "

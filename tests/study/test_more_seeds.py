@@ -23,22 +23,10 @@ from advisor.search.strategy import Strategy
 from advisor.study.ledger import Ledger
 from advisor.study.more_seeds import train_more_seeds, undecided_candidates
 
+from scripted import Handle, Workload
+
 SPACE = parse_space({"batch_size": {"choices": [32, 64]}, "precision": {"choices": ["fp32", "bf16"]}}, "t", "t")
 BASE = [0.950, 0.952, 0.948]  # the baseline's metric over seeds 0, 1, 2
-
-
-@dataclass
-class Handle:
-    number: int
-    submitted: float
-    result: TrialResult
-
-
-@dataclass
-class Workload:
-    path: str = "model.py"
-    source: str = ""
-    sha256: str = "0"
 
 
 @dataclass

@@ -17,19 +17,7 @@ from advisor.core.pairs import Confirmation
 from advisor.core.results import TrialResult, TrialSettings
 from advisor.study.pairing import Candidate, Rounds
 
-
-@dataclass
-class Handle:
-    number: int
-    submitted: float
-    result: TrialResult
-
-
-@dataclass
-class Workload:
-    path: str = "model.py"
-    source: str = ""
-    sha256: str = "0"
+from scripted import Handle, Workload
 
 
 @dataclass
