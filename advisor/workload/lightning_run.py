@@ -43,6 +43,7 @@ class LightningRun:
         self.steps_in_epoch = 0
         self.class_name = self.module_name.rstrip("()")
         self.metric_name = ""
+        self.metric_how = ""  # how the metric was inferred ("" when METRIC names it)
 
     def names(self) -> dict[str, str]:
         """What each contract role is in this file (for messages)."""
@@ -131,6 +132,9 @@ class LightningRun:
         base = next(b for b in self.module_bases if isinstance(lit, b))
         lines = [(f"Lightning: {type(lit).__name__} (training_step, validation_step logging "
                   f"{self.metric_name!r}, configure_optimizers) on {type(self.datamodule).__name__}'s dataloaders")]
+        if self.metric_how:
+            lines.append(f"Lightning: the file has no METRIC; the study's metric is {self.metric_name!r}: "
+                         f"{self.metric_how}")
         skipped = [h for h in NOT_CALLED if getattr(type(lit), h, None) is not getattr(base, h, None)]
         if skipped:
             lines.append(f"Lightning: {type(lit).__name__} overrides {', '.join(skipped)}, which advisor's trial loop "

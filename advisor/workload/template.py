@@ -133,7 +133,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-# Which value validation_step logs is the metric ("higher_is_better": False for a loss).
+# Which value validation_step logs is the metric ("higher_is_better": False for a loss). Optional:
+# without it, advisor reads it from what validation_step logs (here val_acc, the one score beside
+# the loss) and says so; it asks when that is ambiguous.
 METRIC = {"name": "val_acc", "higher_is_better": True, "fraction": True}
 
 
