@@ -15,7 +15,7 @@ from advisor.workload.user_code import user_code
 if TYPE_CHECKING:
     from advisor.workload.lightning_step import TrialTrainer
 
-# Hooks a LightningModule may override that advisor's loop does not call (README says so).
+# Hooks a LightningModule may override that advisor's loop does not call (docs/workloads.md says so).
 NOT_CALLED = ("optimizer_step", "optimizer_zero_grad", "on_before_backward", "on_after_backward",
               "on_before_optimizer_step", "on_train_batch_start", "on_train_batch_end", "on_train_start",
               "on_train_epoch_start", "configure_gradient_clipping", "backward", "configure_callbacks")
@@ -138,7 +138,7 @@ class LightningRun:
         skipped = [h for h in NOT_CALLED if getattr(type(lit), h, None) is not getattr(base, h, None)]
         if skipped:
             lines.append(f"Lightning: {type(lit).__name__} overrides {', '.join(skipped)}, which advisor's trial loop "
-                         "does not call (README: Lightning files): trials measure the module without them")
+                         "does not call (docs/workloads.md: Lightning files): trials measure the module without them")
         return lines
 
     def start_trial(self, *, batch_size: int, accumulation: int, rank: int, world: int, precision: str,
