@@ -83,3 +83,10 @@ def tune_options(args: argparse.Namespace) -> TuneOptions:
 def environment() -> dict[str, str]:
     """The options whose default an environment variable replaces: argparse dest -> variable."""
     return {o.name: o.env for o in options_of(TuneOptions).values() if o.env}
+
+
+def add_ray_address(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--ray-address`` of the commands besides ``advisor tune`` (whose flag is its option's),
+    falling back like it to $RAY_ADDRESS, as Ray's own tools do."""
+    parser.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS", "").strip() or None,
+                        help=f"{help} (default: $RAY_ADDRESS when set)")

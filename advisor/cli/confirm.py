@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from advisor.cli._common import add_storage_arguments
-from advisor.cli._options import add_confirm_arguments
+from advisor.cli._options import add_confirm_arguments, add_ray_address
 
 NAME = "confirm"
 HELP = "Confirm a stored study's front in pairs against the baseline (or add pairs to it)."
@@ -27,7 +27,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", help="the model.py the study ran (default: the path the study recorded); it must "
                                    "be the same file (its content hash is checked)")
     c.add_argument("--trial-timeout", type=float, default=600.0, help="limit for one run, seconds (default 600)")
-    c.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    add_ray_address(c, "join this Ray cluster instead of starting a local one")
     c.add_argument("--json", action="store_true", help="print the confirmations as JSON")
 
 

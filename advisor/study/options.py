@@ -56,6 +56,10 @@ def _switch_env(text: str) -> bool:
     return value in ("1", "yes", "true", "on")
 
 
+def _ray_address_env(text: str) -> str | None:
+    return text.strip() or None  # RAY_ADDRESS="" : no cluster, a local Ray
+
+
 def _seeds_env(text: str) -> int:
     try:
         return int(text)
@@ -134,8 +138,10 @@ class TuneOptions:
         help="default: the baseline with one knob changed first (up to 8 trials), then TPE; "
              "or plain tpe, nsga2, random, gp (gp needs scipy: pip install 'advisor[gp]')")
     seed: int = option(0, flag="--seed", parse=int, help="seed of the sampler and of every trial (default 0)")
-    ray_address: str | None = option(None, flag="--ray-address",
-                                     help="join this Ray cluster instead of starting a local one")
+    ray_address: str | None = option(
+        None, flag="--ray-address", env="RAY_ADDRESS", env_read=_ray_address_env,
+        help="join this Ray cluster instead of starting a local one (default: $RAY_ADDRESS when set, "
+             "as Ray's own tools read it)")
     skip_preflight: bool = option(
         False, flag="--skip-preflight",
         help="do not build the model in the driver first (for models too large for it)")
