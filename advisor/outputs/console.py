@@ -220,8 +220,10 @@ class TuneOutput:
         again = "".join([f" --workload {o.workload}" if o.workload != "train" else "",
                          f" --space {o.space}" if o.space else "", f" --study {o.study_name}" if o.study_name else "",
                          storage_flag])
-        c.print(f"        advisor tune {o.workload_path}{again} --trials {o.trials + 20}   (resume: run 20 more)",
-                markup=False)
+        left = o.trials - tally["trials"]  # a study stopped short: resuming runs the rest
+        more = f"--trials {o.trials}   (resume: run the {left} left)" if left > 0 else \
+            f"--trials {o.trials + 20}   (resume: run 20 more)"
+        c.print(f"        advisor tune {o.workload_path}{again} {more}", markup=False)
 
 
 def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = ACCURACY) -> str:
