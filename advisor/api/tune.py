@@ -6,6 +6,7 @@ does (rich renders it in a notebook too); the live explorer never opens. Returns
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +34,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,
          confirm: bool = True, confirm_top: int = DEFAULT_TOP, pairs: int = DEFAULT_MAX_PAIRS,
          confirm_target: float = DEFAULT_TARGET, accuracy_seeds: int = ACCURACY_SEEDS, accuracy: str = "selective",
-         ignore_doctor: bool = False, progress: bool = True) -> TuneResult:
+         ignore_doctor: bool = False, log_to: str | Sequence[str] = (), progress: bool = True) -> TuneResult:
     """Tune a model from Python; the keyword options are ``advisor tune``'s flags
     (``advisor.study.options.TuneOptions`` declares both; a test keeps them equal).
 
