@@ -44,6 +44,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     for a model that returns its own loss; ``baseline`` is model.py's BASELINE. Or pass a
     model.py's path as ``model`` and nothing else of the contract.
 
+    ``log_to="mlflow"`` (or ``"mlflow,tensorboard"``, or a list) logs each trial to
+    experiment trackers as it is stored (``advisor.outputs.trackers``), in this process.
+
     The callables become a small model.py of import lines under ``workdir`` (named
     ``NAME-HASH.py``, NAME defaulting to the model function's name), which the study
     records as its workload; calling again with the same callables resumes the study.
@@ -54,7 +57,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     given = {key: value for key, value in locals().items() if key in OPTIONS}  # the options, as passed
     import optuna
 
+    from advisor.core.events import chain
     from advisor.outputs.console import TuneOutput
+    from advisor.outputs.trackers import open_trackers
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
@@ -65,9 +70,16 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
         options = replace(options, study_name=f"{label}-{options.space_name}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     plan = plan_study(options)
+    trackers = open_trackers(plan, python=True)
     output = TuneOutput(quiet=not progress)
     output.planned(plan)
-    outcome = Tuner(plan, on_event=output.event).run()
+    trackers.notify = output.event
+    try:
+        outcome = Tuner(plan, on_event=chain(output.event, trackers.event)).run()
+    except BaseException:
+        trackers.close(None)  # the trackers' study runs closed as failed
+        raise
+    trackers.close(outcome)
     if progress:
         output.finish(plan, outcome)
     return TuneResult.of(read_study(outcome.study), plan.storage_url, str(path), outcome.stop_reason)
