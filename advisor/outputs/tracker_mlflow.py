@@ -12,6 +12,11 @@ as parameters, its figures as metrics, its state and failure as tags, FAILED whe
 failed. A confirmation is logged on the trial's run (``confirmed/*``, one step per pair),
 the front at the end as the study run's ``front`` tag and ``on_front`` on the trials' runs.
 A resumed study goes on in its parent run and skips the trials already there.
+
+An MLflow server is asked for its /health first (10 s at most): one that does not answer
+is refused before the study starts, rather than after MLflow's own retries (7, about 4
+minutes, $MLFLOW_HTTP_REQUEST_MAX_RETRIES). A server lost mid-study costs those retries
+once, then the tracker is dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +31,25 @@ from advisor.outputs.tracker_logs import Confirmed, EndLog, StudyLog, TrialLog
 from advisor.study.storage_guard import shown_url
 
 STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
+PROBE_S = 10.0  # how long an MLflow server may take to answer /health before the study
 STUDY, TRIAL = "study", "trial"  # advisor.role
+
+
+def reachable(uri: str, timeout: float = PROBE_S) -> None:
+    """Raise StudyError when an MLflow server at ``uri`` (http or https) does not answer at
+    all; any HTTP answer will do (MLflow's own calls then say what is wrong)."""
+    import urllib.error
+    import urllib.request
+
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).close()  # noqa: S310 - the user's URI
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StudyError(f"the MLflow server at {shown_url(uri)} does not answer ({reason})") from None
 
 
 def _ms(seconds: float | None) -> int:
@@ -42,6 +65,7 @@ class MlflowTracker:
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # no INFO lines among the study's own
         self.uri = where or mlflow.get_tracking_uri()
+        reachable(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or study
         found = self.client.get_experiment_by_name(self.experiment)  # the store answers, or this raises

@@ -131,8 +131,29 @@ def test_a_store_lost_mid_study_is_dropped_with_one_note(tmp_path, store):
     assert notes[1].text.endswith("nothing more is logged to mlflow, the study goes on")
 
 
-def test_a_store_that_cannot_be_reached_is_refused_before_the_study(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+def test_a_server_that_does_not_answer_is_refused_before_the_study_at_once(tmp_path):
+    """At once: not after MLflow's own retries (about 4 minutes by default)."""
     url, _ = recorded(tmp_path)
-    with pytest.raises(StudyError, match=r"^--log-to mlflow:http://127\.0\.0\.1:9: cannot log there \("):
+    with pytest.raises(StudyError, match=r"^--log-to mlflow:http://127\.0\.0\.1:9: the MLflow server at "
+                                         r"http://127\.0\.0\.1:9 does not answer \(\[Errno 111\] Connection refused\)"):
         open_trackers(plan(url, ("mlflow:http://127.0.0.1:9",)))
+
+
+def test_a_server_that_answers_anything_is_reachable():
+    """Any HTTP answer to /health (here a 404 from a plain HTTP server) lets MLflow's own
+    client speak to it."""
+    import http.server
+    import threading
+
+    from advisor.outputs.tracker_mlflow import reachable
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        reachable(f"http://127.0.0.1:{server.server_port}/")
+        reachable("file:///not/probed")  # not HTTP: left to MLflow
+        reachable("databricks")
+    finally:
+        server.server_close()
+        thread.join(5)
