@@ -28,7 +28,9 @@ examples:
   advisor tune examples/digits_inference.py --workload inference
   advisor tune model.py --storage postgresql://me@db/advisor --ray-address auto
   advisor tune model.py --max-metric-drop 0.005 --memory-cap 2GiB --json
-  advisor tune lm.py --max-metric-drop 2%                  # perplexity at most 2% worse than the baseline's"""
+  advisor tune lm.py --max-metric-drop 2%                  # perplexity at most 2% worse than the baseline's
+  advisor tune model.py --log-to mlflow,tensorboard        # each trial to MLflow and TensorBoard as it is stored
+  advisor tune model.py --log-to wandb:my-team/tuning      # a W&B project (WANDB_MODE=offline: sync it later)"""
 
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
