@@ -128,7 +128,8 @@ class MlflowTracker:
     def _runs_of(self, study: str) -> list[Any]:
         from mlflow.entities import ViewType
 
-        found, token = [], None
+        found: list[Any] = []
+        token = None
         while True:
             page = self.client.search_runs([self.experiment_id], f"tags.`advisor.study` = '{study}'",  # type: ignore[list-item]
                                            ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)

@@ -58,7 +58,8 @@ class WandbTracker:
 
     def _init(self, **named: Any) -> Any:
         return self.wandb.init(project=self.project, entity=self.entity, group=self.group, dir=self.dir,
-                               mode=self.mode, reinit="create_new",  # never wandb.run: a user's own run stays theirs
+                               mode=self.mode,  # type: ignore[arg-type]  # one of MODES' values
+                               reinit="create_new",  # never wandb.run: a user's own run stays theirs
                                settings=self.wandb.Settings(silent=True, console="off"), **named)
 
     def start(self, study: StudyLog) -> None:
