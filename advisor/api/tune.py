@@ -6,6 +6,7 @@ does (rich renders it in a notebook too); the live explorer never opens. Returns
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +34,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,
          confirm: bool = True, confirm_top: int = DEFAULT_TOP, pairs: int = DEFAULT_MAX_PAIRS,
          confirm_target: float = DEFAULT_TARGET, accuracy_seeds: int = ACCURACY_SEEDS, accuracy: str = "selective",
-         ignore_doctor: bool = False, progress: bool = True) -> TuneResult:
+         ignore_doctor: bool = False, log_to: str | Sequence[str] = (), progress: bool = True) -> TuneResult:
     """Tune a model from Python; the keyword options are ``advisor tune``'s flags
     (``advisor.study.options.TuneOptions`` declares both; a test keeps them equal).
 
@@ -42,6 +43,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     module (a trial runs in a fresh process, which imports them); ``loss="output.loss"``
     for a model that returns its own loss; ``baseline`` is model.py's BASELINE. Or pass a
     model.py's path as ``model`` and nothing else of the contract.
+
+    ``log_to="mlflow"`` (or ``"mlflow,tensorboard"``, or a list) logs each trial to
+    experiment trackers as it is stored (``advisor.outputs.trackers``), in this process.
 
     The callables become a small model.py of import lines under ``workdir`` (named
     ``NAME-HASH.py``, NAME defaulting to the model function's name), which the study
@@ -53,7 +57,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     given = {key: value for key, value in locals().items() if key in OPTIONS}  # the options, as passed
     import optuna
 
+    from advisor.core.events import chain
     from advisor.outputs.console import TuneOutput
+    from advisor.outputs.trackers import open_trackers
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
@@ -64,9 +70,16 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
         options = replace(options, study_name=f"{label}-{options.space_name}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     plan = plan_study(options)
+    trackers = open_trackers(plan, python=True)
     output = TuneOutput(quiet=not progress)
     output.planned(plan)
-    outcome = Tuner(plan, on_event=output.event).run()
+    trackers.notify = output.event
+    try:
+        outcome = Tuner(plan, on_event=chain(output.event, trackers.event)).run()
+    except BaseException:
+        trackers.close(None)  # the trackers' study runs closed as failed
+        raise
+    trackers.close(outcome)
     if progress:
         output.finish(plan, outcome)
     return TuneResult.of(read_study(outcome.study), plan.storage_url, str(path), outcome.stop_reason)

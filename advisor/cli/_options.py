@@ -43,6 +43,8 @@ def _add(parser: argparse.ArgumentParser, field: str, o: Option) -> None:
         named["action"] = argparse.BooleanOptionalAction if o.negatable else "store_true"
     else:
         named.update(type=_parsing(o.parse) if o.parse else None, choices=o.choices, metavar=o.metavar)
+        if o.repeat:
+            named["action"] = "append"
     where.add_argument(o.flag, default=default, **{k: v for k, v in named.items() if v is not None})
     for flag, help in o.aliases:
         where.add_argument(flag, type=named.get("type"), default=None, help=help)

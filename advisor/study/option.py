@@ -28,6 +28,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     negatable: bool = False  # a switch: --confirm / --no-confirm
+    repeat: bool = False  # the flag may be given several times (argparse's append); ``read`` joins the values
     env: str | None = None  # the command falls back to this variable when the flag is not given
     env_read: Callable[[str], Any] | None = None  # the variable's text -> value (a StudyError naming it)
     aliases: tuple[tuple[str, str], ...] = ()  # older flags, (flag, help): exclusive with this one
