@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("lightning")
 
 import lightning as L
+from test_lightning import DATA, METRIC, _our_run, lightning_file
 
 from advisor.core.config import TrialConfig
 from advisor.core.results import TrialPayload, TrialSettings
@@ -17,7 +18,6 @@ from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 
 from conftest import exit_status
-from test_lightning import DATA, METRIC, _our_run, lightning_file
 
 STREAM = '''
 class Stream(torch.utils.data.IterableDataset):
