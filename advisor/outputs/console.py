@@ -44,6 +44,11 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     return text
 
 
+def _train_size(facts: dict[str, Any]) -> str:
+    """The training set's size as the preflight found it; a stream has none."""
+    return "streaming" if facts.get("train_size") is None else str(facts["train_size"])
+
+
 def _energy(r: TrialResult) -> str:
     """', 12.3 mJ/sample' on a GPU whose energy counter was read; '' otherwise."""
     return f", {fmt_energy(r.energy_per_sample_j)}" if r.energy_per_sample_j is not None else ""
@@ -82,7 +87,7 @@ class TuneOutput:
         """The setup, before Ray starts."""
         f = plan.facts
         self.say(f"workload  {plan.workload.path}" + (
-            f"  ({f['parameters']:,} parameters; {f['train_size']} train / {f['val_size']} validation samples)"
+            f"  ({f['parameters']:,} parameters; {_train_size(f)} train / {f['val_size']} validation samples)"
             if "parameters" in f else "  (preflight skipped)"))
         for note in f.get("notes", []):
             self.say(f"          {note}")

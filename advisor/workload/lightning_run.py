@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import WorkloadError
+from advisor.workload.stream import check_stream, first_items, is_stream
 from advisor.workload.user_code import user_code
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class LightningRun:
         self.lit: Any = None
         self.step: Any = None  # the LightningStep around it
         self.datamodule: Any = None
-        self.train_size = 0
+        self.train_size: int | None = 0  # None: the training data is a stream
         self.trainer: TrialTrainer | None = None
         self.schedulers: list[Any] = []
         self.steps_in_epoch = 0
@@ -66,14 +67,14 @@ class LightningRun:
             dm.setup("fit")
         train, train_loader = self._dataset(dm, "train_dataloader")
         val, _ = self._dataset(dm, "val_dataloader")
-        self.datamodule, self.train_size = dm, len(train)
+        self.datamodule, self.train_size = dm, None if is_stream(train) else len(train)
         self._collate = _Collate(train_loader.collate_fn)
         if getattr(train_loader, "batch_size", None):
             self.baseline.setdefault("batch_size", train_loader.batch_size)
         return train, val
 
     def _dataset(self, dm: Any, method: str) -> tuple[Any, Any]:
-        from torch.utils.data import DataLoader, IterableDataset
+        from torch.utils.data import DataLoader
 
         where = f"{self.path}: {type(dm).__name__}.{method}()"
         with user_code(where):
@@ -82,7 +83,18 @@ class LightningRun:
             raise WorkloadError(f"{where} must return one DataLoader (advisor re-batches its dataset for each "
                                 f"configuration), found {type(loader).__name__}")
         data = loader.dataset
-        if isinstance(data, IterableDataset) or not hasattr(data, "__len__"):
+        if is_stream(data) and method == "train_dataloader":  # read as a stream (advisor.workload.stream)
+            check_stream(data, where, "training")
+            if not first_items(data, 1, f"{where}: its dataset, a stream started with iter(),"):
+                raise WorkloadError(f"{where}: its dataset is a stream ({type(data).__name__}) that yielded nothing: "
+                                    "its first pass (iter()) ended before one item")
+            return data, loader
+        if is_stream(data):
+            raise WorkloadError(f"{where}: its dataset must be map-style (with __len__ and __getitem__), found a "
+                                f"stream ({type(data).__name__}): every evaluation reads all of it, the same items "
+                                "for every trial. The training data may be a stream; keep the validation items "
+                                "instead (list(stream) is a map-style set of them)")
+        if not hasattr(data, "__len__") or not hasattr(data, "__getitem__"):
             raise WorkloadError(f"{where}: its dataset must be map-style (with __len__ and __getitem__) so that "
                                 f"trials can batch and shard it; found {type(data).__name__}")
         if len(data) == 0:

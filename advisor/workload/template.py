@@ -23,6 +23,8 @@ def model() -> nn.Module:
 
 def datasets():
     """Return (train, validation): map-style datasets whose items are (input, target).
+    The training set may be a stream instead (an IterableDataset whose __iter__ starts it
+    again; trials then need --train-samples N).
 
     input may be a tensor (model(x)), a tuple (model(*x)) or a dict (model(**x)).
     Use data on disk or generated here: trials must not download anything.

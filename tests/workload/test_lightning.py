@@ -213,7 +213,7 @@ BAD = [
                                              "return DataLoader(Stream(), batch_size=8)")
                            + "\nclass Stream(torch.utils.data.IterableDataset):\n    def __iter__(self):\n"
                              "        return iter([])\n"),
-     "its dataset must be map-style"),
+     "its dataset is a stream (Stream) that yielded nothing"),
     ("step-returns-none", dict(module=MODULE.replace("return nn.functional.cross_entropy(self(x), y)", "return None")),
      "training_step returned None"),
 ]
