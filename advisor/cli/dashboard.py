@@ -28,17 +28,17 @@ def _port(text: str) -> int:
     try:
         port = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number (1-65535), found {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number (1-65535), found {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), found {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), found {text!r}")
     return port
 
 
 def add_arguments(d: argparse.ArgumentParser) -> None:
-    add_storage_arguments(d, "the study whose notes to write (default: every study in the storage)")
+    add_storage_arguments(d, "the study whose notes to write and whose page to open (default: every study's notes)")
     d.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; the dashboard has no login)")
-    d.add_argument("--port", type=_port, default=8080, help="port to listen on (default 8080)")
+    d.add_argument("--port", type=_port, default=8080, help="port to listen on (default 8080; 0: any free port)")
     d.add_argument("--no-serve", action="store_true", help="only write the notes; start no server")
 
 
@@ -54,69 +54,80 @@ def run(args: argparse.Namespace) -> int:
     names = [stores.find_study(storage, args.study, url)] if args.study else stores.study_names(storage)
     if not names:
         stores.find_study(storage, None, url)  # says the storage holds no study
-    if not args.no_serve:
-        _check_port(args.host, args.port)  # refused before any note is written
-    studies = [optuna.load_study(study_name=name, storage=storage) for name in names]
-    for study in studies:
-        print(f"notes: {write_notes(study, url).text()}", flush=True)
-    if args.no_serve:
-        return 0
-    return _serve(storage, args.host, args.port, studies)
+    server = None if args.no_serve else _listen(storage, args.host, args.port)  # refused before a note is written
+    try:
+        studies = [optuna.load_study(study_name=name, storage=storage) for name in names]
+        for study in studies:
+            print(f"notes: {write_notes(study, url).text()}", flush=True)
+        return _serve(server, args.host, studies) if server is not None else 0
+    finally:
+        if server is not None:
+            server.server_close()
 
 
-def _check_port(host: str, port: int) -> None:
-    """StudyError (exit status 2) when the server could not listen there: a port in use, a
-    host that is not an address of this machine, a port that needs privileges."""
+def _listen(storage: Any, host: str, port: int) -> Any:
+    """optuna-dashboard's WSGI app (``optuna_dashboard.wsgi``) in a wsgiref server, as its
+    ``run_server`` runs it, bound to ``host``:``port``. StudyError (exit status 2) when it
+    cannot listen there: a port in use, a host that is not an address of this machine."""
     import errno
     import socket
-
-    from advisor.core.errors import StudyError
-
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except socket.gaierror as exc:
-        raise StudyError(f"--host {host!r} is not an address ({exc.strerror})") from None
-    with socket.socket(family, kind, proto) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the dashboard's server binds
-        try:
-            s.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise StudyError(f"port {port} on {host} is in use (another dashboard?): choose another with "
-                                 "--port") from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise StudyError(f"--host {host!r} is not an address of this machine") from None
-            raise StudyError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
-
-
-def _serve(storage: object, host: str, port: int, studies: list[Any]) -> int:
-    """optuna-dashboard's own server until Ctrl-C or SIGTERM (exit status 0)."""
-    import signal
-    import sys
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
     import optuna_dashboard
 
     from advisor.core.errors import StudyError
 
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # no line per request
+            pass
+
+    class Server(WSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    try:
+        return make_server(host, port, optuna_dashboard.wsgi(storage), Server, Quiet)
+    except socket.gaierror as exc:
+        raise StudyError(f"--host {host!r} is not an address ({exc.strerror})") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise StudyError(f"port {port} on {host} is in use (another dashboard?): choose another with "
+                             "--port") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise StudyError(f"--host {host!r} is not an address of this machine") from None
+        raise StudyError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
+
+
+def _serve(server: Any, host: str, studies: list[Any]) -> int:
+    """Serve until Ctrl-C or SIGTERM (exit status 0; 1 if the server itself failed, its
+    traceback on stderr); a request under way is answered first. The server runs
+    in a thread, the signals are waited for here: a Ctrl-C never lands inside a request
+    (where wsgiref would take it for the application's error and serve on)."""
+    import signal
+    import sys
+    import threading
+
     shown = f"[{host}]" if ":" in host else host
-    base = f"http://{shown}:{port}/dashboard"
+    base = f"http://{shown}:{server.server_port}/dashboard"
     print(f"optuna-dashboard: {base}" + (f"/studies/{studies[0]._study_id}" if len(studies) == 1 else "")
           + "   (Ctrl-C stops it)", flush=True)
     if host not in LOOPBACK:
         print(f"advisor dashboard: warning: listening on {host}: anyone who reaches it can read, change and "
               "delete the studies (the dashboard has no login)", file=sys.stderr, flush=True)
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    stop = threading.Event()
+    watched = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
+    previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in watched}
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="optuna-dashboard",
+                              daemon=True)
+    thread.start()
     try:
-        optuna_dashboard.run_server(storage, host=host, port=port)  # returns on Ctrl-C
-    except KeyboardInterrupt:
-        pass
-    except OSError as exc:  # the port taken since it was checked
-        raise StudyError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
+        while thread.is_alive() and not stop.wait(0.5):
+            pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        server.shutdown()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if not stop.is_set():
+        print("advisor dashboard: error: the server stopped (its error is above)", file=sys.stderr)
+        return 1
     print("optuna-dashboard stopped", flush=True)
     return 0
