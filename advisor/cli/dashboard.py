@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import optuna
 
     from advisor.cli._common import open_existing_storage
-    from advisor.outputs.dashboard import note_api, write_notes
+    from advisor.outputs.dashboard import note_api, write_notes, written_by_advisor
     from advisor.study import storage as stores
 
     note_api()  # optuna-dashboard installed, or exit status 2 before anything is read
@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         studies = [optuna.load_study(study_name=name, storage=storage) for name in names]
         for study in studies:
+            if not written_by_advisor(study):
+                print(f"notes: study {study.study_name}: not an advisor study, left alone", flush=True)
+                continue
             print(f"notes: {write_notes(study, url).text()}", flush=True)
         return _serve(server, args.host, studies) if server is not None else 0
     finally:

@@ -47,6 +47,12 @@ def installed() -> bool:
     return True
 
 
+def written_by_advisor(study: Any) -> bool:
+    """Whether advisor wrote ``study`` (its three objectives, its workload recorded): a
+    storage may hold other Optuna studies, whose notes are left alone."""
+    return len(study.directions) == 3 and "workload_path" in study.user_attrs
+
+
 @dataclass(frozen=True)
 class Written:
     """What ``write_notes`` did to one study's notes."""

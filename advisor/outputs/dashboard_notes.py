@@ -157,9 +157,11 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
                  + (f" ({failed})" if failed else "") + f", {c['infeasible']} infeasible"
                  + (f", {c['probed_only']} probed only" if c["probed_only"] else ""))
     confirmed = sorted(study.confirmations)
-    lines.append("- **Ratios**: " + (f"trials {', '.join(map(str, confirmed))} confirmed in pairs (95% intervals); "
-                                     if confirmed else "none confirmed in pairs yet; ")
-                 + "the others are unconfirmed: one trial against the baseline measured nearest in time")
+    if base is not None:
+        lines.append("- **Ratios**: " + (
+            f"trials {', '.join(map(str, confirmed))} confirmed in pairs (95% intervals); the others are unconfirmed"
+            if confirmed else "none confirmed in pairs yet: all are unconfirmed")
+            + ": one trial against the baseline measured nearest in time")
     lines += ["", "#### Picks", "", *_picks(study, storage_url), "", "#### Pareto front", ""]
     rows = front_rows(study)
     if not rows:

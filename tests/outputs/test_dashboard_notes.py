@@ -250,3 +250,14 @@ def test_a_running_study_writes_a_trials_note_when_it_is_stored_and_when_a_pair_
     broken.event(Paired(2, stored.records[2].config, c, 3.0))  # type: ignore[arg-type]
     broken.close()
     assert len(told) == 1 and "optuna-dashboard notes: not written" in told[0].text
+
+
+def test_other_optuna_studies_in_the_storage_are_left_alone(url, capsys):
+    import optuna
+
+    other = optuna.create_study(storage=url, study_name="someone-elses")
+    other.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    assert exit_status(["dashboard", "--storage", url, "--no-serve"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"notes: study {NAME}: 11 notes written, 0 unchanged",
+                                                    "notes: study someone-elses: not an advisor study, left alone"]
+    assert not other._storage.get_study_system_attrs(other._study_id)  # no note, no key
