@@ -59,6 +59,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
 
     from advisor.core.events import chain
     from advisor.outputs.console import TuneOutput
+    from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.trackers import open_trackers
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
@@ -73,13 +74,15 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     trackers = open_trackers(plan, python=True)
     output = TuneOutput(quiet=not progress)
     output.planned(plan)
-    trackers.notify = output.event
+    notes = DashboardNotes(plan.storage_url, plan.study_name)  # optuna-dashboard's notes, when it is installed
+    trackers.notify = notes.notify = output.event
     try:
-        outcome = Tuner(plan, on_event=chain(output.event, trackers.event)).run()
+        outcome = Tuner(plan, on_event=chain(output.event, trackers.event, notes.event)).run()
     except BaseException:
         trackers.close(None)  # the trackers' study runs closed as failed
         raise
     trackers.close(outcome)
+    notes.close()
     if progress:
         output.finish(plan, outcome)
     return TuneResult.of(read_study(outcome.study), plan.storage_url, str(path), outcome.stop_reason)

@@ -36,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from advisor.core.errors import StudyError
+    from advisor.core.events import chain
     from advisor.core.stored import read_study
     from advisor.outputs.console import TuneOutput, front_table
+    from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.json_output import print_json
     from advisor.study import storage as stores
     from advisor.study.confirm import ConfirmOptions, check_confirm_options, confirm_study
@@ -49,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
     url = stores.storage_url(args.storage)
     study = stores.load(stores.open_storage(url, must_exist=True), args.study, url)
     output = TuneOutput(json_mode=args.json)
+    notes = DashboardNotes(url, study.study_name)  # optuna-dashboard's notes, when it is installed
+    notes.notify = output.event
     confirmations = confirm_study(study, options, args.ray_address, args.trial_timeout, args.model,
-                                  on_event=output.event)
+                                  on_event=chain(output.event, notes.event))
+    notes.close()
     stored = read_study(study)
     if args.json:
         print_json("confirm", {"study": stored.name,

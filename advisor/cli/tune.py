@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     from advisor.core.events import chain
     from advisor.outputs.console import TuneOutput
+    from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.trackers import open_trackers
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
@@ -57,17 +58,19 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_study(options)
     trackers = open_trackers(plan)  # --log-to: one that cannot log is refused here, before Ray starts
     output.planned(plan)
-    listener = chain(output.event, trackers.event)  # the trackers log in the study's thread, after the console
+    notes = DashboardNotes(plan.storage_url, plan.study_name)  # optuna-dashboard's notes, when it is installed
+    listener = chain(output.event, trackers.event, notes.event)  # in the study's thread, after the console
     tuner = Tuner(plan, on_event=listener)
-    trackers.notify = lambda event: tuner.emit(event)  # their notes go where the study's events go
+    trackers.notify = notes.notify = lambda event: tuner.emit(event)  # their notes go where the study's events go
     try:
         outcome = _run_live(tuner, output, listener) if live else tuner.run()
     except BaseException:
         trackers.close(None)  # the trackers' study runs closed as failed
         raise
     output.quiet = False  # the explorer is closed: the last notes print
-    trackers.notify = output.event
+    trackers.notify = notes.notify = output.event
     trackers.close(outcome)
+    notes.close()  # every note, on the final front and picks
     return output.finish(plan, outcome)
 
 
