@@ -24,19 +24,25 @@ def run(args: argparse.Namespace) -> int:
 
     from advisor.core.stored import read_study
     from advisor.outputs.listing import studies_table, study_line
+    from advisor.study import storage as stores
     from advisor.study.storage_guard import shown_url
 
     storage, url = open_existing_storage(args.storage)
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     lines = [study_line(read_study(optuna.load_study(study_name=s.study_name, storage=storage)), s.datetime_start)
-             for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+             for s in summaries if stores.is_advisor_study(s)]
+    others = [s.study_name for s in summaries if not stores.is_advisor_study(s)]  # other programs' Optuna studies
     where = shown_url(url)
     if args.json:
         from advisor.outputs.json_output import print_json
 
-        print_json("studies", {"storage": where, "studies": [line.to_dict() for line in lines]})
+        print_json("studies", {"storage": where, "studies": [line.to_dict() for line in lines],
+                               "other_studies": others})
         return 0
     if not lines:
-        print(f"storage {where} holds no study yet: run `advisor tune model.py` first")
-        return 0
-    print_rows(studies_table(lines, where))
+        print(f"storage {where} holds no {'advisor ' if others else ''}study yet: run `advisor tune model.py` first")
+    else:
+        print_rows(studies_table(lines, where))
+    if others:
+        print(f"also in this storage, not written by advisor (left alone): {', '.join(others)}")
     return 0

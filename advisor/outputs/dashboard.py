@@ -48,9 +48,11 @@ def installed() -> bool:
 
 
 def written_by_advisor(study: Any) -> bool:
-    """Whether advisor wrote ``study`` (its three objectives, its workload recorded): a
-    storage may hold other Optuna studies, whose notes are left alone."""
-    return len(study.directions) == 3 and "workload_path" in study.user_attrs
+    """Whether advisor wrote ``study``: a storage may hold other Optuna studies, whose
+    notes are left alone (``advisor.study.storage.is_advisor_study``)."""
+    from advisor.study.storage import is_advisor_study
+
+    return is_advisor_study(study)
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,9 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
     import optuna
 
     attrs = plan.study_attrs()
+    if plan.study_name in stores.other_studies(storage):
+        raise StudyError(f"a study named {plan.study_name!r} in {shown_url(plan.storage_url)} is another program's "
+                         "Optuna study, not advisor's: advisor would not add its trials to it. Use --study NEW_NAME")
     exists = plan.study_name in stores.study_names(storage)
     study = optuna.create_study(storage=storage, study_name=plan.study_name, load_if_exists=True,
                                 directions=list(DIRECTIONS),

@@ -140,20 +140,42 @@ def _check_file(path: Path, url: str, must_exist: bool) -> None:
         raise StudyError(f"storage {shown_url(url)!r}: {path if path.exists() else parent} is not writable")
 
 
-def study_names(storage: Any) -> list[str]:
+def is_advisor_study(study: Any) -> bool:
+    """Whether advisor wrote ``study`` (an ``optuna.Study`` or a ``StudySummary``): its three
+    objectives and its workload recorded. A storage may hold other Optuna studies too."""
+    return len(study.directions) == 3 and "workload_path" in study.user_attrs
+
+
+def study_names(storage: Any, advisor_only: bool = False) -> list[str]:
+    """The studies in ``storage``: every one, or only those advisor wrote."""
     import optuna
 
-    return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)
+            if not advisor_only or is_advisor_study(s)]
+
+
+def other_studies(storage: Any) -> list[str]:
+    """The studies in ``storage`` that advisor did not write (other code's Optuna studies)."""
+    every = study_names(storage)
+    ours = set(study_names(storage, advisor_only=True))
+    return [n for n in every if n not in ours]
 
 
 def find_study(storage: Any, name: str | None, url: str | None = None) -> str:
-    """The name of study ``name`` in ``storage``, or of its only study when ``name`` is
-    None. Raises StudyError when the storage is empty, the name is unknown, or several
-    studies leave the choice open."""
-    names = study_names(storage)
+    """The name of advisor's study ``name`` in ``storage``, or of its only one when ``name``
+    is None. Raises StudyError when the storage holds none, the name is unknown or names
+    another program's Optuna study, or several studies leave the choice open."""
+    names = study_names(storage, advisor_only=True)
+    where = f"storage {shown_url(url)!r}" if url else "the storage"
+    if name is not None and name not in names and name in other_studies(storage):
+        raise StudyError(f"study {name!r} in {where} is another program's Optuna study, not advisor's; advisor "
+                         "reads only the studies `advisor tune` writes" +
+                         (f" (here: {', '.join(names)})" if names else ""))
     if not names:
-        where = f"storage {shown_url(url)!r}" if url else "the storage"
-        raise StudyError(f"{where} holds no study yet: run `advisor tune model.py` first")
+        others = other_studies(storage)
+        also = f" advisor study yet (it holds other Optuna studies, not advisor's: {', '.join(others)})" if others \
+            else " study yet"
+        raise StudyError(f"{where} holds no{also}: run `advisor tune model.py` first")
     if name is None:
         if len(names) > 1:
             raise StudyError(f"the storage holds {len(names)} studies; choose one with --study ({', '.join(names)})")

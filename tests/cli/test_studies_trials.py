@@ -155,3 +155,37 @@ def test_help_ends_with_examples(command, capsys):
     assert exit_status([command, "--help"]) == 0
     out = capsys.readouterr().out.rstrip()
     assert "examples:" in out and out.splitlines()[-1].strip().startswith("advisor ")
+
+
+def test_another_programs_optuna_study_is_left_alone_and_never_crashes_a_command(two_studies, capsys, workdir):
+    """A storage shared with other code's Optuna studies (one objective, no workload): listed
+    apart, refused by name with exit 2, never read as advisor's, and `advisor tune` adds no
+    trial to one of the same name."""
+    import optuna
+
+    plain = optuna.create_study(study_name="plain", storage=two_studies)
+    plain.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    code, out, err = run(["studies", "--storage", two_studies], capsys)
+    assert code == 0, err
+    assert "also in this storage, not written by advisor (left alone): plain" in out
+    code, out, err = run(["studies", "--storage", two_studies, "--json"], capsys)
+    assert code == 0 and json.loads(out)["other_studies"] == ["plain"]
+    for command in (["trials", "plain"], ["export", "--study", "plain"], ["report", "--study", "plain"],
+                    ["confirm", "--study", "plain"]):
+        code, out, err = run([*command, "--storage", two_studies], capsys)
+        assert code == 2, (command, err)
+        assert "study 'plain' in storage 'sqlite:///runs.db' is another program's Optuna study, not advisor's" in err
+    (workdir / "model.py").write_text((REPO / "examples" / "digits_mlp.py").read_text())
+    code, out, err = run(["tune", "model.py", "--study", "plain", "--storage", two_studies, "--no-tui"], capsys)
+    assert code == 2 and "a study named 'plain' in sqlite:///runs.db is another program's Optuna study" in err
+    assert len(optuna.load_study(study_name="plain", storage=two_studies).trials) == 2  # nothing added
+
+
+def test_a_storage_of_other_programs_studies_only_says_so(workdir, capsys):
+    import optuna
+
+    optuna.create_study(study_name="theirs", storage="sqlite:///theirs.db")
+    code, out, err = run(["trials", "--storage", "sqlite:///theirs.db"], capsys)
+    assert code == 2
+    assert ("holds no advisor study yet (it holds other Optuna studies, not advisor's: theirs): run `advisor tune "
+            "model.py` first") in err
