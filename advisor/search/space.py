@@ -135,6 +135,9 @@ def load_space(name_or_path: str) -> SearchSpace:
         source, name = f"preset {name_or_path!r}", name_or_path
     else:
         path = Path(name_or_path)
+        if path.is_dir():
+            raise SpaceError(name_or_path, ["is a directory, expected a search space YAML file or a preset "
+                                            f"({', '.join(search_spaces.names())})"])
         if not path.is_file():
             raise SpaceError(name_or_path, [
                 f"no such file, and not a shipped preset (presets: {', '.join(search_spaces.names())})"])

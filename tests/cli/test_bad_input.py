@@ -13,6 +13,7 @@ MODEL = str(EXAMPLES / "digits_mlp.py")
 # (id, space file text or None, extra arguments, what stderr must say)
 ROWS = [
     ("space-missing", None, ["--space", "nope.yaml"], "no such file, and not a shipped preset"),
+    ("space-a-directory", None, ["--space", "/"], "is a directory, expected a search space YAML file or a preset"),
     ("space-not-yaml", "batch_size: [\n", [], "not valid YAML"),
     ("space-empty", "", [], "an empty file"),
     ("space-unknown-key", "batchsize: {choices: [64]}\n", [], "batchsize: unknown knob"),
