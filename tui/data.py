@@ -19,10 +19,10 @@ VIEW_TITLES = {"front": "Pareto front (feasible)", "all": "all trials", "failed"
 AXES: dict[str, tuple[str, Any, bool]] = {
     "throughput": ("throughput (samples/s)", fmt_rate, True),
     "memory": ("peak memory (MiB)", fmt_bytes, False),
-    "accuracy": ("accuracy", lambda v: f"{v:.4f}", True),
+    "metric": ("metric", lambda v: f"{v:.4f}", True),  # labelled with the study's metric's name
     "step_time": ("step time (ms)", lambda v: f"{1000 * v:.1f} ms", False),
 }
-SORT_KEYS = ("trial", "throughput", "memory", "accuracy", "config")
+SORT_KEYS = ("trial", "throughput", "memory", "metric", "config")
 NO_BASELINE = Versus(None, None, None)
 
 
@@ -98,14 +98,15 @@ class TrialRow:
     def value(self, axis: str) -> float | None:
         if axis == "memory":
             return self.memory / 2**20 if self.memory is not None else None
-        if axis == "accuracy":  # the metric as itself (the stored score is negated when lower is better)
+        if axis == "metric":  # the metric as itself (the stored score is negated when lower is better)
             return self.metric.shown(self.accuracy) if self.accuracy is not None else None
         return {"throughput": self.throughput, "step_time": self.step_time}.get(axis)
 
 
 @dataclass
 class Filters:
-    """User filters: the largest accuracy drop (points) and a memory cap (bytes)."""
+    """User filters: the largest drop of the metric (points of a fraction, else an amount
+    of it) and a memory cap (bytes)."""
 
     max_drop_pt: float | None = None
     memory_cap: float | None = None
@@ -117,10 +118,11 @@ class Filters:
             return False
         return self.memory_cap is None or (row.memory is not None and row.memory <= self.memory_cap)
 
-    def describe(self) -> str:
+    def describe(self, metric: MetricSpec = ACCURACY) -> str:
         parts = []
         if self.max_drop_pt is not None:
-            parts.append(f"accuracy drop <= {self.max_drop_pt:g} pt")
+            unit = " pt" if metric.fraction else (f" {metric.unit}" if metric.unit else "")
+            parts.append(f"{metric.name} drop <= {self.max_drop_pt:g}{unit}")
         if self.memory_cap is not None:
             parts.append(f"memory <= {fmt_bytes(self.memory_cap)}")
         return ", ".join(parts)
@@ -246,5 +248,5 @@ def _sort_key(row: TrialRow, key: str) -> Any:
         return row.description
     if key == "trial":
         return row.number
-    value = {"throughput": row.throughput, "memory": row.memory, "accuracy": row.accuracy}[key]
+    value = {"throughput": row.throughput, "memory": row.memory, "metric": row.accuracy}[key]
     return -math.inf if value is None else value

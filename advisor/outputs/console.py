@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 
 def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: MetricSpec = ACCURACY) -> str:
-    """A finished trial's figures in one line: measured, probed only, accuracy reused, or
-    stopped early by the accuracy gate; the metric by its name (``metric``)."""
+    """A finished trial's figures in one line: measured, probed only, metric reused, or
+    stopped early by the metric gate; the metric by its name (``metric``)."""
     ratios = ""
     if vs is not None and vs.throughput_ratio is not None:
         memory = f", {vs.memory_ratio:.2f}x its memory" if vs.memory_ratio is not None else ""
@@ -31,11 +31,11 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     energy = _energy(r)
     if record.state == "probed":
         return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}{ratios}; "
-                f"accuracy not needed: {record.get(ACCURACY_SKIPPED)}")
+                f"no training run needed: {record.get(ACCURACY_SKIPPED)}")
     text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}, "
             f"{metric.name} {metric.value_text(r.accuracy)}{ratios}")
     if record.get(ACCURACY_REUSED) is not None:
-        text += f"  [accuracy from trial {record.get(ACCURACY_REUSED)}: same training numerics]"
+        text += f"  [{metric.name} from trial {record.get(ACCURACY_REUSED)}: same training numerics]"
     stop = record.get(EARLY_STOP)
     if stop:
         text += f"  stopped at {100 * stop['fraction']:.0f}% of the training budget: {stop['reason']}"
@@ -200,9 +200,9 @@ class TuneOutput:
                    if tally.get("skipped_known_failure") else ""),
                 markup=False)
         if tally["probes"]:
-            c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} accuracy runs "
-                    f"({tally['early_stops']} stopped early by the accuracy gate); {tally['probed_only']} "
-                    f"configurations needed no accuracy run (dominated beyond noise by a feasible one), "
+            c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} training runs "
+                    f"({tally['early_stops']} stopped early by the metric gate); {tally['probed_only']} "
+                    f"configurations needed no training run (dominated beyond noise by a feasible one), "
                     f"{tally['accuracy_reused']} reused one (same training numerics)", markup=False)
         for line in failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)

@@ -26,9 +26,10 @@ def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
     if record.duplicate_of is not None:
         record = study.records[record.duplicate_of]
     if record.state == "probed":
-        raise StudyError(f"trial {number} of study {study.name!r} was probed only (speed and memory; no accuracy run "
-                         f"was needed: {record.get('accuracy_skipped')}); nothing to export: its metric is unknown. "
-                         "Run it with `advisor measure` on a config file you write, or tune with --accuracy all")
+        raise StudyError(f"trial {number} of study {study.name!r} was probed only (speed and memory; no training run "
+                         f"was needed: {record.get('accuracy_skipped')}); nothing to export: its "
+                         f"{study.metric.name} is unknown. Run it with `advisor measure` on a config file you write, "
+                         "or tune with --train all")
     if record.state != "complete":
         cls = record.failure_class or record.state
         raise StudyError(f"trial {number} of study {study.name!r} did not complete ({cls}): "

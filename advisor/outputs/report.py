@@ -2,7 +2,7 @@
 
 It writes ``report.md`` (setup, counts, the Pareto front, the recommended picks with
 their export commands, each knob's effect, the failures) and three plots beside it:
-``pareto.png`` (throughput vs peak memory), ``accuracy.png`` (throughput vs accuracy)
+``pareto.png`` (throughput vs peak memory), ``metric.png`` (throughput vs the metric)
 and ``knobs.png`` (each knob value's median throughput vs the baseline); on a GPU whose
 energy counter was read, ``energy.png`` too (throughput vs energy per sample). matplotlib is
 an optional dependency (``advisor[report]``), imported only when a report is written.
@@ -26,7 +26,7 @@ from advisor.study.storage import DEFAULT_STORAGE
 
 
 def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_url: str | None = None) -> Path:
-    """Write ``out_dir/report.md`` and its plots (``pareto.png``, ``accuracy.png``, ``knobs.png``).
+    """Write ``out_dir/report.md`` and its plots (``pareto.png``, ``metric.png``, ``knobs.png``).
 
     The directory is created when missing. Every file is written under a temporary name
     and renamed when all are done, so a failure leaves no half-written report.
@@ -128,7 +128,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
               ("The front is over all three objectives, so in a two-objective view some front trials "
                "look beaten by others."), "",
               "![Throughput vs peak memory; Pareto front highlighted](pareto.png)", "",
-              f"![Throughput vs {metric.name}; Pareto front highlighted](accuracy.png)", "",
+              f"![Throughput vs {metric.name}; Pareto front highlighted](metric.png)", "",
               *(["![Throughput vs energy per sample (a GPU's energy counter over the timed steps)](energy.png)", ""]
                 if energy else []),
               "## Each knob's effect", "",

@@ -17,7 +17,7 @@ from advisor.outputs.summary import KnobEffect
 
 MiB = 2**20
 PNG_METADATA = {"Software": None}  # drops matplotlib's version; Agg writes no creation time
-FILES = ("pareto.png", "accuracy.png", "knobs.png")
+FILES = ("pareto.png", "metric.png", "knobs.png")
 ENERGY = "energy.png"  # only when trials measured their energy (a GPU with NVML)
 
 
@@ -53,7 +53,7 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
         floor = ((_shown(study, base.figures.accuracy - allowed), f"{metric.name} limit (baseline, "
                   f"{metric.delta_text(-allowed)})") if drop else None)
         unit = " (%)" if metric.fraction else (f" ({metric.unit})" if metric.unit else "")
-        _scatter(out / "accuracy.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
+        _scatter(out / "metric.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
                  floor)
         _knob_chart(out / "knobs.png", effects)
         if energy:

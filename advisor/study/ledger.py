@@ -13,11 +13,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from advisor.core.config import TrialConfig
 from advisor.core.events import Duplicate as DuplicateEvent
 from advisor.core.events import Listener, Note, Skipped, ignore
+from advisor.core.metric import MetricSpec
 from advisor.core.noise import AccuracyNoise
 from advisor.core.objectives import Figures, Limits
 from advisor.core.results import TrialResult
@@ -103,6 +105,11 @@ class Ledger:
     def stored(self) -> StoredStudy:
         """The study as stored now."""
         return read_study(self.study)
+
+    @cached_property
+    def metric(self) -> MetricSpec:
+        """The study's metric, as the study stored it (its name for what the ledger says)."""
+        return MetricSpec.from_dict(self.study.user_attrs.get("metric"))
 
     @property
     def reference_accuracy(self) -> float | None:
@@ -265,7 +272,7 @@ class Ledger:
         (its probe kept with it; not counted: it runs again on resume)."""
         trial, _ = self._asked[number]
         trial.set_user_attr("failure_class", "cancelled")
-        trial.set_user_attr("failure_message", f"cancelled before its accuracy part: {reason}")
+        trial.set_user_attr("failure_message", f"cancelled before its training run: {reason}")
         return self._finish(number, tell_trial(self.study, trial))
 
     def apply(self, decision: ProbedOnly | Reused) -> TrialRecord:
@@ -281,7 +288,7 @@ class Ledger:
         trial.set_user_attr("accuracy_reuse_difference", decision.difference)
         trial.set_user_attr("accuracy", source.figures.accuracy)
         trial.set_user_attr(WALL, decision.probe_wall_s)
-        self.emit(Note(f"trial {decision.number}: accuracy reused from trial {source.number} (same training "
+        self.emit(Note(f"trial {decision.number}: {self.metric.name} reused from trial {source.number} (same training "
                        f"numerics: its first steps agree within {decision.difference:.1e}, relative)"))
         figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), source.figures.accuracy)
         return self._complete(decision.number, figures)

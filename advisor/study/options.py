@@ -96,7 +96,7 @@ class TuneOptions:
     workload_path: str = option()  # the command's positional model, advisor.tune()'s model (or callables)
     workload: str = option(
         "train", flag="--workload", choices=WORKLOADS,
-        help="train (default): time training steps, accuracy after a fixed number of samples; "
+        help="train (default): time training steps, the metric after a fixed number of samples; "
              "inference: time forward passes of the trained model, no training")
     space: str | None = option(  # None: "default" for training, "inference" for inference
         None, flag="--space",

@@ -44,7 +44,7 @@ def table_row(text: str, first_cell: str) -> str:
 def test_report_writes_markdown_and_three_plots(recorded):
     assert recorded["rc"] == 0
     out = recorded["out"]
-    assert sorted(p.name for p in out.iterdir()) == ["accuracy.png", "knobs.png", "pareto.png", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["knobs.png", "metric.png", "pareto.png", "report.md"]
     text = recorded["text"]
     assert text.startswith(f"# Study {NAME}: advisor report\n")
     for line in ("- Workload: `/home/me/examples/digits_cnn.py` (train)", "- Search space: cpu",
@@ -56,7 +56,7 @@ def test_report_writes_markdown_and_three_plots(recorded):
                  "- Duplicates (answered from an earlier trial): 0; skipped without running: 0"):
         assert line in text.splitlines()
     links = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", text)
-    assert links == ["pareto.png", "accuracy.png", "knobs.png"]  # relative, beside report.md
+    assert links == ["pareto.png", "metric.png", "knobs.png"]  # relative, beside report.md
     assert "marginal medians over the trials the search happened to run" in text
     assert "not controlled one-knob experiments" in text
 
@@ -111,7 +111,7 @@ def test_plots_are_valid_pngs(recorded):
     import matplotlib.image
 
     shapes = {}
-    for name in ("pareto.png", "accuracy.png", "knobs.png"):
+    for name in ("pareto.png", "metric.png", "knobs.png"):
         path = recorded["out"] / name
         data = path.read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 1000
@@ -120,7 +120,7 @@ def test_plots_are_valid_pngs(recorded):
         assert image.ndim == 3 and image.shape[2] in (3, 4)
         assert image[..., :3].std() > 0.05  # something is drawn, not a blank canvas
         shapes[name] = image.shape[:2]
-    assert shapes["pareto.png"] == shapes["accuracy.png"] == (500, 750)
+    assert shapes["pareto.png"] == shapes["metric.png"] == (500, 750)
     assert shapes["knobs.png"][1] == 750 and shapes["knobs.png"][0] > 750  # one bar per knob value: tall
 
 
@@ -158,7 +158,7 @@ def test_same_study_gives_the_same_png_bytes(recorded, tmp_path):
     again = write_report(study, tmp_path / "again", recorded["url"])
     assert again == tmp_path / "again" / "report.md"
     assert again.read_text() == recorded["text"]
-    for name in ("pareto.png", "accuracy.png", "knobs.png"):
+    for name in ("pareto.png", "metric.png", "knobs.png"):
         assert (tmp_path / "again" / name).read_bytes() == (recorded["out"] / name).read_bytes()
 
 

@@ -192,7 +192,8 @@ def test_a_gate_stop_is_stored_infeasible_with_where_it_stopped(study):
     assert record.constraints["accuracy_drop"] > 0 and record.get("early_stop")["fraction"] == 0.25
 
 
-def test_same_training_numerics_reuse_an_accuracy(study):
+def test_same_training_numerics_reuse_the_metric(study):
+    study.set_user_attr("metric", {"name": "mse", "higher_is_better": False, "fraction": False})  # a regression
     run = Run(study)
     run.baseline(1000.0, 100.0, acc=0.9)
     same = run.probed({"batch_size": 32, "threads": 1}, 600.0, 100.0, FP)  # threads: may be neutral
@@ -204,7 +205,7 @@ def test_same_training_numerics_reuse_an_accuracy(study):
     rec = done[same.number]
     assert rec.state == "complete" and rec.figures.accuracy == 0.9 and rec.get("accuracy_reused_from") == 0
     assert rec.get("accuracy_reuse_difference") == 0.0
-    assert any("accuracy reused from trial 0" in n for n in run.notes)
+    assert any("mse reused from trial 0" in n for n in run.notes)  # the metric by its name, never "accuracy"
     assert numerics.number in run.queue.waiting  # its first steps differ: it trains
 
 
@@ -222,18 +223,19 @@ def test_cancelled_keeps_the_probe_and_does_not_count(study):
     p = run.probed({"batch_size": 64}, 900.0, 90.0)
     record = run.cancel(p.number, "interrupted by SIGINT")
     assert record.state == "failed" and not record.counted and record.get("throughput") == 900.0
-    assert "before its accuracy part" in record.failure_message
+    assert "before its training run" in record.failure_message
 
 
 def test_a_probed_only_trial_cannot_be_exported(study):
     from advisor.core.errors import StudyError
     from advisor.outputs.export import trial_by_number
 
+    study.set_user_attr("metric", {"name": "val_loss", "higher_is_better": False, "fraction": False})
     run = Run(study)
     run.baseline(1000.0, 100.0)
     slow_big = run.probed({"batch_size": 64, "threads": 1}, 500.0, 150.0)
     run.settle()
-    with pytest.raises(StudyError, match="was probed only .* its metric is unknown"):
+    with pytest.raises(StudyError, match="was probed only .*no training run was needed.* its val_loss is unknown"):
         trial_by_number(read_study(study), slow_big.number)
 
 

@@ -50,3 +50,17 @@ def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
     assert document["measured"]["metric"]["value"] == pytest.approx(mse)
     assert document["measured"]["metric"]["name"] == "mse"
 
+
+
+def test_a_two_stage_regression_study_never_says_accuracy(ray_session, workdir, capsys):
+    """Two-stage evaluation (the default) on the MSE workload: its notes, trial lines and
+    summary name the metric ("mse") or say "metric" and "training run", never "accuracy"
+    (the issue: 'accuracy reused from trial 0', '3 accuracy runs', 'the accuracy gate')."""
+    space = workdir / "bs.yaml"
+    space.write_text("batch_size: {choices: [32, 64]}\nthreads: {choices: [null, 1]}\n")
+    code = main(["tune", str(WORKLOADS / "regression.py"), "--space", str(space), "--trials", "4",
+                 "--train-samples", "1024", "--max-metric-drop", "50%", "--no-confirm", "--no-tui"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "two-stage: 4 probes" in out and "training runs" in out and "metric gate" in out
+    assert "accuracy" not in out.lower(), [line for line in out.splitlines() if "accuracy" in line.lower()]

@@ -29,7 +29,7 @@ class FilterScreen(ModalScreen[Filters | None]):
             m = self.metric
             unit = "in points (e.g. 0.5" if m.fraction else f"as an amount of it{f' in {m.unit}' if m.unit else ''} (e.g. 0.05"
             yield Label(f"largest {m.name} drop vs the baseline ({m.direction_word}), {unit}; empty: no limit)"
-                        if m.name != "accuracy" else "largest accuracy drop vs the baseline, in points (e.g. 0.5; empty: no limit)")
+                        if m != ACCURACY else "largest accuracy drop vs the baseline, in points (e.g. 0.5; empty: no limit)")
             yield Input("" if c.max_drop_pt is None else f"{c.max_drop_pt:g}", id="max-drop")
             yield Label("memory cap (e.g. 120MiB, 2GiB; empty: no cap)")
             yield Input("" if c.memory_cap is None else f"{int(c.memory_cap)}", id="memory-cap")

@@ -34,14 +34,15 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         if row.versus.summary(row.metric):
             text.append(row.versus.summary(row.metric) + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
         if not row.feasible:
-            broken = ", ".join(f"{k} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
+            names = {"accuracy_drop": f"{row.metric.name} drop", "memory_cap": "memory cap"}  # the stored keys
+            broken = ", ".join(f"{names.get(k, k)} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
             text.append(f"infeasible: {broken}\n", style="yellow")
         if u.get("early_stop"):
             stop = u["early_stop"]
-            text.append(f"accuracy run stopped at {100 * stop['fraction']:.0f}% of the budget: {stop['reason']}\n",
+            text.append(f"training run stopped at {100 * stop['fraction']:.0f}% of the budget: {stop['reason']}\n",
                         style="yellow")
         if u.get("accuracy_reused_from") is not None:
-            text.append(f"accuracy from trial {u['accuracy_reused_from']} (same training numerics: first steps agree "
+            text.append(f"{row.metric.name} from trial {u['accuracy_reused_from']} (same training numerics: first steps agree "
                         f"within {u.get('accuracy_reuse_difference', 0):.1e})\n", style="dim")
         if u.get("energy_per_sample_j") is not None:
             power = (u.get("telemetry") or {}).get("energy", {}).get("power_w")
@@ -56,7 +57,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         thr, mem = row.versus.cells()[:2]
         text.append(f"probed: {fmt_rate(row.throughput)} samples/s ({thr}), {fmt_bytes(row.memory)} peak ({mem}) "
                     "vs the baseline\n")
-        text.append(f"accuracy not needed: {u.get('accuracy_skipped')}\n", style="dim")
+        text.append(f"no training run needed: {u.get('accuracy_skipped')}\n", style="dim")
     elif row.state in ("failed", "skipped"):
         outcome = f"{row.failure} (skipped, not run)" if row.state == "skipped" else row.failure
         text.append(f"{outcome}: ", style="bold red")

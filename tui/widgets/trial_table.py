@@ -60,7 +60,7 @@ class TrialTable(DataTable):
     def _figure_cells(row: TrialRow) -> list[object]:
         mark = " base" if row.baseline else (" *" if row.on_front else "")
         style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
-        if row.state == "probed":  # two-stage: speed and memory measured, no accuracy run needed
+        if row.state == "probed":  # two-stage: speed and memory measured, no training run needed
             cells = row.versus.cells()
             return [Text(f"{row.number} p", justify="right", style="dim"),
                     Text(fmt_rate(row.throughput), justify="right", style="dim"), Text(cells[0], justify="right", style="dim"),
