@@ -73,7 +73,7 @@ def study(model: str, space: str, trials: int, storage: str, name: str, train_sa
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     plan = plan_study(TuneOptions(workload_path=model, space=space, trials=trials, seed=0, storage=storage,
                                   study_name=name, train_samples=train_samples, confirm=False,
-                                  accuracy_seeds=1))
+                                  metric_seeds=1))
     return read_study(Tuner(plan).run().study)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from advisor.core.errors import StudyError
 from advisor.core.metric import MetricSpec
-from advisor.core.picks import PICKS, pick
+from advisor.core.picks import OLDER_PICKS, PICKS, pick
 from advisor.core.stored import StoredStudy
 from advisor.outputs.export import FORMATS, export_document, trial_by_number, write_export
 from advisor.outputs.summary import counts, front_rows
@@ -60,6 +60,7 @@ class TuneResult:
 
     def _document(self, how: str, trial: int | None) -> dict[str, Any]:
         assert self._study is not None
+        how = OLDER_PICKS.get(how, how)
         if trial is not None:
             record = trial_by_number(self._study, trial)
         elif how not in PICKS:

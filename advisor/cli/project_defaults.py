@@ -15,7 +15,7 @@ number, a number, true / false for a flag, a string, a list of strings for a rep
 option). A relative SQLite (or journal) path in ``storage`` is taken from the
 pyproject.toml's folder, so every folder of the project shares one study database; other
 values read as they would on the command line. Precedence: the command line, then the
-environment ($ADVISOR_STORAGE, $ADVISOR_CONFIRM, $ADVISOR_ACCURACY_SEEDS), then the
+environment ($ADVISOR_STORAGE, $ADVISOR_CONFIRM, $ADVISOR_METRIC_SEEDS), then the
 table, then the built-in default. An unknown key or a value of the wrong type is a
 ConfigError (exit status 2) naming the file, the key, what was expected and what was
 found; every problem is listed at once.
@@ -41,7 +41,7 @@ from advisor.core.errors import ConfigError
 
 # options whose built-in default an environment variable replaces: the variable wins over the table
 # (--storage is every storage command's; the study options declare their own in TuneOptions)
-ENVIRONMENT = {"storage": "ADVISOR_STORAGE", **environment()}
+ENVIRONMENT = {"storage": ("ADVISOR_STORAGE",), **environment()}
 COMMANDS_KEY = "commands"  # [tool.advisor.commands.NAME]: one command's own defaults
 _TABLE = re.compile(r"^\s*\[\s*tool\s*\.\s*advisor\s*[\].]", re.MULTILINE)
 
@@ -263,7 +263,7 @@ def apply_project_defaults(root: argparse.ArgumentParser, args: argparse.Namespa
         dest = s.action.dest
         if dest in given or exclusive.get(dest, set()) & given:
             continue  # the command line wins (over an alias of the same option too)
-        if os.environ.get(ENVIRONMENT.get(dest, "")):
+        if any(os.environ.get(variable) for variable in ENVIRONMENT.get(dest, ())):
             continue  # so does the environment
         setattr(args, dest, s.value)
         applied.append(s)

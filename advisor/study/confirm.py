@@ -33,7 +33,7 @@ def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
     """The configurations that could still be picked: the export picks first, then the
     rest of the feasible front that is within the noise of a pick on that pick's own
     objective (throughput within the probe noise of the fastest, memory within it of the
-    smallest, the metric within its noise of the most accurate), fastest first; never the
+    smallest, the metric within its noise of the best one), fastest first; never the
     baseline itself; at most ``top``. The rest of the front cannot change a pick, so it
     is not confirmed (issue 31: confirmation sized to the decision)."""
     front = [r for r in study.front() if not r.baseline and r.config is not None]
@@ -46,13 +46,13 @@ def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
             chosen.setdefault(r.number, r)
     figures = {r.number: study.relative_figures(r) for r in [*front, *picked.values()]}
     noise = study.probe_margins
-    fastest, smallest, accurate = (figures[picked[h].number] for h in ("fastest", "smallest", "most-accurate"))
+    fastest, smallest, best = (figures[picked[h].number] for h in ("fastest", "smallest", "best-metric"))
 
     def could_be_picked(r: TrialRecord) -> bool:
         f = figures[r.number]
         return (f.throughput * (1 + noise.throughput) >= fastest.throughput
                 or f.peak_memory_bytes <= smallest.peak_memory_bytes * (1 + noise.memory)
-                or f.accuracy >= accurate.accuracy - study.epsilon)
+                or f.accuracy >= best.accuracy - study.epsilon)
 
     for r in sorted(front, key=lambda r: -figures[r.number].throughput):
         if could_be_picked(r):

@@ -130,7 +130,7 @@ def test_report_prints_its_files_and_figures(old_study, capsys, workdir):
     assert document["counts"]["trials"] == 4 and document["metric"]["name"] == "accuracy"
     front = {row["trial"]: row for row in document["front"]}
     assert front[0]["baseline"] is True and front[0]["metric_value"] == pytest.approx(0.6417, abs=1e-4)
-    assert set(document["picks"]) == {"fastest", "smallest", "most-accurate", "balanced"}
+    assert set(document["picks"]) == {"fastest", "smallest", "best-metric", "balanced"}
     assert {e["knob"] for e in document["knob_effects"]} == {"batch_size", "grad_accumulation"}
 
 

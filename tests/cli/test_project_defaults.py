@@ -77,14 +77,19 @@ def test_the_command_line_wins(project, monkeypatch):
 
 
 def test_the_environment_wins_over_the_table(project, monkeypatch):
-    write(project, '[tool.advisor]\nstorage = "sqlite:///studies.db"\naccuracy-seeds = 5\nconfirm = true\n')
+    write(project, '[tool.advisor]\nstorage = "sqlite:///studies.db"\nmetric-seeds = 5\nconfirm = true\n')
     monkeypatch.setenv("ADVISOR_STORAGE", "sqlite:///other.db")
     args = parsed(["tune", MODEL], project)
-    assert args.storage is None and args.accuracy_seeds is None and args.confirm is None  # $ADVISOR_... rule
+    assert args.storage is None and args.metric_seeds is None and args.confirm is None  # $ADVISOR_... rule
     monkeypatch.delenv("ADVISOR_STORAGE")
+    monkeypatch.delenv("ADVISOR_METRIC_SEEDS")
+    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "2")  # the variable's older name wins over the table too
+    assert parsed(["tune", MODEL], project).metric_seeds is None
     monkeypatch.delenv("ADVISOR_ACCURACY_SEEDS")
     args = parsed(["tune", MODEL], project)
-    assert args.storage == f"sqlite:///{project}/studies.db" and args.accuracy_seeds == 5
+    assert args.storage == f"sqlite:///{project}/studies.db" and args.metric_seeds == 5
+    write(project, '[tool.advisor]\naccuracy-seeds = 4\n')  # the option's older key still reads
+    assert parsed(["tune", MODEL], project).accuracy_seeds == 4
 
 
 def test_a_commands_own_table_wins_over_the_shared_keys(project, monkeypatch):

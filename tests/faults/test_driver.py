@@ -156,7 +156,7 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
     env = {**os.environ, "ADVISOR_RAY_DIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)
     args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "60000",
-            "--accuracy-seeds", "1", "--trials", "2"]  # the accuracy part trains ~2,000 steps: seconds
+            "--metric-seeds", "1", "--trials", "2"]  # the training run trains ~2,000 steps: seconds
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = workdir / "advisor.db"

@@ -84,7 +84,7 @@ def test_pareto_table_has_the_front_with_ratios_and_the_baseline_marked(recorded
 
 def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir, capsys):
     text = recorded["text"]
-    expected = {"fastest": 2, "smallest": 4, "most-accurate": 3, "balanced": 1}
+    expected = {"fastest": 2, "smallest": 4, "best-metric": 3, "balanced": 1}
     for how, number in expected.items():
         command = f"advisor export --storage {recorded['url']} --study {NAME} --trial {number} -o {how}.yaml"
         line = next(line for line in text.splitlines() if line.startswith(f"- **{how}**:"))

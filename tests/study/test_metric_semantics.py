@@ -25,7 +25,7 @@ def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
     space = workdir / "bs.yaml"
     space.write_text("batch_size: {choices: [32, 64, 128]}\n")
     code = main(["tune", str(WORKLOADS / "regression.py"), "--space", str(space), "--trials", "3",
-                 "--train-samples", "2048", "--max-metric-drop", "50%", "--accuracy", "all", "--no-tui"])
+                 "--train-samples", "2048", "--max-metric-drop", "50%", "--train", "all", "--no-tui"])
     out = capsys.readouterr().out
     assert code == 0, out
     study = optuna.load_study(study_name="regression-bs", storage=f"sqlite:///{workdir / 'advisor.db'}")

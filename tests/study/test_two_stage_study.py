@@ -1,6 +1,6 @@
 """Two-stage evaluation end to end on a real local Ray with real SQLite: every trial
-probed first, accuracy runs only where they may change the front, both parts stored;
-``--accuracy all`` trains every configuration in one process as before."""
+probed first, training runs only where they may change the front, both parts stored;
+``--train all`` trains every configuration in one process as before."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from conftest import EXAMPLES
 pytestmark = pytest.mark.ray
 
 ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "2000", "--trials", "8",
-        "--accuracy-seeds", "2"]
+        "--metric-seeds", "2"]
 
 
 def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
@@ -47,8 +47,8 @@ def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
     assert "probe   0" in out  # each probe is shown as it comes in
 
 
-def test_accuracy_all_trains_every_configuration_in_one_process(ray_session, workdir, capsys):
-    assert main([*ARGS[:-4], "--trials", "3", "--accuracy", "all", "--accuracy-seeds", "1", "--json"]) == 0
+def test_train_all_trains_every_configuration_in_one_process(ray_session, workdir, capsys):
+    assert main([*ARGS[:-4], "--trials", "3", "--train", "all", "--metric-seeds", "1", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"]["probes"] == 0 and summary["counts"]["completed"] == 3
     study = optuna.load_study(study_name="digits_mlp-eager", storage="sqlite:///advisor.db")
@@ -58,9 +58,11 @@ def test_accuracy_all_trains_every_configuration_in_one_process(ray_session, wor
         assert t.state.name == "COMPLETE" and "probe_done" not in t.user_attrs and t.user_attrs["accuracy"] > 0
 
 
-def test_a_bad_accuracy_mode_is_refused(workdir, capsys):
+def test_a_bad_train_mode_is_refused(workdir, capsys):
     from conftest import exit_status
 
-    assert exit_status([*ARGS, "--accuracy", "some"]) == 2
-    assert "--accuracy must be one of selective, all, found 'some'" in capsys.readouterr().err
+    assert exit_status([*ARGS, "--train", "some"]) == 2
+    assert "argument --train: invalid choice: 'some' (choose from selective, all)" in capsys.readouterr().err
+    assert exit_status([*ARGS, "--accuracy", "some"]) == 2  # its older name, deprecated: checked the same
+    assert "--train must be one of selective, all, found 'some'" in capsys.readouterr().err
     assert not (workdir / "advisor.db").exists()

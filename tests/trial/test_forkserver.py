@@ -76,7 +76,7 @@ def test_no_state_passes_from_one_trial_to_the_next(ray_session, workdir):
     space = workdir / "bs.yaml"
     space.write_text("batch_size: {choices: [16, 32, 64]}\n")
     assert main(["tune", str(model), "--space", str(space), "--trials", "3", "--no-tui", "--skip-preflight",
-                 "--train-samples", "64", "--accuracy", "all"]) == 0  # every trial's metric, in one process each
+                 "--train-samples", "64", "--train", "all"]) == 0  # every trial's metric, in one process each
     trials = optuna.load_study(study_name="leaky-bs", storage="sqlite:///advisor.db").trials
     assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
     assert [t.values[2] for t in trials] == [1.0, 1.0, 1.0]  # each trial built its first model
