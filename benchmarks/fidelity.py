@@ -56,7 +56,7 @@ def repeats(model: str, n: int, executor, settings) -> list[dict]:
     for i in range(n):
         r = run_one(executor, i, TrialPayload.of(workload, config, settings), timeout=600)
         assert r.ok, r.failure_message
-        out.append({"throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes, "accuracy": r.accuracy,
+        out.append({"throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes, "accuracy": r.score,
                     "rel_iqr": r.step_time_iqr_s / r.step_time_median_s})
         print(f"repeat {i + 1}: {r.throughput:,.0f} samples/s, {r.peak_memory_bytes / 2**20:.1f} MiB", flush=True)
     return out

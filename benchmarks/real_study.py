@@ -1,7 +1,7 @@
 """Two-stage evaluation on a real study: does the new default find a configuration as fast
 as the previous default's best, on the same wall-time budget, sooner?
 
-Two real studies of examples/char_lm.py (a decoder-only character LM, whose accuracy run is
+Two real studies of examples/char_lm.py (a decoder-only character LM, whose training run is
 tens of times its probe) run at the same time, each with its own embedded Ray and SQLite
 and pinned to its own half of this machine's CPUs (one core each here), so whatever drift
 the machine has during the run it has for both (the interleaving). Unpinned, the two
@@ -91,7 +91,7 @@ def study_figures(url: str, name: str) -> dict[str, Any]:
         trials.append({"trial": r.number, "baseline": r.baseline, "config": r.description,
                        "at_s": r.finished_at - started,
                        "feasible": r.feasible, "ratio": vs.throughput_ratio, "confirmed": vs.confirmed,
-                       "interval": vs.throughput_interval, "accuracy": r.figures.accuracy})
+                       "interval": vs.throughput_interval, "accuracy": r.figures.score})
     best = pick(study, "fastest")
     vs = study.versus_baseline(best)
     states: dict[str, int] = {}

@@ -1,9 +1,9 @@
 """Two-stage evaluation against the previous default, on the clock: whole studies replayed
 on a grid recorded with ``--parts`` (benchmarks/record_grid.py: each cell's full trial,
-probe and accuracy run, each with its wall time), through the real Tuner, with the
+probe and training run, each with its wall time), through the real Tuner, with the
 default strategy in both modes:
 
-- ``selective`` (the default now): probe every configuration, accuracy runs only where
+- ``selective`` (the default now): probe every configuration, training runs only where
   they may change the front, the early-stop gate;
 - ``all`` (the previous default): one full trial per configuration.
 

@@ -101,7 +101,7 @@ def recent_reference(measurements: list[tuple[float, float]], when: float | None
 
 
 @dataclass(frozen=True)
-class AccuracyNoise:
+class MetricNoise:
     """The baseline's metric over several seeds, and the epsilon drawn from it."""
 
     seeds: list[int]
@@ -119,7 +119,7 @@ class AccuracyNoise:
         return {"seeds": self.seeds, "values": self.values, "sd": self.sd, "epsilon": self.epsilon}
 
     @classmethod
-    def from_dict(cls, data: Any) -> AccuracyNoise | None:
+    def from_dict(cls, data: Any) -> MetricNoise | None:
         """The stored estimate; None when absent or unreadable."""
         try:
             return cls([int(s) for s in data["seeds"]], [float(v) for v in data["values"]])

@@ -61,8 +61,8 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         ties = [r for r in pool if span[r.number][0] <= span[best.number][1]]
         return min(ties, key=tie_break(memory_first=False))
     if how == "best-metric":
-        top = max(figures[r.number].accuracy for r in pool)
-        ties = [r for r in pool if top - figures[r.number].accuracy <= study.epsilon]
+        top = max(figures[r.number].score for r in pool)
+        ties = [r for r in pool if top - figures[r.number].score <= study.epsilon]
         return min(ties, key=tie_break(memory_first=False))
     points = list(figures.values())
     return min(pool, key=lambda r: (_distance_to_ideal(figures[r.number], points, study.epsilon), changed(r),

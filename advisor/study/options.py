@@ -15,6 +15,7 @@ from advisor.core.noise import NOISE_SEEDS
 from advisor.core.objectives import Limits
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.results import WORKLOADS, check_workload_kind
+from advisor.core.stored import MAX_METRIC_DROP
 from advisor.core.units import parse_duration, parse_size
 from advisor.search.samplers import check_sampler
 from advisor.study.option import Naming, build, naming, option
@@ -116,9 +117,9 @@ class TuneOptions:
     trial_timeout: float | None = option(
         None, flag="--trial-timeout", parse=float,
         help="limit for one trial, seconds (default: 10x the baseline trial, at least 120)")
-    max_metric_drop: float = option(  # how much worse the metric may get (stored as max_accuracy_drop)
+    max_metric_drop: float = option(  # how much worse the metric may get
         0.01, flag="--max-metric-drop", parse=parse_drop, read=_drop, into=("max_metric_drop", "max_drop_relative"),
-        metavar="AMOUNT|PCT%", must_match="max_accuracy_drop",
+        metavar="AMOUNT|PCT%", must_match=MAX_METRIC_DROP,
         help="feasible trials are at most this much worse than the baseline on the metric: an "
              "amount of it (default 0.01: 1 point of a fraction such as accuracy), or a percentage "
              "of the baseline's (2%%); 'worse' follows the metric's direction (model.py's METRIC)",

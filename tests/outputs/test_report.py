@@ -148,7 +148,7 @@ def test_knob_effects_match_a_hand_computation(recorded):
     assert fp32.n == 8
     assert fp32.throughput_ratio == pytest.approx(6873.5 / 6736)
     assert fp32.memory_ratio == pytest.approx(102.65 / 98.6, rel=1e-6)
-    assert fp32.accuracy_delta == pytest.approx(0.0)
+    assert fp32.metric_delta == pytest.approx(0.0)
     assert [label for label in effects if label.startswith("batch_size=")] == [
         "batch_size=32", "batch_size=64", "batch_size=128", "batch_size=256", "batch_size=512"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from advisor.cli.main import main
 from advisor.core.pairs import Confirmation
-from advisor.core.stored import ACCURACY_NOISE, CONFIRMATION, read_study
+from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.confirm import Confirmer, ConfirmOptions
 
 from conftest import EXAMPLES, REPO, WORKLOADS, exit_status
@@ -52,7 +52,7 @@ def confirmed(ray_session, tmp_path_factory):
 def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
     study = load(confirmed, "c")
     attrs = study.user_attrs
-    noise = attrs[ACCURACY_NOISE]
+    noise = attrs[METRIC_NOISE]
     assert noise["seeds"] == [0, 1] and len(noise["values"]) == 2 and noise["epsilon"] >= 0
     stored = read_study(study)
     keys = [k for k in attrs if k.startswith(CONFIRMATION)]
@@ -149,7 +149,7 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
 
     def spy(number, payload):
         order.append(payload.config.batch_size)
-        assert payload.settings.stage == "probe"
+        assert payload.settings.part == "probe"
         return submit(number, payload)
 
     executor.submit = spy

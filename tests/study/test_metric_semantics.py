@@ -34,14 +34,14 @@ def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
     assert study.user_attrs["max_drop_relative"] is True
     stored = read_study(study)
     base = stored.baseline
-    assert base is not None and base.figures.accuracy < 0  # the score: -mse
-    mse = -base.figures.accuracy
+    assert base is not None and base.figures.score < 0  # the score: -mse
+    mse = -base.figures.score
     assert f"mse {mse:.4g}" in out  # the trial line and the table show the MSE itself
     assert " pt" not in out and "accuracy 0." not in out and "-mse" not in out
     assert "Δ mse" in out and "mse: lower is better" in out
     for record in stored.records:  # feasible: at most 50% above the baseline's MSE
         if record.figures is not None and record.state == "complete":
-            assert record.feasible == (-record.figures.accuracy <= 1.5 * mse + 1e-12)
+            assert record.feasible == (-record.figures.score <= 1.5 * mse + 1e-12)
     dashboard = pytest.importorskip("optuna_dashboard._app")  # what optuna-dashboard's web API reports
     storage = open_storage(f"sqlite:///{workdir / 'advisor.db'}")
     status, body = get(dashboard.create_app(storage), f"/api/studies/{storage.get_study_id_from_name('regression-bs')}")

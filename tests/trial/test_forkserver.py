@@ -255,8 +255,8 @@ def datasets():
 '''
 
 
-@pytest.mark.parametrize("stage", ["full", "probe"])
-def test_loader_workers_get_a_dataset_class_defined_in_model_py(tmp_path, monkeypatch, stage):
+@pytest.mark.parametrize("part", ["full", "probe"])
+def test_loader_workers_get_a_dataset_class_defined_in_model_py(tmp_path, monkeypatch, part):
     """num_workers > 0 with model.py's own Dataset class, in a trial process forked from the
     fork server (whose children start their own children by the fork server's method): the
     workers must not need to import model.py by its private module name."""
@@ -268,6 +268,6 @@ def test_loader_workers_get_a_dataset_class_defined_in_model_py(tmp_path, monkey
     monkeypatch.setattr(forkserver, "_SPAWN_ONLY", False)
     path = write_model(tmp_path, OWN_DATASET)
     payload = TrialPayload.of(load_workload(str(path)), TrialConfig(batch_size=16, num_workers=2),
-                              TrialSettings(train_samples=128, stage=stage))
+                              TrialSettings(train_samples=128, part=part))
     result = forkserver.run_forked(payload)
     assert result.ok and result.throughput > 0, result.failure_message
