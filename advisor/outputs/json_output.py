@@ -22,7 +22,7 @@ VERSIONS = {
     "space": 1,  # advisor spaces NAME --json: one space filtered for this machine
     "export": 1,  # advisor export --json: the export document (it keeps its own advisor_config version)
     "measure": 1,  # advisor measure --json: the comparison
-    "report": 1,  # advisor report --json: the report's files and figures
+    "report": 2,  # advisor report --json: the report's files and figures (2: the pick most-accurate is best-metric)
     "studies": 1,  # advisor studies --json: the studies in a storage
     "trials": 1,  # advisor trials --json: the trials of one study
 }

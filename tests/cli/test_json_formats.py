@@ -124,7 +124,7 @@ def test_export_document_is_tagged_and_still_loads(old_study, capsys, workdir):
 def test_report_prints_its_files_and_figures(old_study, capsys, workdir):
     pytest.importorskip("matplotlib")
     document = printed(["report", "--storage", old_study, "-o", "out", "--json"], capsys)
-    assert document["format"] == "advisor.report/1"
+    assert document["format"] == "advisor.report/2"
     assert document["report"] == "out/report.md" and (workdir / "out" / "report.md").is_file()
     assert all((workdir / p).is_file() for p in document["plots"])
     assert document["counts"]["trials"] == 4 and document["metric"]["name"] == "accuracy"
