@@ -62,6 +62,8 @@ class TrialSettings:
 
     def __post_init__(self) -> None:
         self.part = OLDER_PARTS.get(self.part, self.part)
+        if self.part not in PARTS:
+            raise ValueError(f"TrialSettings.part is {self.part!r}, expected one of {', '.join(PARTS)}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
