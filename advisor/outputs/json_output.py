@@ -38,11 +38,6 @@ def json_document(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     return {FORMAT_KEY: format_tag(kind), **{k: v for k, v in body.items() if k != FORMAT_KEY}}
 
 
-def json_text(kind: str, body: dict[str, Any]) -> str:
-    """The tagged document as the CLI prints it (indented, one trailing newline)."""
-    return json.dumps(json_document(kind, body), indent=2) + "\n"
-
-
 def print_json(kind: str, body: dict[str, Any]) -> None:
     """Print the tagged document on stdout (which then holds nothing else)."""
     print(json.dumps(json_document(kind, body), indent=2), flush=True)
