@@ -172,14 +172,17 @@ def check_table(path: Path, table: dict[str, Any], root: argparse.ArgumentParser
     each command (shared keys first, then its own table's). Raises ConfigError listing
     every unknown key and every value of the wrong type."""
     commands = {name: _options(p) for name, p in subparsers(root).items()}
-    every = sorted({key for keys in commands.values() for key in keys})
+    # an option's older, deprecated name is still read, but neither listed nor suggested
+    shown = {name: [k for k, (action, _) in keys.items() if action.help != argparse.SUPPRESS]
+             for name, keys in commands.items()}
+    every = sorted({key for keys in shown.values() for key in keys})
     problems: list[str] = []
     settings: dict[str, dict[str, Setting]] = {name: {} for name in commands}
 
     def check(where: str, key: str, value: Any, names: Sequence[str]) -> None:
         having = [n for n in names if key in commands[n]]
         if not having:
-            known = sorted({k for n in names for k in commands[n]})
+            known = sorted({k for n in names for k in shown[n]})
             near = difflib.get_close_matches(key.replace("_", "-"), known, n=1)
             hint = f"did you mean {near[0]}?" if near else f"expected one of {', '.join(known)}"
             problems.append(f"{where} {key}: unknown key ({hint})")

@@ -129,6 +129,11 @@ def test_unknown_keys_and_wrong_types_are_listed_together(project, capsys):
                  "- [tool.advisor.commands.tuen]: unknown command (did you mean tune?)"]:
         assert line in err, err
     assert sorted(p.name for p in project.iterdir()) == ["pyproject.toml", "studies.db"]
+    listed = err.split("(keys are the long options of the advisor commands: ")[1]
+    assert "metric-seeds" in listed and "accuracy" not in listed  # older names still read, not offered
+    write(project, '[tool.advisor]\naccuracy-seedz = 2\n')
+    err = run(["studies"], capsys)[2]
+    assert "accuracy-seedz: unknown key" in err and "did you mean accuracy-seeds" not in err
 
 
 def test_a_key_of_another_command_in_a_commands_table_is_unknown(project, capsys):
