@@ -8,7 +8,7 @@ Public API::
     result = advisor.tune(make_model, make_datasets, trials=20)   # advisor tune, from Python
 
 Everything listed in ``__all__`` is public; the packages below are the engine's rooms
-(README: *Layout*). Every error a public function raises derives from ``AdvisorError``.
+(docs/layout.md). Every error a public function raises derives from ``AdvisorError``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The house in layers (README: *Layout*), kept by walking every module's imports with
+"""The house in layers (docs/layout.md, docs/architecture.md), kept by walking every module's imports with
 ``ast``: imports inside functions and under ``TYPE_CHECKING`` count too.
 
     core < machine, workload < techniques < trial < search, runner < study < outputs < api, tui < cli

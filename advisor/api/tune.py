@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +37,8 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,
          confirm: bool = True, confirm_top: int = DEFAULT_TOP, pairs: int = DEFAULT_MAX_PAIRS,
          confirm_target: float = DEFAULT_TARGET, metric_seeds: int = NOISE_SEEDS, train: str = "selective",
-         ignore_doctor: bool = False, progress: bool = True, **older: Any) -> TuneResult:
+         ignore_doctor: bool = False, log_to: str | Sequence[str] = (), progress: bool = True,
+         **older: Any) -> TuneResult:
     """Tune a model from Python; the keyword options are ``advisor tune``'s flags
     (``advisor.study.options.TuneOptions`` declares both; a test keeps them equal).
 
@@ -45,6 +47,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     module (a trial runs in a fresh process, which imports them); ``loss="output.loss"``
     for a model that returns its own loss; ``baseline`` is model.py's BASELINE. Or pass a
     model.py's path as ``model`` and nothing else of the contract.
+
+    ``log_to="mlflow"`` (or ``"mlflow,tensorboard"``, or a list) logs each trial to
+    experiment trackers as it is stored (``advisor.outputs.trackers``), in this process.
 
     The callables become a small model.py of import lines under ``workdir`` (named
     ``NAME-HASH.py``, NAME defaulting to the model function's name), which the study
@@ -60,7 +65,10 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     given.update(_older(older, given))
     import optuna
 
+    from advisor.core.events import chain
     from advisor.outputs.console import TuneOutput
+    from advisor.outputs.dashboard import DashboardNotes
+    from advisor.outputs.trackers import open_trackers
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
@@ -71,9 +79,18 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
         options = replace(options, study_name=f"{label}-{options.space_name}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     plan = plan_study(options)
+    trackers = open_trackers(plan, python=True)
     output = TuneOutput(quiet=not progress)
     output.planned(plan)
-    outcome = Tuner(plan, on_event=output.event).run()
+    notes = DashboardNotes(plan.storage_url, plan.study_name)  # optuna-dashboard's notes, when it is installed
+    trackers.notify = notes.notify = output.event
+    try:
+        outcome = Tuner(plan, on_event=chain(output.event, trackers.event, notes.event)).run()
+    except BaseException:
+        trackers.close(None)  # the trackers' study runs closed as failed
+        raise
+    trackers.close(outcome)
+    notes.close()
     if progress:
         output.finish(plan, outcome)
     return TuneResult.of(read_study(outcome.study), plan.storage_url, str(path), outcome.stop_reason)

@@ -45,6 +45,8 @@ def _add(parser: argparse.ArgumentParser, field: str, o: Option) -> None:
         named["action"] = argparse.BooleanOptionalAction if o.negatable else "store_true"
     else:
         named.update(type=_parsing(o.parse) if o.parse else None, choices=o.choices, metavar=o.metavar)
+        if o.repeat:
+            named["action"] = "append"
     where.add_argument(o.flag, default=default, **{k: v for k, v in named.items() if v is not None})
     for flag in o.aliases:  # deprecated: hidden, still read
         where.add_argument(flag, type=named.get("type"), default=None, help=argparse.SUPPRESS)
@@ -93,3 +95,10 @@ def environment() -> dict[str, tuple[str, ...]]:
     """The options whose default an environment variable replaces: argparse dest -> the
     variable and its older names (an older flag's dest too: the same option)."""
     return {dest: o.envs for o in options_of(TuneOptions).values() if o.env for dest in o.dests}
+
+
+def add_ray_address(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--ray-address`` of the commands besides ``advisor tune`` (whose flag is its option's),
+    falling back like it to $RAY_ADDRESS, as Ray's own tools do."""
+    parser.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS", "").strip() or None,
+                        help=f"{help} (default: $RAY_ADDRESS when set)")

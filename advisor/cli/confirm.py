@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from advisor.cli._common import add_storage_arguments
-from advisor.cli._options import add_confirm_arguments
+from advisor.cli._options import add_confirm_arguments, add_ray_address
 
 NAME = "confirm"
 HELP = "Confirm a stored study's front in pairs against the baseline (or add pairs to it)."
@@ -27,7 +27,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--model", help="the model.py the study ran (default: the path the study recorded); it must "
                                    "be the same file (its content hash is checked)")
     c.add_argument("--trial-timeout", type=float, default=600.0, help="limit for one run, seconds (default 600)")
-    c.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    add_ray_address(c, "join this Ray cluster instead of starting a local one")
     c.add_argument("--json", action="store_true", help="print the confirmations as JSON")
 
 
@@ -36,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from advisor.core.errors import StudyError
+    from advisor.core.events import chain
     from advisor.core.stored import read_study
     from advisor.outputs.console import TuneOutput, front_table
+    from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.json_output import print_json
     from advisor.study import storage as stores
     from advisor.study.confirm import ConfirmOptions, check_confirm_options, confirm_study
@@ -49,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
     url = stores.storage_url(args.storage)
     study = stores.load(stores.open_storage(url, must_exist=True), args.study, url)
     output = TuneOutput(json_mode=args.json)
+    notes = DashboardNotes(url, study.study_name)  # optuna-dashboard's notes, when it is installed
+    notes.notify = output.event
     confirmations = confirm_study(study, options, args.ray_address, args.trial_timeout, args.model,
-                                  on_event=output.event)
+                                  on_event=chain(output.event, notes.event))
+    notes.close()
     stored = read_study(study)
     if args.json:
         print_json("confirm", {"study": stored.name,

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from advisor.cli._options import add_ray_address
+
 NAME = "hardware"
 HELP = "Show what this machine can do, knob by knob, with the reason for each refusal."
 EPILOG = """examples:
@@ -16,7 +18,7 @@ EPILOG = """examples:
 
 def add_arguments(h: argparse.ArgumentParser) -> None:
     h.add_argument("--json", action="store_true")
-    h.add_argument("--ray-address", help="read the hardware on a node of this Ray cluster, and list its nodes")
+    add_ray_address(h, "read the hardware on a node of this Ray cluster, and list its nodes")
 
 
 def run(args: argparse.Namespace) -> int:

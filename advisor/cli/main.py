@@ -14,6 +14,7 @@ from types import ModuleType
 from advisor.cli import (
     completion,
     confirm,
+    dashboard,
     doctor,
     explore,
     export,
@@ -31,7 +32,7 @@ from advisor.core.version import VERSION
 
 COMMANDS: dict[str, ModuleType] = {
     m.NAME: m for m in (tune, confirm, hardware, doctor, spaces, export, explore, measure, report, studies, trials,
-                        init, completion)}
+                        dashboard, init, completion)}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import Any
 
+from advisor.cli._options import add_ray_address
 from advisor.core.errors import StudyError
 
 NAME = "measure"
@@ -36,7 +37,7 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("--no-metric", action="store_true", help="skip the full run that measures the metric")
     m.add_argument("--no-accuracy", action="store_true", help=argparse.SUPPRESS)  # --no-metric's older name
     m.add_argument("--trial-timeout", type=float, default=600.0, help="limit for one run, seconds (default 600)")
-    m.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    add_ray_address(m, "join this Ray cluster instead of starting a local one")
     m.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
 

@@ -12,6 +12,7 @@ from advisor.cli._common import load_tui
 from advisor.cli._options import add_option_arguments, tune_options
 
 if TYPE_CHECKING:
+    from advisor.core.events import Listener
     from advisor.outputs.console import TuneOutput
     from advisor.study.tuner import StudyOutcome, Tuner
 
@@ -27,7 +28,9 @@ examples:
   advisor tune examples/digits_inference.py --workload inference
   advisor tune model.py --storage postgresql://me@db/advisor --ray-address auto
   advisor tune model.py --max-metric-drop 0.005 --memory-cap 2GiB --json
-  advisor tune lm.py --max-metric-drop 2%                  # perplexity at most 2% worse than the baseline's"""
+  advisor tune lm.py --max-metric-drop 2%                  # perplexity at most 2% worse than the baseline's
+  advisor tune model.py --log-to mlflow,tensorboard        # each trial to MLflow and TensorBoard as it is stored
+  advisor tune model.py --log-to wandb:my-team/tuning      # a W&B project (WANDB_MODE=offline: sync it later)"""
 
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
@@ -41,7 +44,10 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import optuna
 
+    from advisor.core.events import chain
     from advisor.outputs.console import TuneOutput
+    from advisor.outputs.dashboard import DashboardNotes
+    from advisor.outputs.trackers import open_trackers
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
@@ -50,20 +56,32 @@ def run(args: argparse.Namespace) -> int:
     live = not (args.json or args.no_tui) and sys.stdin.isatty() and sys.stdout.isatty()
     output = TuneOutput(json_mode=args.json)
     plan = plan_study(options)
+    trackers = open_trackers(plan)  # --log-to: one that cannot log is refused here, before Ray starts
     output.planned(plan)
-    tuner = Tuner(plan, on_event=output.event)
-    outcome = _run_live(tuner, output) if live else tuner.run()
+    notes = DashboardNotes(plan.storage_url, plan.study_name)  # optuna-dashboard's notes, when it is installed
+    listener = chain(output.event, trackers.event, notes.event)  # in the study's thread, after the console
+    tuner = Tuner(plan, on_event=listener)
+    trackers.notify = notes.notify = lambda event: tuner.emit(event)  # their notes go where the study's events go
+    try:
+        outcome = _run_live(tuner, output, listener) if live else tuner.run()
+    except BaseException:
+        trackers.close(None)  # the trackers' study runs closed as failed
+        raise
+    output.quiet = False  # the explorer is closed: the last notes print
+    trackers.notify = notes.notify = output.event
+    trackers.close(outcome)
+    notes.close()  # every note, on the final front and picks
     return output.finish(plan, outcome)
 
 
-def _run_live(tuner: Tuner, output: TuneOutput) -> StudyOutcome:
+def _run_live(tuner: Tuner, output: TuneOutput, listener: Listener) -> StudyOutcome:
     """Run the study in a background thread with the explorer attached; when the user
     quits it early the study stops gracefully; the summary is printed afterwards."""
     from advisor.study.background import BackgroundTune
 
     tuner.start_executor()  # here, in the main thread: the explorer replaces stdio while it runs
     output.quiet = True
-    background = BackgroundTune(tuner, also=output.event)
+    background = BackgroundTune(tuner, also=listener)
     app = load_tui().make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
 
     def on_sigterm(signum: int, frame: Any) -> None:

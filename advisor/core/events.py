@@ -120,3 +120,14 @@ Listener = Callable[[Event], None]
 
 def ignore(event: Event) -> None:
     """The listener used when nobody listens."""
+
+
+def chain(*listeners: Listener) -> Listener:
+    """One listener that hands each event to ``listeners`` in turn (the console, then the
+    experiment trackers, ...)."""
+
+    def each(event: Event) -> None:
+        for listener in listeners:
+            listener(event)
+
+    return each

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.errors import ConfigError
+from advisor.core.errors import ConfigError, WorkloadError
 
 FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted", "node_lost",
                    "device_busy")
@@ -40,8 +40,12 @@ def check_workload_kind(kind: Any, where: str) -> str:
     return kind
 
 
-def default_train_samples(train_size: int) -> int:
-    """What each trial trains on when the user does not say: 5 epochs of the training set."""
+def default_train_samples(train_size: int | None) -> int:
+    """What each trial trains on when the user does not say: 5 epochs of the training set.
+    A training stream (``train_size`` None) has no epochs to count: the user must say."""
+    if train_size is None:
+        raise WorkloadError("the training set is a stream (no length to count 5 epochs of): say how many samples "
+                            "each trial trains on, with --train-samples N (advisor.tune(train_samples=N))")
     return EPOCHS_BY_DEFAULT * train_size
 
 

@@ -44,6 +44,11 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     return text
 
 
+def _train_size(facts: dict[str, Any]) -> str:
+    """The training set's size as the preflight found it; a stream has none."""
+    return "streaming" if facts.get("train_size") is None else str(facts["train_size"])
+
+
 def _energy(r: TrialResult) -> str:
     """', 12.3 mJ/sample' on a GPU whose energy counter was read; '' otherwise."""
     return f", {fmt_energy(r.energy_per_sample_j)}" if r.energy_per_sample_j is not None else ""
@@ -82,7 +87,7 @@ class TuneOutput:
         """The setup, before Ray starts."""
         f = plan.facts
         self.say(f"workload  {plan.workload.path}" + (
-            f"  ({f['parameters']:,} parameters; {f['train_size']} train / {f['val_size']} validation samples)"
+            f"  ({f['parameters']:,} parameters; {_train_size(f)} train / {f['val_size']} validation samples)"
             if "parameters" in f else "  (preflight skipped)"))
         for note in f.get("notes", []):
             self.say(f"          {note}")
@@ -220,8 +225,10 @@ class TuneOutput:
         again = "".join([f" --workload {o.workload}" if o.workload != "train" else "",
                          f" --space {o.space}" if o.space else "", f" --study {o.study_name}" if o.study_name else "",
                          storage_flag])
-        c.print(f"        advisor tune {o.workload_path}{again} --trials {o.trials + 20}   (resume: run 20 more)",
-                markup=False)
+        left = o.trials - tally["trials"]  # a study stopped short: resuming runs the rest
+        more = f"--trials {o.trials}   (resume: run the {left} left)" if left > 0 else \
+            f"--trials {o.trials + 20}   (resume: run 20 more)"
+        c.print(f"        advisor tune {o.workload_path}{again} {more}", markup=False)
 
 
 def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = DEFAULT_METRIC) -> str:

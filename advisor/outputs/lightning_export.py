@@ -81,6 +81,10 @@ def lightning_arguments(config: TrialConfig) -> dict[str, Any]:
                              "configure_model: for block in blocks: fully_shard(block, "
                              f"mesh=self.device_mesh['data_parallel']{extra})")
     ranks = config.data_ranks()
+    if ranks > 1:
+        notes.append(f"a training stream (an IterableDataset) is not split among ranks by Lightning: split it in the "
+                     f"dataset (rank r of {ranks} keeping items r, r+{ranks}, ... as the trials did), else every "
+                     "rank trains on the same items")
     per_device = config.batch_size // (config.grad_accumulation * ranks)
     loader = {"batch_size": per_device, "num_workers": config.num_workers, "pin_memory": config.pin_memory}
     if config.num_workers:

@@ -21,7 +21,6 @@ Run it:  {run}
 """
 
 import importlib.util
-import math
 import os
 import sys
 
@@ -30,7 +29,7 @@ import torch
 import advisor
 
 WORKLOAD = {workload!r}  # your model.py (the advisor contract)
-TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation
+TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation (counted in full batches)
 CONFIG = {config}
 
 
@@ -76,13 +75,24 @@ _TRAIN = '''\
     loss_fn = getattr(w, "loss", None) or torch.nn.functional.cross_entropy
     make_optimizer = getattr(w, "optimizer", None) or (lambda p: torch.optim.AdamW(p, lr=1e-3))
     optimizer = make_optimizer(prepared.module.parameters())
-    # full batches, as the trials trained; model.py's collate() where it has one
+    # full batches, as the trials trained; model.py's collate() where it has one. A training
+    # set that is a stream (an IterableDataset) keeps its own order, split among the ranks
     loader = prepared.loader(train_set, shuffle=True, drop_last=True, collate_fn=getattr(w, "collate", None))
-    for epoch in range(math.ceil(TRAIN_SAMPLES / len(train_set))):
+    steps, step, epoch = max(1, round(TRAIN_SAMPLES / CONFIG["batch_size"])), 0, 0
+    while step < steps:  # epoch after epoch (a stream is read again from its start) until TRAIN_SAMPLES
         if hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)  # a new shuffle per epoch under DDP / FSDP
+        if isinstance(loader.dataset, torch.utils.data.IterableDataset):
+            loader.dataset.set_epoch(epoch)  # a stream's own set_epoch, where it has one (Hugging Face datasets)
+        batches = 0
         for x, y in loader:
             prepared.train_step(x, y, loss_fn, optimizer)  # autocast, scaler, accumulation
+            step, batches = step + 1, batches + 1
+            if step == steps:
+                break
+        if not batches:
+            sys.exit(f"one pass over the training set gave no full batch of {loader.batch_size} samples")
+        epoch += 1
     prepared.finish()  # pruning made permanent, QAT converted to int8'''
 
 
@@ -166,4 +176,7 @@ def plain_pytorch(config: TrialConfig) -> str:
     lines.append(f"#\n# batch_size = {config.batch_size}\n#   loader = DataLoader(train_set, batch_size="
                  f"{config.batch_size // ranks}, shuffle=True)"
                  + (f"  # per rank: {config.batch_size} / {ranks} data-parallel ranks" if ranks > 1 else ""))
+    if ranks > 1:
+        lines.append(f"#   (a training stream, an IterableDataset, has no sampler: rank r keeps items r, r+{ranks}, "
+                     f"r+{2 * ranks}, ... of it, as advisor's loader does)")
     return "\n".join(lines) + "\n"

@@ -30,7 +30,7 @@ def join_cluster(address: str) -> None:
     try:
         ray.init(address=address, **RAY_INIT)
     except Exception as exc:
-        raise SchedulerError(f"cannot join the Ray cluster at {address!r}: {exc}") from None
+        raise SchedulerError(f"cannot join the Ray cluster at {address!r}{_from_env(address)}: {exc}") from None
 
 
 def cluster_hardware(address: str) -> Any:
@@ -88,5 +88,11 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as exc:
-        raise SchedulerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc} "
-                             "(is `ray start --head` running there?)") from None
+        raise SchedulerError(f"cannot reach the Ray cluster at {address!r}{_from_env(address)}: "
+                             f"{exc.strerror or exc} (is `ray start --head` running there?)") from None
+
+
+def _from_env(address: str) -> str:
+    """' (from $RAY_ADDRESS)' when that is where the address came from, as far as can be told."""
+    return " (from $RAY_ADDRESS; unset it for a local Ray)" if os.environ.get("RAY_ADDRESS", "").strip() == address \
+        else ""

@@ -12,6 +12,7 @@ A parallel trial with more ranks than a node has is placed on several
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -78,17 +79,32 @@ class RayExecutor:
         if self.address:
             join_cluster(self.address)
         elif not ray.is_initialized():
-            self._prepare_state_dir()
-            logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
-                _not_the_auth_notice)
-            # Ray makes its temp dir world-writable (0777); inside our 0700 directory
-            # nobody else can reach it.
-            ray.init(_temp_dir=str(self.state_dir / "ray"), **RAY_INIT)
-            self.started_here = True
+            self._start_local(ray)
         self.startup_s = time.perf_counter() - t
         self._plan_resources(ray.nodes())
         self.started = True
         return self
+
+    def _start_local(self, ray: Any) -> None:
+        """A Ray instance of our own on this machine: address "local", so that a RAY_ADDRESS
+        in the environment (which `advisor tune` reads as --ray-address) does not make
+        ray.init join, or wait minutes for, another cluster."""
+        where = f"its state in {self.state_dir} ($ADVISOR_RAY_DIR)"
+        try:
+            self._prepare_state_dir()
+        except OSError as exc:
+            raise SchedulerError(f"cannot start Ray on this machine: {where} cannot be made private to you "
+                                 f"({exc.strerror or exc}: {exc.filename or self.state_dir}); set ADVISOR_RAY_DIR "
+                                 "to a directory of yours") from None
+        logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_the_auth_notice)
+        try:  # Ray makes its temp dir world-writable (0777); inside our 0700 directory nobody else can reach it
+            ray.init(address="local", _temp_dir=str(self.state_dir / "ray"), **RAY_INIT)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # whatever it started before failing
+            raise SchedulerError(f"cannot start Ray on this machine ({where}): {type(exc).__name__}: "
+                                 f"{first_line(str(exc))} (README: Troubleshooting)") from None
+        self.started_here = True
 
     def _prepare_state_dir(self) -> None:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

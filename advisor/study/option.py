@@ -28,6 +28,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     negatable: bool = False  # a switch: --confirm / --no-confirm
+    repeat: bool = False  # the flag may be given several times (argparse's append); ``read`` joins the values
     env: str | None = None  # the command falls back to this variable when the flag is not given
     # the variable's text and name -> value (a StudyError naming the variable)
     env_read: Callable[[str, str], Any] | None = None

@@ -5,6 +5,7 @@ resumed study must match it. Problems name the option as the caller wrote it."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,9 @@ from advisor.search.samplers import check_sampler
 from advisor.study.option import Naming, build, naming, option
 
 TRAIN_MODES = ("selective", "all")  # --train: the configurations that could reach the front, or every one
+# --log-to: the experiment trackers a study logs its trials to (advisor.outputs.trackers), each
+# with the package it needs: an optional extra of the same name (pip install 'advisor[mlflow]')
+TRACKERS = {"mlflow": "mlflow", "tensorboard": "tensorboard", "wandb": "wandb"}
 STORAGE_HELP = "Optuna storage URL (default $ADVISOR_STORAGE or sqlite:///advisor.db)"
 
 
@@ -57,11 +61,48 @@ def _switch_env(text: str, variable: str) -> bool:
     return value in ("1", "yes", "true", "on")
 
 
+def _ray_address_env(text: str, variable: str) -> str | None:
+    return text.strip() or None  # RAY_ADDRESS="" : no cluster, a local Ray
+
+
 def _seeds_env(text: str, variable: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise StudyError(f"${variable} is {text!r}, expected a whole number (1: no estimate)") from None
+
+
+def _as_given(name: str, value: str) -> str:
+    """The option with a value, as the caller wrote it: "--log-to mlflow" or "log_to='mlflow'"."""
+    return f"{name}{value!r}" if name.endswith("=") else f"{name} {value}"
+
+
+def read_trackers(value: Any, name: str) -> tuple[str, ...]:
+    """--log-to as given (text such as "mlflow,wandb", the values of a repeated flag, or a
+    list): each tracker as NAME or NAME:WHERE (where it logs: a tracking URI, a directory, a
+    project), known and named once; a StudyError naming ``name`` otherwise."""
+    items = [value] if isinstance(value, str) else value if isinstance(value, (list, tuple)) else None
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise StudyError(f"{name}{'' if name.endswith('=') else ' '}{value!r}: expected tracker names "
+                         f"({', '.join(TRACKERS)}), comma-separated or a list")
+    found: dict[str, str] = {}
+    for entry in (part.strip() for item in items for part in item.split(",")):
+        tracker, colon, where = (s.strip() for s in entry.partition(":"))
+        if not entry:
+            continue
+        if tracker.lower() not in TRACKERS:
+            raise StudyError(f"{_as_given(name, entry)}: unknown tracker {tracker!r} (expected "
+                             f"{', '.join(TRACKERS)}, each optionally followed by :WHERE)")
+        if colon and not where:
+            raise StudyError(f"{_as_given(name, entry)}: nothing after ':' (give where it logs, or the name alone)")
+        if tracker.lower() in found:
+            raise StudyError(f"{_as_given(name, tracker.lower())} is given twice")
+        found[tracker.lower()] = f"{tracker.lower()}:{where}" if where else tracker.lower()
+    return tuple(found.values())
+
+
+def _trackers_env(text: str, variable: str) -> tuple[str, ...]:
+    return read_trackers(text, f"${variable}")
 
 
 @dataclass(frozen=True)
@@ -135,8 +176,10 @@ class TuneOptions:
         help="default: the baseline with one knob changed first (up to 8 trials), then TPE; "
              "or plain tpe, nsga2, random, gp (gp needs scipy: pip install 'advisor[gp]')")
     seed: int = option(0, flag="--seed", parse=int, help="seed of the sampler and of every trial (default 0)")
-    ray_address: str | None = option(None, flag="--ray-address",
-                                     help="join this Ray cluster instead of starting a local one")
+    ray_address: str | None = option(
+        None, flag="--ray-address", env="RAY_ADDRESS", env_read=_ray_address_env,
+        help="join this Ray cluster instead of starting a local one (default: $RAY_ADDRESS when set, "
+             "as Ray's own tools read it)")
     skip_preflight: bool = option(
         False, flag="--skip-preflight",
         help="do not build the model in the driver first (for models too large for it)")
@@ -172,6 +215,14 @@ class TuneOptions:
         False, flag="--ignore-doctor",
         help="keep the options that failed `advisor doctor` on this machine (by default they are "
              "dropped, each with the reason)")
+    log_to: tuple[str, ...] = option(  # experiment trackers: advisor.outputs.trackers
+        (), flag="--log-to", read=read_trackers, repeat=True, metavar="TRACKER[:WHERE]", env="ADVISOR_LOG_TO",
+        env_read=_trackers_env,
+        help="log each trial to an experiment tracker as it is stored (its knobs, figures, failure; the "
+             "confirmation and the front at the end): mlflow, tensorboard or wandb, several comma-separated or "
+             "repeated (default $ADVISOR_LOG_TO); WHERE: an MLflow tracking URI (default $MLFLOW_TRACKING_URI or "
+             "MLflow's own), a TensorBoard log directory (default ./runs), a W&B [ENTITY/]PROJECT (default "
+             "$WANDB_PROJECT or advisor). Each needs its package: pip install 'advisor[mlflow]' and so on")
 
     @classmethod
     def given(cls, workload_path: str, values: dict[str, Any], python: bool) -> TuneOptions:
@@ -233,6 +284,11 @@ class TuneOptions:
                              f"found {self.metric_seeds}")
         if self.train not in TRAIN_MODES:
             raise StudyError(f"{name('train')} must be one of {', '.join(TRAIN_MODES)}, found {self.train!r}")
+        for entry in read_trackers(self.log_to, name("log_to")):
+            tracker = entry.partition(":")[0]
+            if importlib.util.find_spec(TRACKERS[tracker]) is None:
+                raise StudyError(f"{_as_given(name('log_to'), tracker)} needs the {TRACKERS[tracker]} package: "
+                                 f"pip install 'advisor[{tracker}]'")
         if self.skip_preflight and self.train_samples is None and self.workload == "train":
             raise StudyError(f"{name('train_samples')} is required with {name('skip_preflight')} "
                              "(how many samples each trial trains on)")

@@ -31,6 +31,14 @@ class NumWorkers(Technique):
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [0, 1, 2, 4]
 
+    def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
+        if (value > 1 and facts.get("train_stream") and facts.get("stream_shards_workers") is False
+                and facts.get("workload", "train") == "train"):
+            return ("the training set is a stream that does not shard itself among DataLoader workers (it never "
+                    "reads torch.utils.data.get_worker_info()): each worker would read the whole stream to keep its "
+                    "own batches, no faster than 1 worker")
+        return None
+
     def apply(self, value: Any, prepared: Prepared) -> None:
         prepared.loader_options["num_workers"] = value
         prepared.loader_options["persistent_workers"] = value > 0

@@ -144,12 +144,24 @@ class Prepared:
         data-parallel ranks (``dp_world``) and ``per_rank``, each loads its shard
         (DistributedSampler) and its share of the global batch; ranks of one tensor-parallel
         group or pipeline load the same batches. ``collate_fn``: the DataLoader's (torch's
-        default collate if None)."""
+        default collate if None). A stream (an IterableDataset, ``advisor.workload.stream``)
+        keeps its own order (``shuffle`` does not apply), is split among the data-parallel
+        ranks item by item, and among DataLoader workers unless it shards itself."""
         import torch
         from torch.utils.data import DataLoader, DistributedSampler
 
+        from advisor.workload.stream import is_stream, shards_by_worker, stream_shard
+
         split_ranks = per_rank and self.dp_world > 1
         batch = self.config.batch_size // self.dp_world if split_ranks else self.config.batch_size
+        if is_stream(dataset):
+            workers = self.loader_options.get("num_workers", 0)
+            dataset = stream_shard(dataset, rank=self.dp_rank if split_ranks else 0,
+                                   world=self.dp_world if split_ranks else 1, batch=batch,
+                                   split_workers=workers > 1 and not shards_by_worker(dataset))
+            generator = torch.Generator().manual_seed(seed)  # the workers' seeds
+            return DataLoader(dataset, batch_size=batch, drop_last=drop_last, generator=generator,
+                              collate_fn=collate_fn, **self.loader_options)
         sampler = (DistributedSampler(dataset, num_replicas=self.dp_world, rank=self.dp_rank, shuffle=shuffle,
                                       seed=seed, drop_last=drop_last) if split_ranks else None)
         generator = torch.Generator().manual_seed(seed) if shuffle and sampler is None else None

@@ -214,7 +214,7 @@ def estimate_here(payload: TrialPayload, fake: bool = True, loaded: Loaded | Non
     run, world, ranks, how = _what_to_run(config)
     if not fake and world > 1:
         raise ValueError("real tensors are tracked in one process only: a configuration of one rank, or DDP's")
-    rows = min(config.batch_size // config.data_ranks(), len(train))
+    rows = max(1, config.batch_size // config.data_ranks())  # the rank's batch (a smaller training set: all of it)
     per_rank, by_kind = {}, {}
     for rank in ranks:
         found = _one_rank(payload, workload, train, run, rank, world, rows, fake)
@@ -260,6 +260,7 @@ def _one_rank(payload: TrialPayload, workload: Any, train: Any, config: TrialCon
     from advisor.techniques.prepare import apply
     from advisor.workload.contract import build_model
     from advisor.workload.splits import user_splits
+    from advisor.workload.stream import first_items
 
     saved = {k: os.environ.get(k) for k in _RANK_ENV}
     if world > 1:
@@ -269,7 +270,8 @@ def _one_rank(payload: TrialPayload, workload: Any, train: Any, config: TrialCon
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
         dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
     device = torch.device("cuda", 0) if payload.settings.device == "cuda" else torch.device("cpu")
-    x, y = (workload.collate or default_collate)([train[i] for i in range(rows)])
+    items = first_items(train, rows, f"{workload.where('datasets')}: the training stream")
+    x, y = (workload.collate or default_collate)(items)
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) if fake_tensors else contextlib.nullcontext() as mode:
             def fake(tree: Any) -> Any:

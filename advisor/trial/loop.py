@@ -30,6 +30,7 @@ from advisor.machine.timing import StepTimer
 from advisor.techniques.prepare import apply
 from advisor.trial.shared import (
     agree_more,
+    check_batch_fits,
     check_finite,
     cycle,
     evaluate,
@@ -146,8 +147,7 @@ def _training_part(prepared: Any, workload: Any, train: Any, val: Any, payload: 
 def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, timer: Any,
            phases: dict[str, float], memory_peak: Any) -> dict[str, Any]:
     bs = prepared.config.batch_size
-    if bs > len(train):
-        raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
+    check_batch_fits(bs, train)
     optimizer = workload.optimizer(prepared.module.parameters())
     batches = training_batches(prepared, workload, train, settings.seed)
 
@@ -204,8 +204,7 @@ def _probe(prepared: Any, workload: Any, train: Any, settings: Any, timer: Any,
     """Training steps until the timing settles (warm-up untimed), then stop: the speed and
     the steady-state peak memory of a full trial without its training budget or evaluation."""
     bs = prepared.config.batch_size
-    if bs > len(train):
-        raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
+    check_batch_fits(bs, train)
     optimizer = workload.optimizer(prepared.module.parameters())
     batches = training_batches(prepared, workload, train, settings.seed)
     t = t_warm = time.perf_counter()

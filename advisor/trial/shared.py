@@ -11,6 +11,7 @@ from typing import Any
 from advisor.machine.sentinel import read_sentinel
 from advisor.trial.errors import NonFiniteLoss
 from advisor.workload.contract import Workload, check_metric
+from advisor.workload.stream import first_items, is_stream, start_epoch
 
 _SENTINEL_ROUNDS = iter(range(1_000_000))
 
@@ -78,8 +79,8 @@ def model_hints(workload: Workload, model: Any, config: Any, train: Any) -> dict
                                    "runs its training_step, loss included")
         from torch.utils.data import default_collate
 
-        rows = min(config.batch_size, len(train))
-        hints["example_inputs"] = (workload.collate or default_collate)([train[i] for i in range(rows)])[0]
+        items = first_items(train, config.batch_size, f"{workload.where('datasets')}: the training stream")
+        hints["example_inputs"] = (workload.collate or default_collate)(items)[0]
     return hints
 
 
@@ -106,21 +107,48 @@ def model_facts(prepared: Any) -> dict[str, Any]:
     return facts | prepared.stats
 
 
+def check_batch_fits(batch: int, train: Any) -> None:
+    """A batch larger than a map-style training set cannot run (a stream's length shows
+    when a pass ends: ``cycle``)."""
+    from advisor.core.errors import UnsupportedError
+
+    if not is_stream(train) and batch > len(train):
+        raise UnsupportedError(f"batch size {batch} is larger than the training set ({len(train)} samples)")
+
+
 def training_batches(prepared: Any, workload: Workload, train: Any, seed: int) -> Any:
-    """The training batches, epoch after epoch (the workload told at each epoch's end)."""
+    """The training batches, epoch after epoch (the workload told at each epoch's end); a
+    stream is read again from its start at each epoch (``advisor.workload.stream``)."""
     loader = prepared.loader(train, shuffle=True, seed=seed, drop_last=True, collate_fn=workload.collate)
     return cycle(loader, workload.epoch_end)
 
 
 def cycle(loader: Any, epoch_end: Any = None) -> Any:
+    """The loader's batches, pass after pass; a pass that gives no batch at all is an
+    UnsupportedError (a stream shorter than one batch: it would be started again forever)."""
     epoch = 0
     while True:
-        if hasattr(loader.sampler, "set_epoch"):
-            loader.sampler.set_epoch(epoch)
-        yield from loader
+        start_epoch(loader, epoch)
+        batches = 0
+        for batch in loader:
+            batches += 1
+            yield batch
+        if not batches:
+            raise _no_batch(loader)
         if epoch_end is not None:  # when the next epoch's first batch is asked for
             epoch_end(epoch)
         epoch += 1
+
+
+def _no_batch(loader: Any) -> Exception:
+    from advisor.core.errors import UnsupportedError
+
+    data = loader.dataset
+    if hasattr(data, "describe"):  # a stream (advisor.workload.stream.StreamShard)
+        return UnsupportedError(f"batch size {loader.batch_size} per rank is larger than one pass of the training "
+                                f"stream ({data.describe()}): the pass ended before one full batch")
+    return UnsupportedError(f"a whole pass over the data ({len(data)} samples) gave no full batch of "
+                            f"{loader.batch_size} samples per rank")
 
 
 def check_finite(loss: Any, step: int) -> None:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from advisor.core.two_stage import Gate, curve_points
-from advisor.trial.shared import agree_more, evaluate, training_batches
+from advisor.trial.shared import agree_more, check_batch_fits, evaluate, training_batches
 
 
 def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
@@ -37,12 +37,10 @@ def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
 def training_run(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, gate_data: Any,
                  phases: dict[str, float]) -> dict[str, Any]:
     """Train the sample budget with a learning curve and the gate; evaluate."""
-    from advisor.core.errors import UnsupportedError
     from advisor.trial.errors import NonFiniteLoss
 
     bs = prepared.config.batch_size
-    if bs > len(train):
-        raise UnsupportedError(f"batch size {bs} is larger than the training set ({len(train)} samples)")
+    check_batch_fits(bs, train)
     gate = Gate.from_dict(gate_data)
     steps = max(1, round(settings.train_samples / bs))
     points = list(gate.points) if gate is not None else curve_points(settings.train_samples)

@@ -3,7 +3,7 @@
 The contract::
 
     def model() -> torch.nn.Module             # required
-    def datasets() -> tuple[Dataset, Dataset]  # required: (train, validation)
+    def datasets() -> tuple[Dataset, Dataset]  # required: (train, validation); train may be a stream
     def loss(output, target) -> Tensor         # optional; default cross entropy
     def metric(output, target) -> float        # optional; default top-1 accuracy
     def optimizer(parameters) -> Optimizer     # optional; default AdamW(lr=1e-3)
@@ -31,6 +31,7 @@ from typing import Any, Callable
 from advisor.core.errors import WorkloadError
 from advisor.core.metric import MetricSpec
 from advisor.workload.defaults import OUTPUT_LOSS, default_loss, default_metric, default_optimizer, output_loss
+from advisor.workload.stream import check_stream, first_items, is_stream
 from advisor.workload.user_code import import_limit, time_limit, user_code
 
 _REQUIRED = ("model", "datasets")
@@ -177,30 +178,55 @@ def build_model(workload: Workload) -> Any:
 
 
 def load_datasets(workload: Workload) -> tuple[Any, Any]:
-    """Call datasets() and check it returns two non-empty, indexable datasets."""
+    """Call datasets() and check it returns two non-empty datasets: a map-style validation
+    set, and a map-style training set or a stream (``advisor.workload.stream``)."""
     pair = call(workload, "datasets")
     where = workload.where("datasets")
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise WorkloadError(f"{where} must return (train, validation), found {_describe(pair)}")
     for role, data in zip(("train", "validation"), pair):
+        if is_stream(data):
+            _check_stream(workload, where, role, data)
+            continue
         if not hasattr(data, "__getitem__") or not hasattr(data, "__len__"):
             raise WorkloadError(
-                f"{where}: the {role} dataset must be a map-style Dataset (with __len__ and __getitem__), found {type(data).__name__}"
+                f"{where}: the {role} dataset must be a map-style Dataset (with __len__ and __getitem__)"
+                + (" or a stream (an IterableDataset)" if role == "train" else "") + f", found {type(data).__name__}"
             )
         if len(data) == 0:
             raise WorkloadError(f"{where}: the {role} dataset is empty")
         if workload.collate is None:  # else items are whatever the workload's collate takes
-            _check_items(where, role, data)
+            items = []
+            for index in range(min(2, len(data))):
+                with user_code(f"{where}: {role}[{index}]"):
+                    items.append(data[index])
+            _check_items(where, role, items, f"{role}[{{}}]")
     return pair[0], pair[1]
 
 
-def _check_items(where: str, role: str, data: Any) -> None:
+def _check_stream(workload: Workload, where: str, role: str, data: Any) -> None:
+    """A training stream: one that can be started again, whose first pass gives items."""
+    kind = type(data).__name__
+    if role == "validation":
+        raise WorkloadError(
+            f"{where}: the validation set must be map-style (with __len__ and __getitem__), found a stream ({kind}): "
+            "every evaluation reads all of it, the same items for every trial. A training set may be a stream; "
+            "keep the validation items instead (list(stream) is a map-style set of them)")
+    check_stream(data, where, "training")
+    items = first_items(data, 2, f"{where}: the training stream ({kind}), started with iter(),")
+    if not items:
+        raise WorkloadError(f"{where}: the training set is a stream ({kind}) that yielded nothing: its first pass "
+                            "(iter()) ended before one item; expected (input, target) items")
+    if workload.collate is None:
+        _check_items(where, role, items, "the training stream's item {}")
+
+
+def _check_items(where: str, role: str, items: list[Any], name: str) -> None:
     shapes = []
-    for index in range(min(2, len(data))):
-        with user_code(f"{where}: {role}[{index}]"):
-            item = data[index]
+    for index, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise WorkloadError(f"{where}: {role}[{index}] must be an (input, target) pair, found {_describe(item)}")
+            raise WorkloadError(f"{where}: {name.format(index)} must be an (input, target) pair, "
+                                f"found {_describe(item)}")
         shapes.append(_shape(item))
     if len(shapes) == 2 and shapes[0] != shapes[1]:
         raise WorkloadError(

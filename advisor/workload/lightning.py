@@ -4,7 +4,8 @@ A file given to ``advisor tune`` is a Lightning file when it defines no ``datase
 a ``LightningDataModule`` (a class defined in the file, or ``datamodule()`` returning one)
 and a ``LightningModule`` (a class defined in the file, or ``model()`` returning one);
 classes are built with no arguments. ``METRIC`` names the value ``validation_step`` logs
-that the study compares. This module turns such a file into the ``Workload`` the trial
+that the study compares; without it, the metric is read from what validation logs
+(``advisor.workload.lightning_metric``). This module turns such a file into the ``Workload`` the trial
 loop runs (advisor.workload.contract):
 
 - the data: ``prepare_data()``, ``setup("fit")``, then the datasets and collate function
@@ -25,6 +26,7 @@ from typing import Any
 
 from advisor.core.errors import WorkloadError
 from advisor.core.metric import MetricSpec
+from advisor.workload.lightning_metric import infer_metric
 from advisor.workload.lightning_run import LightningRun
 
 
@@ -76,20 +78,26 @@ def lightning_pieces(path: Any, module: ModuleType, baseline: dict[str, Any], pr
                             "validation_step logs the metric, configure_optimizers gives the optimizer): remove it")
     if hasattr(module, "LOSS"):
         problems.append("LOSS is not used in a Lightning file (training_step gives the loss): remove it")
-    described = getattr(module, "METRIC", None)
-    if not isinstance(described, dict) or not described.get("name"):
-        problems.append("a Lightning file names the value validation_step logs that the study compares, and which "
-                        "way is better: METRIC = {'name': 'val_acc', 'higher_is_better': True}")
+    module_bases, data_bases = lightning_bases()
+    described, inferred = getattr(module, "METRIC", None), None
+    if described is None and not problems:  # what validation_step logs, read from the file (lightning_metric)
+        classes = [v for v in vars(module).values()
+                   if isinstance(v, type) and issubclass(v, module_bases) and v not in module_bases]
+        inferred = infer_metric(module, classes, where)
+        described = inferred.described
+    elif not isinstance(described, dict) or not described.get("name"):
+        problems.append("METRIC names the value validation_step logs that the study compares, and which way is "
+                        "better: METRIC = {'name': 'val_acc', 'higher_is_better': True}")
     if problems:
         raise WorkloadError(f"{where}: " + "; ".join(problems))
     spec = MetricSpec.from_contract(described, True, where)
-    module_bases, data_bases = lightning_bases()
     make_module, module_name = _factory(module, "model", module_bases, "LightningModule", where)
     make_data, data_name = _factory(module, "datamodule", data_bases, "LightningDataModule", where)
     run = LightningRun(where, baseline, {"make_module": make_module, "module_name": module_name, "make_data": make_data,
                                          "data_name": data_name, "module_bases": module_bases,
                                          "data_bases": data_bases})
     run.metric_name = spec.name
+    run.metric_how = inferred.how if inferred is not None else ""
     return {"model": run.model, "datasets": run.datasets, "loss": run.loss, "metric": run.metric,
             "optimizer": run.optimizer, "baseline": baseline, "metric_spec": spec, "kind": "lightning",
             "names": run.names(), "collate": run.collate,

@@ -10,12 +10,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import WorkloadError
+from advisor.workload.stream import check_stream, first_items, is_stream
 from advisor.workload.user_code import user_code
 
 if TYPE_CHECKING:
     from advisor.workload.lightning_step import TrialTrainer
 
-# Hooks a LightningModule may override that advisor's loop does not call (README says so).
+# Hooks a LightningModule may override that advisor's loop does not call (docs/workloads.md says so).
 NOT_CALLED = ("optimizer_step", "optimizer_zero_grad", "on_before_backward", "on_after_backward",
               "on_before_optimizer_step", "on_train_batch_start", "on_train_batch_end", "on_train_start",
               "on_train_epoch_start", "configure_gradient_clipping", "backward", "configure_callbacks")
@@ -37,12 +38,13 @@ class LightningRun:
         self.lit: Any = None
         self.step: Any = None  # the LightningStep around it
         self.datamodule: Any = None
-        self.train_size = 0
+        self.train_size: int | None = 0  # None: the training data is a stream
         self.trainer: TrialTrainer | None = None
         self.schedulers: list[Any] = []
         self.steps_in_epoch = 0
         self.class_name = self.module_name.rstrip("()")
         self.metric_name = ""
+        self.metric_how = ""  # how the metric was inferred ("" when METRIC names it)
 
     def names(self) -> dict[str, str]:
         """What each contract role is in this file (for messages)."""
@@ -65,14 +67,14 @@ class LightningRun:
             dm.setup("fit")
         train, train_loader = self._dataset(dm, "train_dataloader")
         val, _ = self._dataset(dm, "val_dataloader")
-        self.datamodule, self.train_size = dm, len(train)
+        self.datamodule, self.train_size = dm, None if is_stream(train) else len(train)
         self._collate = _Collate(train_loader.collate_fn)
         if getattr(train_loader, "batch_size", None):
             self.baseline.setdefault("batch_size", train_loader.batch_size)
         return train, val
 
     def _dataset(self, dm: Any, method: str) -> tuple[Any, Any]:
-        from torch.utils.data import DataLoader, IterableDataset
+        from torch.utils.data import DataLoader
 
         where = f"{self.path}: {type(dm).__name__}.{method}()"
         with user_code(where):
@@ -81,7 +83,18 @@ class LightningRun:
             raise WorkloadError(f"{where} must return one DataLoader (advisor re-batches its dataset for each "
                                 f"configuration), found {type(loader).__name__}")
         data = loader.dataset
-        if isinstance(data, IterableDataset) or not hasattr(data, "__len__"):
+        if is_stream(data) and method == "train_dataloader":  # read as a stream (advisor.workload.stream)
+            check_stream(data, where, "training")
+            if not first_items(data, 1, f"{where}: its dataset, a stream started with iter(),"):
+                raise WorkloadError(f"{where}: its dataset is a stream ({type(data).__name__}) that yielded nothing: "
+                                    "its first pass (iter()) ended before one item")
+            return data, loader
+        if is_stream(data):
+            raise WorkloadError(f"{where}: its dataset must be map-style (with __len__ and __getitem__), found a "
+                                f"stream ({type(data).__name__}): every evaluation reads all of it, the same items "
+                                "for every trial. The training data may be a stream; keep the validation items "
+                                "instead (list(stream) is a map-style set of them)")
+        if not hasattr(data, "__len__") or not hasattr(data, "__getitem__"):
             raise WorkloadError(f"{where}: its dataset must be map-style (with __len__ and __getitem__) so that "
                                 f"trials can batch and shard it; found {type(data).__name__}")
         if len(data) == 0:
@@ -131,10 +144,13 @@ class LightningRun:
         base = next(b for b in self.module_bases if isinstance(lit, b))
         lines = [(f"Lightning: {type(lit).__name__} (training_step, validation_step logging "
                   f"{self.metric_name!r}, configure_optimizers) on {type(self.datamodule).__name__}'s dataloaders")]
+        if self.metric_how:
+            lines.append(f"Lightning: the file has no METRIC; the study's metric is {self.metric_name!r}: "
+                         f"{self.metric_how}")
         skipped = [h for h in NOT_CALLED if getattr(type(lit), h, None) is not getattr(base, h, None)]
         if skipped:
             lines.append(f"Lightning: {type(lit).__name__} overrides {', '.join(skipped)}, which advisor's trial loop "
-                         "does not call (README: Lightning files): trials measure the module without them")
+                         "does not call (docs/workloads.md: Lightning files): trials measure the module without them")
         return lines
 
     def start_trial(self, *, batch_size: int, accumulation: int, rank: int, world: int, precision: str,

@@ -150,13 +150,17 @@ class TrialTrainer:
                 "progress_bar_metrics", "num_training_batches", "optimizers", "lr_scheduler_configs",
                 "precision", "fast_dev_run")
 
-    def __init__(self, *, steps: int, train_size: int, batch_size: int, accumulation: int, rank: int, world: int,
+    def __init__(self, *, steps: int, train_size: int | None, batch_size: int, accumulation: int, rank: int, world: int,
                  precision: str, datamodule: Any) -> None:
         per_rank = max(1, batch_size // world)
         self.estimated_stepping_batches = steps  # optimizer steps of the study's training budget
         self.max_steps = steps
-        self.num_training_batches = max(1, train_size // world // per_rank) * accumulation
-        self.max_epochs = max(1, math.ceil(steps * batch_size / max(1, train_size)))
+        if train_size is None:  # a stream: as Lightning's own trainer has it, no length, max_steps decides
+            self.num_training_batches: float = math.inf
+            self.max_epochs = -1
+        else:
+            self.num_training_batches = max(1, train_size // world // per_rank) * accumulation
+            self.max_epochs = max(1, math.ceil(steps * batch_size / max(1, train_size)))
         self.current_epoch = 0
         self.global_step = 0
         self.accumulate_grad_batches = accumulation

@@ -17,6 +17,7 @@ from advisor.workload.contract import (
     load_datasets,
 )
 from advisor.workload.splits import split_facts, user_splits
+from advisor.workload.stream import count_up_to, first_items, is_stream, shards_by_worker
 from advisor.workload.structure import blocks, parametrized, prunable
 from advisor.workload.user_code import user_code
 
@@ -49,7 +50,8 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     splits = user_splits(workload, model)  # model.py's tp_plan() / pipeline_split(), checked
     facts = split_facts(workload, model, splits)
     train, val = load_datasets(workload)
-    _check_baseline_batch(workload, len(train))
+    stream = is_stream(train)
+    _check_baseline_batch(workload, train)
     inputs, target = _batch(workload, train, "training", default_collate)
     val_inputs, val_target = _batch(workload, val, "validation", default_collate)
     if workload.start_trial is not None:
@@ -75,8 +77,12 @@ def _preflight(workload: Workload) -> dict[str, Any]:
         check_metric(workload, call(workload, "metric", output, val_target) if workload.validate is None
                      else _validate(workload, model, val_inputs, val_target))
     return {
-        "train_size": len(train),
+        "train_size": None if stream else len(train),  # a stream has no size: it is read as far as trials need
         "val_size": len(val),
+        "train_stream": stream,
+        **({"stream_shards_workers": shards_by_worker(train, f"{workload.where('datasets')}: the training stream, "
+                                                             "started as DataLoader worker 0 of 2,")}
+           if stream else {}),
         "parameters": sum(p.numel() for p in model.parameters()),
         "has_conv2d": any(isinstance(m, torch.nn.Conv2d) for m in model.modules()),
         "has_batchnorm": any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()),
@@ -94,7 +100,7 @@ def _preflight(workload: Workload) -> dict[str, Any]:
 def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tuple[Any, Any]:
     """Two items of ``data`` as one (input, target) batch: model.py's collate() (its own
     errors in its own frames), else torch's default collate."""
-    items = [data[i] for i in range(min(2, len(data)))]
+    items = first_items(data, 2, f"{workload.where('datasets')}: the {role} stream, started with iter(),")
     if workload.collate is None:
         try:
             return default_collate(items)
@@ -108,12 +114,24 @@ def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tu
     return batch[0], batch[1]
 
 
-def _check_baseline_batch(workload: Workload, train_size: int) -> None:
-    """BASELINE's batch must fit in the training set: every trial starts from it."""
+def _check_baseline_batch(workload: Workload, train: Any) -> None:
+    """BASELINE's batch must fit in the training set (in one pass of a stream: the stream is
+    read that far): every trial starts from it."""
     batch = workload.baseline.get("batch_size")
-    if isinstance(batch, int) and not isinstance(batch, bool) and batch > train_size:
-        raise WorkloadError(f"{workload.path}: BASELINE batch_size {batch} is larger than the training set "
-                            f"({train_size} samples from datasets()); expected at most {train_size}")
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        return
+    if not is_stream(train):
+        if batch > len(train):
+            raise WorkloadError(f"{workload.path}: BASELINE batch_size {batch} is larger than the training set "
+                                f"({len(train)} samples from datasets()); expected at most {len(train)}")
+        return
+    where = workload.where("datasets")
+    found = count_up_to(train, batch, f"{where}: the training stream, read for BASELINE's batch of {batch},")
+    if found < batch:
+        source = workload.names.get("datasets", "datasets()")
+        raise WorkloadError(f"{workload.path}: BASELINE batch_size {batch} is larger than one pass of the training "
+                            f"stream ({type(train).__name__}, from {source}: it ended after {found} samples); "
+                            f"expected at most {found}")
 
 
 def _validate(workload: Workload, model: Any, inputs: Any, target: Any) -> Any:

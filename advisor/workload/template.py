@@ -23,6 +23,8 @@ def model() -> nn.Module:
 
 def datasets():
     """Return (train, validation): map-style datasets whose items are (input, target).
+    The training set may be a stream instead (an IterableDataset whose __iter__ starts it
+    again; trials then need --train-samples N).
 
     input may be a tensor (model(x)), a tuple (model(*x)) or a dict (model(**x)).
     Use data on disk or generated here: trials must not download anything.
@@ -133,7 +135,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-# Which value validation_step logs is the metric ("higher_is_better": False for a loss).
+# Which value validation_step logs is the metric ("higher_is_better": False for a loss). Optional:
+# without it, advisor reads it from what validation_step logs (here val_acc, the one score beside
+# the loss) and says so; it asks when that is ambiguous.
 METRIC = {"name": "val_acc", "higher_is_better": True, "fraction": True}
 
 

@@ -14,7 +14,7 @@ from advisor.core.units import parse_size
 from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 
-COMMANDS = ("tune", "hardware", "spaces", "export", "init", "tui", "report")
+COMMANDS = ("tune", "hardware", "spaces", "export", "init", "tui", "report", "dashboard")
 
 
 def run_py(code: str) -> str:

@@ -6,6 +6,9 @@ and why the study stopped)."""
 from __future__ import annotations
 
 from advisor.core.events import Note
+from advisor.core.stored import read_study
+from advisor.outputs.console import TuneOutput
+from advisor.outputs.summary import counts
 from advisor.study.options import TuneOptions
 from advisor.study.plan import plan_study
 from advisor.study.tuner import Tuner
@@ -13,16 +16,22 @@ from advisor.study.tuner import Tuner
 from conftest import EXAMPLES
 
 
-def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_session):
+def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_session, capsys):
     # the default space: no machine measures all of it within the budget, so the budget ends the search
     options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="default", trials=200, budget=25,
                           storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=256, metric_seeds=1,
                           confirm=False)
     notes: list[str] = []
-    outcome = Tuner(plan_study(options), on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None).run()
+    plan = plan_study(options)
+    outcome = Tuner(plan, on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None).run()
     assert any(n.startswith("about ") and "from here on this machine" in n for n in notes), notes
-    plan = [n for n in notes if n.startswith("--budget 25 s: the search runs ")]
-    assert len(plan) == 1 and "is kept for the undecided candidates' seeds and the confirmation" in plan[0]
+    said = [n for n in notes if n.startswith("--budget 25 s: the search runs ")]
+    assert len(said) == 1 and "is kept for the undecided candidates' seeds and the confirmation" in said[0]
     assert outcome.stop_reason in ("the search's share of the study's --budget was spent",
                                    "the study's --budget was spent")
     assert len(outcome.study.trials) < 200
+    # the summary's resume line runs the trials left, not 20 more than --trials
+    TuneOutput().finish(plan, outcome)
+    out = " ".join(capsys.readouterr().out.split())  # (the console wraps long lines)
+    left = 200 - counts(read_study(outcome.study))["trials"]
+    assert f"--trials 200 (resume: run the {left} left)" in out and left > 0

@@ -188,7 +188,15 @@ BAD = [
      "Data.train_dataloader(): its dataset is empty"),
     ("empty-val", dict(data=DATA.replace("TensorDataset(x[40:], y[40:])", "TensorDataset(x[:0], y[:0])")),
      "Data.val_dataloader(): its dataset is empty"),
-    ("no-metric", dict(extra=""), "a Lightning file names the value validation_step logs"),
+    ("no-metric-two-scores", dict(extra="", module=MODULE.replace('"val_loss"', '"val_f1"')),
+     "validation_step logs 'val_f1', 'val_acc': which is the study's metric is ambiguous; add METRIC"),
+    ("no-metric-direction-unknown", dict(extra="", module=MODULE.replace(
+        'self.log("val_loss", nn.functional.cross_entropy(self(x), y))', 'self.log("val_thing", 1.0)').replace(
+        '        self.log("val_acc", (self(x).argmax(-1) == y).float().mean())\n', "")),
+     "the metric is 'val_thing' (the one value validation_step logs), but its name does not say whether higher"),
+    ("no-metric-built-names", dict(extra="", module=MODULE.replace('self.log("val_loss", ', 'self.log(f"val_{0}", ')),
+     "validation_step logs 'val_acc' and names it builds at run time: which is the study's metric is ambiguous"),
+    ("metric-not-a-dict", dict(extra='\nMETRIC = "val_acc"\n'), "METRIC names the value validation_step logs"),
     ("metric-not-logged", dict(extra='\nMETRIC = {"name": "val_f1"}\n'),
      "validation_step did not log 'val_f1' (METRIC['name']); it logged: val_acc, val_loss"),
     ("two-optimizers", dict(module=MODULE.replace("return [self.opt], [", "return [self.opt, torch.optim.SGD("
@@ -205,7 +213,7 @@ BAD = [
                                              "return DataLoader(Stream(), batch_size=8)")
                            + "\nclass Stream(torch.utils.data.IterableDataset):\n    def __iter__(self):\n"
                              "        return iter([])\n"),
-     "its dataset must be map-style"),
+     "its dataset is a stream (Stream) that yielded nothing"),
     ("step-returns-none", dict(module=MODULE.replace("return nn.functional.cross_entropy(self(x), y)", "return None")),
      "training_step returned None"),
 ]
@@ -218,6 +226,35 @@ def test_bad_lightning_files_exit_2_naming_the_problem(tmp_path, workdir, capsys
     err = capsys.readouterr().err
     assert message in err, err
     assert not (workdir / "advisor.db").exists()  # nothing written
+
+
+CALLBACKS = """    def configure_callbacks(self):
+        return [L.pytorch.callbacks.ModelCheckpoint(monitor="val_loss", mode="min")]
+
+    def configure_optimizers(self):"""
+INFERRED = [
+    ("a-score-beside-a-loss", {}, ("val_acc", True, True), "the one score validation_step logs (besides 'val_loss')"),
+    ("one-loss", dict(module=MODULE.replace('        self.log("val_acc", (self(x).argmax(-1) == y).float().mean())\n',
+                                            "")),
+     ("val_loss", False, False), "the one value validation_step logs, lower is better"),
+    ("a-monitored-value", dict(module=MODULE.replace("    def configure_optimizers(self):", CALLBACKS)),
+     ("val_loss", False, False), "the value the file monitors (monitor='val_loss')"),
+    ("log-dict", dict(module=MODULE.replace('self.log("val_loss", nn.functional.cross_entropy(self(x), y))',
+                                            'self.log_dict({"val_perplexity": torch.tensor(2.0)})').replace(
+        '        self.log("val_acc", (self(x).argmax(-1) == y).float().mean())\n', "")),
+     ("val_perplexity", False, False), "the one value validation_step logs"),
+]
+
+
+@pytest.mark.parametrize("parts,expected,how", [i[1:] for i in INFERRED], ids=[i[0] for i in INFERRED])
+def test_without_metric_the_metric_is_read_from_what_validation_logs(tmp_path, parts, expected, how):
+    """No METRIC line: the logged value, its direction from its name or the monitor's mode,
+    said in the preflight's notes; the metric is then measured as with METRIC."""
+    workload = load_workload(lightning_file(tmp_path, extra="", **parts))
+    spec = workload.metric_spec
+    assert (spec.name, spec.higher_is_better, spec.fraction) == expected
+    notes = preflight(workload)["notes"]  # (it measures the metric on a validation batch)
+    assert any(f"the file has no METRIC; the study's metric is {expected[0]!r}: {how}" in n for n in notes), notes
 
 
 def test_a_base_class_and_its_subclass_are_one_module(tmp_path):

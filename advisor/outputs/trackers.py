@@ -1,0 +1,160 @@
+"""``--log-to``: the study's trials logged to experiment trackers (MLflow, TensorBoard,
+Weights & Biases), each through its own library, as the study stores them.
+
+``open_trackers(plan)`` opens the trackers the options name, before the study starts: a
+tracker that cannot be opened (its library broken, its store unreachable, W&B not logged
+in) is a StudyError (exit status 2), as bad input is. ``Trackers`` is then a listener of
+the study's events (``advisor.core.events``), called in the study's thread, the driver,
+never in a trial process: what it logs is built once (``advisor.outputs.tracker_logs``)
+and handed to each tracker (``tracker_mlflow``, ``tracker_tensorboard``,
+``tracker_wandb``), each with its own way of holding it:
+
+- the study starts (``Started``): the study's run, and one note saying where each logs;
+- a trial is stored (``Finished``): a run of its own (the baseline's figures also go to
+  the study's run);
+- a confirmation pair lands (``Paired``): the confirmed ratios and intervals so far;
+- ``close(outcome)`` after the study: the front and the counts, the study's run closed.
+
+Only the trials this run of the study stores are logged (a ``Finished`` event is emitted
+once, when a trial is stored): a resumed study does not log its earlier trials again, and
+MLflow and TensorBoard skip a trial they already hold. A tracker that fails (its server
+down, its disk full) never stops the study: it is dropped, with one note saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from advisor.core.errors import StudyError
+from advisor.core.events import Event, Finished, Listener, Note, Paired, Started, ignore
+from advisor.core.stored import read_study
+from advisor.core.units import first_line
+from advisor.outputs.tracker_logs import (
+    Confirmed,
+    EndLog,
+    StudyLog,
+    TrialLog,
+    baseline_metrics,
+    confirmed,
+    end_log,
+    study_log,
+    trial_log,
+)
+from advisor.study.option import naming
+from advisor.study.options import TuneOptions
+
+if TYPE_CHECKING:
+    from advisor.study.plan import StudyPlan
+    from advisor.study.tuner import StudyOutcome
+
+
+class Tracker(Protocol):
+    """One tracker, opened (its library imported, its store reached) for one study."""
+
+    name: str  # as --log-to names it
+    where: str  # where it logs, for the note: "MLflow experiment 'x' at sqlite:///mlflow.db"
+
+    def start(self, study: StudyLog) -> None: ...
+
+    def trial(self, trial: TrialLog) -> None: ...
+
+    def study(self, metrics: dict[str, float], tags: dict[str, str]) -> None: ...
+
+    def confirmed(self, c: Confirmed) -> None: ...
+
+    def finish(self, end: EndLog) -> None: ...
+
+
+def _open(name: str, where: str | None, study: str) -> Tracker:
+    if name == "mlflow":
+        from advisor.outputs.tracker_mlflow import MlflowTracker
+
+        return MlflowTracker(where, study)
+    if name == "tensorboard":
+        from advisor.outputs.tracker_tensorboard import TensorBoardTracker
+
+        return TensorBoardTracker(where, study)
+    from advisor.outputs.tracker_wandb import WandbTracker
+
+    return WandbTracker(where, study)
+
+
+def open_trackers(plan: StudyPlan, python: bool = False) -> Trackers:
+    """The trackers ``plan.options.log_to`` names, opened; a StudyError naming the option as
+    the caller wrote it (``--log-to`` or ``log_to=``) for one that cannot be."""
+    option = naming(TuneOptions, python)("log_to")
+    opened: list[Tracker] = []
+    for entry in plan.options.log_to:
+        name, _, where = entry.partition(":")
+        given = f"{option}{entry!r}" if python else f"{option} {entry}"
+        try:
+            opened.append(_open(name, where or None, plan.study_name))
+        except StudyError as exc:
+            raise StudyError(f"{given}: {exc}") from None
+        except Exception as exc:  # the library's own error: import, URI, store, credentials
+            raise StudyError(f"{given}: cannot log there ({type(exc).__name__}: {first_line(exc, 500)})") from None
+    return Trackers(plan, opened)
+
+
+class Trackers:
+    """The listener of the opened trackers (none: it does nothing). ``notify`` receives its
+    notes (where it logs, a tracker dropped); by default they are lost: set it to the
+    study's listener."""
+
+    def __init__(self, plan: StudyPlan, trackers: Sequence[Tracker] = ()) -> None:
+        self.plan = plan
+        self.metric = plan.workload.metric_spec
+        self.active: list[Tracker] = list(trackers)
+        self.notify: Listener = ignore
+        self.started = False
+        self.baseline_logged = False
+
+    def event(self, event: Event) -> None:
+        if not self.active:
+            return
+        if isinstance(event, Started) and not self.started:
+            self.started = True
+            log = study_log(self.plan)
+            self._each("starting the study's run", lambda t: t.start(log))
+            if self.active:
+                self.notify(Note("logging each trial as it is stored to " + "; ".join(t.where for t in self.active)))
+        elif not self.started:
+            return
+        elif isinstance(event, Finished):
+            trial = trial_log(event, self.plan.study_name, self.metric)
+            self._each(f"logging trial {event.number}", lambda t: t.trial(trial))
+            figures = event.record.figures
+            if event.record.baseline and figures is not None and not self.baseline_logged:
+                self.baseline_logged = True
+                metrics = baseline_metrics(figures, self.metric)
+                self._each("logging the baseline", lambda t: t.study(metrics, {}))
+        elif isinstance(event, Paired):
+            c = confirmed(event.confirmation)
+            self._each(f"logging trial {c.number}'s confirmation", lambda t: t.confirmed(c))
+
+    def close(self, outcome: StudyOutcome | None) -> None:
+        """The study is over (``outcome`` None: it raised): the front and the counts, the
+        study's run closed."""
+        if not self.started or not self.active:
+            self.active = []
+            return
+        status = "failed" if outcome is None else "interrupted" if outcome.interrupted else "finished"
+        end = EndLog(status, tags={"status": status})
+        if outcome is not None:
+            try:
+                end = end_log(read_study(outcome.study), status, outcome.stop_reason, self.baseline_logged)
+            except Exception as exc:  # the storage gone: the runs are still closed
+                self.notify(Note(f"--log-to: the front was not logged ({first_line(exc, 200)})"))
+        self._each("closing the study's run", lambda t: t.finish(end))
+        self.active = []
+
+    def _each(self, what: str, call: Callable[[Tracker], None]) -> None:
+        for tracker in list(self.active):
+            try:
+                call(tracker)
+            except Exception as exc:
+                self.active.remove(tracker)
+                self.notify(Note(f"--log-to {tracker.name}: {what} failed ({type(exc).__name__}: "
+                                 f"{first_line(exc, 300)}); nothing more is logged to {tracker.name}, the study "
+                                 "goes on"))

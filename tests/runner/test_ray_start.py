@@ -1,0 +1,65 @@
+"""Ray that cannot start, or an environment naming another cluster: a clear error with exit
+status 2 and nothing written, or a local Ray all the same. Each runs in a fresh process
+(this test session's own Ray is already up, and ``RayExecutor.start`` would reuse it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import shutil
+import sys
+import tempfile
+import textwrap
+
+from conftest import WORKLOADS
+
+VALID = str(WORKLOADS / "valid.py")
+
+
+def advisor(args: list[str], cwd, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | env
+    return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, env=environ, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_ray_state_dir_that_cannot_be_made_exits_2(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    run = advisor(["tune", VALID, "--trials", "1", "--no-tui"], tmp_path, ADVISOR_RAY_DIR=str(blocker))
+    assert run.returncode == 2, run.stderr
+    assert f"cannot start Ray on this machine: its state in {blocker} ($ADVISOR_RAY_DIR) cannot be made " \
+           "private to you" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "advisor.db").exists()
+
+
+def test_ray_address_in_the_environment_is_the_cluster_to_join(tmp_path):
+    """`advisor tune` reads $RAY_ADDRESS as --ray-address (as Ray's tools do): an unreachable
+    one is refused at once, naming the variable, instead of Ray retrying for minutes."""
+    for command in (["tune", VALID, "--trials", "1", "--no-tui"], ["hardware"]):
+        run = advisor(command, tmp_path, RAY_ADDRESS="127.0.0.1:1")
+        assert run.returncode == 2, (command, run.stderr)
+        assert "cannot reach the Ray cluster at '127.0.0.1:1' (from $RAY_ADDRESS; unset it for a local Ray)" \
+               in run.stderr
+    assert not (tmp_path / "advisor.db").exists()
+
+
+def test_a_local_ray_ignores_ray_address():
+    """The executor's own Ray (no address given: advisor.tune() without ray_address=) starts
+    locally even when $RAY_ADDRESS names another cluster, which ray.init alone would join."""
+    state = tempfile.mkdtemp(prefix="advr-")  # short: Ray's unix sockets live there
+    script = textwrap.dedent(f"""
+        import ray
+        from advisor.runner.ray_executor import RayExecutor
+        executor = RayExecutor("cpu", state_dir=__import__("pathlib").Path({state!r})).start()
+        print("GCS", ray.get_runtime_context().gcs_address, executor.started_here)
+        ray.shutdown()
+    """)
+    environ = os.environ | {"RAY_ADDRESS": "127.0.0.1:1"}
+    try:
+        run = subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    assert run.returncode == 0, run.stderr
+    line = next(x for x in run.stdout.splitlines() if x.startswith("GCS"))
+    assert line.endswith(" True") and "127.0.0.1:1 " not in line + " "
