@@ -56,7 +56,7 @@ def repeats(model: str, n: int, executor, settings) -> list[dict]:
     for i in range(n):
         r = run_one(executor, i, TrialPayload.of(workload, config, settings), timeout=600)
         assert r.ok, r.failure_message
-        out.append({"throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes, "accuracy": r.accuracy,
+        out.append({"throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes, "accuracy": r.score,
                     "rel_iqr": r.step_time_iqr_s / r.step_time_median_s})
         print(f"repeat {i + 1}: {r.throughput:,.0f} samples/s, {r.peak_memory_bytes / 2**20:.1f} MiB", flush=True)
     return out
@@ -73,7 +73,7 @@ def study(model: str, space: str, trials: int, storage: str, name: str, train_sa
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     plan = plan_study(TuneOptions(workload_path=model, space=space, trials=trials, seed=0, storage=storage,
                                   study_name=name, train_samples=train_samples, confirm=False,
-                                  accuracy_seeds=1))
+                                  metric_seeds=1))
     return read_study(Tuner(plan).run().study)
 
 

@@ -206,7 +206,7 @@ def run_study(trials: int, workdir: Path, model: str, seed: int = 0) -> tuple[di
 
     options = TuneOptions(workload_path=model, space=str(workdir / "space.yaml"), trials=trials, sampler="default",
                           seed=seed, storage=url, study_name=name, train_samples=doc["settings"]["train_samples"],
-                          confirm=False, max_accuracy_drop=0.01)
+                          confirm=False, max_metric_drop=0.01)
     executor = ReplayExecutor(grid, seed=seed)
     submit = executor.submit
 

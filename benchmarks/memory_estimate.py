@@ -53,7 +53,7 @@ from advisor.trial.process import mark_forked
 from advisor.workload.contract import load_workload
 mark_forked(True)  # the estimate runs in a fork of this process, as in a study
 path, knobs = sys.argv[1], json.loads(sys.argv[2])
-settings = TrialSettings(train_samples=1024, max_timing_s=1.0, stage="probe")
+settings = TrialSettings(train_samples=1024, max_timing_s=1.0, part="probe")
 payload = TrialPayload.of(load_workload(path), TrialConfig(**knobs), settings, estimate=True)
 r = run_trial(payload)
 tracked = None

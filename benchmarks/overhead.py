@@ -105,7 +105,7 @@ def main() -> int:
     wall0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="adv-over-") as tmp, instrumented():
         options = TuneOptions(workload_path=args.model, space=args.space, trials=args.trials,
-                              storage=f"sqlite:///{Path(tmp) / 'overhead.db'}", confirm=False, accuracy_seeds=1)
+                              storage=f"sqlite:///{Path(tmp) / 'overhead.db'}", confirm=False, metric_seeds=1)
         with timed("preflight"):
             plan = plan_study(options)
         tuner = Tuner(plan, on_event=on_event)

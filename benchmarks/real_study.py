@@ -1,14 +1,14 @@
 """Two-stage evaluation on a real study: does the new default find a configuration as fast
 as the previous default's best, on the same wall-time budget, sooner?
 
-Two real studies of examples/char_lm.py (a decoder-only character LM, whose accuracy run is
+Two real studies of examples/char_lm.py (a decoder-only character LM, whose training run is
 tens of times its probe) run at the same time, each with its own embedded Ray and SQLite
 and pinned to its own half of this machine's CPUs (one core each here), so whatever drift
 the machine has during the run it has for both (the interleaving). Unpinned, the two
 studies' trials oversubscribed the cores and a probe measured while the other study
 trained ran 5-10x slower than one measured while it did not: no comparison at all.
 
-A  the previous default, full trials: `advisor tune MODEL --accuracy all --trials 24`;
+A  the previous default, full trials: `advisor tune MODEL --train all --trials 24`;
 B  the new default, two-stage evaluation: `advisor tune MODEL --trials 24`, stopped (SIGINT,
    as a user's Ctrl-C) if it still runs when A's search ends: at most A's wall time.
 
@@ -91,7 +91,7 @@ def study_figures(url: str, name: str) -> dict[str, Any]:
         trials.append({"trial": r.number, "baseline": r.baseline, "config": r.description,
                        "at_s": r.finished_at - started,
                        "feasible": r.feasible, "ratio": vs.throughput_ratio, "confirmed": vs.confirmed,
-                       "interval": vs.throughput_interval, "accuracy": r.figures.accuracy})
+                       "interval": vs.throughput_interval, "accuracy": r.figures.score})
     best = pick(study, "fastest")
     vs = study.versus_baseline(best)
     states: dict[str, int] = {}
@@ -123,11 +123,11 @@ def main() -> int:
         cpus = dict(zip("ab", halves(), strict=True))
         urls = {k: f"sqlite:///{root / f'{k}.db'}" for k in "ab"}
         t0 = time.monotonic()
-        a = start(["tune", *common, "--accuracy", "all", "--trials", str(args.trials), "--storage", urls["a"],
+        a = start(["tune", *common, "--train", "all", "--trials", str(args.trials), "--storage", urls["a"],
                    "--study", "all"], root / "ray-a", root / "a.log", cpus["a"])
         b = start(["tune", *common, "--trials", str(args.trials), "--storage", urls["b"], "--study", "selective"],
                   root / "ray-b", root / "b.log", cpus["b"])
-        print(f"A (--accuracy all, {args.trials} trials) and B (selective) started", flush=True)
+        print(f"A (--train all, {args.trials} trials) and B (selective) started", flush=True)
         walls: dict[str, float] = {}
         while len(walls) < 2:  # each study's search wall time
             for key, proc in (("a", a), ("b", b)):

@@ -9,7 +9,7 @@ machine hits all cells alike. Failed runs are kept with their failure class.
 
 With ``--parts`` each cell is also measured as two-stage evaluation runs it, right after
 its full trial: the probe (``probes``: speed, memory, fingerprint, wall time) and the
-accuracy run (``accuracy_runs``: metric, learning curve, wall time), so that
+training run (``accuracy_runs``: metric, learning curve, wall time), so that
 benchmarks/replay.py can answer either kind of study and charge each part its own time.
 """
 
@@ -44,7 +44,7 @@ def main() -> int:
     ap.add_argument("--train-samples", type=int, help="default: 2 epochs of the training set")
     ap.add_argument("--max-timing-s", type=float, default=2.0, help="cap of each trial's extra timing phase")
     ap.add_argument("--limit", type=int, help="only the first N cells (a smoke run)")
-    ap.add_argument("--parts", action="store_true", help="also record each cell's probe and accuracy run")
+    ap.add_argument("--parts", action="store_true", help="also record each cell's probe and training run")
     ap.add_argument("-o", "--output", default=str(HERE / "data" / "grid_digits_cnn_cpu.json"))
     args = ap.parse_args()
 
@@ -67,7 +67,7 @@ def main() -> int:
                 cell["runs"].append({k: getattr(r, k) for k in (
                     "ok", "failure_class", "throughput", "peak_memory_bytes", "accuracy", "step_time_median_s",
                     "step_time_iqr_s", "compute_s")} | {"wall_s": time.perf_counter() - t0})
-                status = f"{r.throughput:,.0f}/s {r.accuracy:.4f}" if r.ok else f"FAILED {r.failure_class}"
+                status = f"{r.throughput:,.0f}/s {r.score:.4f}" if r.ok else f"FAILED {r.failure_class}"
                 if args.parts:
                     status += "  " + _parts(executor, workload, config, settings, cell, i)
                 print(f"[{rep + 1}/{args.repeats}] {i + 1:3d}/{len(cells)} {status}", flush=True)
@@ -84,21 +84,21 @@ def main() -> int:
 
 
 def _parts(executor, workload, config, settings, cell, i) -> str:
-    """The cell's probe and accuracy run, each in a fresh trial process, with their wall times."""
+    """The cell's probe and training run, each in a fresh trial process, with their wall times."""
     t0 = time.perf_counter()
-    p = run_one(executor, i, TrialPayload.of(workload, config, replace(settings, stage="probe",
+    p = run_one(executor, i, TrialPayload.of(workload, config, replace(settings, part="probe",
                                                                       max_timing_s=PROBE_TIMING_S)), timeout=600)
     cell["probes"].append({k: getattr(p, k) for k in ("ok", "failure_class", "throughput", "peak_memory_bytes",
                                                       "step_time_median_s", "step_time_iqr_s", "compute_s")}
                           | {"wall_s": time.perf_counter() - t0, "fingerprint": p.telemetry.get("fingerprint")})
     t0 = time.perf_counter()
-    a = run_one(executor, i, TrialPayload.of(workload, config, replace(settings, stage="accuracy")), timeout=600)
+    a = run_one(executor, i, TrialPayload.of(workload, config, replace(settings, part="training")), timeout=600)
     cell["accuracy_runs"].append({k: getattr(a, k) for k in ("ok", "failure_class", "accuracy", "train_samples",
                                                              "compute_s")}
                                  | {"wall_s": time.perf_counter() - t0, "curve": a.telemetry.get("curve"),
                                     "initial_loss": a.telemetry.get("initial_loss")})
     return (f"probe {p.throughput:,.0f}/s" if p.ok else f"probe FAILED {p.failure_class}") + (
-        f", accuracy {a.accuracy:.4f}" if a.ok else f", accuracy FAILED {a.failure_class}")
+        f", accuracy {a.score:.4f}" if a.ok else f", accuracy FAILED {a.failure_class}")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ Tuner:
 Each answer is one of the cell's recorded repeats, drawn with the seed; a configuration
 outside the grid is an error (the replayed space must be the recorded one). A grid
 recorded with ``--parts`` answers each part of two-stage evaluation from its own
-recording (a probe from ``probes``, an accuracy run from ``accuracy_runs``, applying the
+recording (a probe from ``probes``, a training run from ``accuracy_runs``, applying the
 payload's early-stop gate to the recorded learning curve), and a full trial from ``runs``.
 
 The executor keeps a clock: each answer advances it by the recorded wall time of what was
-asked (an accuracy run the gate stops, by the fraction it trained), one part at a time
+asked (a training run the gate stops, by the fraction it trained), one part at a time
 as the recordings were made. ``finished_at`` maps each trial number to the clock when its
 last part came back: a study's progress against the time it would have taken.
 """
@@ -37,7 +37,7 @@ class Grid:
 
     doc: dict[str, Any]
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    parts: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # key -> probe / accuracy runs
+    parts: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # key -> probe / training runs
 
     @classmethod
     def load(cls, path: str | Path) -> Grid:
@@ -47,7 +47,7 @@ class Grid:
             key = TrialConfig.from_dict(cell["config"]).key()
             grid.runs[key] = cell["runs"]
             if "probes" in cell:
-                grid.parts[key] = {"probe": cell["probes"], "accuracy": cell["accuracy_runs"]}
+                grid.parts[key] = {"probe": cell["probes"], "training": cell["accuracy_runs"]}
         return grid
 
     def median(self, key: str) -> tuple[float, float, float] | None:
@@ -84,16 +84,16 @@ class ReplayExecutor:
         if key not in self.grid.runs:
             raise KeyError(f"configuration not in the recorded grid: {payload.config.to_dict()}")
         self.calls += 1
-        stage = payload.settings.stage
+        part = payload.settings.part
         cell = self.grid.parts.get(key, {})
-        if stage in ("probe", "accuracy") and stage in cell:
-            result, wall = self._part(stage, self.rng.choice(cell[stage]), payload.gate)
+        if part in ("probe", "training") and part in cell:
+            result, wall = self._part(part, self.rng.choice(cell[part]), payload.gate)
         else:
             run = self.rng.choice(self.grid.runs[key])
             wall = run.get("wall_s", 0.0)
             if run["ok"]:
                 result = TrialResult(ok=True, throughput=run["throughput"], peak_memory_bytes=run["peak_memory_bytes"],
-                                     accuracy=run["accuracy"], step_time_median_s=run.get("step_time_median_s"),
+                                     score=run["accuracy"], step_time_median_s=run.get("step_time_median_s"),
                                      step_time_iqr_s=run.get("step_time_iqr_s"),
                                      phase_s={"train": run.get("compute_s", 0.0)})
             else:
@@ -104,19 +104,19 @@ class ReplayExecutor:
         return _Answer(number, result, time.monotonic())
 
     @staticmethod
-    def _part(stage: str, run: dict[str, Any], gate_data: Any) -> tuple[TrialResult, float]:
+    def _part(part: str, run: dict[str, Any], gate_data: Any) -> tuple[TrialResult, float]:
         from advisor.core.two_stage import Gate
 
         wall = run.get("wall_s", 0.0)
         if not run["ok"]:
             return TrialResult.failed(run["failure_class"], "replayed failure"), wall
-        if stage == "probe":
+        if part == "probe":
             return TrialResult(ok=True, throughput=run["throughput"], peak_memory_bytes=run["peak_memory_bytes"],
                                step_time_median_s=run.get("step_time_median_s"),
                                step_time_iqr_s=run.get("step_time_iqr_s"), phase_s={"timing": run.get("compute_s", 0.0)},
                                telemetry={"fingerprint": run.get("fingerprint")}), wall
         curve, gate = run.get("curve") or [], Gate.from_dict(gate_data)
-        stop, accuracy = None, run["accuracy"]
+        stop, score = None, run["accuracy"]
         behind_before = False
         for i, point in enumerate(curve if gate is not None else []):
             reason = gate.verdict(i, point["metric"], point["loss"], behind_before)
@@ -124,9 +124,9 @@ class ReplayExecutor:
             if reason:
                 fraction = point["samples"] / max(1, run.get("train_samples") or point["samples"])
                 stop = {"samples": point["samples"], "fraction": fraction, "reason": reason, "baseline_metric": None}
-                accuracy, wall = point["metric"], wall * fraction
+                score, wall = point["metric"], wall * fraction
                 break
-        return TrialResult(ok=True, accuracy=accuracy, train_samples=run.get("train_samples") or 0,
+        return TrialResult(ok=True, score=score, train_samples=run.get("train_samples") or 0,
                            phase_s={"train": run.get("compute_s", 0.0)},
                            telemetry={"curve": curve, "early_stop": stop,
                                       "initial_loss": run.get("initial_loss")}), wall

@@ -8,7 +8,7 @@ relative to the full grid's front.
 
 Method: objectives are each configuration's median over its recorded repeats
 (throughput up, peak memory down, accuracy up); feasible = accuracy at most
---max-accuracy-drop below the baseline cell's. Each objective is scaled to [0, 1] over
+--max-metric-drop below the baseline cell's. Each objective is scaled to [0, 1] over
 the grid's feasible cells, and hypervolume is taken against the reference point
 (1.1, 1.1, 1.1) in that loss space. The x-axis counts every proposal, duplicates and
 skipped ones included: they cost the user a turn of the loop too. For scale, the curve
@@ -97,9 +97,9 @@ def replay_study(strategy: str, seed: int, grid, grid_path: str, model: str, bud
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     settings = grid.doc["settings"]
     options = TuneOptions(workload_path=model, space=grid_path, trials=budget, sampler=strategy, seed=seed,
-                          storage=f"sqlite:///{workdir / f'{strategy}-{seed}.db'}", max_accuracy_drop=max_drop,
+                          storage=f"sqlite:///{workdir / f'{strategy}-{seed}.db'}", max_metric_drop=max_drop,
                           train_samples=settings["train_samples"], study_name=f"{strategy}-{seed}",
-                          confirm=False, accuracy_seeds=1)
+                          confirm=False, metric_seeds=1)
     study = Tuner(plan_study(options), executor=ReplayExecutor(grid, seed=seed)).run().study
     records = [read_trial(t) for t in sorted(study.trials, key=lambda t: t.number)]
     return [r.config.key() if r.state == "complete" and r.config else None for r in records]
@@ -116,7 +116,7 @@ def main() -> int:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=40, help="proposals per study")
-    ap.add_argument("--max-accuracy-drop", type=float, default=0.01)
+    ap.add_argument("--max-metric-drop", type=float, default=0.01)
     ap.add_argument("--tiny", action="store_true", help="default and random, 1 seed, 5 proposals")
     ap.add_argument("-o", "--output", default=str(HERE / "results" / "search_efficiency.json"))
     args = ap.parse_args()
@@ -126,13 +126,13 @@ def main() -> int:
     seeds, budget = (1, 5) if args.tiny else (args.seeds, args.budget)
     grid = Grid.load(args.grid)
     grid_path = str(HERE / "data" / Path(grid.doc["space"]).name)
-    scorer = Scorer(grid, args.max_accuracy_drop)
+    scorer = Scorer(grid, args.max_metric_drop)
     started = time.perf_counter()
     curves: dict[str, list[list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="adv-search-") as tmp:
         for strategy in strategies:
             for seed in range(seeds):
-                keys = replay_study(strategy, seed, grid, grid_path, args.model, budget, args.max_accuracy_drop,
+                keys = replay_study(strategy, seed, grid, grid_path, args.model, budget, args.max_metric_drop,
                                     Path(tmp))
                 curves.setdefault(strategy, []).append(scorer.curve(keys, budget))
                 print(f"{strategy:8s} seed {seed}: HV fraction {curves[strategy][-1][-1]:.3f} after {budget}",

@@ -155,7 +155,7 @@ def main() -> int:
                    "quiet and with a CPU-burning neighbour; the old sentinel rule on the same first runs beside it",
            "command": " ".join(["python", *sys.argv]), "model": args.model, "date": dt.date.today().isoformat(),
            "commit": commit(), "hardware": fingerprint(hw), "cpus": os.cpu_count(), "reruns_allowed": RERUNS,
-           "probe": {"max_timing_s": settings.max_timing_s, "stage": settings.stage},
+           "probe": {"max_timing_s": settings.max_timing_s, "part": settings.part},
            "sentinel_rerun_share_quiet": phases["quiet"]["rerun_share"],
            "wall_s": time.perf_counter() - started, "phases": phases}
     out = Path(args.output)

@@ -1,9 +1,9 @@
 """Two-stage evaluation against the previous default, on the clock: whole studies replayed
 on a grid recorded with ``--parts`` (benchmarks/record_grid.py: each cell's full trial,
-probe and accuracy run, each with its wall time), through the real Tuner, with the
+probe and training run, each with its wall time), through the real Tuner, with the
 default strategy in both modes:
 
-- ``selective`` (the default now): probe every configuration, accuracy runs only where
+- ``selective`` (the default now): probe every configuration, training runs only where
   they may change the front, the early-stop gate;
 - ``all`` (the previous default): one full trial per configuration.
 
@@ -61,9 +61,9 @@ def replay(mode: str, seed: int, grid, grid_path: str, model: str, budget: int, 
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     options = TuneOptions(workload_path=model, space=grid_path, trials=budget, sampler="default", seed=seed,
-                          storage=f"sqlite:///{workdir / f'{mode}-{seed}.db'}", max_accuracy_drop=max_drop,
+                          storage=f"sqlite:///{workdir / f'{mode}-{seed}.db'}", max_metric_drop=max_drop,
                           train_samples=grid.doc["settings"]["train_samples"], study_name=f"{mode}-{seed}",
-                          confirm=False, accuracy_seeds=3, accuracy=mode)
+                          confirm=False, metric_seeds=3, train=mode)
     executor = ReplayExecutor(grid, seed=seed)
     stored = read_study(Tuner(plan_study(options), executor=executor).run().study)
     events = [(executor.finished_at.get(r.number, executor.clock),
@@ -132,14 +132,14 @@ def main() -> int:
     ap.add_argument("--grids", default=",".join(GRIDS))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=80, help="trials per study")
-    ap.add_argument("--max-accuracy-drop", type=float, default=0.01)
+    ap.add_argument("--max-metric-drop", type=float, default=0.01)
     ap.add_argument("--tiny", action="store_true", help="one grid, 1 seed, 8 trials")
     ap.add_argument("-o", "--output", default=str(HERE / "results" / "two_stage.json"))
     args = ap.parse_args()
     names = ["digits_mlp"] if args.tiny else args.grids.split(",")
     seeds, budget = (1, 8) if args.tiny else (args.seeds, args.budget)
     started = time.perf_counter()
-    grids = {name: one_grid(name, seeds, budget, args.max_accuracy_drop) for name in names}
+    grids = {name: one_grid(name, seeds, budget, args.max_metric_drop) for name in names}
     ratios = [g["wall_ratio"] for g in grids.values() if g["wall_ratio"] is not None]
     doc = {"what": "time to 95% of the grid's hypervolume, selective (two-stage) vs all (full trials), replayed "
                    "on recorded per-part wall times; medians over seeds",

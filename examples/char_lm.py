@@ -4,7 +4,7 @@ which ships with every Python (no download). The metric is next-character accura
 
     advisor tune examples/char_lm.py
 
-One accuracy run (the default budget: 5 epochs of 4,096 windows of 64 characters) takes
+One training run (the default budget: 5 epochs of 4,096 windows of 64 characters) takes
 tens of seconds on a 2-core CPU; a probe about a second.
 """
 

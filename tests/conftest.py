@@ -38,7 +38,7 @@ def no_confirmation_by_default(monkeypatch):
     """`advisor tune` in tests skips paired confirmation and the seed replicas (each would
     add tens of seconds to every study); the tests of those turn them on explicitly."""
     monkeypatch.setenv("ADVISOR_CONFIRM", "0")
-    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "1")
+    monkeypatch.setenv("ADVISOR_METRIC_SEEDS", "1")
 
 
 @pytest.fixture(autouse=True)

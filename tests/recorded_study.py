@@ -14,8 +14,8 @@ import optuna
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import DIRECTIONS, OBJECTIVES, Limits
 from advisor.core.results import TrialResult
-from advisor.study.ledger import record_result
 from advisor.study import storage as st
+from advisor.study.ledger import record_result
 
 NAME = "digits_cnn-cpu"
 HARDWARE = {"cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2", "avx512_bf16", "avx512f"], "gpus": [],
@@ -70,7 +70,7 @@ def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 
             result = TrialResult.failed(a, b, phase_s={"build": 0.4})
         else:
             step = config.batch_size / a
-            result = TrialResult(ok=True, throughput=a, peak_memory_bytes=int(b * MiB), accuracy=c,
+            result = TrialResult(ok=True, throughput=a, peak_memory_bytes=int(b * MiB), score=c,
                                  step_time_median_s=step, step_time_iqr_s=step * 0.02, timed_steps=40,
                                  timing_converged=True, first_step_s=0.05, train_samples=7185, final_loss=0.12,
                                  phase_s={"build": 0.4, "train": 3.1, "evaluate": 0.2, "time": 1.5},
@@ -85,7 +85,7 @@ def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 
 def add_probed_trial(study: optuna.Study, reason: str = "dominated by trial 1 (3.41x its throughput, 0.83x its memory)"
                      ) -> optuna.trial.FrozenTrial:
     """A probed-only trial as two-stage evaluation stores one: PRUNED, with its probe's
-    figures and why no accuracy run was needed (3,000 samples/s, 120 MiB; made up, named as such)."""
+    figures and why no training run was needed (3,000 samples/s, 120 MiB; made up, named as such)."""
     trial = study.ask()
     config = TrialConfig(batch_size=16, threads=1)
     for key, value in {"config": config.to_dict(), "config_key": config.key(), "throughput": 3000.0,

@@ -94,22 +94,22 @@ def test_replay_answers_each_part_from_its_recording_on_a_clock():
     settings = TrialSettings(train_samples=1)
     executor = ReplayExecutor(grid, seed=0)
     [probe] = grid.parts[config.key()]["probe"]
-    [run] = grid.parts[config.key()]["accuracy"]
-    answer = executor.submit(3, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="probe")))
-    assert answer.result.throughput == probe["throughput"] and answer.result.accuracy is None
+    [run] = grid.parts[config.key()]["training"]
+    answer = executor.submit(3, TrialPayload("m.py", "", "0" * 64, config, replace(settings, part="probe")))
+    assert answer.result.throughput == probe["throughput"] and answer.result.score is None
     assert answer.result.telemetry["fingerprint"] == probe["fingerprint"]
     assert executor.clock == pytest.approx(probe["wall_s"]) and executor.finished_at[3] == executor.clock
-    answer = executor.submit(3, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="accuracy")))
-    assert answer.result.accuracy == run["accuracy"] and answer.result.throughput is None
+    answer = executor.submit(3, TrialPayload("m.py", "", "0" * 64, config, replace(settings, part="training")))
+    assert answer.result.score == run["accuracy"] and answer.result.throughput is None
     assert executor.clock == pytest.approx(probe["wall_s"] + run["wall_s"])
     first, second = run["curve"][:2]  # floors above the recorded curve stop it at the second point behind
     gate = Gate((first["samples"], second["samples"]), (first["metric"] + 0.5, second["metric"] + 0.5), None,
                 (first["metric"] + 0.6, second["metric"] + 0.6))
     before = executor.clock
-    answer = executor.submit(4, TrialPayload("m.py", "", "0" * 64, config, replace(settings, stage="accuracy"),
+    answer = executor.submit(4, TrialPayload("m.py", "", "0" * 64, config, replace(settings, part="training"),
                                              gate.to_dict()))
     stop = answer.result.telemetry["early_stop"]
-    assert stop["samples"] == second["samples"] and answer.result.accuracy == second["metric"]
+    assert stop["samples"] == second["samples"] and answer.result.score == second["metric"]
     assert executor.clock - before == pytest.approx(run["wall_s"] * stop["fraction"])
 
 

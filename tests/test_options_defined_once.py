@@ -131,19 +131,63 @@ def test_errors_name_the_option_as_the_caller_wrote_it():
 
 
 def test_the_command_line_and_python_read_values_the_same_way(monkeypatch):
-    for variable in ("ADVISOR_CONFIRM", "ADVISOR_ACCURACY_SEEDS"):  # conftest sets both
+    for variable in ("ADVISOR_CONFIRM", "ADVISOR_METRIC_SEEDS"):  # conftest sets both
         monkeypatch.delenv(variable, raising=False)
-    args = subparsers(parser())["tune"].parse_args(["m.py", "--max-accuracy-drop", "2%", "--memory-cap", "2GiB"])
+    args = subparsers(parser())["tune"].parse_args(["m.py", "--max-metric-drop", "2%", "--memory-cap", "2GiB"])
     from advisor.cli._options import tune_options
 
     from_cli = tune_options(args)
-    from_python = TuneOptions.given("m.py", {"max_accuracy_drop": "2%", "memory_cap": "2GiB"}, python=True)
-    assert from_cli == from_python == TuneOptions(workload_path="m.py", max_accuracy_drop=0.02,
+    from_python = TuneOptions.given("m.py", {"max_metric_drop": "2%", "memory_cap": "2GiB"}, python=True)
+    assert from_cli == from_python == TuneOptions(workload_path="m.py", max_metric_drop=0.02,
                                                   max_drop_relative=True, memory_cap=2 * 2**30)
     monkeypatch.setenv("ADVISOR_CONFIRM", "off")
-    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "1")
-    assert (tune_options(args).confirm, tune_options(args).accuracy_seeds) == (False, 1)  # the command only
-    assert (from_python.confirm, from_python.accuracy_seeds) == (True, 3)
-    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "many")
-    with pytest.raises(advisor.StudyError, match=r"\$ADVISOR_ACCURACY_SEEDS is 'many', expected a whole number"):
+    monkeypatch.setenv("ADVISOR_METRIC_SEEDS", "1")
+    assert (tune_options(args).confirm, tune_options(args).metric_seeds) == (False, 1)  # the command only
+    assert (from_python.confirm, from_python.metric_seeds) == (True, 3)
+    monkeypatch.setenv("ADVISOR_METRIC_SEEDS", "many")
+    with pytest.raises(advisor.StudyError, match=r"\$ADVISOR_METRIC_SEEDS is 'many', expected a whole number"):
         tune_options(args)
+    monkeypatch.delenv("ADVISOR_METRIC_SEEDS")
+    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "2")  # the variable's older name, still read
+    assert tune_options(args).metric_seeds == 2
+    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "few")
+    with pytest.raises(advisor.StudyError, match=r"\$ADVISOR_ACCURACY_SEEDS is 'few'"):
+        tune_options(args)
+
+
+def test_older_names_still_work_hidden_and_said_deprecated(monkeypatch, capsys):
+    """--max-accuracy-drop, --accuracy-seeds and --accuracy (advisor.tune()'s max_accuracy_drop=,
+    accuracy_seeds=, accuracy=) set the same options as their metric-named successors; --help
+    and the completion scripts show only the new names; using an old one says so."""
+    from advisor.api.tune import OLDER, _older
+    from advisor.cli._options import tune_options
+    from advisor.cli.completion import bash_script
+
+    monkeypatch.delenv("ADVISOR_METRIC_SEEDS", raising=False)
+    tune = subparsers(parser())["tune"]
+    old = tune_options(tune.parse_args(["m.py", "--max-accuracy-drop", "2%", "--accuracy-seeds", "5",
+                                        "--accuracy", "all"]))
+    new = tune_options(tune.parse_args(["m.py", "--max-metric-drop", "2%", "--metric-seeds", "5", "--train", "all"]))
+    assert old == new and (new.max_metric_drop, new.metric_seeds, new.train, new.two_stage) == (0.02, 5, "all", False)
+    err = capsys.readouterr().err
+    for older, newer in (("--max-accuracy-drop", "--max-metric-drop"), ("--accuracy-seeds", "--metric-seeds"),
+                         ("--accuracy", "--train")):
+        assert f"advisor: {older} is deprecated: it is {newer} now" in err
+    shown, script = tune.format_help(), bash_script(parser())
+    for older in ("--max-accuracy-drop", "--accuracy-seeds", "--accuracy "):
+        assert older not in shown and older not in script
+    assert "--train {selective,all}" in shown and "--metric-seeds" in shown and "--metric-seeds" in script
+    with pytest.raises(SystemExit):  # still exclusive with the new name
+        tune.parse_args(["m.py", "--train", "all", "--accuracy", "all"])
+    assert OLDER == {"max_accuracy_drop": "max_metric_drop", "accuracy_seeds": "metric_seeds", "accuracy": "train"}
+    given = {"max_metric_drop": 0.01, "metric_seeds": 3, "train": "selective"}  # advisor.tune()'s defaults
+    with pytest.warns(DeprecationWarning) as caught:
+        assert _older({"accuracy": "all", "accuracy_seeds": 1}, given) == {"train": "all", "metric_seeds": 1}
+    assert [str(w.message) for w in caught] == ["advisor.tune(accuracy=...) is deprecated: it is train= now",
+                                                "advisor.tune(accuracy_seeds=...) is deprecated: it is metric_seeds= now"]
+    with pytest.raises(TypeError, match="got accuracy= and train="):
+        _older({"accuracy": "all"}, given | {"train": "all"})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'acuracy'"):
+        _older({"acuracy": "all"}, given)
+    with pytest.warns(DeprecationWarning), pytest.raises(advisor.StudyError, match="^train= must be one of"):
+        advisor.tune("m.py", accuracy="some")  # the older keyword reaches the option, checked before anything runs

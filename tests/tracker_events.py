@@ -6,14 +6,14 @@ then the end."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import optuna
 
 from advisor.core.events import Event, Finished, Note, Paired, Started
 from advisor.core.pairs import Confirmation, Pair
-from advisor.core.results import TrialResult
-from advisor.core.stored import CONFIRMATION, read_study
+from advisor.core.stored import CONFIRMATION, read_study, stored_result
 from advisor.outputs.trackers import Trackers, open_trackers
 from advisor.study.options import TuneOptions
 from advisor.study.plan import StudyPlan, plan_study
@@ -42,8 +42,7 @@ def finished(study: optuna.Study) -> list[Finished]:
     stored = read_study(study)
     events = []
     for r in stored.records:
-        fields = {k: v for k, v in r.attrs.items() if k in TrialResult.__dataclass_fields__ and k != "ok"}
-        result = TrialResult(ok=r.state in ("complete", "probed"), **fields)
+        result = replace(stored_result(r.attrs), ok=r.state in ("complete", "probed"))
         versus = None if r.baseline else stored.versus_baseline(r)
         events.append(Finished(r.number, r.config, result, r.get("wall_s", 0.0), r, versus))  # type: ignore[arg-type]
     return events

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.objectives import Versus, pareto_front
 from advisor.core.stored import StoredStudy, TrialRecord, read_study
 from advisor.core.units import fmt_bytes, fmt_rate
@@ -19,10 +19,10 @@ VIEW_TITLES = {"front": "Pareto front (feasible)", "all": "all trials", "failed"
 AXES: dict[str, tuple[str, Any, bool]] = {
     "throughput": ("throughput (samples/s)", fmt_rate, True),
     "memory": ("peak memory (MiB)", fmt_bytes, False),
-    "accuracy": ("accuracy", lambda v: f"{v:.4f}", True),
+    "metric": ("metric", lambda v: f"{v:.4f}", True),  # labelled with the study's metric's name
     "step_time": ("step time (ms)", lambda v: f"{1000 * v:.1f} ms", False),
 }
-SORT_KEYS = ("trial", "throughput", "memory", "accuracy", "config")
+SORT_KEYS = ("trial", "throughput", "memory", "metric", "config")
 NO_BASELINE = Versus(None, None, None)
 
 
@@ -33,7 +33,7 @@ class TrialRow:
     record: TrialRecord
     versus: Versus = NO_BASELINE
     on_front: bool = False
-    metric: MetricSpec = ACCURACY  # the study's metric: its name, and how its scores read
+    metric: MetricSpec = DEFAULT_METRIC  # the study's metric: its name, and how its scores read
 
     @property
     def number(self) -> int:
@@ -76,8 +76,8 @@ class TrialRow:
         return probe[1] if probe else None
 
     @property
-    def accuracy(self) -> float | None:
-        return self.record.figures.accuracy if self.record.figures else None
+    def score(self) -> float | None:
+        return self.record.figures.score if self.record.figures else None
 
     @property
     def description(self) -> str:
@@ -98,29 +98,31 @@ class TrialRow:
     def value(self, axis: str) -> float | None:
         if axis == "memory":
             return self.memory / 2**20 if self.memory is not None else None
-        if axis == "accuracy":  # the metric as itself (the stored score is negated when lower is better)
-            return self.metric.shown(self.accuracy) if self.accuracy is not None else None
+        if axis == "metric":  # the metric as itself (the stored score is negated when lower is better)
+            return self.metric.shown(self.score) if self.score is not None else None
         return {"throughput": self.throughput, "step_time": self.step_time}.get(axis)
 
 
 @dataclass
 class Filters:
-    """User filters: the largest accuracy drop (points) and a memory cap (bytes)."""
+    """User filters: the largest drop of the metric (points of a fraction, else an amount
+    of it) and a memory cap (bytes)."""
 
     max_drop_pt: float | None = None
     memory_cap: float | None = None
 
     def keep(self, row: TrialRow) -> bool:
-        delta = row.versus.accuracy_delta
+        delta = row.versus.metric_delta
         scale = 100 if row.metric.fraction else 1  # points of a fraction; else the metric's own amount
         if self.max_drop_pt is not None and (delta is None or -scale * delta > self.max_drop_pt + 1e-9):
             return False
         return self.memory_cap is None or (row.memory is not None and row.memory <= self.memory_cap)
 
-    def describe(self) -> str:
+    def describe(self, metric: MetricSpec = DEFAULT_METRIC) -> str:
         parts = []
         if self.max_drop_pt is not None:
-            parts.append(f"accuracy drop <= {self.max_drop_pt:g} pt")
+            unit = " pt" if metric.fraction else (f" {metric.unit}" if metric.unit else "")
+            parts.append(f"{metric.name} drop <= {self.max_drop_pt:g}{unit}")
         if self.memory_cap is not None:
             parts.append(f"memory <= {fmt_bytes(self.memory_cap)}")
         return ", ".join(parts)
@@ -246,5 +248,5 @@ def _sort_key(row: TrialRow, key: str) -> Any:
         return row.description
     if key == "trial":
         return row.number
-    value = {"throughput": row.throughput, "memory": row.memory, "accuracy": row.accuracy}[key]
+    value = {"throughput": row.throughput, "memory": row.memory, "metric": row.score}[key]
     return -math.inf if value is None else value

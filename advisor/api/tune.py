@@ -6,6 +6,7 @@ does (rich renders it in a notebook too); the live explorer never opens. Returns
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,13 +15,15 @@ from typing import Any, Callable
 from advisor.api.callables import write_workload
 from advisor.api.result import TuneResult
 from advisor.core.errors import WorkloadError
-from advisor.core.noise import ACCURACY_SEEDS
+from advisor.core.noise import NOISE_SEEDS
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.stored import read_study
-from advisor.study.option import options_of
+from advisor.study.option import older_names, options_of
 from advisor.study.options import TuneOptions
 
 OPTIONS = {o.name: field for field, o in options_of(TuneOptions).items()}  # keyword -> TuneOptions field
+OLDER = older_names(TuneOptions)  # an older keyword (deprecated, still taken) -> TuneOptions field
+KEYWORD = {field: keyword for keyword, field in OPTIONS.items()}
 
 
 def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | None = None, *,
@@ -33,8 +36,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          max_metric_drop: float | str = 0.01, memory_cap: int | str | None = None, train_samples: int | None = None,
          sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,
          confirm: bool = True, confirm_top: int = DEFAULT_TOP, pairs: int = DEFAULT_MAX_PAIRS,
-         confirm_target: float = DEFAULT_TARGET, accuracy_seeds: int = ACCURACY_SEEDS, accuracy: str = "selective",
-         ignore_doctor: bool = False, log_to: str | Sequence[str] = (), progress: bool = True) -> TuneResult:
+         confirm_target: float = DEFAULT_TARGET, metric_seeds: int = NOISE_SEEDS, train: str = "selective",
+         ignore_doctor: bool = False, log_to: str | Sequence[str] = (), progress: bool = True,
+         **older: Any) -> TuneResult:
     """Tune a model from Python; the keyword options are ``advisor tune``'s flags
     (``advisor.study.options.TuneOptions`` declares both; a test keeps them equal).
 
@@ -51,10 +55,14 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     ``NAME-HASH.py``, NAME defaulting to the model function's name), which the study
     records as its workload; calling again with the same callables resumes the study.
 
+    The older keywords ``max_accuracy_drop``, ``accuracy_seeds`` and ``accuracy`` (now
+    ``max_metric_drop``, ``metric_seeds``, ``train``) still work, with a DeprecationWarning.
+
     Raises an AdvisorError subclass (the command's exit status 2 cases) for bad input,
     before anything runs.
     """
-    given = {key: value for key, value in locals().items() if key in OPTIONS}  # the options, as passed
+    given = {OPTIONS[key]: value for key, value in locals().items() if key in OPTIONS}  # the options, as passed
+    given.update(_older(older, given))
     import optuna
 
     from advisor.core.events import chain
@@ -64,7 +72,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
-    options = TuneOptions.given("", {OPTIONS[p]: v for p, v in given.items()}, python=True).check(python=True)
+    options = TuneOptions.given("", given, python=True).check(python=True)
     path, label = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))
     options = replace(options, workload_path=str(path))
     if study is None and label is not None:  # named after the model function, not the written file
@@ -86,6 +94,23 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     if progress:
         output.finish(plan, outcome)
     return TuneResult.of(read_study(outcome.study), plan.storage_url, str(path), outcome.stop_reason)
+
+
+def _older(older: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The options passed by an older keyword (keyed by field), each with a DeprecationWarning;
+    a TypeError for a keyword tune() never had, or for an older one passed with its new name."""
+    fields = {}
+    for keyword, value in older.items():
+        if keyword not in OLDER:
+            raise TypeError(f"tune() got an unexpected keyword argument {keyword!r}")
+        field = OLDER[keyword]
+        new = KEYWORD[field]
+        default = TuneOptions.__dataclass_fields__[field].default
+        if field in fields or given[field] != default:
+            raise TypeError(f"tune() got {keyword}= and {new}=: {keyword} is {new}'s older name; pass {new}= alone")
+        warnings.warn(f"advisor.tune({keyword}=...) is deprecated: it is {new}= now", DeprecationWarning, stacklevel=3)
+        fields[field] = value
+    return fields
 
 
 def _workload_path(model: Any, datasets: Any, loss: Any, metric: Any, optimizer: Any, baseline: Any,

@@ -1,13 +1,15 @@
 """A study's options on the command line, read from their one definition
 (``advisor.study.options.TuneOptions``): the flags ``advisor tune`` (and, for the
 confirmation options, ``advisor confirm``) adds, and the options built back from what
-was parsed, the environment filling in what the command line left out."""
+was parsed, the environment filling in what the command line left out. An option's older
+flags (``Option.aliases``) still work, hidden from ``--help``; using one says so on stderr."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -46,8 +48,8 @@ def _add(parser: argparse.ArgumentParser, field: str, o: Option) -> None:
         if o.repeat:
             named["action"] = "append"
     where.add_argument(o.flag, default=default, **{k: v for k, v in named.items() if v is not None})
-    for flag, help in o.aliases:
-        where.add_argument(flag, type=named.get("type"), default=None, help=help)
+    for flag in o.aliases:  # deprecated: hidden, still read
+        where.add_argument(flag, type=named.get("type"), default=None, help=argparse.SUPPRESS)
 
 
 def add_option_arguments(parser: argparse.ArgumentParser, fields: Iterable[str] | None = None) -> None:
@@ -65,13 +67,20 @@ def add_confirm_arguments(parser: argparse.ArgumentParser) -> None:
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
     """The options' values from the parsed command line (keyed by field): an older flag's
-    value when the newer one is not given, else the environment variable's; an option left
-    at None this way takes its default."""
+    value when the newer one is not given (said on stderr: it is deprecated), else the
+    environment variable's (or its older name's); an option left at None this way takes
+    its default."""
     values = {}
     for field, o in options_of(TuneOptions).items():
-        value = next((v for v in (getattr(args, dest) for dest in o.dests) if v is not None), None)
-        if value is None and o.env and o.env_read and os.environ.get(o.env) is not None:
-            value = o.env_read(os.environ[o.env])
+        value = getattr(args, o.name)
+        for flag, dest in zip(o.flags[1:], o.dests[1:]):
+            if value is None and getattr(args, dest) is not None:
+                value = getattr(args, dest)
+                print(f"advisor: {flag} is deprecated: it is {o.flag} now (the older name still works)",
+                      file=sys.stderr)
+        variable = next((v for v in o.envs if os.environ.get(v) is not None), None)
+        if value is None and variable is not None and o.env_read is not None:
+            value = o.env_read(os.environ[variable], variable)
         if value is not None or not (o.env or o.aliases):
             values[field] = value
     return values
@@ -82,9 +91,10 @@ def tune_options(args: argparse.Namespace) -> TuneOptions:
     return TuneOptions.given(args.model, given(args), python=False)
 
 
-def environment() -> dict[str, str]:
-    """The options whose default an environment variable replaces: argparse dest -> variable."""
-    return {o.name: o.env for o in options_of(TuneOptions).values() if o.env}
+def environment() -> dict[str, tuple[str, ...]]:
+    """The options whose default an environment variable replaces: argparse dest -> the
+    variable and its older names (an older flag's dest too: the same option)."""
+    return {dest: o.envs for o in options_of(TuneOptions).values() if o.env for dest in o.dests}
 
 
 def add_ray_address(parser: argparse.ArgumentParser, help: str) -> None:

@@ -1,6 +1,7 @@
 """``advisor completion bash|zsh|fish``: a shell completion script, generated from the
 argparse parser itself (its subcommands, their options, the choices an option or a
-positional takes), so it never falls behind the command line."""
+positional takes), so it never falls behind the command line. Options hidden from ``--help``
+(deprecated older names) are not offered."""
 
 from __future__ import annotations
 
@@ -89,13 +90,18 @@ def commands(parser: argparse.ArgumentParser) -> list[Command]:
     out = []
     for name, sub in subparsers(parser).items():
         out.append(Command(name, helps.get(name, ""),
-                           tuple(_option(a) for a in sub._actions if a.option_strings),
+                           tuple(_option(a) for a in sub._actions if a.option_strings and _shown(a)),
                            tuple(_option(a) for a in sub._actions if not a.option_strings)))
     return out
 
 
+def _shown(action: argparse.Action) -> bool:
+    """Listed by --help (an older, deprecated flag is not)."""
+    return action.help != argparse.SUPPRESS
+
+
 def _root_options(parser: argparse.ArgumentParser) -> list[Option]:
-    return [_option(a) for a in parser._actions if a.option_strings]
+    return [_option(a) for a in parser._actions if a.option_strings and _shown(a)]
 
 
 def bash_script(parser: argparse.ArgumentParser) -> str:

@@ -32,7 +32,7 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
     add_storage_arguments(e, "study name (needed when the storage holds several)")
     which = e.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="trial number")
-    which.add_argument("--pick", default=None, help="fastest, smallest, most-accurate or balanced (default)")
+    which.add_argument("--pick", default=None, help="fastest, smallest, best-metric or balanced (default)")
     e.add_argument("--format", default="yaml", choices=("yaml", "json", "python", "hf", "accelerate", "torchrun"),
                    help="yaml (default) or json: the config file advisor.load_config reads; python: a runnable "
                         "script that applies it with advisor.apply(), plus the plain-PyTorch equivalent; hf: "

@@ -5,6 +5,7 @@ the metric; printed beside the stored figures."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from advisor.cli._options import add_ray_address
@@ -33,7 +34,8 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("--repeats", type=int, default=None, help="the same as --pairs (its old name)")
     m.add_argument("--confirm-target", type=float, default=DEFAULT_TARGET,
                    help=f"stop once the 95%% interval is within this relative half-width (default {DEFAULT_TARGET})")
-    m.add_argument("--no-accuracy", action="store_true", help="skip the full run that measures the metric")
+    m.add_argument("--no-metric", action="store_true", help="skip the full run that measures the metric")
+    m.add_argument("--no-accuracy", action="store_true", help=argparse.SUPPRESS)  # --no-metric's older name
     m.add_argument("--trial-timeout", type=float, default=600.0, help="limit for one run, seconds (default 600)")
     add_ray_address(m, "join this Ray cluster instead of starting a local one")
     m.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -52,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     if args.pairs is not None and args.repeats is not None and args.pairs != args.repeats:
         raise StudyError(f"--pairs {args.pairs} and --repeats {args.repeats} disagree (--repeats is --pairs' old name)")
     pairs = args.pairs if args.pairs is not None else args.repeats if args.repeats is not None else DEFAULT_MAX_PAIRS
+    if args.no_accuracy:
+        print("advisor: --no-accuracy is deprecated: it is --no-metric now (the older name still works)",
+              file=sys.stderr)
     if args.trial_timeout <= 0:
         raise StudyError(f"--trial-timeout must be a positive number of seconds, found {args.trial_timeout}")
 
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"note      {event.text}", markup=False)
 
     result = remeasure(args.model, args.config, pairs, args.confirm_target, args.ray_address, args.trial_timeout,
-                       not args.no_accuracy, on_pair, on_event)
+                       not (args.no_metric or args.no_accuracy), on_pair, on_event)
     if result.full_run is not None:
         r = result.full_run
         console.print("full run  " + (describe_run(r, result.metric) if r.ok else f"FAILED [{r.failure_class}] {r.failure_message}"),

@@ -15,7 +15,7 @@ number, a number, true / false for a flag, a string, a list of strings for a rep
 option). A relative SQLite (or journal) path in ``storage`` is taken from the
 pyproject.toml's folder, so every folder of the project shares one study database; other
 values read as they would on the command line. Precedence: the command line, then the
-environment ($ADVISOR_STORAGE, $ADVISOR_CONFIRM, $ADVISOR_ACCURACY_SEEDS), then the
+environment ($ADVISOR_STORAGE, $ADVISOR_CONFIRM, $ADVISOR_METRIC_SEEDS), then the
 table, then the built-in default. An unknown key or a value of the wrong type is a
 ConfigError (exit status 2) naming the file, the key, what was expected and what was
 found; every problem is listed at once.
@@ -41,7 +41,7 @@ from advisor.core.errors import ConfigError
 
 # options whose built-in default an environment variable replaces: the variable wins over the table
 # (--storage is every storage command's; the study options declare their own in TuneOptions)
-ENVIRONMENT = {"storage": "ADVISOR_STORAGE", **environment()}
+ENVIRONMENT = {"storage": ("ADVISOR_STORAGE",), **environment()}
 COMMANDS_KEY = "commands"  # [tool.advisor.commands.NAME]: one command's own defaults
 _TABLE = re.compile(r"^\s*\[\s*tool\s*\.\s*advisor\s*[\].]", re.MULTILINE)
 
@@ -172,14 +172,17 @@ def check_table(path: Path, table: dict[str, Any], root: argparse.ArgumentParser
     each command (shared keys first, then its own table's). Raises ConfigError listing
     every unknown key and every value of the wrong type."""
     commands = {name: _options(p) for name, p in subparsers(root).items()}
-    every = sorted({key for keys in commands.values() for key in keys})
+    # an option's older, deprecated name is still read, but neither listed nor suggested
+    shown = {name: [k for k, (action, _) in keys.items() if action.help != argparse.SUPPRESS]
+             for name, keys in commands.items()}
+    every = sorted({key for keys in shown.values() for key in keys})
     problems: list[str] = []
     settings: dict[str, dict[str, Setting]] = {name: {} for name in commands}
 
     def check(where: str, key: str, value: Any, names: Sequence[str]) -> None:
         having = [n for n in names if key in commands[n]]
         if not having:
-            known = sorted({k for n in names for k in commands[n]})
+            known = sorted({k for n in names for k in shown[n]})
             near = difflib.get_close_matches(key.replace("_", "-"), known, n=1)
             hint = f"did you mean {near[0]}?" if near else f"expected one of {', '.join(known)}"
             problems.append(f"{where} {key}: unknown key ({hint})")
@@ -263,7 +266,7 @@ def apply_project_defaults(root: argparse.ArgumentParser, args: argparse.Namespa
         dest = s.action.dest
         if dest in given or exclusive.get(dest, set()) & given:
             continue  # the command line wins (over an alias of the same option too)
-        if os.environ.get(ENVIRONMENT.get(dest, "")):
+        if any(os.environ.get(variable) for variable in ENVIRONMENT.get(dest, ())):
             continue  # so does the environment
         setattr(args, dest, s.value)
         applied.append(s)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from advisor.study.tuner import StudyOutcome, Tuner
 
 NAME = "tune"
-HELP = "Search for the configurations that make model.py fastest, smallest and accurate."
+HELP = "Search for the configurations that make model.py fastest and smallest while its metric holds."
 EPILOG = """In an interactive terminal the live explorer shows the trials as they finish (q stops the
 study gracefully); --no-tui, --json or a pipe give plain output.
 

@@ -64,7 +64,7 @@ class Finished:
 @dataclass(frozen=True)
 class Probed:
     """Two-stage evaluation: a configuration's probe (speed and memory) is in; whether it
-    needs an accuracy run is decided later (a ``Finished`` follows either way)."""
+    needs a training run is decided later (a ``Finished`` follows either way)."""
 
     number: int
     config: TrialConfig

@@ -6,9 +6,10 @@ and a ``metric()`` of the user's own is called "metric", higher is better, shown
 number it is.
 
 Internally the study keeps one orientation: the figure it stores and compares (the third
-objective, "accuracy" in the code for history's sake) is the **score**, the metric itself
-when higher is better and its negative when lower is: every rule (feasibility, dominance,
-the Pareto front, the accuracy gate, the picks) reads "higher is better". ``score()``
+objective, ``score`` in the code; stored under the key "accuracy", its name before issue 28)
+is the **score**, the metric itself when higher is better and its negative when lower is:
+every rule (feasibility, dominance, the Pareto front, the metric gate, the picks) reads
+"higher is better". ``score()``
 turns a measured metric into it (in the trial, once); everything shown to a user goes
 back through ``shown()``, ``value_text()`` and ``delta_text()``.
 """
@@ -112,7 +113,7 @@ class MetricSpec:
         return "Δ acc" if self.name == "accuracy" else f"Δ {self.name}"
 
 
-ACCURACY = MetricSpec()  # the default metric: top-1 accuracy, a fraction, higher is better
+DEFAULT_METRIC = MetricSpec()  # the default metric: top-1 accuracy, a fraction, higher is better
 
 
 def parse_drop(text: str) -> tuple[float, bool]:

@@ -14,7 +14,7 @@ runs (``advisor.study.pairing``).
 of the baseline nearest in time (trial 0 and its re-measurements), never to one probe:
 with readings 1.0, 0.73, 1.0 the reference stays 1.0 (``recent_reference``).
 
-**The metric's noise (seed to seed).** The baseline is trained with ``ACCURACY_SEEDS``
+**The metric's noise (seed to seed).** The baseline is trained with ``NOISE_SEEDS``
 seeds; ``epsilon`` = 2 x their standard deviation. A difference in the metric within
 epsilon is "within noise": the front does not let it decide dominance, and displays say so.
 """
@@ -32,7 +32,7 @@ DISTURBED_AT = 1.3  # a sentinel reading 30% off the study's median: a disturbed
 WINDOW = 15  # the median is over the last WINDOW readings (a lasting change moves it)
 MIN_READINGS = 3  # no verdict before the study has this many readings
 RECENT = 3  # the baseline's reference is the median of its RECENT measurements nearest in time
-ACCURACY_SEEDS = 3  # the baseline trained with this many seeds (the first is trial 0)
+NOISE_SEEDS = 3  # the baseline trained with this many seeds (the first is trial 0)
 EPSILON_SDS = 2.0  # epsilon = EPSILON_SDS x the seed-to-seed standard deviation
 
 
@@ -101,7 +101,7 @@ def recent_reference(measurements: list[tuple[float, float]], when: float | None
 
 
 @dataclass(frozen=True)
-class AccuracyNoise:
+class MetricNoise:
     """The baseline's metric over several seeds, and the epsilon drawn from it."""
 
     seeds: list[int]
@@ -119,7 +119,7 @@ class AccuracyNoise:
         return {"seeds": self.seeds, "values": self.values, "sd": self.sd, "epsilon": self.epsilon}
 
     @classmethod
-    def from_dict(cls, data: Any) -> AccuracyNoise | None:
+    def from_dict(cls, data: Any) -> MetricNoise | None:
         """The stored estimate; None when absent or unreadable."""
         try:
             return cls([int(s) for s in data["seeds"]], [float(v) for v in data["values"]])

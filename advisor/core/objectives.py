@@ -3,8 +3,8 @@ the constraints that make a trial feasible, ratios to the baseline, dominance, t
 front and the hypervolume that scores a set of trials.
 
 Objectives: throughput (samples/s, maximise), peak memory (bytes, minimise), the user's
-metric ("accuracy", maximise). Constraints: the metric may drop at most
-``max_accuracy_drop`` below the baseline's; peak memory stays under ``memory_cap`` when
+metric (its score, maximise: ``advisor.core.metric``). Constraints: the metric may drop at
+most ``max_metric_drop`` below the baseline's; peak memory stays under ``memory_cap`` when
 one is given. Optuna stores a constraint as a number that is <= 0 when satisfied.
 """
 
@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from advisor.core.feasibility import Verdict
-from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import within_noise
 
-OBJECTIVES = ("throughput", "peak_memory_bytes", "accuracy")
+OBJECTIVES = ("throughput", "peak_memory_bytes", "score")
 DIRECTIONS = ("maximize", "minimize", "maximize")
 METRIC = 2  # the index of the user's metric
+METRIC_DROP = "accuracy_drop"  # the metric's constraint, as stored (its key from before issue 28)
 T = TypeVar("T")
 
 
@@ -30,33 +31,33 @@ class Figures(NamedTuple):
 
     throughput: float
     peak_memory_bytes: float
-    accuracy: float
+    score: float  # the metric's score (advisor.core.metric: higher is better)
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What makes a trial feasible: a metric at most ``max_accuracy_drop`` worse than the
+    """What makes a trial feasible: a metric at most ``max_metric_drop`` worse than the
     baseline's (a fraction of the baseline's magnitude when ``relative``: "1%"), and
     (optionally) a peak memory under ``memory_cap`` bytes. Metrics are scores here
     (``advisor.core.metric``: higher is better)."""
 
-    max_accuracy_drop: float = 0.01
+    max_metric_drop: float = 0.01
     memory_cap: float | None = None
     relative: bool = False
 
-    def allowed(self, baseline_accuracy: float) -> float:
+    def allowed(self, reference: float) -> float:
         """The largest drop of the score below the baseline's that stays feasible."""
-        return self.max_accuracy_drop * abs(baseline_accuracy) if self.relative else self.max_accuracy_drop
+        return self.max_metric_drop * abs(reference) if self.relative else self.max_metric_drop
 
-    def constraints(self, figures: Figures, baseline_accuracy: float) -> dict[str, float]:
+    def constraints(self, figures: Figures, reference: float) -> dict[str, float]:
         """Each constraint as Optuna stores it: <= 0 when satisfied."""
-        out = {"accuracy_drop": (baseline_accuracy - figures.accuracy) - self.allowed(baseline_accuracy)}
+        out = {METRIC_DROP: (reference - figures.score) - self.allowed(reference)}
         if self.memory_cap is not None:
             out["memory_cap"] = figures.peak_memory_bytes - self.memory_cap
         return out
 
-    def feasible(self, figures: Figures, baseline_accuracy: float) -> bool:
-        return satisfied(self.constraints(figures, baseline_accuracy))
+    def feasible(self, figures: Figures, reference: float) -> bool:
+        return satisfied(self.constraints(figures, reference))
 
 
 def satisfied(constraints: dict[str, float]) -> bool:
@@ -84,7 +85,7 @@ class Versus:
 
     throughput_ratio: float | None
     memory_ratio: float | None
-    accuracy_delta: float | None
+    metric_delta: float | None
     confirmed: bool = False
     throughput_interval: tuple[float, float] | None = None
     memory_interval: tuple[float, float] | None = None
@@ -94,16 +95,16 @@ class Versus:
     verdict: Verdict | None = None  # the metric against the baseline's seeds (advisor.core.feasibility)
 
     @property
-    def accuracy_within_noise(self) -> bool:
-        return within_noise(self.accuracy_delta, self.epsilon)
+    def metric_within_noise(self) -> bool:
+        return within_noise(self.metric_delta, self.epsilon)
 
     def to_dict(self) -> dict[str, Any]:
         return {"throughput_ratio": self.throughput_ratio, "memory_ratio": self.memory_ratio,
-                "accuracy_delta": self.accuracy_delta, "confirmed": self.confirmed,
+                "accuracy_delta": self.metric_delta, "confirmed": self.confirmed,
                 "throughput_interval": list(self.throughput_interval) if self.throughput_interval else None,
                 "memory_interval": list(self.memory_interval) if self.memory_interval else None,
                 "pairs": self.pairs, "accuracy_noise_epsilon": self.epsilon,
-                "accuracy_within_noise": self.accuracy_within_noise,
+                "accuracy_within_noise": self.metric_within_noise,
                 "metric_verdict": self.verdict.kind if self.verdict is not None else None,
                 "metric_bounds": [self.verdict.low, self.verdict.high] if self.verdict is not None else None}
 
@@ -128,23 +129,23 @@ class Versus:
             return "1.00x"
         return _ratio_text(self.memory_ratio, self.memory_interval, self.pairs, self.confirmed)
 
-    def accuracy_text(self, metric: MetricSpec = ACCURACY) -> str:
+    def metric_text(self, metric: MetricSpec = DEFAULT_METRIC) -> str:
         """'+0.3 pt', '-0.8 pt, undecided' (within the noise of the allowed drop: the
         verdict, ``advisor.core.feasibility``) or, without a verdict, '+0.3 pt, within
         noise' (in the metric's own terms: '-0.12 nats')."""
-        if self.accuracy_delta is None:
+        if self.metric_delta is None:
             return "-"
         if self.verdict is not None:
-            return metric.delta_text(self.accuracy_delta) + (", undecided" if not self.verdict.decided else "")
-        return metric.delta_text(self.accuracy_delta) + (", within noise" if self.accuracy_within_noise else "")
+            return metric.delta_text(self.metric_delta) + (", undecided" if not self.verdict.decided else "")
+        return metric.delta_text(self.metric_delta) + (", within noise" if self.metric_within_noise else "")
 
-    def summary(self, metric: MetricSpec = ACCURACY) -> str:
-        """'1.52x (1.46-1.58), 8 pairs faster, +2% memory, -0.3 pt accuracy' ('' when a
-        figure is missing)."""
-        if self.throughput_ratio is None or self.memory_ratio is None or self.accuracy_delta is None:
+    def summary(self, metric: MetricSpec = DEFAULT_METRIC) -> str:
+        """'throughput 1.52x (1.46-1.58), 8 pairs, memory 1.02x unconfirmed, accuracy -0.3 pt'
+        (the metric by its name; '' when a figure is missing)."""
+        if self.throughput_ratio is None or self.memory_ratio is None or self.metric_delta is None:
             return ""
         return (f"throughput {self.throughput_text()}, memory {self.memory_text()}, "
-                f"{metric.name} {self.accuracy_text(metric)}")
+                f"{metric.name} {self.metric_text(metric)}")
 
 
 def _ratio_text(value: float | None, span: tuple[float, float] | None, pairs: int, confirmed: bool,
@@ -163,14 +164,14 @@ def versus(figures: Figures | None, baseline: Figures | None) -> Versus:
         return Versus(None, None, None)
     return Versus(ratio(figures.throughput, baseline.throughput),
                   ratio(figures.peak_memory_bytes, baseline.peak_memory_bytes),
-                  figures.accuracy - baseline.accuracy)
+                  figures.score - baseline.score)
 
 
 def dominates(a: Sequence[float], b: Sequence[float], epsilon: float = 0.0) -> bool:
     """``a`` is at least as good as ``b`` on every objective and better on one.
 
     ``epsilon``: the metric's noise. Metric values within it count as equal: ``a`` may be
-    up to ``epsilon`` less accurate and still dominate, and being more accurate makes
+    up to ``epsilon`` worse on the metric and still dominate, and being better on it makes
     ``a`` better only beyond it.
     """
     at_least, better = True, False

@@ -183,13 +183,13 @@ class Confirmation:
 
 
 
-def beaten(mine: Confirmation, other: Confirmation | None, accuracy_worse: bool) -> bool:
+def beaten(mine: Confirmation, other: Confirmation | None, metric_worse: bool) -> bool:
     """Whether ``mine`` is dominated beyond doubt: ``other`` (None: the baseline, ratio 1)
     is faster than the top of ``mine``'s throughput interval and smaller than the bottom
-    of its memory interval, at an accuracy ``mine`` does not beat beyond noise
-    (``accuracy_worse``: the caller's judgement)."""
+    of its memory interval, at a metric ``mine`` does not beat beyond noise
+    (``metric_worse``: the caller's judgement)."""
     thr, mem = mine.throughput, mine.memory
-    if thr is None or mem is None or thr.n < 2 or not accuracy_worse:
+    if thr is None or mem is None or thr.n < 2 or not metric_worse:
         return False
     if other is None:
         return thr.high < 1.0 and mem.low > 1.0

@@ -1,4 +1,4 @@
-"""The picks a user exports by name (``--pick fastest|smallest|most-accurate|balanced``):
+"""The picks a user exports by name (``--pick fastest|smallest|best-metric|balanced``):
 each a trial of the feasible Pareto front, chosen on its ratios to the baseline.
 
 Picks are made on confirmed figures: once any trial of the front is confirmed in pairs,
@@ -7,7 +7,8 @@ reading never beats a confirmed interval. Figures that the noise cannot tell apa
 ties: confirmed intervals that overlap the best one's, and metrics within the metric's
 noise (epsilon) of the best. A tie goes to the configuration that changes fewer knobs
 from the baseline, then to the one with less memory (the faster one, for ``smallest``).
-Paired confirmation confirms the picks first (``advisor.study.confirm``)."""
+Paired confirmation confirms the picks first (``advisor.study.confirm``). ``most-accurate``
+is ``best-metric``'s older name, still taken."""
 
 from __future__ import annotations
 
@@ -17,17 +18,19 @@ from advisor.core.errors import StudyError
 from advisor.core.objectives import DIRECTIONS, METRIC, Figures
 from advisor.core.stored import StoredStudy, TrialRecord
 
-PICKS = ("fastest", "smallest", "most-accurate", "balanced")
+PICKS = ("fastest", "smallest", "best-metric", "balanced")
+OLDER_PICKS = {"most-accurate": "best-metric"}  # deprecated names, still taken
 
 
 def pick(study: StoredStudy, how: str) -> TrialRecord:
     """A trial of the feasible Pareto front.
 
-    fastest: highest throughput ratio; smallest: lowest peak memory ratio; most-accurate:
-    highest metric; balanced: closest to the ideal point after scaling each objective to
+    fastest: highest throughput ratio; smallest: lowest peak memory ratio; best-metric:
+    the best metric (its direction); balanced: closest to the ideal point after scaling each objective to
     [0, 1] over the front (the metric only where it spreads beyond its noise). Ties as the
     module says.
     """
+    how = OLDER_PICKS.get(how, how)
     if how not in PICKS:
         raise StudyError(f"--pick {how!r} is unknown (expected one of {', '.join(PICKS)})")
     front = study.front()
@@ -57,9 +60,9 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         best = min(pool, key=lambda r: figures[r.number].peak_memory_bytes)
         ties = [r for r in pool if span[r.number][0] <= span[best.number][1]]
         return min(ties, key=tie_break(memory_first=False))
-    if how == "most-accurate":
-        top = max(figures[r.number].accuracy for r in pool)
-        ties = [r for r in pool if top - figures[r.number].accuracy <= study.epsilon]
+    if how == "best-metric":
+        top = max(figures[r.number].score for r in pool)
+        ties = [r for r in pool if top - figures[r.number].score <= study.epsilon]
         return min(ties, key=tie_break(memory_first=False))
     points = list(figures.values())
     return min(pool, key=lambda r: (_distance_to_ideal(figures[r.number], points, study.epsilon), changed(r),

@@ -25,6 +25,12 @@ NOT_COUNTED = ("interrupted", "cancelled", "node_lost", "device_busy")
 COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing", "curve")
 EPOCHS_BY_DEFAULT = 5
 WORKLOADS = ("train", "inference")  # what a study tunes: training steps, or serving
+# The parts a trial runs as (``TrialSettings.part``): "full", timed steps, the training
+# budget and the evaluation in one process; or, with two-stage evaluation, a "probe" (timed
+# steps and peak memory only) and later a "training" run (the training budget and the
+# evaluation only, with a learning curve and the gate: ``TrialPayload.gate``).
+PARTS = ("full", "probe", "training")
+OLDER_PARTS = {"accuracy": "training"}  # a part by its older name (stored settings: "stage"), read as today's
 
 
 def check_workload_kind(kind: Any, where: str) -> str:
@@ -56,18 +62,22 @@ class TrialSettings:
     warmup_s: float = 0.25
     device: str = "cpu"
     workload: str = "train"  # or "inference": forward passes only, no training
-    # "full": timed steps, the training budget and the evaluation in one process; "probe":
-    # timed steps and peak memory only; "accuracy": the training budget and the evaluation
-    # only, with a learning curve and the gate (``TrialPayload.gate``)
-    stage: str = "full"
+    part: str = "full"  # which of ``PARTS`` the trial runs
+
+    def __post_init__(self) -> None:
+        self.part = OLDER_PARTS.get(self.part, self.part)
+        if self.part not in PARTS:
+            raise ValueError(f"TrialSettings.part is {self.part!r}, expected one of {', '.join(PARTS)}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialSettings:
-        """Settings as stored; fields a newer version added take their defaults."""
+        """Settings as stored; fields a newer version added take their defaults, and the
+        part's older key ("stage", from before issue 28) is read as ``part``."""
         known = {f.name for f in fields(cls)}
+        data = {"part": data["stage"], **data} if "stage" in data else data
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
@@ -81,7 +91,7 @@ class TrialPayload:
     workload_sha256: str
     config: TrialConfig
     settings: TrialSettings
-    gate: dict[str, Any] | None = None  # an accuracy run's early-stop gate (``advisor.core.two_stage.Gate``)
+    gate: dict[str, Any] | None = None  # a training run's early-stop gate (``advisor.core.two_stage.Gate``)
     # estimate the peak memory first (``advisor.trial.estimate``) and do not run a configuration
     # whose estimate is over ``memory_cap`` (bytes per rank) or the device's memory
     estimate: bool = False
@@ -119,7 +129,8 @@ class TrialResult:
     failure_message: str | None = None
     throughput: float | None = None          # samples/s (batch_size / median step time)
     peak_memory_bytes: int | None = None
-    accuracy: float | None = None            # the workload's metric on the whole validation set
+    score: float | None = None               # the workload's metric on the whole validation set, as its
+    #                                          score (higher is better: advisor.core.metric); stored as "accuracy"
     step_time_median_s: float | None = None
     step_time_iqr_s: float | None = None
     timed_steps: int = 0
@@ -143,7 +154,7 @@ class TrialResult:
 
     @property
     def compute_s(self) -> float:
-        return sum(v for k, v in self.phase_s.items() if k.removeprefix("accuracy_") in COMPUTE_PHASES)
+        return sum(v for k, v in self.phase_s.items() if k.removeprefix("training_") in COMPUTE_PHASES)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:

@@ -17,12 +17,13 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.metric import MetricSpec
-from advisor.core.noise import AccuracyNoise, recent_reference
+from advisor.core.noise import MetricNoise, recent_reference
 from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
-from advisor.core.study_metric import ACCURACY_REUSED as ACCURACY_REUSED  # its keys, re-exported: read here
 from advisor.core.study_metric import EARLY_STOP as EARLY_STOP
+from advisor.core.study_metric import MAX_METRIC_DROP as MAX_METRIC_DROP
+from advisor.core.study_metric import METRIC_REUSED as METRIC_REUSED  # its keys, re-exported: read here
 from advisor.core.study_metric import METRIC_SEEDS as METRIC_SEEDS
 from advisor.core.study_metric import MetricReading
 from advisor.core.two_stage import ProbeMargins
@@ -34,19 +35,24 @@ SEED_CONFIG, COMBINATION = "seed_config", "combination"  # set when the strategy
 DRIVER = "driver"  # the id of the driver that started it (advisor.study.drivers)
 DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run again (the noise sentinel)
 # two-stage evaluation (advisor.core.two_stage): the probe's figures are stored as soon as it
-# is in (PROBE_DONE); then the accuracy run's, or why none was needed, or whose was reused
+# is in (PROBE_DONE); then the training run's, or why none was needed, or whose metric was reused
 PROBE_DONE, PROBE_WALL = "probe_done", "probe_wall_s"
 PROBED_AT = "probed_at"  # when the probe finished (POSIX seconds): its ratio is to the baseline nearest then
 ESTIMATE = "memory_estimate"  # the trial's estimate of its peak memory (``advisor.trial.estimate``)
-ACCURACY_SKIPPED = "accuracy_skipped"  # why no accuracy run was needed (the trial is PRUNED)
-ACCURACY_RUN = "accuracy_run"  # the accuracy run's own phases, wall time and peak memory
+TRAINING_SKIPPED = "accuracy_skipped"  # why no training run was needed (the trial is PRUNED)
+TRAINING_RUN = "accuracy_run"  # the training run's own phases, wall time and peak memory
 CURVE = "curve"  # the learning curve (EARLY_STOP: why and where the gate stopped it)
-INITIAL_LOSS = "initial_loss"  # an accuracy run's loss at its first step (the untrained model's)
+INITIAL_LOSS = "initial_loss"  # a training run's loss at its first step (the untrained model's)
+REUSE_DIFFERENCE = "accuracy_reuse_difference"  # how close the first steps of a reused metric's trials were
+# TrialResult.score is stored under this key (the name studies have always had); the other
+# stored keys that still say "accuracy" above are likewise kept, so older studies read the same
+SCORE = "accuracy"
 # study attributes written as the study runs (Optuna cannot change a finished trial, so
 # what is learnt about a trial later is stored with the study, keyed by trial number)
 CONFIRMATION = "confirmation:"  # + trial number: that trial's paired confirmation
 BASELINE_MEASUREMENTS = "baseline_measurements"  # the baseline's re-measurements (probes)
-ACCURACY_NOISE = "accuracy_noise"  # the baseline's metric over several seeds
+METRIC_NOISE = "accuracy_noise"  # the baseline's metric over several seeds (its stored key)
+ACCURACY_NOISE = METRIC_NOISE  # its older name: advisor/study/tuner.py imports it until it is updated (issue 28)
 BASELINE_DISTURBED = "baseline_disturbed"  # why trial 0's speed is not a reference (its sentinel was off)
 
 
@@ -58,7 +64,7 @@ class TrialRecord:
     failed, or was cut short), ``skipped`` (not run: it could not work, or would run out of
     memory like an earlier trial), ``duplicate`` (answered from trial ``duplicate_of``),
     ``running`` or ``waiting`` (enqueued, not started), ``probed`` (two-stage evaluation:
-    its probe measured speed and memory, and no accuracy run was needed; Optuna's PRUNED).
+    its probe measured speed and memory, and no training run was needed; Optuna's PRUNED).
     """
 
     number: int
@@ -105,7 +111,7 @@ class TrialRecord:
 
     @property
     def probe(self) -> tuple[float, float] | None:
-        """(throughput, peak memory) as measured, with or without an accuracy: a trial's
+        """(throughput, peak memory) as measured, with or without its metric: a trial's
         figures, or a probed trial's probe."""
         if self.figures is not None:
             return self.figures.throughput, self.figures.peak_memory_bytes
@@ -146,7 +152,7 @@ def _read(trial: Any) -> TrialRecord:
         state = "skipped"
     elif state_name == "COMPLETE":
         state = "complete"
-    elif state_name == "PRUNED" and ACCURACY_SKIPPED in attrs:
+    elif state_name == "PRUNED" and TRAINING_SKIPPED in attrs:
         state = "probed"
     elif state_name in ("RUNNING", "WAITING"):
         state = state_name.lower()
@@ -166,11 +172,24 @@ def config_attrs(config: TrialConfig) -> dict[str, Any]:
     return {CONFIG: config.to_dict(), CONFIG_KEY: config.key()}
 
 
+def result_dict(result: TrialResult) -> dict[str, Any]:
+    """``result.to_dict()`` with its score under the key studies store it as (``SCORE``)."""
+    return {SCORE if k == "score" else k: v for k, v in result.to_dict().items()}
+
+
 def result_attrs(result: TrialResult, wall_s: float) -> dict[str, Any]:
     """What is stored of a trial's result: every measured field that has a value."""
-    attrs = {k: v for k, v in result.to_dict().items() if k != "ok" and v is not None and (k != SKIPPED or v)}
+    attrs = {k: v for k, v in result_dict(result).items() if k != "ok" and v is not None and (k != SKIPPED or v)}
     attrs[WALL] = wall_s
     return attrs
+
+
+def stored_result(attrs: dict[str, Any]) -> TrialResult:
+    """A trial's result as ``result_attrs`` stored it (a probed trial's: its probe's, with
+    the metric it has, if any)."""
+    known = TrialResult.__dataclass_fields__
+    fields = {("score" if k == SCORE else k): v for k, v in attrs.items()}
+    return TrialResult(ok=True, **{k: v for k, v in fields.items() if k in known and k != "ok"})
 
 
 def skipped_attrs(config: TrialConfig, reason: str, failure_class: str) -> dict[str, Any]:
@@ -217,13 +236,13 @@ class StoredStudy(MetricReading):
         return out
 
     @cached_property
-    def accuracy_noise(self) -> AccuracyNoise | None:
-        return AccuracyNoise.from_dict(self.attrs.get(ACCURACY_NOISE))
+    def metric_noise(self) -> MetricNoise | None:
+        return MetricNoise.from_dict(self.attrs.get(METRIC_NOISE))
 
     @property
     def epsilon(self) -> float:
         """The metric's noise (0 when the study did not estimate it)."""
-        return self.accuracy_noise.epsilon if self.accuracy_noise is not None else 0.0
+        return self.metric_noise.epsilon if self.metric_noise is not None else 0.0
 
     @cached_property
     def baseline_measurements(self) -> list[tuple[float, float]]:
@@ -276,8 +295,8 @@ class StoredStudy(MetricReading):
                 return Versus(None, None, None)
             return Versus(ratio(probe[0], self.reference_throughput(record)),
                           ratio(probe[1], base.figures.peak_memory_bytes), None, epsilon=self.epsilon)
-        reference = self.baseline_metric if self.baseline_metric is not None else base.figures.accuracy
-        delta, judged = record.figures.accuracy - reference, self.verdict(record)
+        reference = self.baseline_metric if self.baseline_metric is not None else base.figures.score
+        delta, judged = record.figures.score - reference, self.verdict(record)
         if record.number == base.number:
             return Versus(1.0, 1.0, 0.0, epsilon=self.epsilon, baseline=True)
         c = self.confirmations.get(record.number)
@@ -296,7 +315,7 @@ class StoredStudy(MetricReading):
         vs = self.versus_baseline(record)
         if vs.throughput_ratio is None or vs.memory_ratio is None:
             return record.figures
-        return Figures(vs.throughput_ratio, vs.memory_ratio, record.figures.accuracy)
+        return Figures(vs.throughput_ratio, vs.memory_ratio, record.figures.score)
 
     def front(self) -> list[TrialRecord]:
         """The feasible Pareto front: completed feasible trials no other one dominates

@@ -11,8 +11,8 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from advisor.core.feasibility import Verdict, verdict
-from advisor.core.noise import AccuracyNoise
-from advisor.core.objectives import Figures, Limits
+from advisor.core.noise import MetricNoise
+from advisor.core.objectives import METRIC_DROP, Figures, Limits
 
 
 class TrialRecord(Protocol):
@@ -26,23 +26,24 @@ class TrialRecord(Protocol):
 
     def get(self, key: str, default: Any = None) -> Any: ...
 
-ACCURACY_REUSED = "accuracy_reused_from"  # the trial whose accuracy this one reuses
-EARLY_STOP = "early_stop"  # why and where the accuracy gate stopped a trial
+METRIC_REUSED = "accuracy_reused_from"  # the trial whose metric this one reuses (its stored key)
+EARLY_STOP = "early_stop"  # why and where the metric gate stopped a trial
+MAX_METRIC_DROP = "max_accuracy_drop"  # the study attribute of --max-metric-drop (its stored key)
 METRIC_SEEDS = "metric_seeds:"  # + trial number: that trial's metric over more seeds (undecided front candidates)
 
 
 class MetricReading:
-    """For ``StoredStudy``: needs its ``attrs``, ``records``, ``baseline`` and ``accuracy_noise``."""
+    """For ``StoredStudy``: needs its ``attrs``, ``records``, ``baseline`` and ``metric_noise``."""
 
     attrs: dict[str, Any]
     records: list[TrialRecord]
     baseline: TrialRecord | None
-    accuracy_noise: AccuracyNoise | None
+    metric_noise: MetricNoise | None
 
     def __post_init__(self) -> None:
         """A trial trained with more seeds (the baseline's noise seeds, or ``METRIC_SEEDS``)
         is read at its seed mean: its figure, and its feasibility against the baseline's
-        mean (an accuracy gate's stop stays infeasible)."""
+        mean (a metric gate's stop stays infeasible)."""
         object.__setattr__(self, "records", [self._over_seeds(r) for r in self.records])
         self.__dict__.pop("baseline", None)  # read again from the records as they now are
 
@@ -53,10 +54,10 @@ class MetricReading:
         mean = statistics.fmean(values)
         constraints = dict(record.constraints)
         reference = self.baseline_metric
-        if not record.baseline and reference is not None and "accuracy_drop" in constraints \
+        if not record.baseline and reference is not None and METRIC_DROP in constraints \
                 and not record.get(EARLY_STOP):
-            constraints["accuracy_drop"] = (reference - mean) - self.limits.allowed(reference)
-        return replace(record, figures=record.figures._replace(accuracy=mean),  # type: ignore[union-attr]
+            constraints[METRIC_DROP] = (reference - mean) - self.limits.allowed(reference)
+        return replace(record, figures=record.figures._replace(score=mean),  # type: ignore[union-attr]
                        constraints=constraints)
 
 
@@ -64,34 +65,34 @@ class MetricReading:
     def limits(self) -> Limits:
         """What made a trial feasible in this study (as it was run)."""
         cap = self.attrs.get("memory_cap_bytes")
-        return Limits(float(self.attrs.get("max_accuracy_drop", 0.01)), float(cap) if cap else None,
+        return Limits(float(self.attrs.get(MAX_METRIC_DROP, 0.01)), float(cap) if cap else None,
                       bool(self.attrs.get("max_drop_relative")))
 
     def metric_values(self, record: TrialRecord) -> list[float]:
         """``record``'s metric, one value per seed it was trained with: the baseline's seeds
-        (``accuracy_noise``) for the baseline, a front candidate's when it was trained with
+        (``metric_noise``) for the baseline, a front candidate's when it was trained with
         more (``METRIC_SEEDS``), and for a trial whose metric was reused from another (same
         training numerics), that trial's values."""
         more = self.attrs.get(f"{METRIC_SEEDS}{record.number}")
         if isinstance(more, dict) and isinstance(more.get("values"), list) and more["values"]:
             return [float(v) for v in more["values"]]
         base = self.baseline
-        source = record.get(ACCURACY_REUSED)
+        source = record.get(METRIC_REUSED)
         if base is not None and (record.number == base.number or source == base.number):
             return self.baseline_values
         if source is not None:
             other = next((r for r in self.records if r.number == source), None)
-            if other is not None and other.get(ACCURACY_REUSED) is None:
+            if other is not None and other.get(METRIC_REUSED) is None:
                 return self.metric_values(other)
-        return [record.figures.accuracy] if record.figures is not None else []
+        return [record.figures.score] if record.figures is not None else []
 
     @cached_property
     def baseline_values(self) -> list[float]:
         """The baseline's metric over its seeds (trial 0's alone without a noise estimate)."""
-        if self.accuracy_noise is not None and self.accuracy_noise.values:
-            return list(self.accuracy_noise.values)
+        if self.metric_noise is not None and self.metric_noise.values:
+            return list(self.metric_noise.values)
         base = self.baseline
-        return [base.figures.accuracy] if base is not None and base.figures is not None else []
+        return [base.figures.score] if base is not None and base.figures is not None else []
 
     @property
     def baseline_metric(self) -> float | None:

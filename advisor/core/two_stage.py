@@ -1,25 +1,25 @@
 """Two-stage evaluation's rules, on plain numbers: when a probed configuration does not
-need its accuracy run, when it may reuse an accuracy already measured, and when an
-accuracy run stops early. ``advisor.study.accuracy_queue`` applies them; the trial process
-(``advisor.trial.accuracy``) applies the gate.
+need its training run, when it may reuse a metric already measured, and when a training
+run stops early. ``advisor.study.training_queue`` applies them; the trial process
+(``advisor.trial.training``) applies the gate.
 
 1. **Dominated beyond noise.** A probe measured the configuration's throughput T and peak
-   memory M. It needs no accuracy run when a configuration already known to be feasible
+   memory M. It needs no training run when a configuration already known to be feasible
    has a throughput at least T x (1 + mt) and a memory at most M / (1 + mm): better on
-   both, each by more than the measurement noise (``ProbeMargins``). Whatever accuracy it
+   both, each by more than the measurement noise (``ProbeMargins``). Whatever metric it
    had, it could not reach the feasible front on (throughput, memory).
-2. **Same training numerics.** A configuration that differs from an accuracy-measured one
-   only in knobs that may leave the arithmetic alone (``REUSE_KNOBS``) reuses that accuracy
+2. **Same training numerics.** A configuration that differs from a trained one (its metric
+   measured) only in knobs that may leave the arithmetic alone (``REUSE_KNOBS``) reuses that metric
    only when its probe's first ``FINGERPRINT_STEPS`` training steps agree with the other
    probe's: the losses, and the sum and sum of squares of every floating tensor of the
    model's state (weights and buffers, BatchNorm's running statistics included) within
    ``REUSE_TOLERANCE``, relative. Knobs that change numerics on some models (BatchNorm under
    DDP, recomputation updating running statistics twice) then fail the check on those
    models and pass it on others.
-3. **The accuracy gate.** The baseline's accuracy run records its learning curve (mean
+3. **The metric gate.** The baseline's training run records its learning curve (mean
    training loss since the previous point, and the metric on the validation set) at
    ``CURVE_FRACTIONS`` of the study's sample budget, as do its extra seeds. Another
-   accuracy run, at the same number of samples seen, stops early when its metric is behind
+   training run, at the same number of samples seen, stops early when its metric is behind
    beyond noise at two points in a row, or when its mean loss is not finite or above twice
    the baseline's loss at its first step, the untrained model's (diverged). "Behind beyond
    noise" is the final feasibility check's rule (``advisor.core.feasibility``), applied to
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.core.feasibility import LEVEL, single_value_floor
-from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 
 CURVE_FRACTIONS = (0.25, 0.5, 0.75)  # of the sample budget, where learning curves are recorded
 NOISE_SDS = 2.0  # "beyond noise": this many standard deviations
@@ -51,7 +51,7 @@ REUSE_KNOBS = frozenset({"threads", "num_workers", "pin_memory", "channels_last"
                          "bucket_mb", "activation_checkpointing"})
 DEFAULT_THROUGHPUT_MARGIN = 0.30  # until the baseline has been measured MIN_MEASUREMENTS times: single
 # runs on a busy or shared machine vary 10-30% (measured on this 2-core CPU), and a wrong skip loses a
-# configuration for good while a needless accuracy run only costs time
+# configuration for good while a needless training run only costs time
 DEFAULT_MEMORY_MARGIN = 0.10
 MIN_MEASUREMENTS = 3
 
@@ -132,7 +132,7 @@ def fingerprint_difference(a: Any, b: Any) -> float | None:
 
 @dataclass(frozen=True)
 class Gate:
-    """What stops an accuracy run early: at ``points`` (samples seen), a metric below
+    """What stops a training run early: at ``points`` (samples seen), a metric below
     ``floors`` (None: no floor there) or a mean loss above ``loss_ceiling`` (or not finite)."""
 
     points: tuple[int, ...]
@@ -148,7 +148,7 @@ class Gate:
             return f"diverged: mean loss {loss:.4g} is above {self.loss_ceiling:.4g} (twice the untrained baseline's)"
         return None
 
-    def behind(self, index: int, metric: float | None, spec: MetricSpec = ACCURACY) -> str | None:
+    def behind(self, index: int, metric: float | None, spec: MetricSpec = DEFAULT_METRIC) -> str | None:
         """Why the metric (a score) at point ``index`` is behind the baseline's beyond
         noise, or None; worded in the metric's own terms (``spec``)."""
         floor = self.floors[index] if index < len(self.floors) else None
@@ -160,7 +160,7 @@ class Gate:
         return f"{spec.name} {spec.value_text(metric)} {worse} {spec.value_text(floor)}{there}"
 
     def verdict(self, index: int, metric: float | None, loss: float | None, behind_before: bool = False,
-                spec: MetricSpec = ACCURACY) -> str | None:
+                spec: MetricSpec = DEFAULT_METRIC) -> str | None:
         """Why the run stops at point ``index``, or None to go on: diverged, or behind
         beyond noise here and at the point before (``behind_before``). One point behind is
         not enough: a larger batch at the same budget takes fewer steps and catches up (on
@@ -189,7 +189,7 @@ class Gate:
 def gate_from(base_curve: Sequence[dict[str, Any]], seed_curves: Sequence[Sequence[dict[str, Any]]],
               max_drop: float, initial_loss: float | None = None) -> Gate | None:
     """The gate from the baseline's curve and its extra seeds' curves (points as recorded
-    by ``advisor.trial.accuracy``: ``samples``, ``loss``, ``metric``), the allowed drop and
+    by ``advisor.trial.training``: ``samples``, ``loss``, ``metric``), the allowed drop and
     the baseline's first-step loss; None without a curve."""
     if not base_curve:
         return None

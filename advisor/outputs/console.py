@@ -7,10 +7,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Probed, Started, Stopped, TimeoutSet
-from advisor.core.metric import ACCURACY, MetricSpec
-from advisor.core.objectives import Versus
+from advisor.core.metric import DEFAULT_METRIC, MetricSpec
+from advisor.core.objectives import METRIC_DROP, Versus
 from advisor.core.results import TrialResult
-from advisor.core.stored import ACCURACY_REUSED, ACCURACY_SKIPPED, EARLY_STOP, StoredStudy, TrialRecord, read_study
+from advisor.core.stored import EARLY_STOP, METRIC_REUSED, TRAINING_SKIPPED, StoredStudy, TrialRecord, read_study
 from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate
 from advisor.outputs.json_output import print_json
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from advisor.study.tuner import StudyOutcome
 
 
-def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: MetricSpec = ACCURACY) -> str:
-    """A finished trial's figures in one line: measured, probed only, accuracy reused, or
-    stopped early by the accuracy gate; the metric by its name (``metric``)."""
+def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: MetricSpec = DEFAULT_METRIC) -> str:
+    """A finished trial's figures in one line: measured, probed only, metric reused, or
+    stopped early by the metric gate; the metric by its name (``metric``)."""
     ratios = ""
     if vs is not None and vs.throughput_ratio is not None:
         memory = f", {vs.memory_ratio:.2f}x its memory" if vs.memory_ratio is not None else ""
@@ -31,11 +31,11 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     energy = _energy(r)
     if record.state == "probed":
         return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}{ratios}; "
-                f"accuracy not needed: {record.get(ACCURACY_SKIPPED)}")
+                f"no training run needed: {record.get(TRAINING_SKIPPED)}")
     text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}, "
-            f"{metric.name} {metric.value_text(r.accuracy)}{ratios}")
-    if record.get(ACCURACY_REUSED) is not None:
-        text += f"  [accuracy from trial {record.get(ACCURACY_REUSED)}: same training numerics]"
+            f"{metric.name} {metric.value_text(r.score)}{ratios}")
+    if record.get(METRIC_REUSED) is not None:
+        text += f"  [{metric.name} from trial {record.get(METRIC_REUSED)}: same training numerics]"
     stop = record.get(EARLY_STOP)
     if stop:
         text += f"  stopped at {100 * stop['fraction']:.0f}% of the training budget: {stop['reason']}"
@@ -69,7 +69,7 @@ class TuneOutput:
         self.progress: Any = None
         self.task: Any = None
         self.total = 0
-        self.metric = ACCURACY  # the study's metric, once planned
+        self.metric = DEFAULT_METRIC  # the study's metric, once planned
         self.started = time.monotonic()
         self.trial_wall = 0.0
         self.trial_compute = 0.0
@@ -205,9 +205,9 @@ class TuneOutput:
                    if tally.get("skipped_known_failure") else ""),
                 markup=False)
         if tally["probes"]:
-            c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} accuracy runs "
-                    f"({tally['early_stops']} stopped early by the accuracy gate); {tally['probed_only']} "
-                    f"configurations needed no accuracy run (dominated beyond noise by a feasible one), "
+            c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} training runs "
+                    f"({tally['early_stops']} stopped early by the metric gate); {tally['probed_only']} "
+                    f"configurations needed no training run (dominated beyond noise by a feasible one), "
                     f"{tally['accuracy_reused']} reused one (same training numerics)", markup=False)
         for line in failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)
@@ -231,21 +231,21 @@ class TuneOutput:
         c.print(f"        advisor tune {o.workload_path}{again} {more}", markup=False)
 
 
-def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = ACCURACY) -> str:
+def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = DEFAULT_METRIC) -> str:
     """Why a trial is infeasible, and whether its metric drop is beyond the metric's noise
     (the verdict, ``advisor.core.feasibility``: decided, or undecided within the noise)."""
     why = []
     verdict = vs.verdict if vs is not None else None
-    if constraints.get("accuracy_drop", 0) > 0 and verdict is not None and verdict.noise_known:
+    if constraints.get(METRIC_DROP, 0) > 0 and verdict is not None and verdict.noise_known:
         likely = "likely " if not verdict.decided else ""
         why.append(f"{metric.name} {likely}worse than --max-metric-drop allows ({verdict.text(metric.delta_text)})")
-    elif constraints.get("accuracy_drop", 0) > 0:
+    elif constraints.get(METRIC_DROP, 0) > 0:
         text = f"{metric.name} worse than --max-metric-drop allows"
-        if vs is not None and vs.accuracy_delta is not None and vs.epsilon > 0:
+        if vs is not None and vs.metric_delta is not None and vs.epsilon > 0:
             noise = metric.noise_text(vs.epsilon)
-            text += (f" ({metric.delta_text(vs.accuracy_delta)}; " + (
+            text += (f" ({metric.delta_text(vs.metric_delta)}; " + (
                 f"within the metric's noise of {noise}: the limit is tighter than this study can resolve)"
-                if vs.accuracy_within_noise else f"beyond the metric's noise of {noise})"))
+                if vs.metric_within_noise else f"beyond the metric's noise of {noise})"))
         why.append(text)
     if constraints.get("memory_cap", 0) > 0:
         why.append("peak memory over --memory-cap")
@@ -256,7 +256,7 @@ def front_table(study: StoredStudy) -> Any:
     """A rich Table of the Pareto front (baseline row first, marked)."""
     from rich.table import Table
 
-    noise, metric = study.accuracy_noise, study.metric
+    noise, metric = study.metric_noise, study.metric
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
                   caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
                           "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
@@ -273,5 +273,5 @@ def front_table(study: StoredStudy) -> Any:
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
         thr, mem, pairs = vs.cells()
         table.add_row(label, r.description, fmt_rate(f.throughput), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
-                      metric.value_text(f.accuracy), vs.accuracy_text(metric))
+                      metric.value_text(f.score), vs.metric_text(metric))
     return table

@@ -23,7 +23,7 @@ import shlex
 
 from advisor.core.errors import StudyError
 from advisor.core.picks import PICKS, pick
-from advisor.core.stored import ACCURACY_SKIPPED, StoredStudy, TrialRecord
+from advisor.core.stored import MAX_METRIC_DROP, TRAINING_SKIPPED, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.outputs.console import infeasible_text
 from advisor.outputs.summary import counts, front_rows
@@ -93,7 +93,7 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
     if record.state == "complete" and not record.feasible:
         tags.append(infeasible_text(record.constraints, vs, metric))
     if record.state == "probed":
-        why = first_line(record.get(ACCURACY_SKIPPED), 500)
+        why = first_line(record.get(TRAINING_SKIPPED), 500)
         tags.append(f"probed only (speed and memory, no {metric.name}): {why}")
     lines = [title, ""]
     if tags:
@@ -102,8 +102,8 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
               f"| throughput | {fmt_rate(measured[0])} samples/s | {_cell(vs.throughput_text())} |",
               f"| peak memory | {fmt_bytes(measured[1])} | {_cell(vs.memory_text())} |"]
     if record.figures is not None:
-        lines.append(f"| {metric.name} | {metric.value_text(record.figures.accuracy)} | "
-                     f"{_cell(vs.accuracy_text(metric))} |")
+        lines.append(f"| {metric.name} | {metric.value_text(record.figures.score)} | "
+                     f"{_cell(vs.metric_text(metric))} |")
     lines.append("")
     if vs.confirmed:
         c = study.confirmations[record.number]
@@ -116,8 +116,8 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
     verdict = vs.verdict.text(metric.delta_text) if vs.verdict is not None else None
     if verdict is not None and not record.baseline and not any(verdict in tag for tag in tags):
         lines.append(f"- **{metric.name}**: {verdict}")  # (an infeasible trial's tag has it already)
-    if record.baseline and study.accuracy_noise is not None:
-        noise = study.accuracy_noise
+    if record.baseline and study.metric_noise is not None:
+        noise = study.metric_noise
         lines.append(f"- **{metric.name}**: the mean over seeds {', '.join(map(str, noise.seeds))}; "
                      f"its noise {metric.noise_text(noise.epsilon)}")
     lines.append(f"- **configuration**: {_code(record.description)}")
@@ -130,7 +130,7 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
     a, metric, base = study.attrs, study.metric, study.baseline
     hw, settings = a.get("hardware") or {}, a.get("settings") or {}
     gpus = ", ".join(str(g.get("name", "?")) for g in hw.get("gpus") or []) or "none"
-    drop, cap = a.get("max_accuracy_drop"), a.get("memory_cap_bytes")
+    drop, cap = a.get(MAX_METRIC_DROP), a.get("memory_cap_bytes")
     drop_text = "-" if drop is None else (f"{100 * drop:g}% of the baseline's" if a.get("max_drop_relative")
                                           else metric.delta_text(metric.sign * drop).lstrip("+"))
     samples = settings.get("train_samples")
@@ -144,9 +144,9 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
              f"memory cap {fmt_bytes(cap) if cap else 'none'}"]
     if base is not None and base.figures is not None:
         f = base.figures
-        noise = study.accuracy_noise
+        noise = study.metric_noise
         lines.append(f"- **Baseline**: trial {base.number} {_code(base.description)}: {fmt_rate(f.throughput)} "
-                     f"samples/s, {fmt_bytes(f.peak_memory_bytes)}, {metric.name} {metric.value_text(f.accuracy)}"
+                     f"samples/s, {fmt_bytes(f.peak_memory_bytes)}, {metric.name} {metric.value_text(f.score)}"
                      + (f" (mean of {len(noise.values)} seeds, noise {metric.noise_text(noise.epsilon)})"
                         if noise is not None and noise.values else ""))
     else:
@@ -173,7 +173,7 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
         lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(f.throughput)} | "
                      f"{_cell(vs.throughput_text())} | {fmt_bytes(f.peak_memory_bytes)} | {_cell(vs.memory_text())} | "
-                     f"{metric.value_text(f.accuracy)} | {_cell(vs.accuracy_text(metric))} |")
+                     f"{metric.value_text(f.score)} | {_cell(vs.metric_text(metric))} |")
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from advisor.core.errors import ConfigError, StudyError
 from advisor.core.export_format import FORMAT_VERSION, serialise, write_atomically
-from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.stored import SCORE, TRAINING_SKIPPED, StoredStudy, TrialRecord
 
 FORMATS = ("yaml", "json", "python", "hf", "accelerate", "torchrun")
 # a format in another tool's terms -> the export document's key for its section
@@ -26,9 +26,10 @@ def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
     if record.duplicate_of is not None:
         record = study.records[record.duplicate_of]
     if record.state == "probed":
-        raise StudyError(f"trial {number} of study {study.name!r} was probed only (speed and memory; no accuracy run "
-                         f"was needed: {record.get('accuracy_skipped')}); nothing to export: its metric is unknown. "
-                         "Run it with `advisor measure` on a config file you write, or tune with --accuracy all")
+        raise StudyError(f"trial {number} of study {study.name!r} was probed only (speed and memory; no training run "
+                         f"was needed: {record.get(TRAINING_SKIPPED)}); nothing to export: its "
+                         f"{study.metric.name} is unknown. Run it with `advisor measure` on a config file you write, "
+                         "or tune with --train all")
     if record.state != "complete":
         cls = record.failure_class or record.state
         raise StudyError(f"trial {number} of study {study.name!r} did not complete ({cls}): "
@@ -39,12 +40,12 @@ def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
 def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     """The export file's content: the config, where it came from, what was measured."""
     assert record.config is not None
-    measured = {k: record.get(k) for k in ("throughput", "peak_memory_bytes", "accuracy", "step_time_median_s",
+    measured = {k: record.get(k) for k in ("throughput", "peak_memory_bytes", SCORE, "step_time_median_s",
                                             "step_time_iqr_s", "compile_s")}
     if record.get("energy_per_sample_j") is not None:  # a GPU's energy counter, over the timed steps
         measured["energy_per_sample_j"] = record.get("energy_per_sample_j")
-    if record.figures is not None:  # the metric as itself ("accuracy" above is its score: higher is better)
-        measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.accuracy)}
+    if record.figures is not None:  # the metric as itself ("accuracy" above, SCORE, is its score: higher is better)
+        measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.score)}
     if study.baseline is not None and record.figures is not None:
         measured["vs_baseline"] = study.versus_baseline(record).to_dict()
         confirmation = study.confirmations.get(record.number)

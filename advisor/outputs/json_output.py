@@ -22,7 +22,7 @@ VERSIONS = {
     "space": 1,  # advisor spaces NAME --json: one space filtered for this machine
     "export": 1,  # advisor export --json: the export document (it keeps its own advisor_config version)
     "measure": 1,  # advisor measure --json: the comparison
-    "report": 1,  # advisor report --json: the report's files and figures
+    "report": 2,  # advisor report --json: the report's files and figures (2: the pick most-accurate is best-metric)
     "studies": 1,  # advisor studies --json: the studies in a storage
     "trials": 1,  # advisor trials --json: the trials of one study
 }
@@ -36,11 +36,6 @@ def format_tag(kind: str) -> str:
 def json_document(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     """``body`` with its format tag as the first key."""
     return {FORMAT_KEY: format_tag(kind), **{k: v for k, v in body.items() if k != FORMAT_KEY}}
-
-
-def json_text(kind: str, body: dict[str, Any]) -> str:
-    """The tagged document as the CLI prints it (indented, one trailing newline)."""
-    return json.dumps(json_document(kind, body), indent=2) + "\n"
 
 
 def print_json(kind: str, body: dict[str, Any]) -> None:

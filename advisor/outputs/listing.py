@@ -11,7 +11,7 @@ from typing import Any
 
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Versus
-from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 
 # the states of TrialRecord, in the order they are listed
@@ -62,7 +62,7 @@ class StudyLine:
                                                                 "peak_memory_bytes": "minimize",
                                                                 self.metric.name: "maximize" if
                                                                 self.metric.higher_is_better else "minimize"},
-                "max_metric_drop": a.get("max_accuracy_drop"), "max_drop_relative": bool(a.get("max_drop_relative")),
+                "max_metric_drop": a.get(MAX_METRIC_DROP), "max_drop_relative": bool(a.get("max_drop_relative")),
                 "memory_cap_bytes": a.get("memory_cap_bytes"), "baseline": self.study.baseline is not None}
 
 
@@ -106,7 +106,7 @@ class TrialLine:
     @property
     def metric_value(self) -> float | None:
         f = self.record.figures
-        return self.metric.shown(f.accuracy) if f is not None else None
+        return self.metric.shown(f.score) if f is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         r, measured = self.record, self.measured
@@ -151,10 +151,10 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
             state += " (infeasible)"
         cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, r.description,
                  fmt_rate(measured[0]) if measured else "-", fmt_bytes(measured[1]) if measured else "-",
-                 metric.value_text(r.figures.accuracy) if r.figures is not None else "-"]
+                 metric.value_text(r.figures.score) if r.figures is not None else "-"]
         if has_base:
             thr, mem, _ = line.versus.cells()
-            cells += [thr, mem, line.versus.accuracy_text(metric)]
+            cells += [thr, mem, line.versus.metric_text(metric)]
         failure = ""
         if r.failure_class or r.failure_message:
             failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"

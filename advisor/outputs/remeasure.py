@@ -13,10 +13,11 @@ from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, TrialFailed
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.export_format import read_export
-from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
+from advisor.core.stored import SCORE, result_dict
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
@@ -61,9 +62,10 @@ class Remeasured:
                 out["intervals_overlap"] = now.low <= span[1] and span[0] <= now.high
         return out
 
-    def accuracy(self) -> dict[str, Any]:
-        stored = self.stored.get("accuracy")
-        now = self.full_run.accuracy if self.full_run is not None and self.full_run.ok else None
+    def metric_figures(self) -> dict[str, Any]:
+        """The metric's score as exported and as the full run measured it now."""
+        stored = self.stored.get(SCORE)
+        now = self.full_run.score if self.full_run is not None and self.full_run.ok else None
         out: dict[str, Any] = {"stored": stored, "now": now}
         if isinstance(stored, (int, float)) and now is not None:
             out["difference"] = now - stored
@@ -73,16 +75,16 @@ class Remeasured:
         return {"config": self.config.to_dict(), "baseline": self.baseline.to_dict(),
                 "source": self.document.get("source"), "notes": self.notes,
                 "confirmation": self.confirmation.to_dict(),
-                "full_run": self.full_run.to_dict() if self.full_run is not None else None,
+                "full_run": result_dict(self.full_run) if self.full_run is not None else None,
                 "figures": {"throughput_ratio": self.ratio("throughput_ratio"),
-                            "memory_ratio": self.ratio("memory_ratio"), "accuracy": self.accuracy()}}
+                            "memory_ratio": self.ratio("memory_ratio"), SCORE: self.metric_figures()}}
 
 
 def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAIRS, target: float = DEFAULT_TARGET,
-              ray_address: str | None = None, trial_timeout: float = 600.0, accuracy: bool = True,
+              ray_address: str | None = None, trial_timeout: float = 600.0, measure_metric: bool = True,
               on_pair: Callable[[Confirmation, float], None] | None = None, on_event: Listener = ignore) -> Remeasured:
     """Pair the exported config against its baseline (until ``target`` or ``pairs``),
-    then (``accuracy``) run it once in full for its metric.
+    then (``measure_metric``) run it once in full for its metric.
 
     Raises:
         ConfigError / WorkloadError: bad config file or model.py (before anything runs).
@@ -128,7 +130,7 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
         candidate = Candidate("the config", config, result.confirmation)
         Rounds(executor, workload, settings, SentinelJudge(), target, pairs, trial_timeout, lambda: None, on_event,
                lambda c, wall: on_pair(c.confirmation, wall) if on_pair else None).run(baseline, [candidate])
-        if accuracy and result.confirmation.status != "failed":
+        if measure_metric and result.confirmation.status != "failed":
             result.full_run = run_one(executor, 0, TrialPayload.of(workload, config, settings), trial_timeout)
     finally:
         executor.shutdown()
@@ -158,7 +160,7 @@ def comparison_table(result: Remeasured) -> Any:
             verdict = "stored ratio within today's interval" if f["stored_within_now"] else (
                 "intervals overlap" if f.get("intervals_overlap") else "stored ratio outside today's interval")
         table.add_row(name, stored, now, verdict)
-    acc, metric = result.accuracy(), result.metric
+    acc, metric = result.metric_figures(), result.metric
     if acc["now"] is not None:
         stored_acc = "-" if acc["stored"] is None else metric.value_text(acc["stored"])
         diff = metric.delta_text(acc["difference"]) if "difference" in acc else ""
@@ -166,7 +168,7 @@ def comparison_table(result: Remeasured) -> Any:
     return table
 
 
-def describe_run(r: TrialResult, metric: MetricSpec = ACCURACY) -> str:
+def describe_run(r: TrialResult, metric: MetricSpec = DEFAULT_METRIC) -> str:
     """One line for a full run."""
     return (f"{fmt_rate(r.throughput)} samples/s, {fmt_bytes(r.peak_memory_bytes)}, "
-            f"{metric.name} {metric.value_text(r.accuracy)}")  # type: ignore[arg-type]
+            f"{metric.name} {metric.value_text(r.score)}")  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 It writes ``report.md`` (setup, counts, the Pareto front, the recommended picks with
 their export commands, each knob's effect, the failures) and three plots beside it:
-``pareto.png`` (throughput vs peak memory), ``accuracy.png`` (throughput vs accuracy)
+``pareto.png`` (throughput vs peak memory), ``metric.png`` (throughput vs the metric)
 and ``knobs.png`` (each knob value's median throughput vs the baseline); on a GPU whose
 energy counter was read, ``energy.png`` too (throughput vs energy per sample). matplotlib is
 an optional dependency (``advisor[report]``), imported only when a report is written.
@@ -18,7 +18,7 @@ from typing import Any
 
 from advisor.core.errors import StudyError
 from advisor.core.picks import PICKS, pick
-from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
 from advisor.outputs.summary import KnobEffect, counts, failures_text, front_rows, knob_effects
@@ -26,7 +26,7 @@ from advisor.study.storage import DEFAULT_STORAGE
 
 
 def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_url: str | None = None) -> Path:
-    """Write ``out_dir/report.md`` and its plots (``pareto.png``, ``accuracy.png``, ``knobs.png``).
+    """Write ``out_dir/report.md`` and its plots (``pareto.png``, ``metric.png``, ``knobs.png``).
 
     The directory is created when missing. Every file is written under a temporary name
     and renamed when all are done, so a failure leaves no half-written report.
@@ -88,7 +88,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
     c = counts(study)
     gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "none"
     cap = u.get("memory_cap_bytes")
-    drop, metric = u.get("max_accuracy_drop"), study.metric
+    drop, metric = u.get(MAX_METRIC_DROP), study.metric
     drop_text = "-" if drop is None else (f"{100 * drop:g}% of the baseline's" if u.get("max_drop_relative")
                                           else metric.delta_text(metric.sign * drop).lstrip("+"))
     failed = ", ".join(f"{k} {v}" for k, v in sorted(c["failed_by_class"].items()))
@@ -122,13 +122,13 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
         lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)} | "
                      f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
-                     f"{vs.memory_text()} | {metric.value_text(f.accuracy)} | {vs.accuracy_text(metric)} |")
+                     f"{vs.memory_text()} | {metric.value_text(f.score)} | {vs.metric_text(metric)} |")
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "
                "look beaten by others."), "",
               "![Throughput vs peak memory; Pareto front highlighted](pareto.png)", "",
-              f"![Throughput vs {metric.name}; Pareto front highlighted](accuracy.png)", "",
+              f"![Throughput vs {metric.name}; Pareto front highlighted](metric.png)", "",
               *(["![Throughput vs energy per sample (a GPU's energy counter over the timed steps)](energy.png)", ""]
                 if energy else []),
               "## Each knob's effect", "",
@@ -140,7 +140,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         lines += [f"| knob=value | median samples/s vs base | median peak memory vs base | median Δ {metric.name} | trials |",
                   "|---|---:|---:|---:|---:|"]
         lines += [f"| `{_cell(e.label)}` | {fmt_ratio(e.throughput_ratio)} | {fmt_ratio(e.memory_ratio)} | "
-                  f"{'-' if e.accuracy_delta is None else metric.delta_text(e.accuracy_delta)} | {e.n} |"
+                  f"{'-' if e.metric_delta is None else metric.delta_text(e.metric_delta)} | {e.n} |"
                   for e in effects]
         lines += ["", "![Median throughput vs the baseline per knob value](knobs.png)"]
     else:
@@ -164,7 +164,7 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
         lines.append(f"- **{how}**: trial {r.number} `{r.description}`: "
                      f"{fmt_rate(thr)} samples/s ({vs.throughput_text()}), {fmt_bytes(mem)} "
                      f"({vs.memory_text()}), {study.metric.name} {study.metric.value_text(acc)} "
-                     f"({vs.accuracy_text(study.metric)}); "
+                     f"({vs.metric_text(study.metric)}); "
                      f"export it: `{command}`")
     return lines
 
@@ -189,7 +189,7 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
     for row in front_rows(study):
         entry = row.to_dict()
         entry["description"] = row.record.description
-        entry["metric_value"] = metric.shown(row.figures.accuracy)
+        entry["metric_value"] = metric.shown(row.figures.score)
         front.append(entry)
     return {
         "study": study.name,
@@ -205,7 +205,7 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
         "nothing_to_recommend": nothing,
         "knob_effects": [{"knob": e.knob, "value": e.value, "trials": e.n, "throughput_ratio": e.throughput_ratio,
                           "memory_ratio": e.memory_ratio,
-                          "metric_delta": None if e.accuracy_delta is None else metric.sign * e.accuracy_delta + 0.0}
+                          "metric_delta": None if e.metric_delta is None else metric.sign * e.metric_delta + 0.0}
                          for e in effects],
         "failures": failures_text(study),
     }

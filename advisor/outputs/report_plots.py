@@ -11,13 +11,13 @@ from typing import Any
 
 from advisor.core.errors import StudyError
 from advisor.core.objectives import Limits
-from advisor.core.stored import StoredStudy, TrialRecord
+from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes
 from advisor.outputs.summary import KnobEffect
 
 MiB = 2**20
 PNG_METADATA = {"Software": None}  # drops matplotlib's version; Agg writes no creation time
-FILES = ("pareto.png", "accuracy.png", "knobs.png")
+FILES = ("pareto.png", "metric.png", "knobs.png")
 ENERGY = "energy.png"  # only when trials measured their energy (a GPU with NVML)
 
 
@@ -40,20 +40,20 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
     front = {r.number for r in study.front()}
     measured = [r for r in trials if r.figures is not None]
     points = [{"n": r.number, "x": r.figures.throughput, "mem": r.figures.peak_memory_bytes / MiB,
-               "acc": _shown(study, r.figures.accuracy), "feasible": r.feasible, "front": r.number in front}
+               "acc": _shown(study, r.figures.score), "feasible": r.feasible, "front": r.number in front}
               for r in measured]
     assert base.figures is not None
-    cap, drop = study.attrs.get("memory_cap_bytes"), study.attrs.get("max_accuracy_drop")
+    cap, drop = study.attrs.get("memory_cap_bytes"), study.attrs.get(MAX_METRIC_DROP)
     # the default style, not the user's matplotlibrc: the same study always gives the same images
     with matplotlib.style.context("default"), matplotlib.rc_context({"svg.hashsalt": "advisor", "figure.dpi": 100}):
         _scatter(out / "pareto.png", points, base.number, "mem", "peak memory (MiB)",
                  "Throughput vs peak memory", (cap / MiB, f"memory cap ({fmt_bytes(cap)})") if cap else None)
         metric = study.metric
-        allowed = Limits(drop, None, bool(study.attrs.get("max_drop_relative"))).allowed(base.figures.accuracy) if drop else 0
-        floor = ((_shown(study, base.figures.accuracy - allowed), f"{metric.name} limit (baseline, "
+        allowed = Limits(drop, None, bool(study.attrs.get("max_drop_relative"))).allowed(base.figures.score) if drop else 0
+        floor = ((_shown(study, base.figures.score - allowed), f"{metric.name} limit (baseline, "
                   f"{metric.delta_text(-allowed)})") if drop else None)
         unit = " (%)" if metric.fraction else (f" ({metric.unit})" if metric.unit else "")
-        _scatter(out / "accuracy.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
+        _scatter(out / "metric.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
                  floor)
         _knob_chart(out / "knobs.png", effects)
         if energy:

@@ -13,11 +13,12 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures, Versus
 from advisor.core.stored import (
-    ACCURACY_REUSED,
-    ACCURACY_RUN,
     EARLY_STOP,
     ESTIMATE,
+    METRIC_REUSED,
     PROBE_DONE,
+    SCORE,
+    TRAINING_RUN,
     StoredStudy,
     TrialRecord,
 )
@@ -59,8 +60,8 @@ class FrontRow:
         row = {"trial": r.number, "baseline": r.baseline, "on_front": self.on_front,
                "config": r.config.to_dict() if r.config is not None else {},
                "throughput": self.figures.throughput, "peak_memory_bytes": self.figures.peak_memory_bytes,
-               "accuracy": self.figures.accuracy, "throughput_iqr_rel": relative_iqr(r)}
-        if self.versus.accuracy_delta is not None:  # the study has a baseline
+               SCORE: self.figures.score, "throughput_iqr_rel": relative_iqr(r)}
+        if self.versus.metric_delta is not None:  # the study has a baseline
             row.update(self.versus.to_dict())
         return row
 
@@ -83,7 +84,8 @@ def relative_iqr(record: TrialRecord) -> float | None:
 def counts(study: StoredStudy) -> dict[str, Any]:
     """Trials by outcome: run (counted), completed, failed by class, infeasible, the
     proposals answered without running (duplicates, skipped), and two-stage evaluation's
-    probes, accuracy runs, probed-only trials, reused accuracies and early stops."""
+    probes, training runs, probed-only trials, reused metrics and early stops (their keys
+    keep the names the JSON outputs have always had: accuracy_runs, accuracy_reused)."""
     ran = [r for r in study.records if r.counted]
     failed = Counter(r.failure_class or "unknown" for r in ran if r.state == "failed")
     skipped = [r for r in study.records if r.state == "skipped"]
@@ -95,11 +97,11 @@ def counts(study: StoredStudy) -> dict[str, Any]:
             "skipped_estimate": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is not None),
             "skipped_known_failure": sum(1 for r in skipped if is_known_failure(r)),
             "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible),
-            # two-stage evaluation: probes run, accuracy runs, and what spared or cut them
+            # two-stage evaluation: probes run, training runs, and what spared or cut them
             "probes": sum(1 for r in study.records if r.get(PROBE_DONE)),
-            "accuracy_runs": sum(1 for r in study.records if r.get(ACCURACY_RUN) is not None),
+            "accuracy_runs": sum(1 for r in study.records if r.get(TRAINING_RUN) is not None),
             "probed_only": sum(1 for r in ran if r.state == "probed"),
-            "accuracy_reused": sum(1 for r in ran if r.get(ACCURACY_REUSED) is not None),
+            "accuracy_reused": sum(1 for r in ran if r.get(METRIC_REUSED) is not None),
             "early_stops": sum(1 for r in ran if r.get(EARLY_STOP))}
 
 
@@ -118,7 +120,7 @@ class KnobEffect:
     n: int
     throughput_ratio: float | None
     memory_ratio: float | None
-    accuracy_delta: float
+    metric_delta: float
 
     @property
     def label(self) -> str:
@@ -145,7 +147,7 @@ def knob_effects(records: list[TrialRecord], base: TrialRecord) -> list[KnobEffe
                 key, json.loads(text), len(rs),
                 statistics.median(r.figures.throughput for r in rs) / b_thr if b_thr else None,  # type: ignore[union-attr]
                 statistics.median(r.figures.peak_memory_bytes for r in rs) / b_mem if b_mem else None,  # type: ignore[union-attr]
-                statistics.median(r.figures.accuracy - b_acc for r in rs)))  # type: ignore[union-attr]
+                statistics.median(r.figures.score - b_acc for r in rs)))  # type: ignore[union-attr]
     return effects
 
 

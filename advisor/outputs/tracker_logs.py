@@ -11,9 +11,9 @@
 
 Metric keys: ``throughput`` (samples/s), ``peak_memory_bytes``, the metric under its own
 name (``accuracy``, ``perplexity``: the value itself, whatever its direction) and its
-difference to the baseline (``accuracy_delta``), the unconfirmed ratios to the baseline,
-the wall times (``wall_s`` the whole trial, ``probe_wall_s`` its speed-and-memory probe,
-``training_wall_s`` its accuracy run), the timing details and each phase (``phase/<name>_s``).
+difference to the baseline (``<name>_delta``: ``accuracy_delta``), the unconfirmed ratios
+to the baseline, the wall times (``wall_s`` the whole trial, ``probe_wall_s`` its
+speed-and-memory probe, ``training_wall_s`` its training run), the timing details and each phase (``phase/<name>_s``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from advisor.core.events import Finished
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Figures
 from advisor.core.pairs import Confirmation
-from advisor.core.stored import ACCURACY_REUSED, ACCURACY_RUN, ACCURACY_SKIPPED, EARLY_STOP, PROBE_WALL, StoredStudy
+from advisor.core.stored import EARLY_STOP, METRIC_REUSED, PROBE_WALL, TRAINING_RUN, TRAINING_SKIPPED, StoredStudy
 from advisor.core.units import first_line
 from advisor.core.version import VERSION
 from advisor.machine.hardware import fingerprint
@@ -112,7 +112,7 @@ def study_log(plan: StudyPlan) -> StudyLog:
                 "space": plan.space.name, "trials": str(o.trials), "max_metric_drop": o.drop_text,
                 "memory_cap_bytes": str(o.memory_cap or ""), "metric": metric.name,
                 "metric_direction": metric.direction_word, "train_samples": str(plan.settings.train_samples),
-                "seed": str(o.seed), "sampler": o.sampler, "accuracy_mode": o.accuracy,
+                "seed": str(o.seed), "sampler": o.sampler, "train": o.train,
                 "storage": shown_url(plan.storage_url), "baseline_config": plan.baseline.describe(),
                 "advisor_version": VERSION}
     hardware = {}
@@ -129,15 +129,15 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
     key = metric_key(metric)
     figures: dict[str, Any] = {"throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes,
                                "wall_s": event.wall_s}
-    if r.accuracy is not None:
-        figures[key] = metric.shown(r.accuracy)
+    if r.score is not None:
+        figures[key] = metric.shown(r.score)
     if vs is not None:
         figures |= {"throughput_ratio": vs.throughput_ratio, "memory_ratio": vs.memory_ratio}
-        if vs.accuracy_delta is not None and r.accuracy is not None:
-            figures[f"{key}_delta"] = metric.sign * vs.accuracy_delta + 0.0
-    if record.get(PROBE_WALL) is not None:  # two-stage: the probe, then the accuracy run (training)
+        if vs.metric_delta is not None and r.score is not None:
+            figures[f"{key}_delta"] = metric.sign * vs.metric_delta + 0.0
+    if record.get(PROBE_WALL) is not None:  # two-stage: the probe, then the training run
         figures["probe_wall_s"] = record.get(PROBE_WALL)
-    training = record.get(ACCURACY_RUN)
+    training = record.get(TRAINING_RUN)
     if isinstance(training, dict):
         figures |= {"training_wall_s": training.get("wall_s"),
                     "training_peak_memory_bytes": training.get("peak_memory_bytes")}
@@ -152,8 +152,8 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
     if not r.ok:
         tags |= {"failure_class": str(r.failure_class), "skipped": str(r.skipped).lower(),
                  "failure_message": (r.failure_message or "")[:MESSAGE_LIMIT]}
-    for name, value in (("accuracy_skipped", record.get(ACCURACY_SKIPPED)),
-                        ("accuracy_reused_from", record.get(ACCURACY_REUSED)),
+    for name, value in (("training_skipped", record.get(TRAINING_SKIPPED)),
+                        ("metric_reused_from", record.get(METRIC_REUSED)),
                         ("early_stop", (record.get(EARLY_STOP) or {}).get("reason"))):
         if value is not None:
             tags[name] = first_line(str(value), MESSAGE_LIMIT)
@@ -165,7 +165,7 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
 
 def baseline_metrics(figures: Figures, metric: MetricSpec) -> dict[str, float]:
     return finite({"baseline/throughput": figures.throughput, "baseline/peak_memory_bytes": figures.peak_memory_bytes,
-                   f"baseline/{metric_key(metric)}": metric.shown(figures.accuracy)})
+                   f"baseline/{metric_key(metric)}": metric.shown(figures.score)})
 
 
 def confirmed(c: Confirmation) -> Confirmed:
@@ -191,7 +191,7 @@ def end_log(study: StoredStudy, status: str, stop_reason: str | None, baseline_l
             continue
         r, vs, f = row.record, row.versus, row.figures
         entry = {"trial": r.number, "config": r.description, "baseline": r.baseline, "throughput": f.throughput,
-                 "peak_memory_bytes": f.peak_memory_bytes, metric_key(metric): metric.shown(f.accuracy),
+                 "peak_memory_bytes": f.peak_memory_bytes, metric_key(metric): metric.shown(f.score),
                  "throughput_ratio": vs.throughput_ratio, "memory_ratio": vs.memory_ratio,
                  "confirmed": vs.confirmed, "pairs": vs.pairs}
         if vs.throughput_interval is not None and vs.memory_interval is not None:

@@ -6,14 +6,14 @@ from those effects:
 
 - throughput and peak memory multiply: a combination's predicted ratio to the baseline is
   the product of its parts' ratios;
-- accuracy does not add up: small numerical changes (bf16, a different memory layout) move
-  it within noise, not cumulatively, so a combination is predicted at its worst part's
-  accuracy;
-- a change that was faster or smaller but lost too much accuracy alone ("lossy": a larger
-  batch at a fixed number of training samples, say) is tried together with changes that
-  held accuracy, because one may compensate (gradient accumulation keeps a larger batch's
-  micro-batches, and so its BatchNorm statistics, at the baseline's size). Its own
-  accuracy loss is left out of that prediction: the measurement decides.
+- the metric does not add up: small numerical changes (bf16, a different memory layout)
+  move it within noise, not cumulatively, so a combination is predicted at its worst
+  part's metric;
+- a change that was faster or smaller but lost too much of the metric alone ("lossy": a
+  larger batch at a fixed number of training samples, say) is tried together with changes
+  that held the metric, because one may compensate (gradient accumulation keeps a larger
+  batch's micro-batches, and so its BatchNorm statistics, at the baseline's size). Its own
+  loss of the metric is left out of that prediction: the measurement decides.
 
 Candidates are chosen one at a time by the hypervolume they are predicted to add to the
 measured feasible trials (and to the candidates already chosen), so they spread over the
@@ -43,7 +43,7 @@ class Move:
     value: object
     speed: float  # throughput ratio
     memory: float  # peak-memory ratio
-    accuracy: float  # accuracy difference
+    metric: float  # the metric's difference (of scores: higher is better)
     lossy: bool  # faster or smaller, but infeasible alone
 
 
@@ -73,7 +73,7 @@ def combination_configs(base: TrialConfig, base_figures: Figures,
 def moves(base: TrialConfig, base_figures: Figures, measured: Sequence[tuple[TrialConfig, Figures | None]],
           max_drop: float, margins: tuple[float, float] = (MARGIN, MARGIN)) -> list[Move]:
     """The one-knob changes among ``measured`` that improved throughput or memory beyond
-    ``margins`` (relative), or accuracy."""
+    ``margins`` (relative), or the metric."""
     t0, m0, a0 = base_figures
     reference = base.to_dict()
     found = []
@@ -83,7 +83,7 @@ def moves(base: TrialConfig, base_figures: Figures, measured: Sequence[tuple[Tri
             continue
         t, m, a = figures
         move = Move(changed[0], getattr(config, changed[0]), t / t0, m / m0, a - a0, a < a0 - max_drop)
-        if move.speed > 1 + margins[0] or move.memory < 1 - margins[1] or (move.accuracy > 0 and not move.lossy):
+        if move.speed > 1 + margins[0] or move.memory < 1 - margins[1] or (move.metric > 0 and not move.lossy):
             found.append(move)
     found.sort(key=lambda mv: -mv.speed)
     return found[:MAX_MOVES]
@@ -100,7 +100,7 @@ def candidates(base: TrialConfig, found: Sequence[Move], base_figures: Figures) 
                 continue
             if all(mv.lossy for mv in combo):
                 continue
-            held = [mv.accuracy for mv in combo if not mv.lossy]
+            held = [mv.metric for mv in combo if not mv.lossy]
             figures = Figures(t0 * math.prod(mv.speed for mv in combo), m0 * math.prod(mv.memory for mv in combo),
                               a0 + min(0.0, *held))
             out.append((base.replace(**{mv.knob: mv.value for mv in combo}), figures))

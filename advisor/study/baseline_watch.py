@@ -1,4 +1,4 @@
-"""What keeps a running study's figures honest between trials: the baseline's accuracy over
+"""What keeps a running study's figures honest between trials: the baseline's metric over
 several seeds (the metric's noise), the verdict on each trial's interference (a trial whose
 timer kept too few clean blocks runs again, ``advisor.core.interference``; the study's
 limit for the next trials comes from its recent blocks, ``InterferencePool``), and the
@@ -14,7 +14,7 @@ noise sentinel decides, and only a slower machine counts.
 
 The Tuner owns one ``BaselineWatch`` and calls it at those points; the watch runs its own
 measurements (probes, seed replicas) through the Tuner's executor and stores them as
-study attributes (``advisor.core.stored``: ``BASELINE_MEASUREMENTS``, ``ACCURACY_NOISE``).
+study attributes (``advisor.core.stored``: ``BASELINE_MEASUREMENTS``, ``METRIC_NOISE``).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note
 from advisor.core.feasibility import verdict
 from advisor.core.interference import InterferencePool, disturbance, rerun_reason, summary_of
-from advisor.core.noise import AccuracyNoise, SentinelJudge, reading_of, recent_reference
+from advisor.core.noise import MetricNoise, SentinelJudge, reading_of, recent_reference
 from advisor.core.objectives import Figures, Limits, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
-from advisor.core.stored import ACCURACY_NOISE, BASELINE_DISTURBED, BASELINE_MEASUREMENTS, TrialRecord, read_trial
+from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, METRIC_NOISE, TrialRecord, read_trial
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
 from advisor.study.pairing import probe_settings
@@ -70,45 +70,50 @@ class BaselineWatch:
         self.reruns: dict[int, int] = {}  # by trial number
         self.runs: dict[int, list[TrialResult]] = {}  # a trial's disturbed runs so far, by trial number
         self.epsilon = 0.0  # the metric's noise, once measured
-        self.noise: AccuracyNoise | None = None  # the baseline's metric over its seeds, once measured
+        self.noise: MetricNoise | None = None  # the baseline's metric over its seeds, once measured
         self.load_noise()
         self._numbers = itertools.count(2_000_000)  # executor handle numbers, apart from trial numbers
 
     # ---- the metric's noise ------------------------------------------------------------
-    def accuracy_noise(self, base: TrialRecord, seeds: int, timeout: float, stage: str = "full") -> None:
+    def metric_noise(self, base: TrialRecord, seeds: int, timeout: float, part: str = "full") -> None:
         """Train the baseline with ``seeds - 1`` more seeds (once per study) and store the
-        metric's noise; as accuracy runs (``stage``), with their learning curves (which
-        the accuracy gate reads)."""
-        if seeds < 2 or ACCURACY_NOISE in self.study.user_attrs or base.figures is None:
+        metric's noise; as training runs (``part``), with their learning curves (which
+        the metric gate reads)."""
+        if seeds < 2 or METRIC_NOISE in self.study.user_attrs or base.figures is None:
             return
         first = self.settings.seed
-        values, used, curves = [base.figures.accuracy], [first], []
+        values, used, curves = [base.figures.score], [first], []
         self.emit(Note(f"training the baseline with {seeds - 1} more seed(s) to measure the metric's noise"))
         for seed in range(first + 1, first + seeds):
-            result = self._run(self.baseline, replace(self.settings, seed=seed, stage=stage), timeout)
+            result = self._run(self.baseline, replace(self.settings, seed=seed, part=part), timeout)
             if self.stop() is not None:
                 return
             self.judge.add(reading_of(result.telemetry))
             self.pool.add(result.telemetry)
-            if not result.ok or result.accuracy is None:
+            if not result.ok or result.score is None:
                 self.emit(Note(f"the baseline with seed {seed} failed [{result.failure_class}]: "
                                f"{first_line(result.failure_message, 200)}; the noise estimate leaves it out"))
                 continue
-            values.append(result.accuracy)
+            values.append(result.score)
             used.append(seed)
             if result.telemetry.get("curve"):
                 curves.append(result.telemetry["curve"])
-        noise = AccuracyNoise(used, values)
-        self.study.set_user_attr(ACCURACY_NOISE, noise.to_dict() | ({"curves": curves} if curves else {}))
+        noise = MetricNoise(used, values)
+        self.study.set_user_attr(METRIC_NOISE, noise.to_dict() | ({"curves": curves} if curves else {}))
         self.epsilon, self.noise = noise.epsilon, noise
         spec = self.workload.metric_spec
         self.emit(Note(f"the metric's noise: {spec.name} {', '.join(spec.value_text(v) for v in values)} over seeds "
                        f"{used} (mean {spec.value_text(statistics.fmean(values))}, the reference every trial is "
                        f"judged against); seed-to-seed spread {spec.noise_text(noise.epsilon)}"))
 
+    def accuracy_noise(self, base: TrialRecord, seeds: int, timeout: float, stage: str = "full") -> None:
+        """``metric_noise`` by its older name: advisor/study/tuner.py calls it until it is
+        updated (issue 28; its ``stage`` "accuracy" is the part "training")."""
+        self.metric_noise(base, seeds, timeout, part=stage)
+
     def load_noise(self) -> None:
         """The metric's noise as stored (measured here, or by another driver on the study)."""
-        noise = AccuracyNoise.from_dict(self.study.user_attrs.get(ACCURACY_NOISE))
+        noise = MetricNoise.from_dict(self.study.user_attrs.get(METRIC_NOISE))
         if noise is not None:
             self.epsilon, self.noise = noise.epsilon, noise
 
@@ -116,15 +121,15 @@ class BaselineWatch:
         """A result against the latest measurement of the baseline (unconfirmed), its metric
         against the baseline's seed mean with the verdict (``advisor.core.feasibility``); a
         probe's (``probe``) without the metric."""
-        if not result.ok or (result.accuracy is None and not probe):
+        if not result.ok or (result.score is None and not probe):
             return None
         latest = self.base_throughput or base.throughput
-        seeds = self.noise.values if self.noise is not None and self.noise.values else [base.accuracy]
+        seeds = self.noise.values if self.noise is not None and self.noise.values else [base.score]
         reference = statistics.fmean(seeds)
         delta = judged = None
-        if result.accuracy is not None:
-            delta = result.accuracy - reference
-            judged = verdict([result.accuracy], seeds, limits.allowed(reference))
+        if result.score is not None:
+            delta = result.score - reference
+            judged = verdict([result.score], seeds, limits.allowed(reference))
         return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.peak_memory_bytes),
                       delta, epsilon=self.epsilon, verdict=judged)
 

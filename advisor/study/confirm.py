@@ -33,7 +33,7 @@ def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
     """The configurations that could still be picked: the export picks first, then the
     rest of the feasible front that is within the noise of a pick on that pick's own
     objective (throughput within the probe noise of the fastest, memory within it of the
-    smallest, the metric within its noise of the most accurate), fastest first; never the
+    smallest, the metric within its noise of the best one), fastest first; never the
     baseline itself; at most ``top``. The rest of the front cannot change a pick, so it
     is not confirmed (issue 31: confirmation sized to the decision)."""
     front = [r for r in study.front() if not r.baseline and r.config is not None]
@@ -46,13 +46,13 @@ def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
             chosen.setdefault(r.number, r)
     figures = {r.number: study.relative_figures(r) for r in [*front, *picked.values()]}
     noise = study.probe_margins
-    fastest, smallest, accurate = (figures[picked[h].number] for h in ("fastest", "smallest", "most-accurate"))
+    fastest, smallest, best = (figures[picked[h].number] for h in ("fastest", "smallest", "best-metric"))
 
     def could_be_picked(r: TrialRecord) -> bool:
         f = figures[r.number]
         return (f.throughput * (1 + noise.throughput) >= fastest.throughput
                 or f.peak_memory_bytes <= smallest.peak_memory_bytes * (1 + noise.memory)
-                or f.accuracy >= accurate.accuracy - study.epsilon)
+                or f.score >= best.score - study.epsilon)
 
     for r in sorted(front, key=lambda r: -figures[r.number].throughput):
         if could_be_picked(r):
@@ -124,18 +124,18 @@ class Confirmer:
 
     def _dominated(self, mine: Candidate, all_: list[Candidate]) -> str | None:
         """Why ``mine`` is beaten beyond its interval: the baseline or another candidate is
-        faster and smaller at an accuracy it does not beat beyond noise."""
+        faster and smaller at a metric it does not beat beyond noise."""
         stored = self.stored
         assert stored is not None and stored.baseline is not None and stored.baseline.figures is not None
         eps = stored.epsilon
-        accuracy = {r.number: r.figures.accuracy for r in stored.records if r.figures is not None}
-        mine_acc = accuracy[mine.confirmation.trial]
-        if beaten(mine.confirmation, None, stored.baseline.figures.accuracy >= mine_acc - eps):
+        score = {r.number: r.figures.score for r in stored.records if r.figures is not None}
+        mine_score = score[mine.confirmation.trial]
+        if beaten(mine.confirmation, None, stored.baseline.figures.score >= mine_score - eps):
             return "the baseline is faster and smaller beyond this interval"
         for other in all_:
             o = other.confirmation
-            if other is not mine and o.trial in accuracy and beaten(mine.confirmation, o,
-                                                                    accuracy[o.trial] >= mine_acc - eps):
+            if other is not mine and o.trial in score and beaten(mine.confirmation, o,
+                                                                 score[o.trial] >= mine_score - eps):
                 return f"trial {o.trial} is faster and smaller beyond this interval"
         return None
 

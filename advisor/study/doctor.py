@@ -232,5 +232,5 @@ def user_subject(workload: Workload, hw: Hardware) -> Subject:
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
     settings = TrialSettings(train_samples=base.batch_size, warmup_steps=2, min_steps=3, max_timing_s=1.0,
-                             warmup_s=0.1, device=hw.device, stage="probe")
+                             warmup_s=0.1, device=hw.device, part="probe")
     return Subject(str(workload.path), workload, facts, base, workload.sha256, settings)

@@ -1,11 +1,11 @@
 """How long the rest of a study will take, estimated from its baseline's measured times
 (issue 30: no study plans hours silently). Once the baseline is in (its probe and its
-accuracy run timed, or its one full run) and its extra seeds have trained, the study says
+training run timed, or its one full run) and its extra seeds have trained, the study says
 what each remaining part should cost on this machine and in all, before the search:
 
-- a trial: its probe, plus its accuracy run for the share of configurations that reach
-  the front (two-stage evaluation; ``ACCURACY_SHARE``, what the bundled examples' studies
-  showed), or one full run each (``--accuracy all``, inference);
+- a trial: its probe, plus its training run for the share of configurations that reach
+  the front (two-stage evaluation; ``TRAINING_SHARE``, what the bundled examples' studies
+  showed), or one full run each (``--train all``, inference);
 - the baseline measured again every ``REMEASURE_EVERY`` trials (a probe);
 - the front's undecided candidates trained with the baseline's other seeds (at most
   ``--confirm-top`` of them; the worst case);
@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from advisor.core.stored import ACCURACY_RUN, PROBE_WALL, WALL, TrialRecord
+from advisor.core.stored import PROBE_WALL, TRAINING_RUN, WALL, TrialRecord
 from advisor.core.units import duration_text
 from advisor.study.baseline_watch import REMEASURE_EVERY
 
-ACCURACY_SHARE = 0.5  # configurations whose accuracy run goes ahead (the README example's study: 8 of 20)
+TRAINING_SHARE = 0.5  # configurations whose training run goes ahead (the README example's study: 8 of 20)
 
 
 @dataclass(frozen=True)
@@ -58,17 +58,17 @@ def estimate(base: TrialRecord, trials_left: int, *, two_stage: bool, seeds: int
     """The estimate from the stored baseline ``base``; None when its times are not stored."""
     wall = float(base.get(WALL) or 0.0)
     probe = float(base.get(PROBE_WALL) or 0.0)
-    accuracy = float((base.get(ACCURACY_RUN) or {}).get("wall_s") or 0.0)
-    if two_stage and (probe <= 0 or accuracy <= 0):
+    training = float((base.get(TRAINING_RUN) or {}).get("wall_s") or 0.0)
+    if two_stage and (probe <= 0 or training <= 0):
         return None
     if not two_stage and wall <= 0:
         return None
-    per_trial = probe + ACCURACY_SHARE * accuracy if two_stage else wall
+    per_trial = probe + TRAINING_SHARE * training if two_stage else wall
     one_probe = probe if two_stage else wall
     trials_left = max(0, trials_left)
     search = trials_left * per_trial + math.ceil(trials_left / REMEASURE_EVERY) * one_probe
     candidates = min(top, trials_left) if trials_left else 0
-    more_seeds = candidates * max(0, seeds - 1) * (accuracy if two_stage else wall)
+    more_seeds = candidates * max(0, seeds - 1) * (training if two_stage else wall)
     confirm_s = pairs * (candidates + 2) * one_probe if confirm and candidates else 0.0
     return Estimate(trials_left, per_trial, search, more_seeds, confirm_s)
 

@@ -4,7 +4,7 @@ the one place that does; the drivers' repair of trials a gone driver left runnin
 them there too);
 it reads trials back as ``TrialRecord`` and keeps what the study knows (the baseline, the
 trials that count, those other drivers run). Everything that decides asks it and returns
-decisions: ``Strategy.decide`` (run, skip, duplicate) and ``AccuracyQueue.settle``
+decisions: ``Strategy.decide`` (run, skip, duplicate) and ``TrainingQueue.settle``
 (dominated, reused). Trials are written as ``advisor.core.stored`` reads them.
 """
 
@@ -13,19 +13,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from advisor.core.config import TrialConfig
 from advisor.core.events import Duplicate as DuplicateEvent
 from advisor.core.events import Listener, Note, Skipped, ignore
-from advisor.core.noise import AccuracyNoise
-from advisor.core.objectives import Figures, Limits
+from advisor.core.metric import MetricSpec
+from advisor.core.noise import MetricNoise
+from advisor.core.objectives import METRIC_DROP, Figures, Limits
 from advisor.core.results import TrialResult
 from advisor.core.stored import (
-    ACCURACY_NOISE,
-    ACCURACY_REUSED,
-    ACCURACY_RUN,
-    ACCURACY_SKIPPED,
     BASELINE,
     COMBINATION,
     CONFIG,
@@ -35,10 +33,16 @@ from advisor.core.stored import (
     DUPLICATE_OF,
     EARLY_STOP,
     INITIAL_LOSS,
+    METRIC_NOISE,
+    METRIC_REUSED,
     PROBE_DONE,
     PROBE_WALL,
     PROBED_AT,
+    REUSE_DIFFERENCE,
+    SCORE,
     SEED_CONFIG,
+    TRAINING_RUN,
+    TRAINING_SKIPPED,
     WALL,
     StoredStudy,
     TrialRecord,
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ProbedOnly:
-    """Decided (``AccuracyQueue.settle``): probed trial ``number`` needs no accuracy run,
+    """Decided (``TrainingQueue.settle``): probed trial ``number`` needs no training run,
     for ``reason``; stored as probed only."""
 
     number: int
@@ -66,7 +70,7 @@ class ProbedOnly:
 
 @dataclass(frozen=True)
 class Reused:
-    """Decided (``AccuracyQueue.settle``): probed trial ``number`` trains like ``source``
+    """Decided (``TrainingQueue.settle``): probed trial ``number`` trains like ``source``
     (its first steps within ``difference``, relative): ``source``'s metric is reused."""
 
     number: int
@@ -104,8 +108,13 @@ class Ledger:
         """The study as stored now."""
         return read_study(self.study)
 
+    @cached_property
+    def metric(self) -> MetricSpec:
+        """The study's metric, as the study stored it (its name for what the ledger says)."""
+        return MetricSpec.from_dict(self.study.user_attrs.get("metric"))
+
     @property
-    def reference_accuracy(self) -> float | None:
+    def reference_metric(self) -> float | None:
         """What a trial's metric is judged against: the baseline's seed mean once its noise
         is measured (``advisor.core.feasibility``), its one value before; None until the
         baseline is in (the baseline is its own reference)."""
@@ -113,10 +122,10 @@ class Ledger:
         if base is None or base.figures is None:
             return None
         if self._seed_mean is None:
-            noise = AccuracyNoise.from_dict(self.study.user_attrs.get(ACCURACY_NOISE))
+            noise = MetricNoise.from_dict(self.study.user_attrs.get(METRIC_NOISE))
             if noise is not None and noise.values:
                 self._seed_mean = statistics.fmean(noise.values)  # stored once per study: kept
-        return self._seed_mean if self._seed_mean is not None else base.figures.accuracy
+        return self._seed_mean if self._seed_mean is not None else base.figures.score
 
     @property
     def last_number(self) -> int:
@@ -212,7 +221,7 @@ class Ledger:
         """Store the result of trial ``number`` run in one part (or failed, or cancelled)."""
         trial, _ = self._asked[number]
         return self._finish(number, record_result(self.study, trial, result, wall_s, self.limits,
-                                                  self.reference_accuracy))
+                                                  self.reference_metric))
 
     def note_disturbed(self, number: int, result: TrialResult, why: str) -> None:
         """Record with running trial ``number`` a measurement taken on a disturbed machine
@@ -220,14 +229,14 @@ class Ledger:
         trial, _ = self._asked[number]
         runs = list(trial.user_attrs.get(DISTURBED_RUNS, []))
         runs.append({"reason": why, "throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes,
-                     "accuracy": result.accuracy, "sentinel": result.telemetry.get("sentinel"),
+                     SCORE: result.score, "sentinel": result.telemetry.get("sentinel"),
                      "interference": {k: v for k, v in (result.telemetry.get("interference") or {}).items()
                                       if k != "scores"} or None})
         trial.set_user_attr(DISTURBED_RUNS, runs)
 
     def store_probe(self, number: int, result: TrialResult, wall_s: float, at: float) -> None:
         """A probe that went well, stored on its still running trial at once (a driver killed
-        before its accuracy part leaves it for the next run to adopt)."""
+        before its training run leaves it for the next run to adopt)."""
         trial, _ = self._asked[number]
         for key, value in result_attrs(result, wall_s).items():
             trial.set_user_attr(key, value)
@@ -235,19 +244,20 @@ class Ledger:
         trial.set_user_attr(PROBED_AT, at)
         trial.set_user_attr(PROBE_DONE, True)
 
-    def store_accuracy(self, number: int, probe: TrialResult, probe_wall_s: float, result: TrialResult,
+    def store_training(self, number: int, probe: TrialResult, probe_wall_s: float, result: TrialResult,
                        wall_s: float) -> TrialRecord:
-        """Store a probed trial's accuracy run with its probe, and tell it."""
+        """Store a probed trial's training run with its probe, and tell it."""
         trial, proposal = self._asked[number]
         run = {"wall_s": wall_s, "phase_s": result.phase_s, "peak_memory_bytes": result.peak_memory_bytes,
                "host": result.host, "pid": result.pid}
-        trial.set_user_attr(ACCURACY_RUN, run)
+        trial.set_user_attr(TRAINING_RUN, run)
         trial.set_user_attr(WALL, probe_wall_s + wall_s)
         if not result.ok:
             trial.set_user_attr("failure_class", result.failure_class)
             trial.set_user_attr("failure_message", result.failure_message)
             return self._finish(number, tell_trial(self.study, trial))
-        for key in ("accuracy", "train_samples", "final_loss"):
+        trial.set_user_attr(SCORE, result.score)
+        for key in ("train_samples", "final_loss"):
             trial.set_user_attr(key, getattr(result, key))
         stop = result.telemetry.get("early_stop")
         trial.set_user_attr(CURVE, result.telemetry.get("curve"))
@@ -257,42 +267,46 @@ class Ledger:
         if stop:
             trial.set_user_attr(EARLY_STOP, stop)
         figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0),
-                          float(result.accuracy))  # type: ignore[arg-type]
+                          float(result.score))  # type: ignore[arg-type]
         return self._complete(number, figures, early_stopped=bool(stop), baseline=proposal.baseline)
 
-    def cancel_accuracy(self, number: int, reason: str) -> TrialRecord:
-        """The study stops before a probed trial's accuracy part is done: stored as cancelled
+    def cancel_training(self, number: int, reason: str) -> TrialRecord:
+        """The study stops before a probed trial's training run is done: stored as cancelled
         (its probe kept with it; not counted: it runs again on resume)."""
         trial, _ = self._asked[number]
         trial.set_user_attr("failure_class", "cancelled")
-        trial.set_user_attr("failure_message", f"cancelled before its accuracy part: {reason}")
+        trial.set_user_attr("failure_message", f"cancelled before its training run: {reason}")
         return self._finish(number, tell_trial(self.study, trial))
 
+    # their older names: advisor/study/parts.py calls them until it is updated (issue 28)
+    store_accuracy = store_training
+    cancel_accuracy = cancel_training
+
     def apply(self, decision: ProbedOnly | Reused) -> TrialRecord:
-        """Store a probed trial as the accuracy queue decided: probed only, or with a
+        """Store a probed trial as the training queue decided: probed only, or with a
         reused metric."""
         trial, _ = self._asked[decision.number]
         if isinstance(decision, ProbedOnly):
-            trial.set_user_attr(ACCURACY_SKIPPED, decision.reason)
+            trial.set_user_attr(TRAINING_SKIPPED, decision.reason)
             return self._finish(decision.number, tell_trial(self.study, trial, pruned=True))
         source, probe = decision.source, decision.probe
         assert source.figures is not None
-        trial.set_user_attr(ACCURACY_REUSED, source.number)
-        trial.set_user_attr("accuracy_reuse_difference", decision.difference)
-        trial.set_user_attr("accuracy", source.figures.accuracy)
+        trial.set_user_attr(METRIC_REUSED, source.number)
+        trial.set_user_attr(REUSE_DIFFERENCE, decision.difference)
+        trial.set_user_attr(SCORE, source.figures.score)
         trial.set_user_attr(WALL, decision.probe_wall_s)
-        self.emit(Note(f"trial {decision.number}: accuracy reused from trial {source.number} (same training "
+        self.emit(Note(f"trial {decision.number}: {self.metric.name} reused from trial {source.number} (same training "
                        f"numerics: its first steps agree within {decision.difference:.1e}, relative)"))
-        figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), source.figures.accuracy)
+        figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), source.figures.score)
         return self._complete(decision.number, figures)
 
     # ---- the steps ----------------------------------------------------------------------
     def _complete(self, number: int, figures: Figures, early_stopped: bool = False,
                   baseline: bool = False) -> TrialRecord:
-        reference = figures.accuracy if baseline or self.reference_accuracy is None else self.reference_accuracy
+        reference = figures.score if baseline or self.reference_metric is None else self.reference_metric
         constraints = self.limits.constraints(figures, reference)
         if early_stopped:  # infeasible by the gate's decision, whatever the figure where it stopped
-            constraints["accuracy_drop"] = max(constraints["accuracy_drop"], 1e-9)
+            constraints[METRIC_DROP] = max(constraints[METRIC_DROP], 1e-9)
         trial, _ = self._asked[number]
         return self._finish(number, tell_trial(self.study, trial, figures, constraints))
 

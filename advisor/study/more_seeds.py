@@ -4,7 +4,7 @@ A configuration that changes the arithmetic (bf16, another batch size) trained o
 one value of its metric; against the baseline's seeds its verdict may be *undecided*
 (``advisor.core.feasibility``). Once the search is over, each such candidate of the front
 (the ones confirmation would confirm: ``advisor.study.confirm.candidates``) trains with
-the baseline's other seeds, as an accuracy run each, so both sides have as many values and
+the baseline's other seeds, as a training run each, so both sides have as many values and
 the same seeds. Its values are stored as the study attribute ``metric_seeds:<trial>``;
 ``StoredStudy`` then reads the trial at its seed mean, judged again. A candidate whose
 metric was reused from another trial (the same training numerics) is left as it is: its
@@ -21,7 +21,7 @@ from typing import Any
 
 from advisor.core.events import Listener, Note
 from advisor.core.results import TrialPayload, TrialSettings
-from advisor.core.stored import ACCURACY_REUSED, METRIC_SEEDS, read_study
+from advisor.core.stored import METRIC_REUSED, METRIC_SEEDS, read_study
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
 from advisor.study.confirm import candidates
@@ -31,13 +31,13 @@ def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[An
     """The front's candidates (at most ``top``) whose verdict is undecided, each with the
     baseline's seeds other than ``first_seed`` (the one every trial trains with)."""
     stored = read_study(study)
-    noise = stored.accuracy_noise
+    noise = stored.metric_noise
     if noise is None or len(noise.seeds) < 2:
         return []
     out = []
     for record in candidates(stored, top):
         judged = stored.verdict(record)
-        if judged is None or judged.decided or record.get(ACCURACY_REUSED) is not None:
+        if judged is None or judged.decided or record.get(METRIC_REUSED) is not None:
             continue
         if f"{METRIC_SEEDS}{record.number}" in stored.attrs:
             continue  # trained with them already (an earlier run of the study)
@@ -46,7 +46,7 @@ def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[An
 
 
 def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executor: Executor, top: int,
-                     timeout: float, stop: Callable[[], str | None], on_event: Listener, stage: str) -> int:
+                     timeout: float, stop: Callable[[], str | None], on_event: Listener, part: str) -> int:
     """Train each undecided front candidate with the baseline's other seeds, one run at a
     time; returns how many candidates were trained."""
     numbers = itertools.count(3_000_000)  # executor handle numbers, apart from trials' and the watch's
@@ -56,17 +56,17 @@ def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executo
                       f"the baseline's other seed(s) ({', '.join(str(s) for s in todo[0][1])})"))
     done = 0
     for record, seeds in todo:
-        values, used = [record.figures.accuracy], [settings.seed]
+        values, used = [record.figures.score], [settings.seed]
         for seed in seeds:
-            payload = TrialPayload.of(workload, record.config, replace(settings, seed=seed, stage=stage))
+            payload = TrialPayload.of(workload, record.config, replace(settings, seed=seed, part=part))
             result = run_one(executor, next(numbers), payload, timeout, stop)
             if stop() is not None:
                 return done
-            if not result.ok or result.accuracy is None:
+            if not result.ok or result.score is None:
                 on_event(Note(f"trial {record.number} with seed {seed} failed [{result.failure_class}]: "
                               f"{first_line(result.failure_message, 200)}; its verdict leaves that seed out"))
                 continue
-            values.append(result.accuracy)
+            values.append(result.score)
             used.append(seed)
         study.set_user_attr(f"{METRIC_SEEDS}{record.number}", {"seeds": used, "values": values})
         done += 1

@@ -30,8 +30,12 @@ class Option:
     negatable: bool = False  # a switch: --confirm / --no-confirm
     repeat: bool = False  # the flag may be given several times (argparse's append); ``read`` joins the values
     env: str | None = None  # the command falls back to this variable when the flag is not given
-    env_read: Callable[[str], Any] | None = None  # the variable's text -> value (a StudyError naming it)
-    aliases: tuple[tuple[str, str], ...] = ()  # older flags, (flag, help): exclusive with this one
+    # the variable's text and name -> value (a StudyError naming the variable)
+    env_read: Callable[[str, str], Any] | None = None
+    older_env: tuple[str, ...] = ()  # the variable's older names, still read after ``env``
+    # older flags (deprecated): still read, exclusive with this one, hidden from --help and
+    # completion; their names underscored are advisor.tune()'s older keywords
+    aliases: tuple[str, ...] = ()
     must_match: str | None = None  # the study attribute that holds it; a resumed study must match it
 
     @property
@@ -44,7 +48,12 @@ class Option:
     @property
     def flags(self) -> tuple[str, ...]:
         """The flag and its older names (their values go to the same field)."""
-        return tuple(f for f in (self.flag, *(a for a, _ in self.aliases)) if f)
+        return tuple(f for f in (self.flag, *self.aliases) if f)
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        """The environment variable and its older names, in the order they are read."""
+        return (self.env, *self.older_env) if self.env else ()
 
     @property
     def dests(self) -> tuple[str, ...]:
@@ -71,6 +80,12 @@ def declared(cls: type) -> Iterator[tuple[dataclasses.Field[Any], Option]]:
 def options_of(cls: type) -> dict[str, Option]:
     """Field name -> its Option, for the fields that are options of their own (have a flag)."""
     return {f.name: o for f, o in declared(cls) if o.flag is not None}
+
+
+def older_names(cls: type) -> dict[str, str]:
+    """An older flag underscored (``accuracy``) -> the field it sets: ``advisor.tune()``'s
+    older keywords, still taken (deprecated)."""
+    return {dest: field for field, o in options_of(cls).items() for dest in o.dests[1:]}
 
 
 Naming = Callable[[str], str]  # a field's name -> the option as a caller writes it

@@ -12,15 +12,16 @@ from typing import Any
 
 from advisor.core.errors import StudyError
 from advisor.core.metric import parse_drop
-from advisor.core.noise import ACCURACY_SEEDS
+from advisor.core.noise import NOISE_SEEDS
 from advisor.core.objectives import Limits
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.results import WORKLOADS, check_workload_kind
+from advisor.core.stored import MAX_METRIC_DROP
 from advisor.core.units import parse_duration, parse_size
 from advisor.search.samplers import check_sampler
 from advisor.study.option import Naming, build, naming, option
 
-ACCURACY_MODES = ("selective", "all")
+TRAIN_MODES = ("selective", "all")  # --train: the configurations that could reach the front, or every one
 # --log-to: the experiment trackers a study logs its trials to (advisor.outputs.trackers), each
 # with the package it needs: an optional extra of the same name (pip install 'advisor[mlflow]')
 TRACKERS = {"mlflow": "mlflow", "tensorboard": "tensorboard", "wandb": "wandb"}
@@ -53,22 +54,22 @@ def _duration(value: Any, name: str) -> float | None:
         raise StudyError(f"{name}{'' if name.endswith('=') else ' '}{value!r}: {exc}") from None
 
 
-def _switch_env(text: str) -> bool:
+def _switch_env(text: str, variable: str) -> bool:
     value = text.strip().lower()
     if value not in ("0", "1", "yes", "no", "true", "false", "on", "off"):
-        raise StudyError(f"$ADVISOR_CONFIRM is {value!r}, expected 1 (confirm) or 0 (do not)")
+        raise StudyError(f"${variable} is {value!r}, expected 1 (confirm) or 0 (do not)")
     return value in ("1", "yes", "true", "on")
 
 
-def _ray_address_env(text: str) -> str | None:
+def _ray_address_env(text: str, variable: str) -> str | None:
     return text.strip() or None  # RAY_ADDRESS="" : no cluster, a local Ray
 
 
-def _seeds_env(text: str) -> int:
+def _seeds_env(text: str, variable: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise StudyError(f"$ADVISOR_ACCURACY_SEEDS is {text!r}, expected a whole number (1: no estimate)") from None
+        raise StudyError(f"${variable} is {text!r}, expected a whole number (1: no estimate)") from None
 
 
 def _as_given(name: str, value: str) -> str:
@@ -100,8 +101,8 @@ def read_trackers(value: Any, name: str) -> tuple[str, ...]:
     return tuple(found.values())
 
 
-def _trackers_env(text: str) -> tuple[str, ...]:
-    return read_trackers(text, "$ADVISOR_LOG_TO")
+def _trackers_env(text: str, variable: str) -> tuple[str, ...]:
+    return read_trackers(text, f"${variable}")
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class TuneOptions:
     workload_path: str = option()  # the command's positional model, advisor.tune()'s model (or callables)
     workload: str = option(
         "train", flag="--workload", choices=WORKLOADS,
-        help="train (default): time training steps, accuracy after a fixed number of samples; "
+        help="train (default): time training steps, the metric after a fixed number of samples; "
              "inference: time forward passes of the trained model, no training")
     space: str | None = option(  # None: "default" for training, "inference" for inference
         None, flag="--space",
@@ -157,13 +158,13 @@ class TuneOptions:
     trial_timeout: float | None = option(
         None, flag="--trial-timeout", parse=float,
         help="limit for one trial, seconds (default: 10x the baseline trial, at least 120)")
-    max_accuracy_drop: float = option(  # how much worse the metric may get
-        0.01, flag="--max-metric-drop", parse=parse_drop, read=_drop, into=("max_accuracy_drop", "max_drop_relative"),
-        metavar="AMOUNT|PCT%", must_match="max_accuracy_drop",
+    max_metric_drop: float = option(  # how much worse the metric may get
+        0.01, flag="--max-metric-drop", parse=parse_drop, read=_drop, into=("max_metric_drop", "max_drop_relative"),
+        metavar="AMOUNT|PCT%", must_match=MAX_METRIC_DROP,
         help="feasible trials are at most this much worse than the baseline on the metric: an "
              "amount of it (default 0.01: 1 point of a fraction such as accuracy), or a percentage "
              "of the baseline's (2%%); 'worse' follows the metric's direction (model.py's METRIC)",
-        aliases=(("--max-accuracy-drop", "the same as --max-metric-drop (its older name)"),))
+        aliases=("--max-accuracy-drop",))
     max_drop_relative: bool = option(False, must_match="max_drop_relative")  # ... a fraction of the baseline's ("1%")
     memory_cap: int | None = option(None, flag="--memory-cap", read=_size, must_match="memory_cap_bytes",
                                     help="feasible trials peak below this, e.g. 2GiB or 500MiB")
@@ -200,12 +201,13 @@ class TuneOptions:
         help="confirm the front in pairs against the baseline at the end (default: on, or "
              "$ADVISOR_CONFIRM=0 for off); --no-confirm leaves the ratios unconfirmed (advisor confirm "
              "runs it later)")
-    accuracy_seeds: int = option(
-        ACCURACY_SEEDS, flag="--accuracy-seeds", parse=int, env="ADVISOR_ACCURACY_SEEDS", env_read=_seeds_env,
+    metric_seeds: int = option(
+        NOISE_SEEDS, flag="--metric-seeds", parse=int, env="ADVISOR_METRIC_SEEDS", env_read=_seeds_env,
+        older_env=("ADVISOR_ACCURACY_SEEDS",), aliases=("--accuracy-seeds",),
         help="train the baseline with this many seeds to measure the metric's noise "
-             "(default 3, or $ADVISOR_ACCURACY_SEEDS; 1: no estimate)")
-    accuracy: str = option(  # two-stage evaluation; "all": every trial trains in full, as before
-        "selective", flag="--accuracy",
+             "(default 3, or $ADVISOR_METRIC_SEEDS; 1: no estimate)")
+    train: str = option(  # two-stage evaluation; "all": every trial trains in full, as before
+        "selective", flag="--train", choices=TRAIN_MODES, aliases=("--accuracy",),
         help="selective (default): probe every configuration's speed and memory, and train only "
              "those that could still reach the feasible front (two-stage evaluation); all: train "
              "every configuration in full, as one process per trial")
@@ -230,7 +232,12 @@ class TuneOptions:
     @property
     def two_stage(self) -> bool:
         """Probe every configuration, train only those that could reach the front."""
-        return self.accuracy == "selective" and self.workload == "train"
+        return self.train == "selective" and self.workload == "train"
+
+    @property
+    def accuracy_seeds(self) -> int:
+        """``metric_seeds`` by its older name: advisor/study/tuner.py reads it until it is updated (issue 28)."""
+        return self.metric_seeds
 
     @property
     def confirm_options(self) -> ConfirmOptions:
@@ -239,12 +246,12 @@ class TuneOptions:
     @property
     def limits(self) -> Limits:
         """What makes a trial feasible in this study."""
-        return Limits(self.max_accuracy_drop, self.memory_cap, self.max_drop_relative)
+        return Limits(self.max_metric_drop, self.memory_cap, self.max_drop_relative)
 
     @property
     def drop_text(self) -> str:
         """The limit as the user wrote it: '0.01' or '1%'."""
-        return f"{100 * self.max_accuracy_drop:g}%" if self.max_drop_relative else f"{self.max_accuracy_drop:g}"
+        return f"{100 * self.max_metric_drop:g}%" if self.max_drop_relative else f"{self.max_metric_drop:g}"
 
     @property
     def space_name(self) -> str:
@@ -260,10 +267,10 @@ class TuneOptions:
         for field, value in (("timeout", self.timeout), ("budget", self.budget), ("trial_timeout", self.trial_timeout)):
             if value is not None and not value > 0:
                 raise StudyError(f"{name(field)} must be a positive number of seconds, found {value}")
-        drop = name("max_accuracy_drop")
-        if not 0 <= self.max_accuracy_drop < math.inf:
+        drop = name("max_metric_drop")
+        if not 0 <= self.max_metric_drop < math.inf:
             raise StudyError(f"{drop} must be >= 0, found {self.drop_text}")
-        if self.max_drop_relative and self.max_accuracy_drop > 1:
+        if self.max_drop_relative and self.max_metric_drop > 1:
             raise StudyError(f"{drop} must be at most 100% of the baseline's metric, found {self.drop_text}")
         if self.memory_cap is not None and not self.memory_cap > 0:
             raise StudyError(f"{name('memory_cap')} must be positive, found {self.memory_cap}")
@@ -272,11 +279,11 @@ class TuneOptions:
         if self.train_samples is not None and self.train_samples < 1:
             raise StudyError(f"{name('train_samples')} must be at least 1, found {self.train_samples}")
         check_confirm_options(self.confirm_options, name)
-        if self.accuracy_seeds < 1:
-            raise StudyError(f"{name('accuracy_seeds')} must be at least 1 (1: no noise estimate), "
-                             f"found {self.accuracy_seeds}")
-        if self.accuracy not in ACCURACY_MODES:
-            raise StudyError(f"{name('accuracy')} must be one of {', '.join(ACCURACY_MODES)}, found {self.accuracy!r}")
+        if self.metric_seeds < 1:
+            raise StudyError(f"{name('metric_seeds')} must be at least 1 (1: no noise estimate), "
+                             f"found {self.metric_seeds}")
+        if self.train not in TRAIN_MODES:
+            raise StudyError(f"{name('train')} must be one of {', '.join(TRAIN_MODES)}, found {self.train!r}")
         for entry in read_trackers(self.log_to, name("log_to")):
             tracker = entry.partition(":")[0]
             if importlib.util.find_spec(TRACKERS[tracker]) is None:

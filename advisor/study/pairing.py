@@ -43,7 +43,7 @@ RETRIES = 2  # a run on a disturbed machine is run again at most this often
 
 def probe_settings(settings: TrialSettings) -> TrialSettings:
     """The study's settings for a probe: timed steps and peak memory only."""
-    return replace(settings, stage="probe", max_timing_s=min(settings.max_timing_s, PROBE_TIMING_S))
+    return replace(settings, part="probe", max_timing_s=min(settings.max_timing_s, PROBE_TIMING_S))
 
 
 @dataclass

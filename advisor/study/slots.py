@@ -1,5 +1,5 @@
 """The trials running on the executor right now: which configuration and which part each
-runs (``full``, ``probe`` or ``accuracy``), whether another fits, and what came back."""
+runs (``full``, ``probe`` or ``training``: ``advisor.core.results.PARTS``), whether another fits, and what came back."""
 
 from __future__ import annotations
 

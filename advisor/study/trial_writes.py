@@ -33,7 +33,7 @@ def tell_trial(study: optuna.Study, trial: optuna.Trial | int, figures: Figures 
 
 
 def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, wall_s: float,
-                  limits: Limits, baseline_accuracy: float | None) -> optuna.trial.FrozenTrial:
+                  limits: Limits, reference: float | None) -> optuna.trial.FrozenTrial:
     """Store one trial's result: every figure as a user attribute, the objectives, and the
     constraints against the baseline's metric (its own, for the baseline); a failure as
     FAIL."""
@@ -41,8 +41,8 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
         trial.set_user_attr(key, value)
     if not result.ok:
         return tell_trial(study, trial)
-    figures = Figures(result.throughput, result.peak_memory_bytes, result.accuracy)  # type: ignore[arg-type]
-    reference = figures.accuracy if baseline_accuracy is None else baseline_accuracy
+    figures = Figures(result.throughput, result.peak_memory_bytes, result.score)  # type: ignore[arg-type]
+    reference = figures.score if reference is None else reference
     return tell_trial(study, trial, figures, limits.constraints(figures, reference))
 
 
@@ -52,7 +52,7 @@ def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True,
     their configurations run again), through Optuna's public storage API. A trial whose
     driver is ``alive`` (``advisor.study.drivers``: another driver on the same study) is
     left alone, and so are those whose probe is stored when ``keep_probed`` (two-stage
-    evaluation goes on with their accuracy part), and those younger than ``young_s`` that
+    evaluation goes on with their training run), and those younger than ``young_s`` that
     name no driver yet. Returns their numbers."""
     import optuna
 
@@ -65,7 +65,7 @@ def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True,
         return not alive(driver)
 
     running = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-               if gone(t) and not (keep_probed and t.user_attrs.get(PROBE_DONE))]  # probed: resumed with its probe (advisor.study.accuracy_queue)
+               if gone(t) and not (keep_probed and t.user_attrs.get(PROBE_DONE))]  # probed: resumed with its probe (advisor.study.training_queue)
     study_id = storage.get_study_id_from_name(study.study_name)
     failed = []
     for t in running:

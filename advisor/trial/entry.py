@@ -58,7 +58,7 @@ def run_trial(payload: TrialPayload) -> TrialResult:
 def _estimated(payload: TrialPayload) -> bool:
     """Whether the study asks for this trial's memory estimate: a training trial's probe or full run."""
     settings = payload.settings
-    return payload.estimate and settings.workload == "train" and settings.stage != "accuracy"
+    return payload.estimate and settings.workload == "train" and settings.part != "training"
 
 
 def _estimate(payload: TrialPayload, loaded: Loaded | None) -> tuple[dict | None, str | None]:

@@ -1,10 +1,10 @@
 """The measured work of one trial in one process: build the model, apply the knobs, then
 the training loop (timed steps inside it, peak memory, evaluation) or the inference loop.
 
-A ``probe`` (``TrialSettings.stage``) stops once the timing has settled: warm-up, timed
+A ``probe`` (``TrialSettings.part``) stops once the timing has settled: warm-up, timed
 steps and peak memory, no full training and no evaluation (two-stage evaluation's first
 part; paired confirmation runs probes too); its first training steps leave a fingerprint
-(``advisor.trial.accuracy``). An ``accuracy`` run is the second part: the training budget
+(``advisor.trial.training``). A ``training`` run is the second part: the training budget
 with a learning curve and an early-stop gate, then the evaluation, nothing timed. A full
 trial does both in one process. Every timed trial times the noise sentinel (``advisor.machine.sentinel``) just before
 and just after its measured region, and its timer drops the blocks of steps that other work disturbed
@@ -28,7 +28,6 @@ from advisor.machine.memory import peak_memory_for
 from advisor.machine.sentinel import describe_kernel
 from advisor.machine.timing import StepTimer
 from advisor.techniques.prepare import apply
-from advisor.trial.accuracy import accuracy_run, fingerprint
 from advisor.trial.shared import (
     agree_more,
     check_batch_fits,
@@ -41,6 +40,7 @@ from advisor.trial.shared import (
     snapshot,
     training_batches,
 )
+from advisor.trial.training import fingerprint, training_run
 from advisor.workload.contract import Workload, build_model
 
 
@@ -70,8 +70,8 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     phases["build"] = time.perf_counter() - t
     build_peak = memory.peak_bytes()  # the build's own peak (the fp32 model before bf16, int8, sharding)
     memory.restart_peak()  # the figure is the steady state's
-    if settings.stage == "accuracy":
-        return _accuracy_part(prepared, workload, train, val, payload, phases, memory, build_peak)
+    if settings.part == "training":
+        return _training_part(prepared, workload, train, val, payload, phases, memory, build_peak)
     sampler = None
     if device.type == "cuda":
         from advisor.machine.nvml import nvml_sampler_for
@@ -82,7 +82,7 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     before = sentinel(prepared)
     if settings.workload == "inference":
         figures = _inference(prepared, workload, val, settings, timer, phases, memory.peak_bytes)
-    elif settings.stage == "probe":
+    elif settings.part == "probe":
         figures = _probe(prepared, workload, train, settings, timer, phases, memory.peak_bytes)
     else:
         figures = _train(prepared, workload, train, val, settings, timer, phases, memory.peak_bytes)
@@ -127,13 +127,13 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     )
 
 
-def _accuracy_part(prepared: Any, workload: Any, train: Any, val: Any, payload: TrialPayload,
+def _training_part(prepared: Any, workload: Any, train: Any, val: Any, payload: TrialPayload,
                    phases: dict[str, float], memory: Any, build_peak: int) -> TrialResult:
     """Two-stage evaluation's second part: the training budget, a learning curve and the
-    gate (``advisor.trial.accuracy``); nothing timed, so no throughput. The sentinel still
+    gate (``advisor.trial.training``); nothing timed, so no throughput. The sentinel still
     runs: its readings keep the study's judgement of the machine informed."""
     before = sentinel(prepared)
-    figures = accuracy_run(prepared, workload, train, val, payload.settings, payload.gate, phases)
+    figures = training_run(prepared, workload, train, val, payload.settings, payload.gate, phases)
     after = sentinel(prepared)
     telemetry = {"curve": figures.pop("curve"), "early_stop": figures.pop("early_stop"),
                  "initial_loss": figures.pop("initial_loss"), "peak_memory_exact": getattr(memory, "exact", True),
@@ -173,7 +173,7 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
             check_finite(loss, i)
     phases["train"] = time.perf_counter() - t
 
-    # 2. More timed steps if the timing has not settled yet, and 3. accuracy on the whole
+    # 2. More timed steps if the timing has not settled yet, and 3. the metric on the whole
     #    validation set (every rank evaluates it; rank 0 reports). Extra steps must not
     #    change the evaluated model: without finishing steps, evaluate first; with them
     #    (pruning, QAT: the model is converted after training) time first on a copy of
@@ -187,15 +187,15 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
             prepared.module.load_state_dict(saved)
         t = time.perf_counter()
         prepared.finish()
-        accuracy = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val)
         phases["eval"] = time.perf_counter() - t
     else:
         t = time.perf_counter()
-        accuracy = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val)
         phases["eval"] = time.perf_counter() - t
         _extra_timing(prepared, timer, step, phases)
         peak = memory_peak()
-    return {"accuracy": accuracy, "train_samples": steps * bs, "first_step_s": first_step_s,
+    return {"score": score, "train_samples": steps * bs, "first_step_s": first_step_s,
             "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": peak}
 
 
@@ -230,7 +230,7 @@ def _probe(prepared: Any, workload: Any, train: Any, settings: Any, timer: Any,
         more = agree_more(prepared, not (warm and timer.done()))
     check_finite(loss, i - 1)
     phases["timing"] = time.perf_counter() - t
-    return {"accuracy": None, "train_samples": i * bs, "first_step_s": first_step_s,
+    return {"score": None, "train_samples": i * bs, "first_step_s": first_step_s,
             "final_loss": float(loss) if loss is not None else None, "peak_memory_bytes": memory_peak(),
             "fingerprint": found}
 
@@ -271,12 +271,12 @@ def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any
                 first_step_s = time.perf_counter() - t_step
             i += 1
     phases["timing"] = time.perf_counter() - t
-    accuracy = None
-    if settings.stage != "probe":
+    score = None
+    if settings.part != "probe":
         t = time.perf_counter()
-        accuracy = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val)
         phases["eval"] = time.perf_counter() - t
-    return {"accuracy": accuracy, "train_samples": 0, "first_step_s": first_step_s, "final_loss": None,
+    return {"score": score, "train_samples": 0, "first_step_s": first_step_s, "final_loss": None,
             "peak_memory_bytes": memory_peak()}
 
 

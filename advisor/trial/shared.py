@@ -1,4 +1,4 @@
-"""What the parts of a trial share (``advisor.trial.loop``, ``advisor.trial.accuracy``):
+"""What the parts of a trial share (``advisor.trial.loop``, ``advisor.trial.training``):
 the training batches epoch after epoch, the ranks' agreement on another step, the noise
 sentinel's reading, the evaluation, a finite-loss check and the model's facts."""
 

@@ -87,11 +87,11 @@ part_doctor_gpt2() {
 part_tune() {
   local db="sqlite:///$W/study.db" model=benchmarks/gpu/models/gpt2_small.py
   bounded "$(( LIMIT - 100 ))" advisor tune "$model" --space gpu --study gpt2-check --storage "$db" \
-    --trials "${TUNE_TRIALS:-6}" --train-samples "${TUNE_SAMPLES:-2048}" --accuracy-seeds 1 \
+    --trials "${TUNE_TRIALS:-6}" --train-samples "${TUNE_SAMPLES:-2048}" --metric-seeds 1 \
     --pairs 3 --confirm-top 2 --confirm-target 0.05 --trial-timeout 120 --no-tui --json > "$W/tune.json"
   bounded 20 advisor export --storage "$db" --study gpt2-check --pick fastest -o "$W/pick.yaml"
   [ -f "$W/pick.yaml" ] && bounded 60 advisor measure "$model" --config "$W/pick.yaml" \
-    --pairs 3 --no-accuracy --trial-timeout 60 --json > "$W/measure.json"
+    --pairs 3 --no-metric --trial-timeout 60 --json > "$W/measure.json"
   bounded 15 "$PY" benchmarks/gpu/memory_plans.py "$W/study.db" gpt2-check -o "$W/memory_plans.json"
 }
 

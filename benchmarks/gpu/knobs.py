@@ -4,7 +4,7 @@
     python benchmarks/gpu/knobs.py compile --out DIR --budget-s 240
     python benchmarks/gpu/knobs.py inference --out DIR --budget-s 150
 
-Every run is a real trial (``stage="probe"``: timed steps and peak memory, no training to
+Every run is a real trial (``part="probe"``: timed steps and peak memory, no training to
 the metric) through the Ray executor and the fork server, one at a time on the whole GPU,
 as ``advisor tune``'s probes are. A round runs, for each model of the table, its baseline,
 then its variants in a shuffled order, then its baseline again; each variant's ratio is to
@@ -157,7 +157,7 @@ def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int, 
             config = base.replace(**change)
             reason = cannot_run(config, base, group.workload, hw)
             (refused if reason else runnable).append((config, reason))
-        settings = TrialSettings(train_samples=1, device=hw.device, workload=group.workload, stage="probe")
+        settings = TrialSettings(train_samples=1, device=hw.device, workload=group.workload, part="probe")
         groups.append((group, workload, base, runnable, refused, settings))
         for config, reason in refused:
             print(f"refused  {group.model:11s} {label(base, config):60s} {reason}", flush=True)

@@ -102,13 +102,13 @@ def test_the_written_model_py_imports_the_callables_from_where_they_live(user_mo
 def test_tune_from_python_returns_the_front_picks_and_exports(ray_session, workdir, user_module, capsys):
     result = advisor.tune(user_module.make_model, user_module.make_data, optimizer=user_module.sgd,
                           baseline={"batch_size": 32}, space="eager", trials=3, train_samples=512,
-                          confirm=False, accuracy_seeds=1)  # both tested on their own (tests/study)
+                          confirm=False, metric_seeds=1)  # both tested on their own (tests/study)
     out = capsys.readouterr().out
     assert "Pareto front" in out and "trial   0" in out  # progress and summary, as the command prints them
     assert result.study_name == "make_model-eager" and result.stop_reason is None
     assert result.counts["trials"] == 3
     assert result.front and result.front[0]["trial"] == 0 and result.front[0]["baseline"]
-    assert set(result.picks) == {"fastest", "smallest", "most-accurate", "balanced"}
+    assert set(result.picks) == {"fastest", "smallest", "best-metric", "balanced"}
     written = list((workdir / ".advisor").glob("make_model-*.py"))
     assert len(written) == 1 and result.workload_path == str(written[0])
     text = result.export(workdir / "best.yaml", pick="fastest")
@@ -119,6 +119,6 @@ def test_tune_from_python_returns_the_front_picks_and_exports(ray_session, workd
     assert prepared.module is not None
     again = advisor.tune(user_module.make_model, user_module.make_data, optimizer=user_module.sgd,
                          baseline={"batch_size": 32}, space="eager", trials=3, train_samples=512, progress=False,
-                         confirm=False, accuracy_seeds=1)
+                         confirm=False, metric_seeds=1)
     assert again.counts["trials"] == 3  # the same callables resume the same study: nothing more to run
     assert capsys.readouterr().out == ""

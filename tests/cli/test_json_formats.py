@@ -124,13 +124,13 @@ def test_export_document_is_tagged_and_still_loads(old_study, capsys, workdir):
 def test_report_prints_its_files_and_figures(old_study, capsys, workdir):
     pytest.importorskip("matplotlib")
     document = printed(["report", "--storage", old_study, "-o", "out", "--json"], capsys)
-    assert document["format"] == "advisor.report/1"
+    assert document["format"] == "advisor.report/2"
     assert document["report"] == "out/report.md" and (workdir / "out" / "report.md").is_file()
     assert all((workdir / p).is_file() for p in document["plots"])
     assert document["counts"]["trials"] == 4 and document["metric"]["name"] == "accuracy"
     front = {row["trial"]: row for row in document["front"]}
     assert front[0]["baseline"] is True and front[0]["metric_value"] == pytest.approx(0.6417, abs=1e-4)
-    assert set(document["picks"]) == {"fastest", "smallest", "most-accurate", "balanced"}
+    assert set(document["picks"]) == {"fastest", "smallest", "best-metric", "balanced"}
     assert {e["knob"] for e in document["knob_effects"]} == {"batch_size", "grad_accumulation"}
 
 

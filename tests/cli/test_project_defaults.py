@@ -77,14 +77,19 @@ def test_the_command_line_wins(project, monkeypatch):
 
 
 def test_the_environment_wins_over_the_table(project, monkeypatch):
-    write(project, '[tool.advisor]\nstorage = "sqlite:///studies.db"\naccuracy-seeds = 5\nconfirm = true\n')
+    write(project, '[tool.advisor]\nstorage = "sqlite:///studies.db"\nmetric-seeds = 5\nconfirm = true\n')
     monkeypatch.setenv("ADVISOR_STORAGE", "sqlite:///other.db")
     args = parsed(["tune", MODEL], project)
-    assert args.storage is None and args.accuracy_seeds is None and args.confirm is None  # $ADVISOR_... rule
+    assert args.storage is None and args.metric_seeds is None and args.confirm is None  # $ADVISOR_... rule
     monkeypatch.delenv("ADVISOR_STORAGE")
+    monkeypatch.delenv("ADVISOR_METRIC_SEEDS")
+    monkeypatch.setenv("ADVISOR_ACCURACY_SEEDS", "2")  # the variable's older name wins over the table too
+    assert parsed(["tune", MODEL], project).metric_seeds is None
     monkeypatch.delenv("ADVISOR_ACCURACY_SEEDS")
     args = parsed(["tune", MODEL], project)
-    assert args.storage == f"sqlite:///{project}/studies.db" and args.accuracy_seeds == 5
+    assert args.storage == f"sqlite:///{project}/studies.db" and args.metric_seeds == 5
+    write(project, '[tool.advisor]\naccuracy-seeds = 4\n')  # the option's older key still reads
+    assert parsed(["tune", MODEL], project).accuracy_seeds == 4
 
 
 def test_a_commands_own_table_wins_over_the_shared_keys(project, monkeypatch):
@@ -124,6 +129,11 @@ def test_unknown_keys_and_wrong_types_are_listed_together(project, capsys):
                  "- [tool.advisor.commands.tuen]: unknown command (did you mean tune?)"]:
         assert line in err, err
     assert sorted(p.name for p in project.iterdir()) == ["pyproject.toml", "studies.db"]
+    listed = err.split("(keys are the long options of the advisor commands: ")[1]
+    assert "metric-seeds" in listed and "accuracy" not in listed  # older names still read, not offered
+    write(project, '[tool.advisor]\naccuracy-seedz = 2\n')
+    err = run(["studies"], capsys)[2]
+    assert "accuracy-seedz: unknown key" in err and "did you mean accuracy-seeds" not in err
 
 
 def test_a_key_of_another_command_in_a_commands_table_is_unknown(project, capsys):

@@ -38,9 +38,9 @@ def remove_while_it_runs(placed: int):
 if len(sys.argv) > 4:
     threading.Thread(target=remove_while_it_runs, args=(int(sys.argv[4]),), daemon=True).start()
 code = main(["tune", sys.argv[1], "--space", sys.argv[2], "--trials", sys.argv[3], "--train-samples", "2000",
-             "--ray-address", cluster.address, "--study", "spanning", "--no-confirm", "--accuracy", "all",
+             "--ray-address", cluster.address, "--study", "spanning", "--no-confirm", "--train", "all",
              "--sampler", "random",
-             "--accuracy-seeds", "1", "--no-tui"])
+             "--metric-seeds", "1", "--no-tui"])
 import ray  # noqa: E402
 
 ray.shutdown()

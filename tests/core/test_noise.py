@@ -8,7 +8,7 @@ import pytest
 from advisor.core.noise import (
     DISTURBED_AT,
     MIN_READINGS,
-    AccuracyNoise,
+    MetricNoise,
     SentinelJudge,
     reading_of,
     recent_reference,
@@ -61,10 +61,10 @@ def test_a_lasting_change_moves_the_median_and_counts_as_drift():
 
 
 def test_accuracy_noise_epsilon_and_within_noise():
-    noise = AccuracyNoise([0, 1, 2], [0.96, 0.95, 0.97])
+    noise = MetricNoise([0, 1, 2], [0.96, 0.95, 0.97])
     assert noise.sd == pytest.approx(0.01) and noise.epsilon == pytest.approx(0.02)
-    assert AccuracyNoise.from_dict(noise.to_dict()) == noise
-    assert AccuracyNoise.from_dict({"seeds": [0]}) is None and AccuracyNoise.from_dict(None) is None
+    assert MetricNoise.from_dict(noise.to_dict()) == noise
+    assert MetricNoise.from_dict({"seeds": [0]}) is None and MetricNoise.from_dict(None) is None
     assert within_noise(0.015, noise.epsilon) and not within_noise(0.03, noise.epsilon)
     assert not within_noise(0.0, 0.0)  # no estimate: nothing is "within noise"
 

@@ -154,13 +154,13 @@ def test_sittings_that_agree_are_never_narrower_than_their_own_noise():
 def test_beaten_only_beyond_both_intervals():
     slow_big = Confirmation(1, [pair(r, m) for r, m in ((0.5, 1.5), (0.55, 1.45), (0.52, 1.5))])
     fast_small = Confirmation(2, [pair(r, m) for r, m in ((1.5, 0.8), (1.55, 0.82), (1.52, 0.8))])
-    assert beaten(slow_big, None, accuracy_worse=True)  # the baseline (1.0, 1.0) beats it
-    assert beaten(slow_big, fast_small, accuracy_worse=True)
-    assert not beaten(slow_big, fast_small, accuracy_worse=False)  # more accurate beyond noise: kept
-    assert not beaten(fast_small, slow_big, accuracy_worse=True)
-    assert not beaten(Confirmation(3, [pair(0.5, 1.5)]), None, accuracy_worse=True)  # one pair proves nothing
+    assert beaten(slow_big, None, metric_worse=True)  # the baseline (1.0, 1.0) beats it
+    assert beaten(slow_big, fast_small, metric_worse=True)
+    assert not beaten(slow_big, fast_small, metric_worse=False)  # more accurate beyond noise: kept
+    assert not beaten(fast_small, slow_big, metric_worse=True)
+    assert not beaten(Confirmation(3, [pair(0.5, 1.5)]), None, metric_worse=True)  # one pair proves nothing
     overlapping = Confirmation(4, [pair(r, 1.5) for r in (0.7, 1.3, 0.9)])
-    assert not beaten(overlapping, None, accuracy_worse=True)
+    assert not beaten(overlapping, None, metric_worse=True)
 
 
 def test_confirmation_round_trips_through_its_stored_form():

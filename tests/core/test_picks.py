@@ -7,7 +7,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures
 from advisor.core.pairs import Confirmation, Pair
 from advisor.core.picks import pick
-from advisor.core.stored import ACCURACY_NOISE, BASELINE_MEASUREMENTS, CONFIRMATION, StoredStudy, TrialRecord
+from advisor.core.stored import BASELINE_MEASUREMENTS, CONFIRMATION, METRIC_NOISE, StoredStudy, TrialRecord
 
 
 def record(number: int, thr: float, mem: float, acc: float, at: float, **config) -> TrialRecord:
@@ -50,12 +50,12 @@ def test_unconfirmed_ratios_use_the_baseline_measured_nearest_in_time():
 def test_the_front_does_not_keep_a_slow_trial_for_accuracy_within_noise():
     records = [record(0, 1000, 100, 0.950, 0.0), record(1, 310, 100, 0.964, 10.0, parallelism="fsdp", devices=2)]
     assert [r.number for r in StoredStudy("s", {}, records).front()] == [0, 1]
-    noisy = {ACCURACY_NOISE: {"seeds": [0, 1, 2], "values": [0.95, 0.94, 0.96]}}  # epsilon 0.02
+    noisy = {METRIC_NOISE: {"seeds": [0, 1, 2], "values": [0.95, 0.94, 0.96]}}  # epsilon 0.02
     study = StoredStudy("s", noisy, records)
     assert [r.number for r in study.front()] == [0]
     # +1.4 pt against the seeds' mean 0.95: one seed cannot show it is no more than 1 pt worse
     vs = study.versus_baseline(records[1])
-    assert vs.accuracy_text() == "+1.4 pt, undecided" and vs.verdict.kind == "undecided"
+    assert vs.metric_text() == "+1.4 pt, undecided" and vs.verdict.kind == "undecided"
     assert vs.to_dict()["metric_verdict"] == "undecided"
 
 
@@ -79,9 +79,10 @@ def test_overlapping_intervals_are_ties_won_by_fewer_knobs_then_less_memory():
     assert pick(StoredStudy("s", {}, records), "fastest").number == 3  # nothing confirmed: single readings decide
 
 
-def test_metrics_within_the_noise_are_ties_for_most_accurate():
+def test_metrics_within_the_noise_are_ties_for_the_best_metric():
     records = [record(0, 1000, 100, 0.950, 0.0), record(1, 1500, 100, 0.955, 10.0, precision="bf16"),
                record(2, 1400, 80, 0.958, 20.0, precision="bf16", channels_last=True, compile=True)]
-    noisy = StoredStudy("s", {ACCURACY_NOISE: {"seeds": [0, 1, 2], "values": [0.95, 0.94, 0.96]}}, records)
-    assert pick(noisy, "most-accurate").number == 1  # within 2 pt of each other: the fewer knobs changed
-    assert pick(StoredStudy("s", {}, records), "most-accurate").number == 2  # no noise known: the highest
+    noisy = StoredStudy("s", {METRIC_NOISE: {"seeds": [0, 1, 2], "values": [0.95, 0.94, 0.96]}}, records)
+    assert pick(noisy, "best-metric").number == 1  # within 2 pt of each other: the fewer knobs changed
+    assert pick(StoredStudy("s", {}, records), "best-metric").number == 2  # no noise known: the highest
+    assert pick(StoredStudy("s", {}, records), "most-accurate").number == 2  # its older name, still taken

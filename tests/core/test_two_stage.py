@@ -1,5 +1,5 @@
 """Two-stage evaluation's rules on synthetic numbers: dominance beyond noise, the probe
-noise margins, fingerprints, and the accuracy gate."""
+noise margins, fingerprints, and the metric gate."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_dominance_needs_both_objectives_beyond_noise(better, other, expected):
 
 def test_a_synthetic_front_keeps_every_trade_off():
     """Of probed configurations against two feasible ones, only those beaten on both
-    objectives beyond noise by one of them need no accuracy run."""
+    objectives beyond noise by one of them need no training run."""
     feasible = [(1000.0, 100.0), (400.0, 40.0)]
     probed = {"slow and big": (300.0, 120.0), "small": (300.0, 30.0), "fast": (1500.0, 200.0),
               "near the first": (950.0, 105.0), "beaten by the second": (200.0, 60.0)}

@@ -58,7 +58,7 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     after = optuna.load_study(study_name="digits_mlp-eager", storage=storage).get_trials()
     for number, values in completed.items():  # nothing lost, nothing re-measured
         assert after[number].state == before[number].state and after[number].values == values
-    for number in running:  # probed ones go on with their accuracy part; the others ran again
+    for number in running:  # probed ones go on with their training run; the others ran again
         if number in probed:
             assert after[number].state.name in ("COMPLETE", "PRUNED")
             assert after[number].user_attrs["throughput"] == before[number].user_attrs["throughput"]
@@ -150,13 +150,13 @@ def test_sigint_and_sigterm_stop_gracefully(workdir, signum):
 @pytest.mark.timeout(300)
 def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys):
     """Two-stage evaluation: the driver is killed after the baseline's probe is stored and
-    while its accuracy part runs. The same command again adopts the trial: the probe is
-    kept (not measured again), the accuracy part runs, the study reaches its total."""
+    while its training run runs. The same command again adopts the trial: the probe is
+    kept (not measured again), the training run runs, the study reaches its total."""
     state = tempfile.mkdtemp(prefix="advk2-")
     env = {**os.environ, "ADVISOR_RAY_DIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)
     args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "60000",
-            "--accuracy-seeds", "1", "--trials", "2"]  # the accuracy part trains ~2,000 steps: seconds
+            "--metric-seeds", "1", "--trials", "2"]  # the training run trains ~2,000 steps: seconds
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = workdir / "advisor.db"

@@ -63,8 +63,8 @@ def _check_the_study(storage: str) -> list:
 @pytest.mark.timeout(600)
 def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_it(workdir, pg_database):  # noqa: F811
     storage = pg_database
-    a = _driver(workdir, storage, "--accuracy-seeds", "2")
-    b = _driver(workdir, storage, "--accuracy-seeds", "2")
+    a = _driver(workdir, storage, "--metric-seeds", "2")
+    b = _driver(workdir, storage, "--metric-seeds", "2")
     drivers = {str(d[0].pid): d for d in (a, b)}
     try:  # once both have measured a trial after the baseline: kill one while a trial of its runs
         deadline, victim = time.monotonic() + 400, None

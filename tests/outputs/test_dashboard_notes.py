@@ -25,7 +25,7 @@ from dashboard_api import get, put
 
 from advisor.core.events import Finished, Paired
 from advisor.core.pairs import Confirmation, Pair
-from advisor.core.stored import ACCURACY_NOISE, CONFIRMATION, read_study
+from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study import storage as st
 
 from conftest import REPO, exit_status
@@ -54,7 +54,7 @@ def confirm(study, trial: int, pairs: int, sitting: int = 0) -> Confirmation:
 def url(tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     study = write_recorded_study(url)
-    study.set_user_attr(ACCURACY_NOISE, {"seeds": [0, 1, 2], "values": [0.9667, 0.9600, 0.9720]})
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": [0.9667, 0.9600, 0.9720]})
     for trial in CONFIRMED:
         confirm(study, trial, 6)
     add_probed_trial(study)

@@ -12,8 +12,8 @@ from advisor.core.objectives import Limits
 from advisor.core.results import TrialResult
 from advisor.core.stored import read_study, read_trial
 from advisor.core.units import fmt_energy
-from advisor.study.ledger import record_result
 from advisor.study import storage as st
+from advisor.study.ledger import record_result
 
 from recorded_study import NAME, write_recorded_study
 
@@ -24,7 +24,7 @@ def _with_energy(url: str) -> optuna.trial.FrozenTrial:
     config = TrialConfig(precision="bf16", batch_size=128)
     trial.set_user_attr("config", config.to_dict())
     trial.set_user_attr("config_key", config.key())
-    result = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, accuracy=0.9650,
+    result = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, score=0.9650,
                          step_time_median_s=128 / 12000.0, energy_per_sample_j=0.0123,
                          telemetry={"energy": {"joules": 61.5, "seconds": 1.0, "power_w": 615.0}})
     return record_result(study, trial, result, 5.0, Limits(0.01), 0.9667)
@@ -44,10 +44,10 @@ def test_a_trial_with_energy_shows_it_in_its_line_the_explorer_and_the_export(tm
     url = f"sqlite:///{tmp_path / 's.db'}"
     frozen = _with_energy(url)
     record = read_trial(frozen)
-    result = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, accuracy=0.9650,
+    result = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, score=0.9650,
                          energy_per_sample_j=record.get("energy_per_sample_j"))
     assert "90.0 MiB, 12.3 mJ/sample, accuracy" in trial_text(result, record, None)
-    without = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, accuracy=0.9650)
+    without = TrialResult(ok=True, throughput=12000.0, peak_memory_bytes=90 * 2**20, score=0.9650)
     assert "J/sample" not in trial_text(without, record, None)  # a CPU trial: no energy figure
 
     data = StudyData(st.open_storage(url), NAME)
@@ -82,7 +82,7 @@ def test_the_report_plots_energy_when_the_trials_measured_it(tmp_path):
         trial.set_user_attr("config_key", config.key())
         if number == 0:
             trial.set_user_attr("baseline", True)
-        result = TrialResult(ok=True, throughput=throughput, peak_memory_bytes=2**30, accuracy=0.9,
+        result = TrialResult(ok=True, throughput=throughput, peak_memory_bytes=2**30, score=0.9,
                              step_time_median_s=0.01, energy_per_sample_j=joules)
         record_result(study, trial, result, 1.0, Limits(0.01), None if number == 0 else 0.9)
     out = tmp_path / "report"

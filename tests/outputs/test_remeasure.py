@@ -58,11 +58,11 @@ def test_measure_without_a_stored_baseline_uses_model_py(ray_session, exported, 
     document = yaml.safe_load(exported.read_text())
     document.pop("baseline")
     exported.write_text(yaml.safe_dump(document))
-    assert main(["measure", MLP, "--config", str(exported), "--pairs", "1", "--no-accuracy"]) == 0
+    assert main(["measure", MLP, "--config", str(exported), "--pairs", "1", "--no-metric"]) == 0
     out = capsys.readouterr()
     assert "names no baseline" in out.out and "baseline  bs=32 fp32" in out.out
     assert "throughput vs baseline" in out.out
-    assert not any(line.startswith("full run") for line in out.out.splitlines())  # --no-accuracy
+    assert not any(line.startswith("full run") for line in out.out.splitlines())  # --no-metric
 
 
 @pytest.mark.parametrize("change, message", [

@@ -44,7 +44,7 @@ def table_row(text: str, first_cell: str) -> str:
 def test_report_writes_markdown_and_three_plots(recorded):
     assert recorded["rc"] == 0
     out = recorded["out"]
-    assert sorted(p.name for p in out.iterdir()) == ["accuracy.png", "knobs.png", "pareto.png", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["knobs.png", "metric.png", "pareto.png", "report.md"]
     text = recorded["text"]
     assert text.startswith(f"# Study {NAME}: advisor report\n")
     for line in ("- Workload: `/home/me/examples/digits_cnn.py` (train)", "- Search space: cpu",
@@ -56,7 +56,7 @@ def test_report_writes_markdown_and_three_plots(recorded):
                  "- Duplicates (answered from an earlier trial): 0; skipped without running: 0"):
         assert line in text.splitlines()
     links = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", text)
-    assert links == ["pareto.png", "accuracy.png", "knobs.png"]  # relative, beside report.md
+    assert links == ["pareto.png", "metric.png", "knobs.png"]  # relative, beside report.md
     assert "marginal medians over the trials the search happened to run" in text
     assert "not controlled one-knob experiments" in text
 
@@ -84,7 +84,7 @@ def test_pareto_table_has_the_front_with_ratios_and_the_baseline_marked(recorded
 
 def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir, capsys):
     text = recorded["text"]
-    expected = {"fastest": 2, "smallest": 4, "most-accurate": 3, "balanced": 1}
+    expected = {"fastest": 2, "smallest": 4, "best-metric": 3, "balanced": 1}
     for how, number in expected.items():
         command = f"advisor export --storage {recorded['url']} --study {NAME} --trial {number} -o {how}.yaml"
         line = next(line for line in text.splitlines() if line.startswith(f"- **{how}**:"))
@@ -111,7 +111,7 @@ def test_plots_are_valid_pngs(recorded):
     import matplotlib.image
 
     shapes = {}
-    for name in ("pareto.png", "accuracy.png", "knobs.png"):
+    for name in ("pareto.png", "metric.png", "knobs.png"):
         path = recorded["out"] / name
         data = path.read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 1000
@@ -120,7 +120,7 @@ def test_plots_are_valid_pngs(recorded):
         assert image.ndim == 3 and image.shape[2] in (3, 4)
         assert image[..., :3].std() > 0.05  # something is drawn, not a blank canvas
         shapes[name] = image.shape[:2]
-    assert shapes["pareto.png"] == shapes["accuracy.png"] == (500, 750)
+    assert shapes["pareto.png"] == shapes["metric.png"] == (500, 750)
     assert shapes["knobs.png"][1] == 750 and shapes["knobs.png"][0] > 750  # one bar per knob value: tall
 
 
@@ -148,7 +148,7 @@ def test_knob_effects_match_a_hand_computation(recorded):
     assert fp32.n == 8
     assert fp32.throughput_ratio == pytest.approx(6873.5 / 6736)
     assert fp32.memory_ratio == pytest.approx(102.65 / 98.6, rel=1e-6)
-    assert fp32.accuracy_delta == pytest.approx(0.0)
+    assert fp32.metric_delta == pytest.approx(0.0)
     assert [label for label in effects if label.startswith("batch_size=")] == [
         "batch_size=32", "batch_size=64", "batch_size=128", "batch_size=256", "batch_size=512"]
 
@@ -158,7 +158,7 @@ def test_same_study_gives_the_same_png_bytes(recorded, tmp_path):
     again = write_report(study, tmp_path / "again", recorded["url"])
     assert again == tmp_path / "again" / "report.md"
     assert again.read_text() == recorded["text"]
-    for name in ("pareto.png", "accuracy.png", "knobs.png"):
+    for name in ("pareto.png", "metric.png", "knobs.png"):
         assert (tmp_path / "again" / name).read_bytes() == (recorded["out"] / name).read_bytes()
 
 

@@ -114,7 +114,7 @@ def _finished(result: TrialResult, versus: Versus | None, state: str = "complete
 
 def test_a_trial_is_logged_with_every_knob_its_figures_and_the_metric_in_its_own_direction():
     mse = MetricSpec(name="mse", higher_is_better=False, fraction=False)
-    result = TrialResult(ok=True, throughput=900.0, peak_memory_bytes=2**20, accuracy=-0.25, train_samples=512,
+    result = TrialResult(ok=True, throughput=900.0, peak_memory_bytes=2**20, score=-0.25, train_samples=512,
                          final_loss=float("nan"), phase_s={"train": 2.0})
     log = trial_log(_finished(result, Versus(1.5, 0.8, -0.05)), "s", mse)
     assert log.params == TrialConfig(batch_size=128, precision="bf16").to_dict()  # all knobs, not only the changed

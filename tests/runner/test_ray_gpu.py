@@ -40,5 +40,5 @@ def test_a_trial_through_ray_runs_on_its_gpu_with_energy(tmp_path):
     assert result.telemetry["samples"] >= 1 and result.telemetry["power_w_mean"] > 0
     assert result.telemetry["energy"]["joules"] > 0
     assert 0 < result.energy_per_sample_j < 10, result.telemetry["energy"]
-    assert result.accuracy > 0.5
+    assert result.score > 0.5
     assert result.memory_estimate and result.memory_estimate.get("peak_bytes"), result.memory_estimate

@@ -45,7 +45,7 @@ def test_a_default_study_runs_the_seeds_right_after_the_baseline(tmp_path):
     grid = Grid.load(REPO / "benchmarks" / "data" / "grid_digits_cnn_cpu.json")
     options = TuneOptions(workload_path=str(EXAMPLES / "digits_cnn.py"), space=GRID_SPACE, trials=12,
                           storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=100, confirm=False,
-                          accuracy_seeds=1)
+                          metric_seeds=1)
     plan = plan_study(options)
     study = Tuner(plan, executor=ReplayExecutor(grid)).run().study
     configs = [TrialConfig.from_dict(t.user_attrs["config"]) for t in sorted(study.trials, key=lambda t: t.number)
@@ -63,7 +63,7 @@ def test_a_seed_changes_only_its_knob_in_a_space_with_more_knobs(tmp_path, ray_s
     space.write_text("batch_size: {choices: [32, 64]}\nprecision: {choices: [fp32, bf16]}\nthreads: {choices: [1, 2]}\n")
     options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space=str(space), trials=4,
                           storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=100, confirm=False,
-                          accuracy_seeds=1)
+                          metric_seeds=1)
     plan = plan_study(options)
     Tuner(plan).run()
     study = optuna.load_study(study_name=plan.study_name, storage=options.storage)

@@ -19,7 +19,7 @@ from conftest import EXAMPLES
 def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_session, capsys):
     # the default space: no machine measures all of it within the budget, so the budget ends the search
     options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="default", trials=200, budget=25,
-                          storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=256, accuracy_seeds=1,
+                          storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=256, metric_seeds=1,
                           confirm=False)
     notes: list[str] = []
     plan = plan_study(options)

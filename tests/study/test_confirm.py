@@ -14,14 +14,14 @@ import pytest
 
 from advisor.cli.main import main
 from advisor.core.pairs import Confirmation
-from advisor.core.stored import ACCURACY_NOISE, CONFIRMATION, read_study
+from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.confirm import Confirmer, ConfirmOptions
 
 from conftest import EXAMPLES, REPO, WORKLOADS, exit_status
 
 pytestmark = pytest.mark.ray
 
-FAST = ["--space", "quick", "--train-samples", "300", "--max-accuracy-drop", "0.5", "--no-tui"]
+FAST = ["--space", "quick", "--train-samples", "300", "--max-metric-drop", "0.5", "--no-tui"]
 
 
 def load(url, name):
@@ -35,12 +35,12 @@ def confirmed(ray_session, tmp_path_factory):
 
     where = tmp_path_factory.mktemp("confirmed")
     url = f"sqlite:///{where / 'c.db'}"
-    old = {k: os.environ.get(k) for k in ("ADVISOR_CONFIRM", "ADVISOR_ACCURACY_SEEDS")}
+    old = {k: os.environ.get(k) for k in ("ADVISOR_CONFIRM", "ADVISOR_METRIC_SEEDS")}
     os.environ.pop("ADVISOR_CONFIRM", None)
-    os.environ.pop("ADVISOR_ACCURACY_SEEDS", None)
+    os.environ.pop("ADVISOR_METRIC_SEEDS", None)
     try:
         code = main(["tune", str(EXAMPLES / "digits_mlp.py"), *FAST, "--trials", "4", "--storage", url,
-                     "--study", "c", "--pairs", "2", "--confirm-top", "2", "--accuracy-seeds", "2", "--json"])
+                     "--study", "c", "--pairs", "2", "--confirm-top", "2", "--metric-seeds", "2", "--json"])
     finally:
         for k, v in old.items():
             if v is not None:
@@ -52,7 +52,7 @@ def confirmed(ray_session, tmp_path_factory):
 def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
     study = load(confirmed, "c")
     attrs = study.user_attrs
-    noise = attrs[ACCURACY_NOISE]
+    noise = attrs[METRIC_NOISE]
     assert noise["seeds"] == [0, 1] and len(noise["values"]) == 2 and noise["epsilon"] >= 0
     stored = read_study(study)
     keys = [k for k in attrs if k.startswith(CONFIRMATION)]
@@ -149,7 +149,7 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
 
     def spy(number, payload):
         order.append(payload.config.batch_size)
-        assert payload.settings.stage == "probe"
+        assert payload.settings.part == "probe"
         return submit(number, payload)
 
     executor.submit = spy
@@ -217,7 +217,7 @@ def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
 
     options = TuneOptions(workload_path=str(WORKLOADS / "disturbing.py"), space="quick", trials=3,
                           train_samples=300, storage="sqlite:///d.db", study_name="d", confirm=False,
-                          accuracy_seeds=3)
+                          metric_seeds=3)
     stored = read_study(Tuner(plan_study(options), on_event=on_event).run().study)
     assert not marker.exists()  # the disturbance happened
     disturbed = [r for r in stored.records if r.get("disturbed_runs")]

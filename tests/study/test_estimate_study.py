@@ -9,7 +9,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures
 from advisor.core.stored import TrialRecord
 from advisor.core.units import duration_text
-from advisor.study.estimate import ACCURACY_SHARE, estimate
+from advisor.study.estimate import TRAINING_SHARE, estimate
 
 
 def baseline(**attrs) -> TrialRecord:
@@ -20,7 +20,7 @@ def baseline(**attrs) -> TrialRecord:
 def test_a_two_stage_study_costs_probes_accuracy_runs_seeds_and_pairs():
     base = baseline(probe_wall_s=2.0, accuracy_run={"wall_s": 6.0}, wall_s=8.0)
     e = estimate(base, 19, two_stage=True, seeds=3, confirm=True, top=6, pairs=8)
-    assert e.per_trial_s == pytest.approx(2.0 + ACCURACY_SHARE * 6.0)
+    assert e.per_trial_s == pytest.approx(2.0 + TRAINING_SHARE * 6.0)
     assert e.search_s == pytest.approx(19 * 5.0 + 2 * 2.0)  # 19 trials, the baseline re-measured twice
     assert e.more_seeds_s == pytest.approx(6 * 2 * 6.0)  # at most 6 candidates, 2 more seeds each
     assert e.confirm_s == pytest.approx(8 * (6 + 2) * 2.0)  # 8 rounds of 6 candidates and 2 baseline runs

@@ -2,7 +2,7 @@
 strategy and the accuracy queue only decide. Kept by walking every module's calls with
 ``ast``: a second place that tells Optuna a trial is over, asks for a trial or writes a
 trial's attributes fails here, naming it. (The decisions themselves are tested on real
-studies: tests/study/test_accuracy_queue.py, tests/search/test_known_failures.py.)"""
+studies: tests/study/test_training_queue.py, tests/search/test_known_failures.py.)"""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_the_strategy_and_the_queue_import_no_storage():
     """They decide from records (``TrialRecord``, ``StoredStudy``) and never write: no
     optuna, no attribute writers, no reading a study themselves."""
     readers_and_writers = {"config_attrs", "result_attrs", "skipped_attrs", "read_trial", "read_study"}
-    for module in ("advisor.search.strategy", "advisor.study.accuracy_queue"):
+    for module in ("advisor.search.strategy", "advisor.study.training_queue"):
         tree = ast.parse(MODULES[module].read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

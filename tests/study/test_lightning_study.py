@@ -21,7 +21,7 @@ def test_a_lightning_file_tunes_exports_and_runs_under_lightning(ray_session, wo
     space = workdir / "space.yaml"
     space.write_text("batch_size: {choices: [32, 64]}\ngrad_accumulation: {choices: [1, 2]}\n")
     code = main(["tune", str(EXAMPLES / "lightning_digits.py"), "--space", str(space), "--trials", "3",
-                 "--train-samples", "2048", "--accuracy", "all", "--max-metric-drop", "100%", "--no-tui"])
+                 "--train-samples", "2048", "--train", "all", "--max-metric-drop", "100%", "--no-tui"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "Lightning: DigitsClassifier (training_step, validation_step logging 'val_acc'" in out

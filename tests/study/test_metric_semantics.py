@@ -25,7 +25,7 @@ def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
     space = workdir / "bs.yaml"
     space.write_text("batch_size: {choices: [32, 64, 128]}\n")
     code = main(["tune", str(WORKLOADS / "regression.py"), "--space", str(space), "--trials", "3",
-                 "--train-samples", "2048", "--max-metric-drop", "50%", "--accuracy", "all", "--no-tui"])
+                 "--train-samples", "2048", "--max-metric-drop", "50%", "--train", "all", "--no-tui"])
     out = capsys.readouterr().out
     assert code == 0, out
     study = optuna.load_study(study_name="regression-bs", storage=f"sqlite:///{workdir / 'advisor.db'}")
@@ -34,14 +34,14 @@ def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
     assert study.user_attrs["max_drop_relative"] is True
     stored = read_study(study)
     base = stored.baseline
-    assert base is not None and base.figures.accuracy < 0  # the score: -mse
-    mse = -base.figures.accuracy
+    assert base is not None and base.figures.score < 0  # the score: -mse
+    mse = -base.figures.score
     assert f"mse {mse:.4g}" in out  # the trial line and the table show the MSE itself
     assert " pt" not in out and "accuracy 0." not in out and "-mse" not in out
     assert "Δ mse" in out and "mse: lower is better" in out
     for record in stored.records:  # feasible: at most 50% above the baseline's MSE
         if record.figures is not None and record.state == "complete":
-            assert record.feasible == (-record.figures.accuracy <= 1.5 * mse + 1e-12)
+            assert record.feasible == (-record.figures.score <= 1.5 * mse + 1e-12)
     dashboard = pytest.importorskip("optuna_dashboard._app")  # what optuna-dashboard's web API reports
     storage = open_storage(f"sqlite:///{workdir / 'advisor.db'}")
     status, body = get(dashboard.create_app(storage), f"/api/studies/{storage.get_study_id_from_name('regression-bs')}")
@@ -50,3 +50,17 @@ def test_a_lower_is_better_metric_end_to_end(ray_session, workdir, capsys):
     assert document["measured"]["metric"]["value"] == pytest.approx(mse)
     assert document["measured"]["metric"]["name"] == "mse"
 
+
+
+def test_a_two_stage_regression_study_never_says_accuracy(ray_session, workdir, capsys):
+    """Two-stage evaluation (the default) on the MSE workload: its notes, trial lines and
+    summary name the metric ("mse") or say "metric" and "training run", never "accuracy"
+    (the issue: 'accuracy reused from trial 0', '3 accuracy runs', 'the accuracy gate')."""
+    space = workdir / "bs.yaml"
+    space.write_text("batch_size: {choices: [32, 64]}\nthreads: {choices: [null, 1]}\n")
+    code = main(["tune", str(WORKLOADS / "regression.py"), "--space", str(space), "--trials", "4",
+                 "--train-samples", "1024", "--max-metric-drop", "50%", "--no-confirm", "--no-tui"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "two-stage: 4 probes" in out and "training runs" in out and "metric gate" in out
+    assert "accuracy" not in out.lower(), [line for line in out.splitlines() if "accuracy" in line.lower()]

@@ -1,6 +1,6 @@
 """An undecided front candidate trains with the baseline's other seeds, and the study then
 reads it at its seed mean, judged again (advisor/study/more_seeds.py). A real Optuna study
-in SQLite written by the real ledger; the accuracy runs come from a scripted executor
+in SQLite written by the real ledger; the training runs come from a scripted executor
 (named as such: the seeds' values are chosen so the verdict's change is known exactly; the
 real executor runs this step in every training study test that measures the noise)."""
 
@@ -17,7 +17,7 @@ from advisor.core.events import Note
 from advisor.core.feasibility import verdict
 from advisor.core.objectives import Limits
 from advisor.core.results import TrialResult, TrialSettings
-from advisor.core.stored import ACCURACY_NOISE, METRIC_SEEDS, read_study
+from advisor.core.stored import METRIC_NOISE, METRIC_SEEDS, read_study
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
 from advisor.study.ledger import Ledger
@@ -31,16 +31,16 @@ BASE = [0.950, 0.952, 0.948]  # the baseline's metric over seeds 0, 1, 2
 
 @dataclass
 class ScriptedSeeds:
-    """An executor answering each accuracy run at once with ``values[seed]``; ``asked``
-    records (batch size, seed, stage) per run."""
+    """An executor answering each training run at once with ``values[seed]``; ``asked``
+    records (batch size, seed, part) per run."""
 
     values: dict[int, float]
     asked: list[tuple[int, int, str]] = field(default_factory=list)
 
     def submit(self, number, payload):
-        self.asked.append((payload.config.batch_size, payload.settings.seed, payload.settings.stage))
-        accuracy = self.values[payload.settings.seed]
-        return Handle(number, time.monotonic(), TrialResult(ok=True, accuracy=accuracy, train_samples=100))
+        self.asked.append((payload.config.batch_size, payload.settings.seed, payload.settings.part))
+        score = self.values[payload.settings.seed]
+        return Handle(number, time.monotonic(), TrialResult(ok=True, score=score, train_samples=100))
 
     def wait(self, handles, timeout):
         return [(h, h.result) for h in handles]
@@ -49,8 +49,8 @@ class ScriptedSeeds:
         pass
 
 
-def full(throughput: float, accuracy: float) -> TrialResult:
-    return TrialResult(ok=True, throughput=throughput, peak_memory_bytes=100.0, accuracy=accuracy,
+def full(throughput: float, score: float) -> TrialResult:
+    return TrialResult(ok=True, throughput=throughput, peak_memory_bytes=100.0, score=score,
                        step_time_median_s=0.01)
 
 
@@ -65,7 +65,7 @@ def study(tmp_path):
                                     limits=Limits(0.01)), Limits(0.01))
     base = ledger.propose_baseline()
     ledger.tell(base.number, full(1000.0, BASE[0]), 1.0)
-    study.set_user_attr(ACCURACY_NOISE, {"seeds": [0, 1, 2], "values": BASE})
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": BASE})
     bf16 = ledger._hand_out(study.ask(), TrialConfig(batch_size=32, precision="bf16"))
     ledger.tell(bf16.number, full(1500.0, 0.944), 1.0)  # 1.5x, -0.6 pt on one seed: undecided
     return study
@@ -74,15 +74,15 @@ def study(tmp_path):
 def test_an_undecided_candidate_trains_with_the_baseline_seeds_and_is_judged_again(study):
     stored = read_study(study)
     bf16 = stored.records[1]
-    assert stored.verdict(bf16).kind == "undecided" and bf16.figures.accuracy == pytest.approx(0.944)
+    assert stored.verdict(bf16).kind == "undecided" and bf16.figures.score == pytest.approx(0.944)
     executor, notes = ScriptedSeeds({1: 0.951, 2: 0.950}), []
     trained = train_more_seeds(study, Workload(), TrialSettings(train_samples=100, seed=0), executor, top=6,
-                               timeout=60.0, stop=lambda: None, on_event=notes.append, stage="accuracy")
-    assert trained == 1 and executor.asked == [(32, 1, "accuracy"), (32, 2, "accuracy")]
+                               timeout=60.0, stop=lambda: None, on_event=notes.append, part="training")
+    assert trained == 1 and executor.asked == [(32, 1, "training"), (32, 2, "training")]
     assert study.user_attrs[f"{METRIC_SEEDS}1"] == {"seeds": [0, 1, 2], "values": [0.944, 0.951, 0.950]}
     stored = read_study(study)
     bf16 = stored.records[1]
-    assert bf16.figures.accuracy == pytest.approx((0.944 + 0.951 + 0.950) / 3)  # read at its seed mean
+    assert bf16.figures.score == pytest.approx((0.944 + 0.951 + 0.950) / 3)  # read at its seed mean
     assert stored.verdict(bf16).kind == "feasible" and bf16.feasible
     texts = [n.text for n in notes if isinstance(n, Note)]
     assert texts[0].startswith("1 front candidate(s) undecided within the metric's noise")
@@ -92,18 +92,18 @@ def test_an_undecided_candidate_trains_with_the_baseline_seeds_and_is_judged_aga
 
 def test_a_drop_the_more_seeds_show_puts_the_trial_off_the_front(study):
     train_more_seeds(study, Workload(), TrialSettings(train_samples=100, seed=0), ScriptedSeeds({1: 0.925, 2: 0.926}),
-                     top=6, timeout=60.0, stop=lambda: None, on_event=lambda e: None, stage="accuracy")
+                     top=6, timeout=60.0, stop=lambda: None, on_event=lambda e: None, part="training")
     stored = read_study(study)
     bf16 = stored.records[1]
     values = [0.944, 0.925, 0.926]
     assert stored.verdict(bf16) == verdict(values, BASE, 0.01)  # -1.8 pt on the mean of three
     assert not bf16.feasible and bf16.number not in [r.number for r in stored.front()]
-    assert stored.versus_baseline(bf16).accuracy_delta == pytest.approx(sum(values) / 3 - sum(BASE) / 3)
+    assert stored.versus_baseline(bf16).metric_delta == pytest.approx(sum(values) / 3 - sum(BASE) / 3)
 
 
 def test_decided_or_reused_candidates_need_no_more_seeds(study):
     assert [r.number for r, _ in undecided_candidates(study, 6, 0)] == [1]
-    study.set_user_attr(ACCURACY_NOISE, {"seeds": [0, 1, 2], "values": [0.944, 0.9441, 0.9439]})  # quiet now
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": [0.944, 0.9441, 0.9439]})  # quiet now
     assert undecided_candidates(study, 6, 0) == []  # decided with one seed
-    study.set_user_attr(ACCURACY_NOISE, {"seeds": [0], "values": [0.95]})
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0], "values": [0.95]})
     assert undecided_candidates(study, 6, 0) == []  # no noise estimate: nothing to decide with

@@ -32,7 +32,7 @@ def test_cpu_levers_are_measured_in_a_study(ray_session, workdir, capsys):
                  "--sampler", "random", "--train-samples", "1280"])
     assert code == 0, capsys.readouterr().err
     study = load(workdir / "advisor.db", "digits_cnn-levers")
-    # measured: with an accuracy run, or probed only (two-stage evaluation): the same telemetry
+    # measured: with a training run, or probed only (two-stage evaluation): the same telemetry
     done = [t for t in study.get_trials() if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
     failed = [t for t in study.get_trials() if t.state.name == "FAIL" and "duplicate_of" not in t.user_attrs]
     assert not failed, [t.user_attrs.get("failure_message") for t in failed]

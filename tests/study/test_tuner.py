@@ -38,7 +38,7 @@ def eager_study(ray_session, tmp_path_factory):
         mp.chdir(where)
         mp.delenv("ADVISOR_STORAGE", raising=False)
         mp.setenv("ADVISOR_CONFIRM", "0")
-        mp.setenv("ADVISOR_ACCURACY_SEEDS", "1")
+        mp.setenv("ADVISOR_METRIC_SEEDS", "1")
         mp.setenv("ADVISOR_HOME", str(tmp_path_factory.mktemp("advisor-home")))
         with contextlib.redirect_stdout(out):
             code = main(EAGER)
@@ -116,7 +116,7 @@ def test_export_round_trip(eager_study, workdir, capsys):
     trial = study.trials[document["source"]["trial"]]
     assert trial.user_attrs["config"] == document["config"]
     assert document["measured"]["throughput"] == pytest.approx(trial.values[0])
-    for pick in ("fastest", "smallest", "most-accurate"):
+    for pick in ("fastest", "smallest", "best-metric"):
         assert main(["export", "--pick", pick, "--format", "json"]) == 0
         assert json.loads(capsys.readouterr().out)["config"]["batch_size"] >= 1
     assert main(["export", "--trial", "99"]) == 2

@@ -1,6 +1,6 @@
 """Two-stage evaluation end to end on a real local Ray with real SQLite: every trial
-probed first, accuracy runs only where they may change the front, both parts stored;
-``--accuracy all`` trains every configuration in one process as before."""
+probed first, training runs only where they may change the front, both parts stored;
+``--train all`` trains every configuration in one process as before."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from conftest import EXAMPLES
 pytestmark = pytest.mark.ray
 
 ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "2000", "--trials", "8",
-        "--accuracy-seeds", "2"]
+        "--metric-seeds", "2"]
 
 
 def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
@@ -36,19 +36,19 @@ def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
             run = r.get("accuracy_run")
             assert run["wall_s"] > 0 and r.get("curve") and r.get("initial_loss") > 0
             assert r.get("wall_s") == pytest.approx(r.get("probe_wall_s") + run["wall_s"])
-            assert r.figures.throughput == r.get("throughput")  # the probe's speed, the accuracy run's metric
+            assert r.figures.throughput == r.get("throughput")  # the probe's speed, the training run's metric
             bs = r.config.batch_size
             assert abs(r.get("train_samples") - 2000) <= bs / 2 or r.get("early_stop")  # whole batches
     noise = study.user_attrs["accuracy_noise"]
     assert len(noise["curves"]) == 1 and len(noise["curves"][0]) == 3  # the seed's learning curve, for the gate
     tally = counts(stored)
     assert tally["probes"] == 8 and tally["accuracy_runs"] + tally["probed_only"] + tally["accuracy_reused"] == 8
-    assert f"two-stage: 8 probes, {tally['accuracy_runs']} accuracy runs" in out
+    assert f"two-stage: 8 probes, {tally['accuracy_runs']} training runs" in out and "metric gate" in out
     assert "probe   0" in out  # each probe is shown as it comes in
 
 
-def test_accuracy_all_trains_every_configuration_in_one_process(ray_session, workdir, capsys):
-    assert main([*ARGS[:-4], "--trials", "3", "--accuracy", "all", "--accuracy-seeds", "1", "--json"]) == 0
+def test_train_all_trains_every_configuration_in_one_process(ray_session, workdir, capsys):
+    assert main([*ARGS[:-4], "--trials", "3", "--train", "all", "--metric-seeds", "1", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"]["probes"] == 0 and summary["counts"]["completed"] == 3
     study = optuna.load_study(study_name="digits_mlp-eager", storage="sqlite:///advisor.db")
@@ -58,9 +58,11 @@ def test_accuracy_all_trains_every_configuration_in_one_process(ray_session, wor
         assert t.state.name == "COMPLETE" and "probe_done" not in t.user_attrs and t.user_attrs["accuracy"] > 0
 
 
-def test_a_bad_accuracy_mode_is_refused(workdir, capsys):
+def test_a_bad_train_mode_is_refused(workdir, capsys):
     from conftest import exit_status
 
-    assert exit_status([*ARGS, "--accuracy", "some"]) == 2
-    assert "--accuracy must be one of selective, all, found 'some'" in capsys.readouterr().err
+    assert exit_status([*ARGS, "--train", "some"]) == 2
+    assert "argument --train: invalid choice: 'some'" in capsys.readouterr().err
+    assert exit_status([*ARGS, "--accuracy", "some"]) == 2  # its older name, deprecated: checked the same
+    assert "--train must be one of selective, all, found 'some'" in capsys.readouterr().err
     assert not (workdir / "advisor.db").exists()

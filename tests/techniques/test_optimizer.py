@@ -62,7 +62,7 @@ def test_a_trial_with_the_fused_optimizer(tmp_path):
     plain = run_trial(TrialPayload.of(workload, TrialConfig(batch_size=64), base))
     fused = run_trial(TrialPayload.of(workload, TrialConfig(batch_size=64, fused_optimizer=True), base))
     assert plain.ok and fused.ok, fused.failure_message
-    assert fused.accuracy == pytest.approx(plain.accuracy, abs=0.02)  # AdamW either way
+    assert fused.score == pytest.approx(plain.score, abs=0.02)  # AdamW either way
 
 
 def test_pointless_for_a_workload_whose_optimizer_has_none(tmp_path):

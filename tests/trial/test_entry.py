@@ -23,7 +23,7 @@ def test_trial_measures_throughput_memory_accuracy():
     assert r.throughput > 0 and r.step_time_median_s > 0
     assert r.throughput == pytest.approx(64 / r.step_time_median_s)
     assert r.timed_steps >= 10
-    assert 0.3 < r.accuracy <= 1.0  # 600 samples of training beat chance (0.1) clearly
+    assert 0.3 < r.score <= 1.0  # 600 samples of training beat chance (0.1) clearly
     assert r.peak_memory_bytes > 0  # the model, its optimizer state and activations
     assert r.train_samples == 576  # round(600 / 64) = 9 steps of 64: whole batches only
     assert {"load", "build", "train", "eval", "total"} <= set(r.phase_s)
@@ -40,7 +40,7 @@ def test_same_samples_across_batch_sizes():
 def test_trials_are_deterministic_in_accuracy():
     a = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 32}))
     b = run_trial(payload(EXAMPLES / "digits_mlp.py", {"batch_size": 32}))
-    assert a.ok and a.accuracy == b.accuracy  # same seed, same data order, same init
+    assert a.ok and a.score == b.score  # same seed, same data order, same init
 
 
 @pytest.mark.parametrize("batch_size,failure_class,text", [

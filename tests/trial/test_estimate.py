@@ -27,7 +27,7 @@ from advisor.workload.contract import load_workload
 
 from conftest import EXAMPLES, write_model
 
-PROBE = TrialSettings(train_samples=512, max_timing_s=0.5, stage="probe")
+PROBE = TrialSettings(train_samples=512, max_timing_s=0.5, part="probe")
 MiB = 2**20
 
 
@@ -124,7 +124,7 @@ def test_an_estimating_process_that_dies_says_why(tmp_path, forked):
         from advisor.workload.contract import load_workload
 
         mark_forked({forked})  # as a trial process forked from the fork server, or spawned
-        settings = TrialSettings(train_samples=512, max_timing_s=0.5, stage="probe")
+        settings = TrialSettings(train_samples=512, max_timing_s=0.5, part="probe")
         payload = TrialPayload.of(load_workload({str(path)!r}), TrialConfig(batch_size=64), settings, estimate=True)
         print(json.dumps(estimate_memory(payload)))
     """)

@@ -76,7 +76,7 @@ def test_no_state_passes_from_one_trial_to_the_next(ray_session, workdir):
     space = workdir / "bs.yaml"
     space.write_text("batch_size: {choices: [16, 32, 64]}\n")
     assert main(["tune", str(model), "--space", str(space), "--trials", "3", "--no-tui", "--skip-preflight",
-                 "--train-samples", "64", "--accuracy", "all"]) == 0  # every trial's metric, in one process each
+                 "--train-samples", "64", "--train", "all"]) == 0  # every trial's metric, in one process each
     trials = optuna.load_study(study_name="leaky-bs", storage="sqlite:///advisor.db").trials
     assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
     assert [t.values[2] for t in trials] == [1.0, 1.0, 1.0]  # each trial built its first model
@@ -255,8 +255,8 @@ def datasets():
 '''
 
 
-@pytest.mark.parametrize("stage", ["full", "probe"])
-def test_loader_workers_get_a_dataset_class_defined_in_model_py(tmp_path, monkeypatch, stage):
+@pytest.mark.parametrize("part", ["full", "probe"])
+def test_loader_workers_get_a_dataset_class_defined_in_model_py(tmp_path, monkeypatch, part):
     """num_workers > 0 with model.py's own Dataset class, in a trial process forked from the
     fork server (whose children start their own children by the fork server's method): the
     workers must not need to import model.py by its private module name."""
@@ -268,6 +268,6 @@ def test_loader_workers_get_a_dataset_class_defined_in_model_py(tmp_path, monkey
     monkeypatch.setattr(forkserver, "_SPAWN_ONLY", False)
     path = write_model(tmp_path, OWN_DATASET)
     payload = TrialPayload.of(load_workload(str(path)), TrialConfig(batch_size=16, num_workers=2),
-                              TrialSettings(train_samples=128, stage=stage))
+                              TrialSettings(train_samples=128, part=part))
     result = forkserver.run_forked(payload)
     assert result.ok and result.throughput > 0, result.failure_message

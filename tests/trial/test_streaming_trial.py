@@ -20,14 +20,14 @@ STREAMING = WORKLOADS / "streaming.py"
 ONE_PASS = 512  # the workload's stream, by default
 
 
-def _in_this_process(config, stage, train_samples, epochs=None):
+def _in_this_process(config, part, train_samples, epochs=None):
     """The trial's loop in this process, so that the stream's READ counter is readable."""
     workload = load_workload(STREAMING)
     datasets = load_datasets(workload)
     workload.module.READ.update(items=0, passes=0)  # what load_datasets' check read
     if epochs is not None:
         workload.epoch_end = epochs.append
-    settings = TrialSettings(train_samples=train_samples, max_timing_s=0.5, stage=stage)
+    settings = TrialSettings(train_samples=train_samples, max_timing_s=0.5, part=part)
     result = run_configuration(TrialPayload.of(workload, TrialConfig(**config), settings), workload, {}, datasets)
     assert result.ok, result.failure_message
     return result, workload.module.READ
@@ -35,11 +35,11 @@ def _in_this_process(config, stage, train_samples, epochs=None):
 
 def test_the_sample_budget_is_counted_from_the_stream_started_again_when_it_ends():
     epochs: list[int] = []
-    result, read = _in_this_process({"batch_size": 32}, "accuracy", 1000, epochs)
+    result, read = _in_this_process({"batch_size": 32}, "training", 1000, epochs)
     assert result.train_samples == 992  # round(1000 / 32) = 31 full batches
     assert read == {"items": 992, "passes": 2}  # 16 batches of the first pass, 15 of the second
     assert epochs == [0]  # the first epoch's end, told when the second pass started
-    assert result.accuracy is not None and result.telemetry["curve"]
+    assert result.score is not None and result.telemetry["curve"]
 
 
 def test_an_infinite_stream_is_one_epoch(monkeypatch):
@@ -51,9 +51,9 @@ def test_an_infinite_stream_is_one_epoch(monkeypatch):
 
 
 def test_the_same_seed_reads_the_same_stream():
-    first, _ = _in_this_process({"batch_size": 32}, "accuracy", 640)
-    again, _ = _in_this_process({"batch_size": 32}, "accuracy", 640)
-    assert (first.accuracy, first.final_loss) == (again.accuracy, again.final_loss)
+    first, _ = _in_this_process({"batch_size": 32}, "training", 640)
+    again, _ = _in_this_process({"batch_size": 32}, "training", 640)
+    assert (first.score, first.final_loss) == (again.score, again.final_loss)
 
 
 def test_a_batch_larger_than_the_stream_is_unsupported(monkeypatch):
@@ -96,7 +96,7 @@ def test_two_gloo_ranks_train_on_disjoint_items_of_the_stream(tmp_path, monkeypa
     monkeypatch.setenv("STREAM_LOG", str(tmp_path))
     workload = load_workload(path)
     result = run_trial(TrialPayload.of(workload, TrialConfig(batch_size=32, parallelism="ddp", devices=2),
-                                       TrialSettings(train_samples=768, stage="accuracy")))
+                                       TrialSettings(train_samples=768, part="training")))
     assert result.ok, result.failure_message
     assert result.train_samples == 768
     ranks = [[float(v) for v in (tmp_path / f"rank-{r}.txt").read_text().split()] for r in (0, 1)]

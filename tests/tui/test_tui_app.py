@@ -56,15 +56,15 @@ async def test_plot_axes_switch_and_never_coincide(url):
         screen = app.screen
         assert (screen.x_axis, screen.y_axis) == ("throughput", "memory")
         await pilot.press("y")
-        assert screen.y_axis == "accuracy"
+        assert screen.y_axis == "metric"
         await pilot.press("x", "x")
         assert screen.x_axis == "step_time"  # memory, then step_time
         await pilot.press("x", "x")
-        assert screen.x_axis == "memory"  # throughput, then memory; accuracy is taken by y
+        assert screen.x_axis == "memory"  # throughput, then memory; the metric is taken by y
         await pilot.press("y")
         assert screen.y_axis == "step_time"
         await pilot.press("y", "y")
-        assert screen.y_axis == "accuracy"  # throughput, accuracy; memory is x
+        assert screen.y_axis == "metric"  # throughput, metric; memory is x
         await pilot.pause()
         plot = screen.query_one(ScatterPlot)
         rendered = str(plot.render())

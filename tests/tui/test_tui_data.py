@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from advisor.core.metric import MetricSpec
 from advisor.core.stored import read_study
 from advisor.study import storage as st
 from advisor.tui.data import Filters, StudyData
@@ -29,7 +30,7 @@ def test_views_split_the_trials(data):
 
 
 def test_a_probed_only_trial_shows_as_such(data):
-    """Two-stage evaluation: a trial stored PRUNED with its probe and why no accuracy run
+    """Two-stage evaluation: a trial stored PRUNED with its probe and why no training run
     was needed shows in the 'all' view with its speed and memory, never on the front."""
     from advisor.tui.widgets.detail import describe
     from advisor.tui.widgets.trial_table import TrialTable
@@ -42,7 +43,7 @@ def test_a_probed_only_trial_shows_as_such(data):
     cells = [str(c) for c in TrialTable._figure_cells(row)]
     assert cells[1] == "3,000" and "unconfirmed" in cells[2] and cells[5] == "probed"
     text = describe(row, data.attrs).plain
-    assert "probed: 3,000 samples/s" in text and "accuracy not needed: dominated by trial 1" in text
+    assert "probed: 3,000 samples/s" in text and "no training run needed: dominated by trial 1" in text
 
 
 def test_front_matches_optuna_without_filters(data):
@@ -59,6 +60,8 @@ def test_filters_recompute_the_front(data):
     data.set_filters(Filters(max_drop_pt=0.0))
     assert [r.number for r in data.view("front")] == [0, 3, 4, 7, 10]
     assert "accuracy drop <= 0 pt" in data.filters.describe()
+    mse = MetricSpec(name="mse", higher_is_better=False, fraction=False)  # a regression study's: no points
+    assert Filters(max_drop_pt=0.05).describe(mse) == "mse drop <= 0.05"
     data.set_filters(Filters(max_drop_pt=0.0, memory_cap=100 * 2**20))
     assert [r.number for r in data.view("front")] == [0, 4, 10]
     assert [r.number for r in data.view("all")] == [0, 4, 8, 9, 10]  # failures stay visible
@@ -91,5 +94,5 @@ def test_a_lower_is_better_metric_reads_as_itself_in_the_explorer(tmp_path):
     mse = MetricSpec("mse", higher_is_better=False, fraction=False)
     record = TrialRecord(1, "complete", None, Figures(100.0, 10.0, -0.5))
     row = TrialRow(record, Versus(1.0, 1.0, -0.2), metric=mse)  # 0.2 worse than the baseline's MSE
-    assert row.value("accuracy") == 0.5
+    assert row.value("metric") == 0.5
     assert Filters(max_drop_pt=0.25).keep(row) and not Filters(max_drop_pt=0.1).keep(row)

@@ -24,7 +24,7 @@ _LIVE = {"timeout": 240.0, "interval": 0.2, "what": "the live study"}  # real tr
 def _tuner(trials: int) -> Tuner:
     tuner = Tuner(plan_study(TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=trials,
                                          train_samples=1437, trial_timeout=120, confirm=False,
-                                         accuracy_seeds=1)))
+                                         metric_seeds=1)))
     tuner.start_executor()  # joins the session's Ray
     return tuner
 

@@ -58,4 +58,4 @@ def test_a_study_of_variable_length_items_tunes_end_to_end(ray_session, workdir)
     assert not failed, failed
     measured = [r for r in study.records if r.state in ("complete", "probed")]
     assert len(measured) >= 2
-    assert study.baseline is not None and study.baseline.figures.accuracy > 0.5, study.baseline
+    assert study.baseline is not None and study.baseline.figures.score > 0.5, study.baseline

@@ -62,7 +62,7 @@ def test_a_trial_trains_on_a_streaming_train_dataloader(tmp_path):
     result = run_trial(TrialPayload.of(workload, TrialConfig(batch_size=8),
                                        TrialSettings(train_samples=200, max_timing_s=0.5)))
     assert result.ok, result.failure_message
-    assert result.train_samples == 200 and result.accuracy is not None
+    assert result.train_samples == 200 and result.score is not None
 
 
 def test_a_streaming_val_dataloader_is_refused(tmp_path, workdir, capsys):

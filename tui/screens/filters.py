@@ -9,7 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from advisor.core.errors import AdvisorError
-from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.units import parse_size
 from advisor.tui.data import Filters
 
@@ -19,7 +19,7 @@ class FilterScreen(ModalScreen[Filters | None]):
 
     BINDINGS = [Binding("escape", "cancel", "cancel", id="filters.cancel")]
 
-    def __init__(self, current: Filters, metric: MetricSpec = ACCURACY) -> None:
+    def __init__(self, current: Filters, metric: MetricSpec = DEFAULT_METRIC) -> None:
         super().__init__()
         self.current, self.metric = current, metric
 
@@ -29,7 +29,7 @@ class FilterScreen(ModalScreen[Filters | None]):
             m = self.metric
             unit = "in points (e.g. 0.5" if m.fraction else f"as an amount of it{f' in {m.unit}' if m.unit else ''} (e.g. 0.05"
             yield Label(f"largest {m.name} drop vs the baseline ({m.direction_word}), {unit}; empty: no limit)"
-                        if m.name != "accuracy" else "largest accuracy drop vs the baseline, in points (e.g. 0.5; empty: no limit)")
+                        if m != DEFAULT_METRIC else "largest accuracy drop vs the baseline, in points (e.g. 0.5; empty: no limit)")
             yield Input("" if c.max_drop_pt is None else f"{c.max_drop_pt:g}", id="max-drop")
             yield Label("memory cap (e.g. 120MiB, 2GiB; empty: no cap)")
             yield Input("" if c.memory_cap is None else f"{int(c.memory_cap)}", id="memory-cap")

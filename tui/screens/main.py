@@ -13,7 +13,7 @@ from textual.widgets import Footer, ProgressBar, Static
 from textual.worker import Worker, WorkerState
 
 from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Paired, Skipped, Started, Stopped
-from advisor.core.metric import ACCURACY
+from advisor.core.metric import DEFAULT_METRIC
 from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, Loaded, StudyData
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
 
@@ -114,14 +114,15 @@ class MainScreen(Screen[None]):
     def update_status(self, shown: int) -> None:
         c = self.data.counts()
         direction = "desc" if self.reverse else "asc"
+        metric = self.data.study.metric if self.data.study is not None else DEFAULT_METRIC
         parts = [f"[b]{self.data.name}[/b]", f"{VIEW_TITLES[self.view]}: {shown} shown",
                  f"{c['complete']} completed, " + (f"{c['probed']} probed only, " if c["probed"] else "")
                  + f"{c['failed']} failed, {c['infeasible']} infeasible, {c['skipped']} skipped",
-                 f"sort {self.sort} {direction}"]
-        if self.data.filters.describe():
-            parts.append(f"[yellow]filter: {self.data.filters.describe()}[/yellow]")
+                 f"sort {metric.name if self.sort == 'metric' else self.sort} {direction}"]
+        if self.data.filters.describe(metric):
+            parts.append(f"[yellow]filter: {self.data.filters.describe(metric)}[/yellow]")
         self.query_one("#status", Static).update(" · ".join(parts))
-        self.set_class(bool(self.data.filters.describe()), "filtered")
+        self.set_class(bool(self.data.filters.describe(metric)), "filtered")
 
     def draw(self) -> None:
         self.query_one(ScatterPlot).draw(self.data.rows, self.x_axis, self.y_axis, self.selected)
@@ -163,7 +164,7 @@ class MainScreen(Screen[None]):
                 self.data.set_filters(filters)
                 self.render_view()
 
-        metric = self.data.study.metric if self.data.study is not None else ACCURACY
+        metric = self.data.study.metric if self.data.study is not None else DEFAULT_METRIC
         self.app.push_screen(FilterScreen(self.data.filters, metric), done)
 
     def action_clear_filters(self) -> None:

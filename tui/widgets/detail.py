@@ -10,6 +10,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from advisor.core.config import TrialConfig
+from advisor.core.objectives import METRIC_DROP
+from advisor.core.stored import EARLY_STOP, METRIC_REUSED, REUSE_DIFFERENCE, TRAINING_SKIPPED
 from advisor.core.units import fmt_bytes, fmt_energy, fmt_rate
 from advisor.machine.hardware import describe_fingerprint
 from advisor.tui.data import TrialRow
@@ -30,19 +32,20 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
     u = row.attrs
     if row.state == "complete":
         text.append(f"{fmt_rate(row.throughput)} samples/s, {fmt_bytes(row.memory)} peak, "
-                    f"{row.metric.name} {row.metric.value_text(row.accuracy)}\n")  # type: ignore[arg-type]
+                    f"{row.metric.name} {row.metric.value_text(row.score)}\n")  # type: ignore[arg-type]
         if row.versus.summary(row.metric):
             text.append(row.versus.summary(row.metric) + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
         if not row.feasible:
-            broken = ", ".join(f"{k} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
+            names = {METRIC_DROP: f"{row.metric.name} drop", "memory_cap": "memory cap"}  # the stored keys
+            broken = ", ".join(f"{names.get(k, k)} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
             text.append(f"infeasible: {broken}\n", style="yellow")
-        if u.get("early_stop"):
-            stop = u["early_stop"]
-            text.append(f"accuracy run stopped at {100 * stop['fraction']:.0f}% of the budget: {stop['reason']}\n",
+        if u.get(EARLY_STOP):
+            stop = u[EARLY_STOP]
+            text.append(f"training run stopped at {100 * stop['fraction']:.0f}% of the budget: {stop['reason']}\n",
                         style="yellow")
-        if u.get("accuracy_reused_from") is not None:
-            text.append(f"accuracy from trial {u['accuracy_reused_from']} (same training numerics: first steps agree "
-                        f"within {u.get('accuracy_reuse_difference', 0):.1e})\n", style="dim")
+        if u.get(METRIC_REUSED) is not None:
+            text.append(f"{row.metric.name} from trial {u[METRIC_REUSED]} (same training numerics: first steps agree "
+                        f"within {u.get(REUSE_DIFFERENCE, 0):.1e})\n", style="dim")
         if u.get("energy_per_sample_j") is not None:
             power = (u.get("telemetry") or {}).get("energy", {}).get("power_w")
             text.append(f"energy {fmt_energy(u['energy_per_sample_j'])}"
@@ -56,7 +59,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         thr, mem = row.versus.cells()[:2]
         text.append(f"probed: {fmt_rate(row.throughput)} samples/s ({thr}), {fmt_bytes(row.memory)} peak ({mem}) "
                     "vs the baseline\n")
-        text.append(f"accuracy not needed: {u.get('accuracy_skipped')}\n", style="dim")
+        text.append(f"no training run needed: {u.get(TRAINING_SKIPPED)}\n", style="dim")
     elif row.state in ("failed", "skipped"):
         outcome = f"{row.failure} (skipped, not run)" if row.state == "skipped" else row.failure
         text.append(f"{outcome}: ", style="bold red")

@@ -27,6 +27,6 @@ class ScatterPlot(PlotextPlot):
             if group:
                 plt.scatter([r.value(x) for r in group], [r.value(y) for r in group], marker=marker, color=color,
                             label=label)
-        names = {k: (points[0].metric.name if k == "accuracy" and points else AXES[k][0]) for k in (x, y)}
+        names = {k: (points[0].metric.name if k == "metric" and points else AXES[k][0]) for k in (x, y)}
         plt.title(f"x: {names[x]} · y: {names[y]}" if points else "no completed trial yet")
         self.refresh()

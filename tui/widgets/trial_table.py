@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from advisor.core.metric import ACCURACY, MetricSpec
+from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.tui.data import TrialRow
 
@@ -34,7 +34,7 @@ class TrialTable(DataTable):
 
     def show(self, rows: list[TrialRow], failed_view: bool, keep: int | None = None) -> None:
         """Replace the rows, keeping the cursor on trial ``keep`` when it is still shown."""
-        mode = FAILED_COLUMNS if failed_view else figure_columns(rows[0].metric if rows else ACCURACY)
+        mode = FAILED_COLUMNS if failed_view else figure_columns(rows[0].metric if rows else DEFAULT_METRIC)
         if mode != self.mode:
             self.clear(columns=True)
             for name in mode:
@@ -60,7 +60,7 @@ class TrialTable(DataTable):
     def _figure_cells(row: TrialRow) -> list[object]:
         mark = " base" if row.baseline else (" *" if row.on_front else "")
         style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
-        if row.state == "probed":  # two-stage: speed and memory measured, no accuracy run needed
+        if row.state == "probed":  # two-stage: speed and memory measured, no training run needed
             cells = row.versus.cells()
             return [Text(f"{row.number} p", justify="right", style="dim"),
                     Text(fmt_rate(row.throughput), justify="right", style="dim"), Text(cells[0], justify="right", style="dim"),
@@ -73,8 +73,8 @@ class TrialTable(DataTable):
         return [Text(f"{row.number}{mark}", justify="right", style=style),
                 Text(fmt_rate(row.throughput), justify="right"), Text(row.versus.cells()[0], justify="right"),
                 Text(fmt_bytes(row.memory), justify="right"), Text(row.versus.cells()[1], justify="right"),
-                Text(row.metric.value_text(row.accuracy), justify="right"),  # type: ignore[arg-type]
-                Text(row.versus.accuracy_text(row.metric), justify="right"),
+                Text(row.metric.value_text(row.score), justify="right"),  # type: ignore[arg-type]
+                Text(row.versus.metric_text(row.metric), justify="right"),
                 Text(row.description, style=style)]
 
     @staticmethod

@@ -1,7 +1,7 @@
-"""The accuracy part of a trial (two-stage evaluation's second part), and the probe's
-fingerprint that decides whether an accuracy may be reused.
+"""The training part of a trial (two-stage evaluation's second part: its training run),
+and the probe's fingerprint that decides whether a measured metric may be reused.
 
-An accuracy run trains the study's sample budget from the study's seed, exactly as a full
+A training run trains the study's sample budget from the study's seed, exactly as a full
 trial does, but times nothing: at the points of ``advisor.core.two_stage.curve_points`` it
 records the learning curve (mean training loss since the previous point, the metric on
 the whole validation set) and asks the gate (``TrialPayload.gate``) whether to go on. A
@@ -34,7 +34,7 @@ def fingerprint(prepared: Any, losses: list[float]) -> dict[str, Any]:
     return {"steps": len(losses), "losses": losses, "state": state}
 
 
-def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, gate_data: Any,
+def training_run(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, gate_data: Any,
                  phases: dict[str, float]) -> dict[str, Any]:
     """Train the sample budget with a learning curve and the gate; evaluate."""
     from advisor.trial.errors import NonFiniteLoss
@@ -90,16 +90,16 @@ def accuracy_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
     phases["curve"] = curve_s
     t = time.perf_counter()
     if early_stop is not None:
-        accuracy = curve[-1]["metric"]
+        score = curve[-1]["metric"]
     else:
         if prepared.finishers:
             prepared.finish()
-        accuracy = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val)
     phases["eval"] = time.perf_counter() - t
-    if accuracy is None:  # the metric itself is not finite (a diverged model)
+    if score is None:  # the metric itself is not finite (a diverged model)
         raise NonFiniteLoss(f"{early_stop['reason'] if early_stop else 'diverged'} at {done * bs} samples, "
                             "and the metric cannot be computed on the diverged model")
-    return {"accuracy": accuracy, "train_samples": done * bs, "final_loss": float(loss) if loss is not None else None,
+    return {"score": score, "train_samples": done * bs, "final_loss": float(loss) if loss is not None else None,
             "curve": curve, "early_stop": early_stop, "initial_loss": initial_loss}
 
 

@@ -16,8 +16,8 @@ from advisor.core.results import TrialResult, TrialSettings
 from advisor.core.stored import read_study
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
-from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.ledger import Ledger, ProbedOnly
+from advisor.study.training_queue import TrainingQueue
 
 SPACE = parse_space({"batch_size": {"choices": [16, 32, 64, 128]}, "threads": {"choices": [None, 1]}},
                     "test", "test")
@@ -38,7 +38,7 @@ def probe(throughput, memory, fingerprint=None):
 
 
 def accuracy(value, stop=None):
-    return TrialResult(ok=True, accuracy=value, train_samples=1000, final_loss=0.5,
+    return TrialResult(ok=True, score=value, train_samples=1000, final_loss=0.5,
                        telemetry={"curve": [{"samples": 250, "loss": 1.0, "metric": 0.5}], "early_stop": stop,
                                   "initial_loss": 2.3})
 
@@ -54,7 +54,7 @@ class Run:
                                  budget=10, limits=limits)
         self.ledger = Ledger(study, self.strategy, limits,
                              on_event=lambda e: self.notes.append(e.text) if isinstance(e, Note) else None)
-        self.queue = AccuracyQueue(self.ledger, TrialSettings(train_samples=1000), limits)
+        self.queue = TrainingQueue(self.ledger, TrialSettings(train_samples=1000), limits)
 
     def baseline(self, thr=1000.0, mem=100.0, acc=0.9):
         p = self.ledger.propose_baseline()
@@ -78,18 +78,18 @@ class Run:
 
     def finished(self, number, result, wall_s):
         w = self.queue.pop(number)
-        return self.ledger.store_accuracy(number, w.probe, w.wall_s, result, wall_s)
+        return self.ledger.store_training(number, w.probe, w.wall_s, result, wall_s)
 
     def cancel(self, number, reason):
         self.queue.pop(number)
-        return self.ledger.cancel_accuracy(number, reason)
+        return self.ledger.cancel_training(number, reason)
 
 
 def test_the_baseline_is_stored_with_both_parts(study):
     run = Run(study)
     record = run.baseline()
     assert record.state == "complete" and record.feasible and record.baseline
-    assert record.figures.throughput == 1000.0 and record.figures.accuracy == 0.9
+    assert record.figures.throughput == 1000.0 and record.figures.score == 0.9
     assert record.get("probe_done") and record.get("accuracy_run")["wall_s"] == 5.0 and record.get("wall_s") == 6.0
     assert record.get("curve")[0]["metric"] == 0.5 and record.get("initial_loss") == 2.3
 
@@ -192,7 +192,8 @@ def test_a_gate_stop_is_stored_infeasible_with_where_it_stopped(study):
     assert record.constraints["accuracy_drop"] > 0 and record.get("early_stop")["fraction"] == 0.25
 
 
-def test_same_training_numerics_reuse_an_accuracy(study):
+def test_same_training_numerics_reuse_the_metric(study):
+    study.set_user_attr("metric", {"name": "mse", "higher_is_better": False, "fraction": False})  # a regression
     run = Run(study)
     run.baseline(1000.0, 100.0, acc=0.9)
     same = run.probed({"batch_size": 32, "threads": 1}, 600.0, 100.0, FP)  # threads: may be neutral
@@ -202,13 +203,13 @@ def test_same_training_numerics_reuse_an_accuracy(study):
     done = {r.number: r for r in run.settle()}
     assert same.number in done and differs.number not in done
     rec = done[same.number]
-    assert rec.state == "complete" and rec.figures.accuracy == 0.9 and rec.get("accuracy_reused_from") == 0
+    assert rec.state == "complete" and rec.figures.score == 0.9 and rec.get("accuracy_reused_from") == 0
     assert rec.get("accuracy_reuse_difference") == 0.0
-    assert any("accuracy reused from trial 0" in n for n in run.notes)
+    assert any("mse reused from trial 0" in n for n in run.notes)  # the metric by its name, never "accuracy"
     assert numerics.number in run.queue.waiting  # its first steps differ: it trains
 
 
-def test_over_the_memory_cap_needs_no_accuracy_run(study):
+def test_over_the_memory_cap_needs_no_training_run(study):
     run = Run(study, Limits(0.01, memory_cap=120.0))
     run.baseline(1000.0, 100.0)
     big = run.probed({"batch_size": 128}, 300.0, 130.0)
@@ -222,18 +223,19 @@ def test_cancelled_keeps_the_probe_and_does_not_count(study):
     p = run.probed({"batch_size": 64}, 900.0, 90.0)
     record = run.cancel(p.number, "interrupted by SIGINT")
     assert record.state == "failed" and not record.counted and record.get("throughput") == 900.0
-    assert "before its accuracy part" in record.failure_message
+    assert "before its training run" in record.failure_message
 
 
 def test_a_probed_only_trial_cannot_be_exported(study):
     from advisor.core.errors import StudyError
     from advisor.outputs.export import trial_by_number
 
+    study.set_user_attr("metric", {"name": "val_loss", "higher_is_better": False, "fraction": False})
     run = Run(study)
     run.baseline(1000.0, 100.0)
     slow_big = run.probed({"batch_size": 64, "threads": 1}, 500.0, 150.0)
     run.settle()
-    with pytest.raises(StudyError, match="was probed only .* its metric is unknown"):
+    with pytest.raises(StudyError, match="was probed only .*no training run was needed.* its val_loss is unknown"):
         trial_by_number(read_study(study), slow_big.number)
 
 
