@@ -5,7 +5,9 @@ front and the hypervolume that scores a set of trials.
 Objectives: throughput (samples/s, maximise), peak memory (bytes, minimise), the user's
 metric (its score, maximise: ``advisor.core.metric``). Constraints: the metric may drop at
 most ``max_metric_drop`` below the baseline's; peak memory stays under ``memory_cap`` when
-one is given. Optuna stores a constraint as a number that is <= 0 when satisfied.
+one is given; an inference trial's p99 latency at its batch size stays under
+``max_latency_ms`` when one is given (``advisor.core.latency``). Optuna stores a constraint
+as a number that is <= 0 when satisfied.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from advisor.core.feasibility import Verdict
+from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import within_noise
 
@@ -38,26 +41,31 @@ class Figures(NamedTuple):
 class Limits:
     """What makes a trial feasible: a metric at most ``max_metric_drop`` worse than the
     baseline's (a fraction of the baseline's magnitude when ``relative``: "1%"), and
-    (optionally) a peak memory under ``memory_cap`` bytes. Metrics are scores here
+    (optionally) a peak memory under ``memory_cap`` bytes and, for inference, a p99
+    latency at the trial's batch size under ``max_latency_ms``. Metrics are scores here
     (``advisor.core.metric``: higher is better)."""
 
     max_metric_drop: float = 0.01
     memory_cap: float | None = None
     relative: bool = False
+    max_latency_ms: float | None = None
 
     def allowed(self, reference: float) -> float:
         """The largest drop of the score below the baseline's that stays feasible."""
         return self.max_metric_drop * abs(reference) if self.relative else self.max_metric_drop
 
-    def constraints(self, figures: Figures, reference: float) -> dict[str, float]:
-        """Each constraint as Optuna stores it: <= 0 when satisfied."""
+    def constraints(self, figures: Figures, reference: float, p99_ms: float | None = None) -> dict[str, float]:
+        """Each constraint as Optuna stores it: <= 0 when satisfied. The latency's only
+        with a limit and a measured p99 (``p99_ms``, milliseconds)."""
         out = {METRIC_DROP: (reference - figures.score) - self.allowed(reference)}
         if self.memory_cap is not None:
             out["memory_cap"] = figures.peak_memory_bytes - self.memory_cap
+        if self.max_latency_ms is not None and p99_ms is not None:
+            out[LATENCY_CONSTRAINT] = p99_ms - self.max_latency_ms
         return out
 
-    def feasible(self, figures: Figures, reference: float) -> bool:
-        return satisfied(self.constraints(figures, reference))
+    def feasible(self, figures: Figures, reference: float, p99_ms: float | None = None) -> bool:
+        return satisfied(self.constraints(figures, reference, p99_ms))
 
 
 def satisfied(constraints: dict[str, float]) -> bool:

@@ -22,7 +22,7 @@ FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled
 NOT_COUNTED = ("interrupted", "cancelled", "node_lost", "device_busy")
 # Phases of a trial that are the configuration's own work (the rest is per-trial overhead:
 # process start, imports, loading the workload and its data).
-COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing", "curve")
+COMPUTE_PHASES = ("build", "train", "eval", "extra_timing", "timing", "latency", "curve")
 EPOCHS_BY_DEFAULT = 5
 WORKLOADS = ("train", "inference")  # what a study tunes: training steps, or serving
 # The parts a trial runs as (``TrialSettings.part``): "full", timed steps, the training

@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from advisor.core.config import TrialConfig
+from advisor.core.latency import Latency
 from advisor.core.metric import MetricSpec
 from advisor.core.noise import MetricNoise, recent_reference
 from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
@@ -108,6 +109,12 @@ class TrialRecord:
     def get(self, key: str, default: Any = None) -> Any:
         """A stored attribute (a TrialResult field such as ``step_time_median_s``)."""
         return self.attrs.get(key, default)
+
+    @cached_property
+    def latency(self) -> Latency | None:
+        """An inference trial's per-request latency (``advisor.core.latency``); None for a
+        training trial, and for one stored before advisor measured it."""
+        return Latency.of(self.attrs)
 
     @property
     def probe(self) -> tuple[float, float] | None:

@@ -65,8 +65,9 @@ class MetricReading:
     def limits(self) -> Limits:
         """What made a trial feasible in this study (as it was run)."""
         cap = self.attrs.get("memory_cap_bytes")
+        latency = self.attrs.get("max_latency_ms")
         return Limits(float(self.attrs.get(MAX_METRIC_DROP, 0.01)), float(cap) if cap else None,
-                      bool(self.attrs.get("max_drop_relative")))
+                      bool(self.attrs.get("max_drop_relative")), float(latency) if latency else None)
 
     def metric_values(self, record: TrialRecord) -> list[float]:
         """``record``'s metric, one value per seed it was trained with: the baseline's seeds

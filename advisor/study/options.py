@@ -168,6 +168,10 @@ class TuneOptions:
     max_drop_relative: bool = option(False, must_match="max_drop_relative")  # ... a fraction of the baseline's ("1%")
     memory_cap: int | None = option(None, flag="--memory-cap", read=_size, must_match="memory_cap_bytes",
                                     help="feasible trials peak below this, e.g. 2GiB or 500MiB")
+    max_latency_ms: float | None = option(
+        None, flag="--max-latency-ms", parse=float, metavar="MS", must_match="max_latency_ms",
+        help="inference only: feasible trials answer within this many milliseconds at their batch "
+             "size, at the 99th percentile of single calls (p99), e.g. 10")
     train_samples: int | None = option(
         None, flag="--train-samples", parse=int,
         help="samples each trial trains on before evaluation (default: 5 epochs of the training set)")
@@ -246,7 +250,7 @@ class TuneOptions:
     @property
     def limits(self) -> Limits:
         """What makes a trial feasible in this study."""
-        return Limits(self.max_metric_drop, self.memory_cap, self.max_drop_relative)
+        return Limits(self.max_metric_drop, self.memory_cap, self.max_drop_relative, self.max_latency_ms)
 
     @property
     def drop_text(self) -> str:
@@ -275,6 +279,14 @@ class TuneOptions:
         if self.memory_cap is not None and not self.memory_cap > 0:
             raise StudyError(f"{name('memory_cap')} must be positive, found {self.memory_cap}")
         check_workload_kind(self.workload, name("workload"))
+        if self.max_latency_ms is not None:
+            if not 0 < self.max_latency_ms < math.inf:
+                raise StudyError(f"{name('max_latency_ms')} must be a positive number of milliseconds, "
+                                 f"found {self.max_latency_ms}")
+            if self.workload != "inference":
+                raise StudyError(f"{name('max_latency_ms')} applies to inference studies only (a training study "
+                                 f"times training steps, not requests): add {name('workload')} inference, or leave "
+                                 f"{name('max_latency_ms')} out")
         check_sampler(self.sampler, name("sampler"))
         if self.train_samples is not None and self.train_samples < 1:
             raise StudyError(f"{name('train_samples')} must be at least 1, found {self.train_samples}")

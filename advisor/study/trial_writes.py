@@ -9,6 +9,8 @@ import datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from advisor.core.latency import KEY as LATENCY
+from advisor.core.latency import Latency
 from advisor.core.objectives import Figures, Limits
 from advisor.core.results import TrialResult
 from advisor.core.stored import DRIVER, PROBE_DONE, result_attrs
@@ -35,15 +37,17 @@ def tell_trial(study: optuna.Study, trial: optuna.Trial | int, figures: Figures 
 def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, wall_s: float,
                   limits: Limits, reference: float | None) -> optuna.trial.FrozenTrial:
     """Store one trial's result: every figure as a user attribute, the objectives, and the
-    constraints against the baseline's metric (its own, for the baseline); a failure as
-    FAIL."""
+    constraints against the baseline's metric (its own, for the baseline) and, for an
+    inference trial, its p99 latency against the limit; a failure as FAIL."""
     for key, value in result_attrs(result, wall_s).items():
         trial.set_user_attr(key, value)
     if not result.ok:
         return tell_trial(study, trial)
     figures = Figures(result.throughput, result.peak_memory_bytes, result.score)  # type: ignore[arg-type]
     reference = figures.score if reference is None else reference
-    return tell_trial(study, trial, figures, limits.constraints(figures, reference))
+    latency = Latency.from_dict(result.telemetry.get(LATENCY))  # an inference trial's: --max-latency-ms
+    return tell_trial(study, trial, figures, limits.constraints(figures, reference,
+                                                               latency.p99_ms if latency is not None else None))
 
 
 def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True,

@@ -10,6 +10,9 @@ trial does both in one process. Every timed trial times the noise sentinel (``ad
 and just after its measured region, and its timer drops the blocks of steps that other work disturbed
 (``advisor.machine.timing``; the study's limit comes with the payload).
 
+An inference trial times single calls after its throughput (``advisor.trial.latency``):
+its p50 / p95 / p99 latency and its latency at batch 1, kept in its telemetry.
+
 With data parallelism every rank runs this in lockstep (the ranks agree on when timing
 stops); ``advisor.trial.ranks`` collects their results. Without it, the trial runs it directly.
 """
@@ -22,12 +25,14 @@ import time
 from typing import Any
 
 from advisor.core.errors import UnsupportedError
+from advisor.core.latency import KEY as LATENCY
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.two_stage import FINGERPRINT_STEPS
 from advisor.machine.memory import peak_memory_for
 from advisor.machine.sentinel import describe_kernel
 from advisor.machine.timing import StepTimer
 from advisor.techniques.prepare import apply
+from advisor.trial.latency import measure_latency
 from advisor.trial.shared import (
     agree_more,
     check_batch_fits,
@@ -108,6 +113,9 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
         telemetry["interference"] = interference
     telemetry["intra_op_threads"] = torch.get_num_threads()
     telemetry["model"] = model_facts(prepared)
+    latency = figures.pop("latency", None)
+    if latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
+        telemetry[LATENCY] = latency.to_dict()
     first_step_s = figures.pop("first_step_s")
     found = figures.pop("fingerprint", None)
     if found is not None:
@@ -270,14 +278,19 @@ def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any
             if i == 0:
                 first_step_s = time.perf_counter() - t_step
             i += 1
-    phases["timing"] = time.perf_counter() - t
+        phases["timing"] = time.perf_counter() - t
+        latency = None
+        if settings.part != "probe":  # per-request latency (advisor.trial.latency); a re-measurement needs none
+            t = time.perf_counter()
+            latency = measure_latency(prepared, batches, val, workload.collate)
+            phases["latency"] = time.perf_counter() - t
     score = None
     if settings.part != "probe":
         t = time.perf_counter()
         score = evaluate(prepared, workload, val)
         phases["eval"] = time.perf_counter() - t
     return {"score": score, "train_samples": 0, "first_step_s": first_step_s, "final_loss": None,
-            "peak_memory_bytes": memory_peak()}
+            "peak_memory_bytes": memory_peak(), "latency": latency}
 
 
 def _self_contended(config: Any, device: str) -> bool:
