@@ -7,6 +7,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Probed, Started, Stopped, TimeoutSet
+from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
+from advisor.core.latency import Latency, fmt_ms, over_limit_text
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.objectives import METRIC_DROP, Versus
 from advisor.core.results import TrialResult
@@ -32,15 +34,16 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     if record.state == "probed":
         return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}{ratios}; "
                 f"no training run needed: {record.get(TRAINING_SKIPPED)}")
+    latency = f", {record.latency.text()}" if record.latency is not None else ""  # an inference trial's
     text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}, "
-            f"{metric.name} {metric.value_text(r.score)}{ratios}")
+            f"{metric.name} {metric.value_text(r.score)}{latency}{ratios}")
     if record.get(METRIC_REUSED) is not None:
         text += f"  [{metric.name} from trial {record.get(METRIC_REUSED)}: same training numerics]"
     stop = record.get(EARLY_STOP)
     if stop:
         text += f"  stopped at {100 * stop['fraction']:.0f}% of the training budget: {stop['reason']}"
     elif record.state == "complete" and not record.feasible:
-        text += "  " + infeasible_text(record.constraints, vs, metric)
+        text += "  " + infeasible_text(record.constraints, vs, metric, record.latency)
     return text
 
 
@@ -231,9 +234,11 @@ class TuneOutput:
         c.print(f"        advisor tune {o.workload_path}{again} {more}", markup=False)
 
 
-def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = DEFAULT_METRIC) -> str:
+def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = DEFAULT_METRIC,
+                    latency: Latency | None = None) -> str:
     """Why a trial is infeasible, and whether its metric drop is beyond the metric's noise
-    (the verdict, ``advisor.core.feasibility``: decided, or undecided within the noise)."""
+    (the verdict, ``advisor.core.feasibility``: decided, or undecided within the noise);
+    ``latency``: an inference trial's, for its p99 against --max-latency-ms."""
     why = []
     verdict = vs.verdict if vs is not None else None
     if constraints.get(METRIC_DROP, 0) > 0 and verdict is not None and verdict.noise_known:
@@ -249,6 +254,10 @@ def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: Me
         why.append(text)
     if constraints.get("memory_cap", 0) > 0:
         why.append("peak memory over --memory-cap")
+    over = constraints.get(LATENCY_CONSTRAINT, 0)
+    if over > 0:  # stored as p99 minus the limit
+        why.append(over_limit_text(latency.p99_ms, latency.p99_ms - over) if latency is not None
+                   else "p99 latency over --max-latency-ms")
     return "infeasible: " + "; ".join(why) if why else "infeasible"
 
 
@@ -264,14 +273,22 @@ def front_table(study: StoredStudy) -> Any:
                               f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"
                               if noise else "") + f". {metric.name}: {metric.direction_word}",
                   caption_justify="left")
+    rows = front_rows(study)
+    latency = any(row.record.latency is not None for row in rows)  # an inference study's
     for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
                           ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"), ("pairs", "right"),
-                          (metric.name, "right"), (metric.delta_header, "right")):
+                          (metric.name, "right"), (metric.delta_header, "right"),
+                          *([("p50 / p99 latency", "right"), ("batch 1", "right")] if latency else [])):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for row in front_rows(study):
+    for row in rows:
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
         thr, mem, pairs = vs.cells()
-        table.add_row(label, r.description, fmt_rate(f.throughput), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
-                      metric.value_text(f.score), vs.metric_text(metric))
+        cells = [label, r.description, fmt_rate(f.throughput), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
+                 metric.value_text(f.score), vs.metric_text(metric)]
+        if latency:
+            lat = r.latency
+            cells += [f"{fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p99_ms)}" if lat is not None else "-",
+                      fmt_ms(lat.batch1_ms) if lat is not None else "-"]
+        table.add_row(*cells)
     return table

@@ -91,7 +91,7 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
     if picks.get(record.number):
         tags.append("picked: **" + "**, **".join(picks[record.number]) + "**")
     if record.state == "complete" and not record.feasible:
-        tags.append(infeasible_text(record.constraints, vs, metric))
+        tags.append(infeasible_text(record.constraints, vs, metric, record.latency))
     if record.state == "probed":
         why = first_line(record.get(TRAINING_SKIPPED), 500)
         tags.append(f"probed only (speed and memory, no {metric.name}): {why}")

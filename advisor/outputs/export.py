@@ -44,6 +44,9 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
                                             "step_time_iqr_s", "compile_s")}
     if record.get("energy_per_sample_j") is not None:  # a GPU's energy counter, over the timed steps
         measured["energy_per_sample_j"] = record.get("energy_per_sample_j")
+    if record.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
+        measured["latency"] = record.latency.to_dict() | {
+            "summary": f"{record.latency.text()} (single forward calls, each synchronised; on this study's hardware)"}
     if record.figures is not None:  # the metric as itself ("accuracy" above, SCORE, is its score: higher is better)
         measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.score)}
     if study.baseline is not None and record.figures is not None:

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Versus
 from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
@@ -63,7 +64,8 @@ class StudyLine:
                                                                 self.metric.name: "maximize" if
                                                                 self.metric.higher_is_better else "minimize"},
                 "max_metric_drop": a.get(MAX_METRIC_DROP), "max_drop_relative": bool(a.get("max_drop_relative")),
-                "memory_cap_bytes": a.get("memory_cap_bytes"), "baseline": self.study.baseline is not None}
+                "memory_cap_bytes": a.get("memory_cap_bytes"), "max_latency_ms": a.get("max_latency_ms"),
+                "baseline": self.study.baseline is not None}
 
 
 def study_line(study: StoredStudy, started: _dt.datetime | None) -> StudyLine:
@@ -118,7 +120,9 @@ class TrialLine:
                 "feasible": r.feasible if r.state == "complete" else None,
                 "vs_baseline": self.versus.to_dict() if self.versus.throughput_ratio is not None else None,
                 "failure_class": r.failure_class, "failure_message": r.failure_message,
-                "duplicate_of": r.duplicate_of, "finished": _iso(_local(r.finished_at))}
+                "duplicate_of": r.duplicate_of, "finished": _iso(_local(r.finished_at)),
+                # an inference trial's per-request latency (advisor.core.latency); None for training
+                "latency": r.latency.to_dict() if r.latency is not None else None}
 
 
 def trial_lines(study: StoredStudy) -> list[TrialLine]:
@@ -141,6 +145,9 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
                ("peak memory", "right"), (metric.name, "right")]
     if has_base:
         columns += [("speed vs base", "right"), ("memory vs base", "right"), (metric.delta_header, "right")]
+    latency = any(line.record.latency is not None for line in lines)  # an inference study's
+    if latency:
+        columns += [("p50 / p99 latency", "right"), ("batch 1", "right")]
     columns += [("failure", "left")]
     for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -155,6 +162,10 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
         if has_base:
             thr, mem, _ = line.versus.cells()
             cells += [thr, mem, line.versus.metric_text(metric)]
+        if latency:
+            lat = r.latency
+            cells += [f"{fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p99_ms)}" if lat is not None else "-",
+                      fmt_ms(lat.batch1_ms) if lat is not None else "-"]
         failure = ""
         if r.failure_class or r.failure_message:
             failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"

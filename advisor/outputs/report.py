@@ -4,7 +4,8 @@ It writes ``report.md`` (setup, counts, the Pareto front, the recommended picks 
 their export commands, each knob's effect, the failures) and three plots beside it:
 ``pareto.png`` (throughput vs peak memory), ``metric.png`` (throughput vs the metric)
 and ``knobs.png`` (each knob value's median throughput vs the baseline); on a GPU whose
-energy counter was read, ``energy.png`` too (throughput vs energy per sample). matplotlib is
+energy counter was read, ``energy.png`` too (throughput vs energy per sample); for an
+inference study, ``latency.png`` (throughput vs p99 latency) and latency columns. matplotlib is
 an optional dependency (``advisor[report]``), imported only when a report is written.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import StudyError
+from advisor.core.latency import fmt_ms
 from advisor.core.picks import PICKS, pick
 from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
@@ -65,11 +67,11 @@ def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_ur
         raise StudyError(f"report output {out} cannot be created: {exc.strerror or exc}") from None
     trials = [r for r in study.records if r.state == "complete"]
     effects = knob_effects(trials, base)
-    energy = plots.has_energy(base, trials)
+    energy, latency = plots.has_energy(base, trials), plots.has_latency(base)
     text = _markdown(study, base, effects, storage_url, energy)
     try:
         with tempfile.TemporaryDirectory(prefix=".report-", dir=out) as tmp:
-            written = plots.write_plots(Path(tmp), study, trials, base, effects, energy)
+            written = plots.write_plots(Path(tmp), study, trials, base, effects, energy, latency)
             (Path(tmp) / "report.md").write_text(text, encoding="utf-8")
             for name in (*written, "report.md"):  # report.md last: it is there only when all are
                 os.replace(Path(tmp) / name, out / name)
@@ -82,10 +84,19 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _latency_cells(r: TrialRecord) -> str:
+    """' p50 / p95 / p99 | batch 1 |' of an inference trial ('-' where not measured)."""
+    lat = r.latency
+    if lat is None:
+        return " - | - |"
+    return f" {fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p95_ms)} / {fmt_ms(lat.p99_ms)} | {fmt_ms(lat.batch1_ms)} |"
+
+
 def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
               storage_url: str | None = None, energy: bool = False) -> str:
     u, hw = study.attrs, study.attrs.get("hardware", {})
     c = counts(study)
+    latency = plots.has_latency(base)  # an inference study's per-request latency
     gpus = ", ".join(g.get("name", "?") for g in hw.get("gpus", [])) or "none"
     cap = u.get("memory_cap_bytes")
     drop, metric = u.get(MAX_METRIC_DROP), study.metric
@@ -102,7 +113,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          f"CUDA {hw.get('cuda_version') or '-'}, Python {hw.get('python_version', '?')}"),
         f"- Metric: {metric.name} ({metric.direction_word})",
         (f"- Max metric drop: {drop_text} vs the baseline; "
-         f"memory cap: {fmt_bytes(cap) if cap else 'none'}"), "",
+         f"memory cap: {fmt_bytes(cap) if cap else 'none'}"
+         + (f"; max p99 latency: {limit:g} ms" if (limit := u.get("max_latency_ms")) else "")), "",
         "## Trials", "",
         (f"- Trials run: {c['trials']} (completed {c['completed']}, failed {c['failed']}"
          f"{f': {failed}' if failed else ''})"),
@@ -114,15 +126,17 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          "ratios and Δ are to the baseline. A confirmed ratio is the median of paired runs against the baseline "
          "with its 95% interval and the number of pairs; an unconfirmed one is a single trial against the "
          "baseline measured nearest in time."), "",
-        f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | Δ {metric.name} |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | Δ {metric.name} |"
+        + (" p50 / p95 / p99 latency | batch 1 |" if latency else ""),
+        "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if latency else ""),
     ]
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
         lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)} | "
                      f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
-                     f"{vs.memory_text()} | {metric.value_text(f.score)} | {vs.metric_text(metric)} |")
+                     f"{vs.memory_text()} | {metric.value_text(f.score)} | {vs.metric_text(metric)} |"
+                     + (_latency_cells(r) if latency else ""))
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "
@@ -131,6 +145,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
               f"![Throughput vs {metric.name}; Pareto front highlighted](metric.png)", "",
               *(["![Throughput vs energy per sample (a GPU's energy counter over the timed steps)](energy.png)", ""]
                 if energy else []),
+              *([f"![Throughput vs p99 latency at each trial's batch size (single forward calls)]({plots.LATENCY})",
+                 ""] if latency else []),
               "## Each knob's effect", "",
               ("For each value of every knob that varied: medians over the completed trials (feasible or not) "
                "that had that value, relative to the baseline. These are marginal medians over the trials the "
@@ -184,7 +200,8 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
         picks, nothing = {}, str(exc)
     completed = [r for r in study.records if r.state == "complete"]
     effects = knob_effects(completed, base)
-    names = (*plots.FILES, plots.ENERGY) if plots.has_energy(base, completed) else plots.FILES
+    names = ((*plots.FILES, plots.ENERGY) if plots.has_energy(base, completed) else plots.FILES) + (
+        (plots.LATENCY,) if plots.has_latency(base) else ())
     front = []
     for row in front_rows(study):
         entry = row.to_dict()

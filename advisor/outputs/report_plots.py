@@ -19,6 +19,7 @@ MiB = 2**20
 PNG_METADATA = {"Software": None}  # drops matplotlib's version; Agg writes no creation time
 FILES = ("pareto.png", "metric.png", "knobs.png")
 ENERGY = "energy.png"  # only when trials measured their energy (a GPU with NVML)
+LATENCY = "latency.png"  # only for an inference study's trials (their per-request latency)
 
 
 def require_matplotlib() -> None:
@@ -30,10 +31,11 @@ def require_matplotlib() -> None:
 
 
 def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: TrialRecord,
-                effects: list[KnobEffect], energy: bool = False) -> tuple[str, ...]:
+                effects: list[KnobEffect], energy: bool = False, latency: bool = False) -> tuple[str, ...]:
     """Write FILES into ``out``: ``trials`` (completed, duplicates left out) against the
-    baseline; and ENERGY with ``energy`` (``has_energy``: the baseline and other trials
-    measured their energy per sample). Returns the names written."""
+    baseline; ENERGY with ``energy`` (``has_energy``: the baseline and other trials
+    measured their energy per sample); LATENCY with ``latency`` (``has_latency``: an
+    inference study's p99 latency, with --max-latency-ms). Returns the names written."""
     import matplotlib
     import matplotlib.style
 
@@ -56,19 +58,32 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
         _scatter(out / "metric.png", points, base.number, "acc", metric.name + unit, f"Throughput vs {metric.name}",
                  floor)
         _knob_chart(out / "knobs.png", effects)
+        written = FILES
         if energy:
             joules = [p | {"energy": 1000 * r.get("energy_per_sample_j")} for p, r in zip(points, measured)
                       if r.get("energy_per_sample_j") is not None]
             _scatter(out / ENERGY, joules, base.number, "energy", "energy (mJ per sample)",
                      "Throughput vs energy per sample", None)
-            return (*FILES, ENERGY)
-    return FILES
+            written = (*written, ENERGY)
+        if latency:
+            limit = study.attrs.get("max_latency_ms")
+            tails = [p | {"p99": r.latency.p99_ms} for p, r in zip(points, measured) if r.latency is not None]
+            _scatter(out / LATENCY, tails, base.number, "p99", "p99 latency at the trial's batch size (ms)",
+                     "Throughput vs p99 latency (single forward calls)",
+                     (float(limit), f"--max-latency-ms {limit:g}") if limit else None)
+            written = (*written, LATENCY)
+    return written
 
 
 def has_energy(base: TrialRecord, trials: list[TrialRecord]) -> bool:
     """Whether the baseline and at least one other trial measured their energy per sample."""
     return base.get("energy_per_sample_j") is not None and sum(
         r.get("energy_per_sample_j") is not None and r.figures is not None for r in trials) > 1
+
+
+def has_latency(base: TrialRecord) -> bool:
+    """Whether the study measured per-request latency (an inference study's baseline did)."""
+    return base.latency is not None
 
 
 def _figure(width: float, height: float) -> Any:

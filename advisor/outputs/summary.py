@@ -63,6 +63,8 @@ class FrontRow:
                SCORE: self.figures.score, "throughput_iqr_rel": relative_iqr(r)}
         if self.versus.metric_delta is not None:  # the study has a baseline
             row.update(self.versus.to_dict())
+        if r.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
+            row["latency"] = r.latency.to_dict()
         return row
 
 

@@ -148,7 +148,7 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
     if record.state == "complete":
         tags["feasible"] = str(record.feasible).lower()
         if not record.feasible:
-            tags["infeasible"] = infeasible_text(record.constraints, vs, metric)
+            tags["infeasible"] = infeasible_text(record.constraints, vs, metric, record.latency)
     if not r.ok:
         tags |= {"failure_class": str(r.failure_class), "skipped": str(r.skipped).lower(),
                  "failure_message": (r.failure_message or "")[:MESSAGE_LIMIT]}

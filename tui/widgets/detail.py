@@ -10,6 +10,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from advisor.core.config import TrialConfig
+from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
+from advisor.core.latency import Latency, fmt_ms
 from advisor.core.objectives import METRIC_DROP
 from advisor.core.stored import EARLY_STOP, METRIC_REUSED, REUSE_DIFFERENCE, TRAINING_SKIPPED
 from advisor.core.units import fmt_bytes, fmt_energy, fmt_rate
@@ -35,8 +37,12 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
                     f"{row.metric.name} {row.metric.value_text(row.score)}\n")  # type: ignore[arg-type]
         if row.versus.summary(row.metric):
             text.append(row.versus.summary(row.metric) + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
+        latency = row.record.latency  # an inference trial's per-request latency
+        if latency is not None:
+            text.append(latency_text(latency) + "\n")
         if not row.feasible:
-            names = {METRIC_DROP: f"{row.metric.name} drop", "memory_cap": "memory cap"}  # the stored keys
+            names = {METRIC_DROP: f"{row.metric.name} drop", "memory_cap": "memory cap",
+                     LATENCY_CONSTRAINT: "p99 latency (ms)"}  # the stored keys
             broken = ", ".join(f"{names.get(k, k)} over by {v:.4g}" for k, v in row.constraints.items() if v > 0)
             text.append(f"infeasible: {broken}\n", style="yellow")
         if u.get(EARLY_STOP):
@@ -92,6 +98,16 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         text.append(f"hardware: {describe_fingerprint(hw)}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
                     style="dim")
     return text
+
+
+def latency_text(lat: Latency) -> str:
+    """'latency p50 0.52 ms, p95 0.60 ms, p99 0.66 ms (200 calls at batch 64); batch 1 0.096 ms
+    (p99 0.134 ms, 50 calls)'."""
+    text = (f"latency p50 {fmt_ms(lat.p50_ms)}, p95 {fmt_ms(lat.p95_ms)}, p99 {fmt_ms(lat.p99_ms)} "
+            f"({lat.calls} calls at batch {lat.batch_size}); batch 1 ")
+    if lat.batch1_ms is None:
+        return text + f"not measured ({lat.batch1_note or 'no calls'})"
+    return text + f"{fmt_ms(lat.batch1_ms)} (p99 {fmt_ms(lat.batch1_p99_ms)}, {lat.batch1_calls} calls)"
 
 
 def _short(key: str, value: Any) -> str:
