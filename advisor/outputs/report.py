@@ -118,7 +118,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         "## Trials", "",
         (f"- Trials run: {c['trials']} (completed {c['completed']}, failed {c['failed']}"
          f"{f': {failed}' if failed else ''})"),
-        f"- Infeasible (completed, but over the metric drop or the memory cap): {c['infeasible']}",
+        f"- Infeasible (completed, but over the metric drop or the memory cap"
+        f"{' or the latency limit' if u.get('max_latency_ms') else ''}): {c['infeasible']}",
         (f"- Duplicates (answered from an earlier trial): {c['duplicates']}; "
          f"skipped without running: {c['skipped']}"), "",
         "## Pareto front", "",
