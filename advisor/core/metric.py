@@ -87,10 +87,10 @@ class MetricSpec:
 
     def delta_text(self, delta: float) -> str:
         """A difference of scores, as the metric's own difference ('+1.2 pt', '-0.35 nats')."""
-        value = self.sign * delta + 0.0  # + 0.0: no "-0" for no difference
-        if self.fraction:
-            return f"{100 * value:+.1f} pt"
-        return f"{value:+.3g}" + (f" {self.unit}" if self.unit else "")
+        value = self.sign * delta
+        if self.fraction:  # rounded first, + 0.0: no "-0.0 pt" for a difference that rounds to none
+            return f"{round(100 * value, 1) + 0.0:+.1f} pt"
+        return f"{float(f'{value:.3g}') + 0.0:+.3g}" + (f" {self.unit}" if self.unit else "")
 
     def noise_text(self, epsilon: float) -> str:
         """A noise half-width (a magnitude)."""

@@ -140,9 +140,11 @@ class Versus:
     def metric_text(self, metric: MetricSpec = DEFAULT_METRIC) -> str:
         """'+0.3 pt', '-0.8 pt, undecided' (within the noise of the allowed drop: the
         verdict, ``advisor.core.feasibility``) or, without a verdict, '+0.3 pt, within
-        noise' (in the metric's own terms: '-0.12 nats')."""
+        noise' (in the metric's own terms: '-0.12 nats'); 'ref' for the baseline (the reference)."""
         if self.metric_delta is None:
             return "-"
+        if self.baseline:  # the reference itself: its seeds' mean, against which the others are judged
+            return "ref"
         if self.verdict is not None:
             return metric.delta_text(self.metric_delta) + (", undecided" if not self.verdict.decided else "")
         return metric.delta_text(self.metric_delta) + (", within noise" if self.metric_within_noise else "")

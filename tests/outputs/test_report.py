@@ -75,7 +75,7 @@ def test_pareto_table_has_the_front_with_ratios_and_the_baseline_marked(recorded
         table_row(text, f"{number} (baseline)" if number == 0 else str(number))
     assert not [line for line in text.splitlines() if line.startswith(("| 5 |", "| 6 |", "| 8 |", "| 9 |"))]
     assert table_row(text, "0 (baseline)") == (
-        "| 0 (baseline) | `bs=64 fp32` | 6,736 | 1.00x | 98.6 MiB | 1.00x | 0.9667 | +0.0 pt |")
+        "| 0 (baseline) | `bs=64 fp32` | 6,736 | 1.00x | 98.6 MiB | 1.00x | 0.9667 | ref |")
     # trial 2: 11873 / 6736 = 1.763x, 131.0 / 98.6 = 1.329x, 0.9611 - 0.9667 = -0.56 pt
     assert table_row(text, "2") == (
         "| 2 | `bs=256 fp32 channels_last` | 11,873 | 1.76x unconfirmed | 131.0 MiB | 1.33x unconfirmed | 0.9611 | -0.6 pt |")
