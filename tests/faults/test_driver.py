@@ -72,8 +72,9 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
 
 
-def _wait_for(db, name: str, condition, proc, timeout: float = 120.0) -> list:
-    """Until the study's trials meet ``condition`` (while ``proc`` runs); those trials."""
+def _wait_for(db, name: str, condition, proc, timeout: float = 400.0) -> list:
+    """Until the study's trials meet ``condition`` (while ``proc`` runs); those trials. The limit only
+    catches a hang: a loaded machine (5x slower) must not fail it, and a quiet one returns at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -86,7 +87,7 @@ def _wait_for(db, name: str, condition, proc, timeout: float = 120.0) -> list:
     raise AssertionError(f"{name}: the condition was not met while the driver ran ({timeout:.0f} s)")
 
 
-def _wait_for_a_running_trial(db, name: str, after: int, timeout: float = 60.0) -> None:
+def _wait_for_a_running_trial(db, name: str, after: int, timeout: float = 240.0) -> None:
     """Until the study holds a RUNNING trial numbered above ``after`` (its config decided)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
