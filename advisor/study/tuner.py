@@ -33,6 +33,7 @@ from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Listener, Note, Started, TimeoutSet, ignore
 from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.results import TrialResult
+from advisor.core.stop import Stop
 from advisor.core.stored import ACCURACY_NOISE, WALL, TrialRecord
 from advisor.runner.executor import Executor
 from advisor.search.strategy import Proposal, Strategy
@@ -89,7 +90,7 @@ class Tuner:
         self.strategy: Strategy  # set by run(), once the study is open
         self.ledger: Ledger  # the study's only writer; set by run(), once the study is open
         self.stop_reason: str | None = None  # why no more trials start (the budget, the time, the user)
-        self.halt: str | None = None  # the user stopped the study (Ctrl-C, SIGTERM, stop())
+        self.halt = Stop()  # the user stopped the study (Ctrl-C, SIGTERM, stop())
         self.watch: BaselineWatch | None = None  # once the baseline is in
         self.slots: Slots  # what runs now; set once the executor is started
         self.queue: AccuracyQueue | None = None  # two-stage evaluation: probed, waiting for accuracy
@@ -149,20 +150,20 @@ class Tuner:
                 base = self._baseline()
                 if base is not None and self.stop_reason is None:
                     self.watch = self.parts.watch = BaselineWatch(study, self.plan.workload, self.plan.settings,
-                                                                  self.plan.baseline, executor, lambda: self.halt,
+                                                                  self.plan.baseline, executor, self.halt,
                                                                   self.emit)
                     if self.options.workload == "train":  # inference: no seed changes the metric
                         self._metric_noise(study, base)
                     self._say_how_long(base)
                     self._search(base)
-                if base is not None and self.options.workload == "train" and self.halt is None:
+                if base is not None and self.options.workload == "train" and not self.halt.halted:
                     self._cancel_all(self.stop_reason or "the study stopped")
                     if self.drivers.claim("metric_seeds"):  # one driver trains them; the others go on
                         train_more_seeds(study, self.plan.workload, self.plan.settings, executor,
-                                         self.options.confirm_top, self._timeout(base), self._stopping, self.emit,
+                                         self.options.confirm_top, self._timeout(base), self._stopping(), self.emit,
                                          "accuracy" if self.queue is not None else "full")
                         self.drivers.release("metric_seeds")
-                if base is not None and self.options.confirm and self.halt is None:
+                if base is not None and self.options.confirm and not self.halt.halted:
                     self._cancel_all(self.stop_reason or "the study stopped")
                     if self.drivers.claim("confirm"):
                         self._confirm(study, base)
@@ -176,13 +177,12 @@ class Tuner:
                     executor.shutdown()
                     self.drivers.leave()
                     fold_log(self.storage)
-        return StudyOutcome(study, self.halt or self.stop_reason)
+        return StudyOutcome(study, self.halt.reason or self.stop_reason)
 
     def stop(self, reason: str) -> None:
         """Ask a running study to stop: no new trials; running ones are cancelled and
         recorded (not counted), and ``run()`` returns. Safe to call from another thread."""
-        if self.halt is None:
-            self.halt = reason
+        if self.halt.request(reason):
             self.stop_reason = self.stop_reason or reason
             self.emit(Note(f"stopping ({reason}): cancelling running trials"))
 
@@ -260,11 +260,9 @@ class Tuner:
                 self.deadline, self.deadline_why = deadline, "the search's share of the study's --budget was spent"
             self.emit(Note(text))
 
-    def _stopping(self) -> str | None:
-        """Why the steps after the search stop now: the user, or the spent --budget."""
-        if self.halt is not None:
-            return self.halt
-        return "the study's --budget was spent" if time.monotonic() >= self.budget_end else None
+    def _stopping(self) -> Stop:
+        """What stops the steps after the search: the user, or the spent --budget."""
+        return self.halt.by(self.budget_end, "the study's --budget was spent")
 
     def _timeout(self, base: TrialRecord) -> float:
         return self.options.trial_timeout or max(120.0, 10.0 * base.get(WALL, 60.0))
@@ -303,7 +301,7 @@ class Tuner:
         """Paired confirmation of the front against the baseline."""
         assert self.executor is not None
         confirmer = Confirmer(study, self.plan.workload, self.plan.settings, self.executor,
-                              self.options.confirm_options, self._timeout(base), self._stopping, self.emit)
+                              self.options.confirm_options, self._timeout(base), self._stopping(), self.emit)
         try:
             confirmer.run()
         except TrialFailed as exc:
@@ -394,9 +392,8 @@ class Tuner:
 
     # ---- stopping --------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self.halt is not None:  # a second Ctrl-C: stop at once
+        if not self.halt.request("interrupted by " + signal.Signals(signum).name):  # a second Ctrl-C: stop at once
             raise KeyboardInterrupt
-        self.halt = "interrupted by " + signal.Signals(signum).name
-        self.stop_reason = self.stop_reason or self.halt
+        self.stop_reason = self.stop_reason or self.halt.reason
         self.emit(Note(f"{signal.Signals(signum).name}: stopping, cancelling running trials "
                        "(press Ctrl-C again to abort at once)"))
