@@ -35,12 +35,19 @@ class Parts:
         plan: the study's plan (workload, settings); ledger: the study's writer.
         slots: what runs now; queue: two-stage evaluation's queue (None: full trials).
         on_event: receives ``Submitted``, ``Probed``, ``Finished``, ``Cancelled`` and notes.
-    The Tuner sets ``watch`` once the baseline is in."""
+        watch: the baseline's watch; None while the baseline itself runs (its parts get no
+            interference limit, none runs again, and no result is shown against a
+            baseline). The search's parts are ``watched(watch)`` once the baseline is in.
+    Holds no state of its own (the ledger, the slots and the queue do)."""
 
     def __init__(self, plan: StudyPlan, ledger: Ledger, slots: Slots, queue: AccuracyQueue | None,
-                 on_event: Listener) -> None:
+                 on_event: Listener, watch: BaselineWatch | None = None) -> None:
         self.plan, self.ledger, self.slots, self.queue, self.emit = plan, ledger, slots, queue, on_event
-        self.watch: BaselineWatch | None = None
+        self.watch = watch
+
+    def watched(self, watch: BaselineWatch) -> Parts:
+        """The same parts (ledger, slots, queue), judged and shown by ``watch``."""
+        return Parts(self.plan, self.ledger, self.slots, self.queue, self.emit, watch)
 
     @property
     def done(self) -> int:
@@ -84,6 +91,20 @@ class Parts:
             shown = probe_result(record)
             self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
                                self.versus(shown)))
+
+    def fits_the_budget(self, proposal: Proposal) -> bool:
+        """Whether ``proposal``, now numbered, is within ``--trials``: the trials stored that
+        count, this driver's others in flight and other drivers' trials started before it
+        (lower numbers) leave room. Two drivers taking the last trial at once: the lower
+        number runs, the other is stored as cancelled (not counted)."""
+        self.ledger.observe()
+        mine = self.in_flight_here()
+        before = sum(1 for n in self.ledger.others_running if n < proposal.number)
+        if self.done + mine + before < self.plan.options.trials:
+            return True
+        self.ledger.tell(proposal.number, TrialResult.failed(
+            "cancelled", "cancelled: other drivers on the study took its last trials"), 0.0)
+        return False
 
     # ---- what came back ---------------------------------------------------------------
     def collect(self, timeout: float) -> list[TrialRecord]:
