@@ -80,7 +80,7 @@ class Parts:
 
     def submit_accuracy(self, w: Waiting) -> None:
         assert self.queue is not None
-        w.running = True
+        self.queue.started(w)
         self.slots.submit(w.proposal, self.queue.payload(w, self.plan.workload), "accuracy")
 
     def settle(self) -> None:
