@@ -106,11 +106,6 @@ class BaselineWatch:
                        f"{used} (mean {spec.value_text(statistics.fmean(values))}, the reference every trial is "
                        f"judged against); seed-to-seed spread {spec.noise_text(noise.epsilon)}"))
 
-    def accuracy_noise(self, base: TrialRecord, seeds: int, timeout: float, stage: str = "full") -> None:
-        """``metric_noise`` by its older name: advisor/study/tuner.py calls it until it is
-        updated (issue 28; its ``stage`` "accuracy" is the part "training")."""
-        self.metric_noise(base, seeds, timeout, part=stage)
-
     def load_noise(self) -> None:
         """The metric's noise as stored (measured here, or by another driver on the study)."""
         noise = MetricNoise.from_dict(self.study.user_attrs.get(METRIC_NOISE))

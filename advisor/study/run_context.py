@@ -17,13 +17,13 @@ from advisor.core.stop import Stop
 from advisor.runner.executor import Executor
 from advisor.search.strategy import Strategy
 from advisor.study import storage as stores
-from advisor.study.accuracy_queue import AccuracyQueue
 from advisor.study.drivers import Drivers, join_study
 from advisor.study.ledger import Ledger
 from advisor.study.options import TuneOptions
 from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.slots import Slots
+from advisor.study.training_queue import TrainingQueue
 
 if TYPE_CHECKING:
     import optuna
@@ -52,7 +52,7 @@ class RunContext:
     drivers: Drivers
     strategy: Strategy
     ledger: Ledger
-    queue: AccuracyQueue | None
+    queue: TrainingQueue | None
     slots: Slots
     parts: Parts
     stop: Stop
@@ -80,7 +80,7 @@ class RunContext:
             ledger = Ledger(study, strategy, options.limits, driver=drivers.id, on_event=emit)
             queue = None
             if options.two_stage:
-                queue = AccuracyQueue(ledger, plan.settings, options.limits)
+                queue = TrainingQueue(ledger, plan.settings, options.limits)
                 for number in queue.adopt_unfinished(drivers.alive):
                     emit(Note(f"trial {number} was probed by an earlier run: its accuracy part runs now"))
             slots = Slots(executor)

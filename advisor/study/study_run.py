@@ -1,14 +1,14 @@
 """The driver loop's steps, built once from a ``RunContext``
 (advisor/study/run_context.py): nothing is assigned onto its collaborators afterwards.
 
-Read ``StudyRun.run()`` top to bottom: run the baseline alone (its accuracy anchors the
-accuracy constraint, its duration the default per-trial timeout) and with more seeds (the
+Read ``StudyRun.run()`` top to bottom: run the baseline alone (its metric anchors the
+metric's constraint, its duration the default per-trial timeout) and with more seeds (the
 metric's noise), then keep every slot busy with the strategy's proposals until the budget
 or the time is spent, storing each result as it comes, train the front's undecided
 candidates with the baseline's other seeds (``advisor.study.more_seeds``), and finally
 confirm the front in pairs against the baseline (``advisor.study.confirm``). In a training
 study each configuration runs in two parts (two-stage evaluation): its probe, then, where
-``AccuracyQueue`` decides it can change the front, its accuracy run. ``Parts``
+``TrainingQueue`` decides it can change the front, its training run. ``Parts``
 (advisor/study/parts.py) submits the parts, collects and stores what comes back and, once
 the baseline is in (``Parts.watched``), runs a part again when too few of its timed blocks
 were clean of interference (``BaselineWatch``); between trials the ``BaselineWatch``
@@ -34,7 +34,7 @@ from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Note, Started, TimeoutSet
 from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.stop import Stop
-from advisor.core.stored import ACCURACY_NOISE, WALL, TrialRecord
+from advisor.core.stored import METRIC_NOISE, WALL, TrialRecord
 from advisor.search.strategy import Proposal
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.confirm import Confirmer
@@ -47,7 +47,7 @@ from advisor.study.storage_guard import fold_log
 
 BASELINE_TIMEOUT_S = 1800.0
 WAIT_S = 1.0  # how often a driver looks again while another driver's work is under way
-LOOKAHEAD = 2  # probed configurations waiting before an accuracy run goes ahead of a new probe
+LOOKAHEAD = 2  # probed configurations waiting before a training run goes ahead of a new probe
 BUDGET_SPENT = "the study's --budget was spent"
 
 
@@ -99,7 +99,7 @@ class StudyRun:
                     if self.drivers.claim("metric_seeds"):  # one driver trains them; the others go on
                         train_more_seeds(study, self.plan.workload, self.plan.settings, executor,
                                          self.options.confirm_top, self._timeout(base), stopping, self.emit,
-                                         "accuracy" if self.queue is not None else "full")
+                                         "training" if self.queue is not None else "full")
                         self.drivers.release("metric_seeds")
                 if base is not None and self.options.confirm and not self.stop.halted:
                     self._cancel_all(self.stop_reason or "the study stopped")
@@ -135,7 +135,7 @@ class StudyRun:
         while self.stop_reason is None:
             w = self.queue.next_run(anyway=False) if self.queue is not None and not self.slots else None
             if w is not None:
-                self.parts.submit_accuracy(w)
+                self.parts.submit_training(w)
             if not self.slots:
                 break
             records += self.parts.collect(timeout)
@@ -153,9 +153,9 @@ class StudyRun:
     def _metric_noise(self, watch: BaselineWatch, base: TrialRecord) -> None:
         """The baseline trained with more seeds (once per study, by one driver)."""
         if self._claim("accuracy_noise", "measures the metric's noise",
-                       lambda: ACCURACY_NOISE in self.study.user_attrs):
-            watch.accuracy_noise(base, self.options.accuracy_seeds, self._timeout(base),
-                                 stage="accuracy" if self.queue is not None else "full")
+                       lambda: METRIC_NOISE in self.study.user_attrs):
+            watch.metric_noise(base, self.options.metric_seeds, self._timeout(base),
+                               part="training" if self.queue is not None else "full")
             self.drivers.release("accuracy_noise")
         watch.load_noise()
         noise = watch.noise
@@ -180,7 +180,7 @@ class StudyRun:
         """How long the rest should take, from the baseline's own times (``study.estimate``)."""
         o = self.options
         guess = estimate(base, o.trials - self.parts.done, two_stage=self.queue is not None,
-                         seeds=o.accuracy_seeds if o.workload == "train" else 1, confirm=o.confirm,
+                         seeds=o.metric_seeds if o.workload == "train" else 1, confirm=o.confirm,
                          top=o.confirm_top, pairs=o.pairs)
         if guess is not None and guess.trials:
             self.emit(Note(guess.text()))
@@ -234,7 +234,7 @@ class StudyRun:
 
     def _start_trials(self, parts: Parts) -> None:
         """Submit work while a slot is free and time is left: with two-stage evaluation an
-        accuracy run when enough probed configurations wait to choose among (or no probe
+        training run when enough probed configurations wait to choose among (or no probe
         can start), else a new configuration's probe while the budget allows."""
         while self.slots.free and time.monotonic() < self.deadline:
             self.ledger.observe()  # what other drivers on the study stored or started meanwhile
@@ -252,7 +252,7 @@ class StudyRun:
             if w is not None:
                 if not self.slots.fits(w.proposal):
                     return
-                parts.submit_accuracy(w)
+                parts.submit_training(w)
             elif proposal is not None:
                 if not self.slots.fits(proposal):
                     self.pending = proposal  # wait until enough GPUs are free for it
@@ -287,7 +287,7 @@ class StudyRun:
 
     # ---- stopping --------------------------------------------------------------------
     def _cancel_all(self, reason: str) -> None:
-        """Cancel and record what still runs, waits for its accuracy part or for GPUs."""
+        """Cancel and record what still runs, waits for its training run or for GPUs."""
         pending, self.pending = self.pending, None
         self.parts.cancel_all(reason, pending)
 
