@@ -126,6 +126,7 @@ def main() -> int:
     from advisor.core.config import TrialConfig
     from advisor.core.noise import SentinelJudge
     from advisor.core.results import TrialSettings
+    from advisor.core.stop import Stop
     from advisor.machine.hardware import detect, fingerprint
     from advisor.runner.ray_executor import RayExecutor
     from advisor.study.baseline_watch import RERUNS, BaselineWatch
@@ -139,7 +140,7 @@ def main() -> int:
     config = TrialConfig.from_dict(workload.baseline)
     settings = probe_settings(TrialSettings(train_samples=300, device=hw.device))
     study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
-    watch = BaselineWatch(study, workload, settings, config, None, lambda: None, lambda e: None)
+    watch = BaselineWatch(study, workload, settings, config, None, Stop(), lambda e: None)
     old_judge = SentinelJudge()
     executor = RayExecutor(hw.device).start()
     try:

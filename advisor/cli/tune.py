@@ -12,9 +12,9 @@ from advisor.cli._common import load_tui
 from advisor.cli._options import add_option_arguments, tune_options
 
 if TYPE_CHECKING:
-    from advisor.core.events import Listener
     from advisor.outputs.console import TuneOutput
-    from advisor.study.tuner import StudyOutcome, Tuner
+    from advisor.study.background import BackgroundTune
+    from advisor.study.tuner import StudyOutcome
 
 NAME = "tune"
 HELP = "Search for the configurations that make model.py fastest and smallest while its metric holds."
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from advisor.outputs.console import TuneOutput
     from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.trackers import open_trackers
+    from advisor.study.background import BackgroundTune
     from advisor.study.plan import plan_study
     from advisor.study.tuner import Tuner
 
@@ -60,10 +61,11 @@ def run(args: argparse.Namespace) -> int:
     output.planned(plan)
     notes = DashboardNotes(plan.storage_url, plan.study_name)  # optuna-dashboard's notes, when it is installed
     listener = chain(output.event, trackers.event, notes.event)  # in the study's thread, after the console
-    tuner = Tuner(plan, on_event=listener)
+    background = BackgroundTune(plan, also=listener) if live else None  # its tuner's events go to it
+    tuner = background.tuner if background is not None else Tuner(plan, on_event=listener)
     trackers.notify = notes.notify = lambda event: tuner.emit(event)  # their notes go where the study's events go
     try:
-        outcome = _run_live(tuner, output, listener) if live else tuner.run()
+        outcome = _run_live(background, output) if background is not None else tuner.run()
     except BaseException:
         trackers.close(None)  # the trackers' study runs closed as failed
         raise
@@ -74,14 +76,12 @@ def run(args: argparse.Namespace) -> int:
     return output.finish(plan, outcome)
 
 
-def _run_live(tuner: Tuner, output: TuneOutput, listener: Listener) -> StudyOutcome:
+def _run_live(background: BackgroundTune, output: TuneOutput) -> StudyOutcome:
     """Run the study in a background thread with the explorer attached; when the user
     quits it early the study stops gracefully; the summary is printed afterwards."""
-    from advisor.study.background import BackgroundTune
-
+    tuner = background.tuner
     tuner.start_executor()  # here, in the main thread: the explorer replaces stdio while it runs
     output.quiet = True
-    background = BackgroundTune(tuner, also=listener)
     app = load_tui().make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
 
     def on_sigterm(signum: int, frame: Any) -> None:

@@ -53,7 +53,6 @@ SCORE = "accuracy"
 CONFIRMATION = "confirmation:"  # + trial number: that trial's paired confirmation
 BASELINE_MEASUREMENTS = "baseline_measurements"  # the baseline's re-measurements (probes)
 METRIC_NOISE = "accuracy_noise"  # the baseline's metric over several seeds (its stored key)
-ACCURACY_NOISE = METRIC_NOISE  # its older name: advisor/study/tuner.py imports it until it is updated (issue 28)
 BASELINE_DISTURBED = "baseline_disturbed"  # why trial 0's speed is not a reference (its sentinel was off)
 
 

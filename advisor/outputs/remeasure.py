@@ -17,6 +17,7 @@ from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
+from advisor.core.stop import Stop
 from advisor.core.stored import SCORE, result_dict
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import detect, fingerprint
@@ -128,7 +129,7 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
     executor = RayExecutor(hardware.device, ray_address).start()
     try:
         candidate = Candidate("the config", config, result.confirmation)
-        Rounds(executor, workload, settings, SentinelJudge(), target, pairs, trial_timeout, lambda: None, on_event,
+        Rounds(executor, workload, settings, SentinelJudge(), target, pairs, trial_timeout, Stop(), on_event,
                lambda c, wall: on_pair(c.confirmation, wall) if on_pair else None).run(baseline, [candidate])
         if measure_metric and result.confirmation.status != "failed":
             result.full_run = run_one(executor, 0, TrialPayload.of(workload, config, settings), trial_timeout)

@@ -8,10 +8,11 @@ before use (``RayExecutor.start()``) and shut down after.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from advisor.core.results import TrialPayload, TrialResult
+from advisor.core.stop import Stop
 
 
 class Handle(Protocol):
@@ -54,16 +55,16 @@ class Executor(Protocol):
 
 
 def run_one(executor: Executor, number: int, payload: TrialPayload, timeout: float,
-            stop: Callable[[], str | None] | None = None) -> TrialResult:
+            stop: Stop | None = None) -> TrialResult:
     """Run one trial and wait for it (cancelled and recorded as ``timeout`` past
-    ``timeout`` seconds; as ``cancelled`` as soon as ``stop`` returns a reason). For
+    ``timeout`` seconds; as ``cancelled`` as soon as ``stop`` has a reason). For
     callers that measure one configuration at a time."""
     handle = executor.submit(number, payload)
     while True:
         done = executor.wait([handle], timeout=min(0.5, timeout))
         if done:
             return done[0][1]
-        reason = stop() if stop is not None else None
+        reason = stop.reason if stop is not None else None
         if reason is not None:
             executor.cancel(handle)
             return TrialResult.failed("cancelled", f"cancelled: {reason}")

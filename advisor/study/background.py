@@ -7,22 +7,26 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Event, Finished, Listener, Started, Stopped, ignore
+from advisor.study.tuner import Tuner
 
 if TYPE_CHECKING:
-    from advisor.study.tuner import StudyOutcome, Tuner
+    from advisor.study.plan import StudyPlan
+    from advisor.study.tuner import StudyOutcome
 
 
 class BackgroundTune:
-    """Runs ``tuner.run()`` in a thread once ``start`` is called.
+    """Runs a ``Tuner`` of ``plan`` in a thread once ``start`` is called; the tuner (built
+    here, its events to this object) is ``tuner``: call its ``start_executor()`` first, in
+    the main thread. ``also`` receives every event too.
 
     ``total`` and ``done`` count the trials that count towards ``--trials``; ``eta_s()``
     extrapolates from the trials finished so far; a final ``Stopped`` event carries the
     stop reason or the error. ``join()`` returns the outcome or re-raises the error.
     """
 
-    def __init__(self, tuner: Tuner, also: Listener | None = None) -> None:
-        self.tuner, self.also = tuner, also
-        self.total = tuner.options.trials
+    def __init__(self, plan: StudyPlan, also: Listener | None = None) -> None:
+        self.tuner, self.also = Tuner(plan, on_event=self._event), also
+        self.total = plan.options.trials
         self.done = 0
         self.walls: list[float] = []
         self.storage: Any = None  # the tuner's storage, once it has opened it
@@ -33,7 +37,6 @@ class BackgroundTune:
 
     def start(self, on_event: Listener) -> None:
         self._listener = on_event
-        self.tuner.emit = self._event
         self._thread = threading.Thread(target=self._run, name="advisor-tune", daemon=True)
         self._thread.start()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +32,7 @@ from advisor.core.interference import InterferencePool, disturbance, rerun_reaso
 from advisor.core.noise import MetricNoise, SentinelJudge, reading_of, recent_reference
 from advisor.core.objectives import Figures, Limits, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.core.stop import Stop
 from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, METRIC_NOISE, TrialRecord, read_trial
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
@@ -48,12 +48,12 @@ class BaselineWatch:
         workload: the loaded model.py; settings: the study's trial settings.
         baseline: the baseline configuration.
         executor: runs the watch's own measurements, one at a time.
-        stop: returns why to stop (Ctrl-C), or None.
+        stop: the user's stop (Ctrl-C): the watch's own measurements end with it.
         on_event: receives ``Note`` events.
     """
 
     def __init__(self, study: Any, workload: Any, settings: TrialSettings, baseline: TrialConfig,
-                 executor: Executor, stop: Callable[[], str | None], on_event: Listener) -> None:
+                 executor: Executor, stop: Stop, on_event: Listener) -> None:
         self.study, self.workload, self.settings, self.baseline = study, workload, settings, baseline
         self.executor, self.stop, self.emit = executor, stop, on_event
         records = [read_trial(t) for t in study.get_trials(deepcopy=False)]
@@ -86,7 +86,7 @@ class BaselineWatch:
         self.emit(Note(f"training the baseline with {seeds - 1} more seed(s) to measure the metric's noise"))
         for seed in range(first + 1, first + seeds):
             result = self._run(self.baseline, replace(self.settings, seed=seed, part=part), timeout)
-            if self.stop() is not None:
+            if self.stop.halted:
                 return
             self.judge.add(reading_of(result.telemetry))
             self.pool.add(result.telemetry)
@@ -105,11 +105,6 @@ class BaselineWatch:
         self.emit(Note(f"the metric's noise: {spec.name} {', '.join(spec.value_text(v) for v in values)} over seeds "
                        f"{used} (mean {spec.value_text(statistics.fmean(values))}, the reference every trial is "
                        f"judged against); seed-to-seed spread {spec.noise_text(noise.epsilon)}"))
-
-    def accuracy_noise(self, base: TrialRecord, seeds: int, timeout: float, stage: str = "full") -> None:
-        """``metric_noise`` by its older name: advisor/study/tuner.py calls it until it is
-        updated (issue 28; its ``stage`` "accuracy" is the part "training")."""
-        self.metric_noise(base, seeds, timeout, part=stage)
 
     def load_noise(self) -> None:
         """The metric's noise as stored (measured here, or by another driver on the study)."""
@@ -192,7 +187,7 @@ class BaselineWatch:
         tries: list[TrialResult] = []
         for attempt in range(2):
             result = self._run(self.baseline, probe_settings(self.settings), timeout)
-            if self.stop() is not None:
+            if self.stop.halted:
                 return
             if not result.ok:
                 self.base_reading = self.judge.median  # no new drift verdict until it moves again

@@ -14,7 +14,6 @@ too (up to ``top`` in all).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from advisor.core.errors import StudyError, TrialFailed
@@ -23,6 +22,7 @@ from advisor.core.noise import SentinelJudge, reading_of
 from advisor.core.pairs import MIN_PAIRS, Confirmation, beaten
 from advisor.core.picks import PICKS, pick
 from advisor.core.results import TrialSettings
+from advisor.core.stop import Stop
 from advisor.core.stored import CONFIRMATION, StoredStudy, TrialRecord, read_study
 from advisor.runner.executor import Executor
 from advisor.study.options import ConfirmOptions, check_confirm_options
@@ -70,15 +70,16 @@ class Confirmer:
         executor: runs the probes, one at a time (each alone on its devices).
         options: how much to confirm.
         trial_timeout: the limit for one probe, seconds.
-        stop: returns why to stop (Ctrl-C), or None to go on; checked while probes run.
+        stop: why to stop (Ctrl-C, the study's --budget); checked while probes run. None: never.
         on_event: receives ``Paired`` and ``Note`` events.
     """
 
     def __init__(self, study: Any, workload: Any, settings: TrialSettings, executor: Executor,
                  options: ConfirmOptions = ConfirmOptions(), trial_timeout: float = 600.0,
-                 stop: Callable[[], str | None] = lambda: None, on_event: Listener = ignore) -> None:
+                 stop: Stop | None = None, on_event: Listener = ignore) -> None:
         self.study, self.workload, self.settings, self.executor = study, workload, settings, executor
-        self.options, self.trial_timeout, self.stop, self.emit = options, trial_timeout, stop, on_event
+        self.options, self.trial_timeout, self.emit = options, trial_timeout, on_event
+        self.stop = stop if stop is not None else Stop()
         self.stored: StoredStudy | None = None
 
     def run(self) -> dict[int, Confirmation]:
@@ -98,7 +99,7 @@ class Confirmer:
                         self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._dominated,
                         sitting)
         chosen: dict[int, Candidate] = {}
-        while self.stop() is None:
+        while not self.stop.halted:
             new = [r for r in candidates(stored, self.options.top) if r.number not in chosen]
             new = new[: max(0, self.options.top - len(chosen))]
             for r in new:
@@ -141,7 +142,7 @@ class Confirmer:
 
 
 def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None = None, trial_timeout: float = 600.0,
-                  model: str | None = None, stop: Callable[[], str | None] = lambda: None,
+                  model: str | None = None, stop: Stop | None = None,
                   on_event: Listener = ignore) -> dict[int, Confirmation]:
     """``advisor confirm``: run or extend the paired confirmation of a stored study.
 

@@ -278,10 +278,6 @@ class Ledger:
         trial.set_user_attr("failure_message", f"cancelled before its training run: {reason}")
         return self._finish(number, tell_trial(self.study, trial))
 
-    # their older names: advisor/study/parts.py calls them until it is updated (issue 28)
-    store_accuracy = store_training
-    cancel_accuracy = cancel_training
-
     def apply(self, decision: ProbedOnly | Reused) -> TrialRecord:
         """Store a probed trial as the training queue decided: probed only, or with a
         reused metric."""

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from advisor.core.events import Listener, Note
 from advisor.core.results import TrialPayload, TrialSettings
+from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_REUSED, METRIC_SEEDS, read_study
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
@@ -46,7 +46,7 @@ def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[An
 
 
 def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executor: Executor, top: int,
-                     timeout: float, stop: Callable[[], str | None], on_event: Listener, part: str) -> int:
+                     timeout: float, stop: Stop, on_event: Listener, part: str) -> int:
     """Train each undecided front candidate with the baseline's other seeds, one run at a
     time; returns how many candidates were trained."""
     numbers = itertools.count(3_000_000)  # executor handle numbers, apart from trials' and the watch's
@@ -60,7 +60,7 @@ def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executo
         for seed in seeds:
             payload = TrialPayload.of(workload, record.config, replace(settings, seed=seed, part=part))
             result = run_one(executor, next(numbers), payload, timeout, stop)
-            if stop() is not None:
+            if stop.halted:
                 return done
             if not result.ok or result.score is None:
                 on_event(Note(f"trial {record.number} with seed {seed} failed [{result.failure_class}]: "

@@ -239,11 +239,6 @@ class TuneOptions:
         return self.train == "selective" and self.workload == "train"
 
     @property
-    def accuracy_seeds(self) -> int:
-        """``metric_seeds`` by its older name: advisor/study/tuner.py reads it until it is updated (issue 28)."""
-        return self.metric_seeds
-
-    @property
     def confirm_options(self) -> ConfirmOptions:
         return ConfirmOptions(self.confirm_top, self.pairs, self.confirm_target)
 

@@ -34,6 +34,7 @@ from advisor.core.events import Listener, Note
 from advisor.core.noise import SentinelJudge, off_by, reading_of
 from advisor.core.pairs import Confirmation, Pair, interpolate
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.core.stop import Stop
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
 
@@ -63,7 +64,7 @@ class _Run:
 
 
 class Rounds:
-    """Runs rounds until every candidate's confirmation is done (or ``stop`` says so).
+    """Runs rounds until every candidate's confirmation is done (or ``stop`` is halted).
 
     Args:
         executor: runs the probes; workload: the loaded model.py; settings: the study's.
@@ -77,7 +78,7 @@ class Rounds:
     """
 
     def __init__(self, executor: Executor, workload: Any, settings: TrialSettings, judge: SentinelJudge,
-                 target: float, max_pairs: int, trial_timeout: float, stop: Callable[[], str | None],
+                 target: float, max_pairs: int, trial_timeout: float, stop: Stop,
                  on_event: Listener, on_pair: Callable[[Candidate, float], None],
                  dominated: Callable[[Candidate, list[Candidate]], str | None] | None = None,
                  sitting: int = 0) -> None:
@@ -96,7 +97,7 @@ class Rounds:
         """
         for round_number in itertools.count():
             active = [c for c in candidates if not c.confirmation.done]
-            if not active or self.stop() is not None:
+            if not active or self.stop.halted:
                 return
             order = active if round_number % 2 == 0 else active[::-1]
             started = time.monotonic()  # the round's wall time, both baseline runs included
@@ -106,7 +107,7 @@ class Rounds:
             runs = []
             for c in order:
                 run = self._run(c.config, c.label)
-                if self.stop() is not None:
+                if self.stop.halted:
                     return
                 if run is not None and not run.result.ok:
                     r = run.result
@@ -147,7 +148,7 @@ class Rounds:
             started = time.monotonic()
             payload = TrialPayload.of(self.workload, config, self.settings)
             result = run_one(self.executor, next(self._numbers), payload, self.trial_timeout, self.stop)
-            if self.stop() is not None:
+            if self.stop.halted:
                 return None
             if not result.ok:
                 if label == "the baseline":

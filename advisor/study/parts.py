@@ -1,12 +1,12 @@
 """A study's trial parts from submission to storage (the Tuner decides what starts when).
 
 A configuration runs as one ``full`` part, or, with two-stage evaluation, as a ``probe`` and
-later, where ``AccuracyQueue`` decides it can change the front, an ``accuracy`` part.
+later, where ``TrainingQueue`` decides it can change the front, a ``training`` part.
 ``Parts`` submits them to the ``Slots`` (with the study's interference limit, by which the
 trial's timer drops disturbed blocks), and for each that comes back either runs it again
 (too few clean blocks remain: ``BaselineWatch``; when its retries are used up, the
 cleanest of its runs is kept), stores a good probe and
-hands it to the queue, or stores the trial (``Ledger.tell`` / ``Ledger.store_accuracy``)
+hands it to the queue, or stores the trial (``Ledger.tell`` / ``Ledger.store_training``)
 and emits ``Finished``; what the queue decides needs no run is stored the same way.
 ``done`` counts the trials stored that count towards ``--trials``. When the study stops,
 ``cancel_all`` records what still runs or waits, so storage keeps no RUNNING trial.
@@ -22,12 +22,12 @@ from advisor.core.objectives import Versus
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stored import WALL, TrialRecord
 from advisor.search.strategy import Proposal
-from advisor.study.accuracy_queue import AccuracyQueue, Waiting, probe_result
 from advisor.study.baseline_watch import BaselineWatch
 from advisor.study.ledger import Ledger
 from advisor.study.pairing import probe_settings
 from advisor.study.plan import StudyPlan
 from advisor.study.slots import Done, Slots
+from advisor.study.training_queue import TrainingQueue, Waiting, probe_result
 
 
 class Parts:
@@ -35,12 +35,19 @@ class Parts:
         plan: the study's plan (workload, settings); ledger: the study's writer.
         slots: what runs now; queue: two-stage evaluation's queue (None: full trials).
         on_event: receives ``Submitted``, ``Probed``, ``Finished``, ``Cancelled`` and notes.
-    The Tuner sets ``watch`` once the baseline is in."""
+        watch: the baseline's watch; None while the baseline itself runs (its parts get no
+            interference limit, none runs again, and no result is shown against a
+            baseline). The search's parts are ``watched(watch)`` once the baseline is in.
+    Holds no state of its own (the ledger, the slots and the queue do)."""
 
-    def __init__(self, plan: StudyPlan, ledger: Ledger, slots: Slots, queue: AccuracyQueue | None,
-                 on_event: Listener) -> None:
+    def __init__(self, plan: StudyPlan, ledger: Ledger, slots: Slots, queue: TrainingQueue | None,
+                 on_event: Listener, watch: BaselineWatch | None = None) -> None:
         self.plan, self.ledger, self.slots, self.queue, self.emit = plan, ledger, slots, queue, on_event
-        self.watch: BaselineWatch | None = None
+        self.watch = watch
+
+    def watched(self, watch: BaselineWatch) -> Parts:
+        """The same parts (ledger, slots, queue), judged and shown by ``watch``."""
+        return Parts(self.plan, self.ledger, self.slots, self.queue, self.emit, watch)
 
     @property
     def done(self) -> int:
@@ -71,13 +78,13 @@ class Parts:
         self.slots.submit(proposal, payload, "probe" if self.queue is not None else "full")
         self.emit(Submitted(proposal.number, proposal.config))
 
-    def submit_accuracy(self, w: Waiting) -> None:
+    def submit_training(self, w: Waiting) -> None:
         assert self.queue is not None
-        w.running = True
-        self.slots.submit(w.proposal, self.queue.payload(w, self.plan.workload), "accuracy")
+        self.queue.started(w)
+        self.slots.submit(w.proposal, self.queue.payload(w, self.plan.workload), "training")
 
     def settle(self) -> None:
-        """Store the probed configurations that need no accuracy run, or reuse one."""
+        """Store the probed configurations that need no training run, or reuse one."""
         assert self.queue is not None
         for decision in self.queue.settle():
             record = self.ledger.apply(decision)
@@ -85,10 +92,24 @@ class Parts:
             self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
                                self.versus(shown)))
 
+    def fits_the_budget(self, proposal: Proposal) -> bool:
+        """Whether ``proposal``, now numbered, is within ``--trials``: the trials stored that
+        count, this driver's others in flight and other drivers' trials started before it
+        (lower numbers) leave room. Two drivers taking the last trial at once: the lower
+        number runs, the other is stored as cancelled (not counted)."""
+        self.ledger.observe()
+        mine = self.in_flight_here()
+        before = sum(1 for n in self.ledger.others_running if n < proposal.number)
+        if self.done + mine + before < self.plan.options.trials:
+            return True
+        self.ledger.tell(proposal.number, TrialResult.failed(
+            "cancelled", "cancelled: other drivers on the study took its last trials"), 0.0)
+        return False
+
     # ---- what came back ---------------------------------------------------------------
     def collect(self, timeout: float) -> list[TrialRecord]:
         """Wait briefly for results; store finished and timed-out trials (a probe that went
-        well waits in the queue for its accuracy decision)."""
+        well waits in the queue for the decision on its training run)."""
         finished = []
         for came in self.slots.done(timeout):
             d = self._run_again(came)
@@ -117,11 +138,11 @@ class Parts:
         """When too few of the trial's timed blocks were clean (``BaselineWatch.disturbed``):
         keep that measurement with the trial and run the same part again (it counts once;
         None). Otherwise what to store: ``d``, or, once the retries are used up, ``d`` with
-        the cleanest of its runs. Accuracy parts only inform the sentinel's judge: the
+        the cleanest of its runs. Training runs only inform the sentinel's judge: the
         metric does not depend on the speed."""
         if self.watch is None:
             return d
-        if d.part == "accuracy":
+        if d.part == "training":
             self.watch.judge.add(reading_of(d.result.telemetry))
             return d
         why, kept = self.watch.disturbed(d.number, d.result)
@@ -140,11 +161,11 @@ class Parts:
 
     def _record(self, d: Done) -> TrialRecord:
         result, wall = d.result, d.wall_s
-        if d.part == "accuracy":
+        if d.part == "training":
             assert self.queue is not None
             shown = self.queue.merged(d.number, result)
             w = self.queue.pop(d.number)
-            record = self.ledger.store_accuracy(d.number, w.probe, w.wall_s, result, wall)
+            record = self.ledger.store_training(d.number, w.probe, w.wall_s, result, wall)
             result, wall = shown, record.get(WALL, wall)
         else:
             record = self.ledger.tell(d.number, result, wall)
@@ -154,17 +175,17 @@ class Parts:
     # ---- stopping ---------------------------------------------------------------------
     def cancel_all(self, reason: str, pending: Proposal | None = None) -> None:
         """Cancel what still runs (and ``pending``, a proposal still waiting for GPUs, and
-        probed ones waiting for their accuracy part) and record it."""
+        probed ones waiting for their training run) and record it."""
         for d in self.slots.cancel_all():
-            if d.part == "accuracy":
+            if d.part == "training":
                 self.queue.pop(d.number)  # type: ignore[union-attr]
-                self.ledger.cancel_accuracy(d.number, reason)
+                self.ledger.cancel_training(d.number, reason)
             else:
                 self.ledger.tell(d.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), d.wall_s)
             self.emit(Cancelled(d.number))
         for number in list(self.queue.waiting if self.queue is not None else ()):
             self.queue.pop(number)  # type: ignore[union-attr]
-            self.ledger.cancel_accuracy(number, reason)
+            self.ledger.cancel_training(number, reason)
             self.emit(Cancelled(number))
         if pending is not None:
             self.ledger.tell(pending.number, TrialResult.failed("cancelled", f"cancelled: {reason}"), 0.0)

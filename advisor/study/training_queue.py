@@ -117,6 +117,10 @@ class TrainingQueue:
         waiting = self.waiting[proposal.number] = Waiting(proposal, result, wall_s)
         return waiting
 
+    def started(self, w: Waiting) -> None:
+        """``w``'s training run is under way (``next_run`` passes it over)."""
+        w.running = True
+
     def pop(self, number: int) -> Waiting:
         """Trial ``number`` leaves the queue (its training run is done, or cancelled)."""
         return self.waiting.pop(number)

@@ -9,6 +9,7 @@ import pytest
 
 from advisor.core.config import TrialConfig
 from advisor.core.results import TrialResult, TrialSettings
+from advisor.core.stop import Stop
 from advisor.core.stored import BASELINE_MEASUREMENTS
 from advisor.study.baseline_watch import RERUNS, BaselineWatch
 
@@ -17,7 +18,7 @@ from advisor.study.baseline_watch import RERUNS, BaselineWatch
 def watch():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
-    return BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, lambda: None,
+    return BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, Stop(),
                          lambda e: None)
 
 
@@ -90,5 +91,5 @@ def test_the_references_are_read_back_from_the_study():
     study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
     study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": 1.0, "throughput": 1000.0}, {"at": 2.0, "throughput": 730.0},
                                                 {"at": 3.0, "throughput": 1000.0}])
-    w = BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, lambda: None, lambda e: None)
+    w = BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, Stop(), lambda e: None)
     assert w.base_throughput == 1000.0

@@ -14,6 +14,7 @@ import pytest
 
 from advisor.cli.main import main
 from advisor.core.pairs import Confirmation
+from advisor.core.stop import Stop
 from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.confirm import Confirmer, ConfirmOptions
 
@@ -119,14 +120,16 @@ def test_an_interrupted_confirmation_stores_no_half_pair(confirmed, tmp_path, ca
     before = {n: len(c.pairs) for n, c in read_study(study).confirmations.items()}
     calls = []
 
-    def stop_after_first_probe():
-        calls.append(1)
-        return "interrupted by SIGINT" if len(calls) > 3 else None
+    class StopAfterFirstProbe(Stop):
+        @property
+        def reason(self):
+            calls.append(1)
+            return "interrupted by SIGINT" if len(calls) > 3 else None
 
     executor = RayExecutor("cpu").start()
     settings = TrialSettings.from_dict(study.user_attrs["settings"])
     Confirmer(study, load_workload(str(EXAMPLES / "digits_mlp.py")), settings, executor,
-              ConfirmOptions(top=2, max_pairs=4), stop=stop_after_first_probe).run()
+              ConfirmOptions(top=2, max_pairs=4), stop=StopAfterFirstProbe()).run()
     after = read_study(load(url, "c")).confirmations
     assert {n: len(c.pairs) for n, c in after.items()} == before
 
@@ -156,7 +159,7 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
     candidates = [Candidate(f"c{i}", config, Confirmation(i)) for i, config in enumerate(configs)]
     paired = []
     Rounds(executor, load_workload(str(EXAMPLES / "digits_mlp.py")), TrialSettings.from_dict(study.user_attrs["settings"]),
-           SentinelJudge(threshold=1e9), 0.0001, 2, 120, lambda: None, lambda e: None,
+           SentinelJudge(threshold=1e9), 0.0001, 2, 120, Stop(), lambda e: None,
            lambda c, wall: paired.append(c.label)).run(base, candidates)
     assert order == [32, 64, 128, 32, 32, 128, 64, 32]
     assert paired == ["c0", "c1", "c1", "c0"]

@@ -17,6 +17,7 @@ from advisor.core.events import Note
 from advisor.core.feasibility import verdict
 from advisor.core.objectives import Limits
 from advisor.core.results import TrialResult, TrialSettings
+from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_NOISE, METRIC_SEEDS, read_study
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
@@ -77,7 +78,7 @@ def test_an_undecided_candidate_trains_with_the_baseline_seeds_and_is_judged_aga
     assert stored.verdict(bf16).kind == "undecided" and bf16.figures.score == pytest.approx(0.944)
     executor, notes = ScriptedSeeds({1: 0.951, 2: 0.950}), []
     trained = train_more_seeds(study, Workload(), TrialSettings(train_samples=100, seed=0), executor, top=6,
-                               timeout=60.0, stop=lambda: None, on_event=notes.append, part="training")
+                               timeout=60.0, stop=Stop(), on_event=notes.append, part="training")
     assert trained == 1 and executor.asked == [(32, 1, "training"), (32, 2, "training")]
     assert study.user_attrs[f"{METRIC_SEEDS}1"] == {"seeds": [0, 1, 2], "values": [0.944, 0.951, 0.950]}
     stored = read_study(study)
@@ -92,7 +93,7 @@ def test_an_undecided_candidate_trains_with_the_baseline_seeds_and_is_judged_aga
 
 def test_a_drop_the_more_seeds_show_puts_the_trial_off_the_front(study):
     train_more_seeds(study, Workload(), TrialSettings(train_samples=100, seed=0), ScriptedSeeds({1: 0.925, 2: 0.926}),
-                     top=6, timeout=60.0, stop=lambda: None, on_event=lambda e: None, part="training")
+                     top=6, timeout=60.0, stop=Stop(), on_event=lambda e: None, part="training")
     stored = read_study(study)
     bf16 = stored.records[1]
     values = [0.944, 0.925, 0.926]

@@ -15,6 +15,7 @@ from advisor.core.events import Note
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import Confirmation
 from advisor.core.results import TrialResult, TrialSettings
+from advisor.core.stop import Stop
 from advisor.study.pairing import Candidate, Rounds
 
 from scripted import Handle, Workload
@@ -60,7 +61,7 @@ BASE = TrialConfig(batch_size=32)
 def rounds(executor, target=0.03, max_pairs=2, judge=None, sitting=0):
     notes, paired = [], []
     r = Rounds(executor, Workload(), TrialSettings(train_samples=1), judge or SentinelJudge(threshold=1e9), target,
-               max_pairs, 60, lambda: None, lambda e: notes.append(e.text) if isinstance(e, Note) else None,
+               max_pairs, 60, Stop(), lambda e: notes.append(e.text) if isinstance(e, Note) else None,
                lambda c, wall: paired.append(c.label), sitting=sitting)
     return r, notes, paired
 

@@ -11,7 +11,6 @@ from advisor.core.stored import read_trial
 from advisor.study.background import BackgroundTune
 from advisor.study.options import TuneOptions
 from advisor.study.plan import plan_study
-from advisor.study.tuner import Tuner
 from advisor.tui import make_app
 from advisor.tui.widgets import TrialTable
 
@@ -21,18 +20,18 @@ pytestmark = pytest.mark.ray
 _LIVE = {"timeout": 240.0, "interval": 0.2, "what": "the live study"}  # real trials: minutes
 
 
-def _tuner(trials: int) -> Tuner:
-    tuner = Tuner(plan_study(TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=trials,
-                                         train_samples=1437, trial_timeout=120, confirm=False,
-                                         metric_seeds=1)))
-    tuner.start_executor()  # joins the session's Ray
-    return tuner
+def _background(trials: int) -> BackgroundTune:
+    background = BackgroundTune(plan_study(TuneOptions(
+        workload_path=str(EXAMPLES / "digits_mlp.py"), space="quick", trials=trials, train_samples=1437,
+        trial_timeout=120, confirm=False, metric_seeds=1)))
+    background.tuner.start_executor()  # joins the session's Ray
+    return background
 
 
 async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, quiet_optuna):
-    tuner = _tuner(trials=3)
-    background = BackgroundTune(tuner)
-    app = make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
+    background = _background(trials=3)
+    plan = background.tuner.plan
+    app = make_app(plan.storage_url, plan.study_name, live=background)
     seen: list[int] = []
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
@@ -58,9 +57,9 @@ async def test_live_explorer_shows_trials_as_they_finish(ray_session, workdir, q
 
 
 async def test_quitting_the_explorer_stops_the_study_gracefully(ray_session, workdir, quiet_optuna):
-    tuner = _tuner(trials=50)
-    background = BackgroundTune(tuner)
-    app = make_app(tuner.plan.storage_url, tuner.plan.study_name, live=background)
+    background = _background(trials=50)
+    plan = background.tuner.plan
+    app = make_app(plan.storage_url, plan.study_name, live=background)
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: background.done >= 2, **_LIVE)
         await pilot.press("q")

@@ -1,0 +1,102 @@
+"""What a study's run holds fixed once its executor is started and its study open: built
+once, by ``RunContext.open``, and never assigned to afterwards (a frozen dataclass).
+
+``open`` opens (or resumes) the study on the started executor, joins it as one of its
+drivers (``advisor.study.drivers``), and builds the strategy, the ledger (the study's only
+writer), two-stage evaluation's queue (adopting what a gone driver left probed), the slots
+and the parts. The Tuner's steps (``advisor.study.study_run.StudyRun``) are built from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from advisor.core.events import Listener, Note
+from advisor.core.stop import Stop
+from advisor.runner.executor import Executor
+from advisor.search.strategy import Strategy
+from advisor.study import storage as stores
+from advisor.study.drivers import Drivers, join_study
+from advisor.study.ledger import Ledger
+from advisor.study.options import TuneOptions
+from advisor.study.parts import Parts
+from advisor.study.plan import StudyPlan, open_study
+from advisor.study.slots import Slots
+from advisor.study.training_queue import TrainingQueue
+
+if TYPE_CHECKING:
+    import optuna
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run of a planned study.
+
+    Attributes:
+        plan: what ``advisor.study.plan.plan_study`` returned; executor: runs the trials.
+        storage: the Optuna storage; study: the Optuna study, created or resumed.
+        drivers: this driver on the study, and the others.
+        strategy: what runs next; ledger: the study's only writer.
+        queue: two-stage evaluation's probed configurations (None: full trials).
+        slots: what runs now; parts: submits, collects and stores the parts (the
+            baseline's: no watch yet, ``Parts.watched`` for the search).
+        stop: the user's stop (Ctrl-C, SIGTERM, ``Tuner.stop()``).
+        emit: receives every event.
+    """
+
+    plan: StudyPlan
+    executor: Executor
+    storage: Any
+    study: optuna.Study
+    drivers: Drivers
+    strategy: Strategy
+    ledger: Ledger
+    queue: TrainingQueue | None
+    slots: Slots
+    parts: Parts
+    stop: Stop
+    emit: Listener
+
+    @property
+    def options(self) -> TuneOptions:
+        return self.plan.options
+
+    @classmethod
+    def open(cls, plan: StudyPlan, executor: Executor, stop: Stop, emit: Listener) -> RunContext:
+        """Open the study on the started ``executor``; the executor is shut down when this
+        fails (a storage that cannot be reached, a study that cannot be resumed)."""
+        options = plan.options
+        try:
+            storage = stores.open_storage(plan.storage_url)
+            if hasattr(storage, "watch"):  # an RDB storage: say when it waits for the database
+                storage.watch(lambda text: emit(Note(text)))
+            study = open_study(plan, storage, emit)
+            drivers = join_study(study, storage, plan, emit)
+            gpu_slots = executor.slots if executor.device == "cuda" else None
+            strategy = Strategy(plan.space, plan.baseline, workload=options.workload, sampler=options.sampler,
+                                budget=options.trials, limits=options.limits, max_devices=gpu_slots,
+                                combined=bool(study.user_attrs.get("combined")), on_event=emit)
+            ledger = Ledger(study, strategy, options.limits, driver=drivers.id, on_event=emit)
+            queue = None
+            if options.two_stage:
+                queue = TrainingQueue(ledger, plan.settings, options.limits)
+                for number in queue.adopt_unfinished(drivers.alive):
+                    emit(Note(f"trial {number} was probed by an earlier run: its accuracy part runs now"))
+            slots = Slots(executor)
+            parts = Parts(plan, ledger, slots, queue, emit)
+        except BaseException:
+            executor.shutdown()
+            raise
+        return cls(plan, executor, storage, study, drivers, strategy, ledger, queue, slots, parts, stop, emit)
+
+    def keep_up(self) -> None:
+        """Every few seconds: renew this driver's heartbeat, mark failed the trials that gone
+        drivers left running (their configurations run again), and learn what the other
+        drivers stored or started."""
+        if not self.drivers.beat():
+            return
+        for number in self.drivers.fail_stale(self.storage, keep_probed=False):
+            self.emit(Note(f"trial {number}: the driver running it is gone; marked failed, its configuration "
+                           "runs again"))
+        self.ledger.observe()
