@@ -82,7 +82,7 @@ class RunContext:
             if options.two_stage:
                 queue = TrainingQueue(ledger, plan.settings, options.limits)
                 for number in queue.adopt_unfinished(drivers.alive):
-                    emit(Note(f"trial {number} was probed by an earlier run: its accuracy part runs now"))
+                    emit(Note(f"trial {number} was probed by an earlier run: its training run starts now"))
             slots = Slots(executor)
             parts = Parts(plan, ledger, slots, queue, emit)
         except BaseException:

@@ -171,7 +171,7 @@ class StudyRun:
                 f"drop, i.e. {spec.delta_text(half - allowed).lstrip('+')} better than the baseline's mean, and "
                 f"infeasible only when {spec.delta_text(half + allowed).lstrip('+')} worse; in between a trial is "
                 "'undecided' (ranked on its measured value, marked as such). "
-                + (f"About {need} seeds a side (--accuracy-seeds {need}) would decide it, or a longer "
+                + (f"About {need} seeds a side (--metric-seeds {need}) would decide it, or a longer "
                    "--train-samples whose seeds agree more closely" if need is not None else
                    "More seeds cannot fix it at this spread: a longer --train-samples whose seeds agree more "
                    "closely can")))

@@ -175,7 +175,7 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
 
     assert main(args) == 0  # the same command again
     out = capsys.readouterr().out
-    assert "trial 0 was probed by an earlier run: its accuracy part runs now" in out
+    assert "trial 0 was probed by an earlier run: its training run starts now" in out
     after = optuna.load_study(study_name="digits_mlp-eager", storage=f"sqlite:///{db}").get_trials()
     base = after[0]
     assert base.state.name == "COMPLETE" and base.user_attrs["baseline"] is True

@@ -197,9 +197,13 @@ def test_bad_input_exits_2_and_writes_nothing(confirmed, tmp_path, capsys, argv,
 def test_missing_or_empty_storage_exits_2(workdir, capsys, quiet_optuna):
     assert main(["confirm", "--storage", "sqlite:///missing.db"]) == 2
     assert "does not exist" in capsys.readouterr().err and not Path("missing.db").exists()
-    optuna.create_study(storage="sqlite:///empty.db", study_name="e", directions=["maximize"] * 3)
+    empty = optuna.create_study(storage="sqlite:///empty.db", study_name="e", directions=["maximize"] * 3)
+    empty.set_user_attr("workload_path", "model.py")  # advisor's study, stopped before its baseline was in
     assert main(["confirm", "--storage", "sqlite:///empty.db"]) == 2
     assert "no completed baseline" in capsys.readouterr().err
+    optuna.create_study(storage="sqlite:///theirs.db", study_name="t", directions=["maximize"] * 3)
+    assert main(["confirm", "--storage", "sqlite:///theirs.db"]) == 2  # another program's: not advisor's
+    assert "holds no advisor study yet (it holds other Optuna studies, not advisor's: t)" in capsys.readouterr().err
 
 
 def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
