@@ -148,8 +148,9 @@ def _failure(rank: int, code: int | None, result: TrialResult | None, output: di
 def _aggregate(results: list[TrialResult]) -> TrialResult:
     first = results[0]
     peaks = [r.peak_memory_bytes or 0 for r in results]
+    # "accuracy": the stored key, as studies have always held it (the rank's score)
     first.telemetry["ranks"] = [{"rank": i, "peak_memory_bytes": r.peak_memory_bytes, "step_time_median_s": r.step_time_median_s,
-                                 "score": r.score, "pid": r.pid, "host": r.host}
+                                 "accuracy": r.score, "pid": r.pid, "host": r.host}
                                 | ({"node": r.telemetry["node"]} if "node" in r.telemetry else {})
                                 for i, r in enumerate(results)]
     first.telemetry["peak_memory_sum_bytes"] = sum(peaks)
