@@ -156,9 +156,10 @@ def study_names(storage: Any, advisor_only: bool = False) -> list[str]:
 
 def other_studies(storage: Any) -> list[str]:
     """The studies in ``storage`` that advisor did not write (other code's Optuna studies)."""
-    every = study_names(storage)
-    ours = set(study_names(storage, advisor_only=True))
-    return [n for n in every if n not in ours]
+    import optuna
+
+    return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)
+            if not is_advisor_study(s)]
 
 
 def find_study(storage: Any, name: str | None, url: str | None = None) -> str:

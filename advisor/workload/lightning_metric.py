@@ -78,12 +78,11 @@ def _class_tree(module: ModuleType, tree: ast.AST | None, cls: type) -> ast.AST 
         return None
 
 
-def logged_names(module: ModuleType, classes: list[type]) -> tuple[list[str], bool]:
+def logged_names(module: ModuleType, file_tree: ast.AST | None, classes: list[type]) -> tuple[list[str], bool]:
     """The names the validation hooks of ``classes`` log, in order, and whether some name
     could not be read (an f-string, a variable, a dict built elsewhere)."""
     names: list[str] = []
     unreadable = False
-    file_tree = _file_tree(module)
     for cls in classes:
         tree = _class_tree(module, file_tree, cls)
         if tree is None:
@@ -117,9 +116,8 @@ def _names_of(call: ast.Call) -> tuple[list[str], bool]:
     return [], True
 
 
-def monitors(module: ModuleType) -> dict[str, str | None]:
+def monitors(tree: ast.AST | None) -> dict[str, str | None]:
     """``monitor="name"`` keywords anywhere in the file, each with its call's ``mode`` (or None)."""
-    tree = _file_tree(module)
     if tree is None:
         return {}
     found: dict[str, str | None] = {}
@@ -143,12 +141,13 @@ def monitors(module: ModuleType) -> dict[str, str | None]:
 
 def infer_metric(module: ModuleType, classes: list[type], where: str) -> Inferred:
     """The metric of a Lightning file with no METRIC, or WorkloadError saying what to add."""
-    names, unreadable = logged_names(module, classes)
+    tree = _file_tree(module)  # read and parsed once
+    names, unreadable = logged_names(module, tree, classes)
     fix = "add METRIC = {'name': <the logged name>, 'higher_is_better': True or False}"
     if not names:
         some = " (it logs names advisor cannot read without running it)" if unreadable else ""
         raise WorkloadError(f"{where}: validation_step logs no value advisor can compare{some}; {fix}")
-    watched = {n: mode for n, mode in monitors(module).items() if n in names}
+    watched = {n: mode for n, mode in monitors(tree).items() if n in names}
     if len(watched) == 1:
         name, mode = next(iter(watched.items()))
         how = f"the value the file monitors (monitor={name!r})"

@@ -32,6 +32,14 @@ def study(tmp_path):
                                sampler=optuna.samplers.RandomSampler(seed=0))
 
 
+def baseline_fell_to(study, throughput: float) -> None:
+    """The baseline measured again twice, at ``throughput``, after the trials so far."""
+    time.sleep(0.01)
+    study.set_user_attr("baseline_measurements", [{"at": time.time(), "throughput": throughput,
+                                                   "peak_memory_bytes": 100.0} for _ in range(2)])
+    time.sleep(0.01)
+
+
 def probe(throughput, memory, fingerprint=None):
     return TrialResult(ok=True, throughput=throughput, peak_memory_bytes=memory, step_time_median_s=0.01,
                        telemetry={"fingerprint": fingerprint} if fingerprint else {})
@@ -121,12 +129,7 @@ def test_dominance_compares_ratios_to_the_baseline_measured_nearest_each_probe(s
     against the same median (1.67x: the odd reading out of three)."""
     run = Run(study)
     run.baseline(1000.0, 100.0)
-    time.sleep(0.01)
-    study.set_user_attr("baseline_measurements", [{"at": time.time(), "throughput": 600.0,
-                                                   "peak_memory_bytes": 100.0},
-                                                  {"at": time.time(), "throughput": 600.0,
-                                                   "peak_memory_bytes": 100.0}])
-    time.sleep(0.01)
+    baseline_fell_to(study, 600.0)
     kept = run.probed({"batch_size": 64}, 700.0, 150.0)  # raw: 1000 >= 700 x 1.3, dominated on raw figures
     slow = run.probed({"batch_size": 128}, 400.0, 150.0)
     done = run.settle()
@@ -246,12 +249,7 @@ def test_combinations_read_each_trial_against_the_baseline_measured_nearest_it(s
     move to combine, beyond even the 30% margin such a drifting baseline gives), not 0.9x."""
     run = Run(study)
     run.baseline(1000.0, 100.0, acc=0.9)
-    time.sleep(0.01)
-    study.set_user_attr("baseline_measurements", [{"at": time.time(), "throughput": 600.0,
-                                                   "peak_memory_bytes": 100.0},
-                                                  {"at": time.time(), "throughput": 600.0,
-                                                   "peak_memory_bytes": 100.0}])
-    time.sleep(0.01)
+    baseline_fell_to(study, 600.0)
     for config, thr, memory in (({"batch_size": 64}, 900.0, 100.0), ({"threads": 1}, 600.0, 70.0)):  # faster; smaller
         p = run.probed({"batch_size": 32, **config}, thr, memory)
         run.queue.waiting[p.number].running = True
