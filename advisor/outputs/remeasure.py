@@ -28,6 +28,7 @@ from advisor.study.confirm import ConfirmOptions, check_confirm_options
 from advisor.study.pairing import Candidate, Rounds
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import load_workload
+from advisor.workload.downloads import offline_env
 from advisor.workload.preflight import preflight
 
 
@@ -126,7 +127,8 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
                              workload=kind)
     for note in result.notes:
         on_event(Note(note))
-    executor = RayExecutor(hardware.device, ray_address).start()
+    # its preflight filled this machine's caches: the runs here read them offline (advisor.workload.downloads)
+    executor = RayExecutor(hardware.device, ray_address, env={} if ray_address else offline_env()).start()
     try:
         candidate = Candidate("the config", config, result.confirmation)
         Rounds(executor, workload, settings, SentinelJudge(), target, pairs, trial_timeout, Stop(), on_event,

@@ -55,11 +55,15 @@ class RayExecutor:
         device: "cpu" or "cuda": what a trial needs.
         address: join this Ray cluster instead of starting an embedded local instance.
         state_dir: the embedded instance's temp dir (created private to the user).
+        env: environment variables every trial's Ray worker starts with (a runtime env of its
+            own: a library that reads one at import, in the warm fork server, sees it too).
     """
 
-    def __init__(self, device: str = "cpu", address: str | None = None, state_dir: Path | None = None) -> None:
+    def __init__(self, device: str = "cpu", address: str | None = None, state_dir: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.device = device
         self.address = address
+        self.env = dict(env or {})
         self.state_dir = state_dir or default_state_dir()
         self.started_here = False
         self.resources: dict[str, float] = {}
@@ -176,7 +180,7 @@ class RayExecutor:
             return placement.place(number, payload, bundle)
         if self.device == "cuda" and config.devices > 1:
             resources = {"num_gpus": config.devices, "num_cpus": resources["num_cpus"] * config.devices}
-        return Running(number, _remote(resources).remote(payload))
+        return Running(number, _remote(resources, self.env).remote(payload))
 
     def wait(self, running: Sequence[Any], timeout: float) -> list[tuple[Any, TrialResult]]:
         """Return the trials that finished within ``timeout`` seconds, with their results."""
@@ -219,8 +223,9 @@ class RayExecutor:
             return TrialResult.failed("oom", f"Ray's memory monitor killed the worker: {first_line(exc, 500)}")
         except (rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorDiedError, rex.LocalRayletDiedError) as exc:
             if isinstance(exc, rex.NodeDiedError) or "node it was running on is dead" in str(exc):
-                return TrialResult.failed("node_lost", "the cluster node running this trial was lost (not a failure "
-                                                       f"of the configuration; it may run again): {first_line(exc, 500)}")
+                return TrialResult.failed("node_lost", "the cluster node running this trial was lost (not a "
+                                                       "failure of the configuration; it may run again): "
+                                                       f"{first_line(exc, 500)}")
             return TrialResult.failed("crash", f"the worker process died: {first_line(exc, 500)}")
         except rex.RayTaskError as exc:
             return TrialResult.failed("error", f"the trial task raised: {exc}"[-4000:])
@@ -264,16 +269,18 @@ def _loopback_only() -> None:
 _REMOTES: dict[tuple[Any, ...], Any] = {}
 
 
-def _remote(resources: dict[str, float]) -> Any:
-    """The Ray remote function for a trial asking for ``resources`` (made once each)."""
+def _remote(resources: dict[str, float], env: dict[str, str]) -> Any:
+    """The Ray remote function for a trial asking for ``resources``, its worker started
+    with ``env`` (made once each)."""
     import ray
 
     fresh = cold()
-    key = (fresh, *sorted(resources.items()))
+    key = (fresh, *sorted(resources.items()), *sorted(env.items()))
     if key not in _REMOTES:
         # Warm: the worker (and its fork server) is reused; each trial forks its own process.
         task = _cold_trial_task if fresh else _warm_trial_task
-        _REMOTES[key] = ray.remote(max_calls=1 if fresh else 0, max_retries=0, **resources)(task)
+        extra = {"runtime_env": {"env_vars": env}} if env else {}
+        _REMOTES[key] = ray.remote(max_calls=1 if fresh else 0, max_retries=0, **resources, **extra)(task)
     return _REMOTES[key]
 
 

@@ -23,6 +23,7 @@ from advisor.runner.executor import Executor
 from advisor.study.plan import StudyPlan
 from advisor.study.run_context import RunContext
 from advisor.study.study_run import BASELINE_TIMEOUT_S, LOOKAHEAD, WAIT_S, StudyRun
+from advisor.workload.downloads import offline_env
 
 if TYPE_CHECKING:
     import optuna
@@ -67,7 +68,8 @@ class Tuner:
         if self.executor is None:
             from advisor.runner.ray_executor import RayExecutor
 
-            self.executor = RayExecutor(self.plan.hardware.device, self.options.ray_address).start()
+            self.executor = RayExecutor(self.plan.hardware.device, self.options.ray_address,
+                                        env=trial_env(self.plan)).start()
         return self.executor
 
     def run(self) -> StudyOutcome:
@@ -92,3 +94,13 @@ class Tuner:
     def stop_reason(self) -> str | None:
         """Why no more trials start (the budget, the time, the user), or None."""
         return self._study_run.stop_reason if self._study_run is not None else self._stop.reason
+
+
+def trial_env(plan: StudyPlan) -> dict[str, str]:
+    """What trials start with beyond the driver's environment: the libraries' offline
+    switches (``advisor.workload.downloads``) once the preflight has filled this machine's
+    caches. Not with --skip-preflight (nothing was fetched) nor on a Ray cluster (the other
+    nodes' caches were not filled: their first trial fetches)."""
+    if plan.options.skip_preflight or plan.options.ray_address:
+        return {}
+    return offline_env()

@@ -1,5 +1,7 @@
 """The preflight: the model.py contract end to end on a two-sample batch, on CPU, in the
-driver, before anything else starts; bad workloads are refused with the function named."""
+driver, before anything else starts; bad workloads are refused with the function named.
+Its calls of model() and datasets() are the first: whatever they download is fetched here,
+once, each call bounded in time (``advisor.workload.downloads``)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from advisor.workload.contract import (
     forward,
     load_datasets,
 )
+from advisor.workload.downloads import PREFLIGHT_HINT
 from advisor.workload.splits import split_facts, user_splits
 from advisor.workload.stream import count_up_to, first_items, is_stream, shards_by_worker
 from advisor.workload.structure import blocks, parametrized, prunable
-from advisor.workload.user_code import user_code
+from advisor.workload.user_code import preflight_limit, time_limit, user_code
 
 
 def preflight(workload: Workload) -> dict[str, Any]:
@@ -46,10 +49,13 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     import torch
     from torch.utils.data import default_collate
 
-    model = build_model(workload)
+    limit = preflight_limit()  # model() and datasets() may download (once, here: trials run offline)
+    with time_limit(limit, workload.where("model"), PREFLIGHT_HINT):
+        model = build_model(workload)
     splits = user_splits(workload, model)  # model.py's tp_plan() / pipeline_split(), checked
     facts = split_facts(workload, model, splits)
-    train, val = load_datasets(workload)
+    with time_limit(limit, workload.where("datasets"), PREFLIGHT_HINT):
+        train, val = load_datasets(workload)
     stream = is_stream(train)
     _check_baseline_batch(workload, train)
     inputs, target = _batch(workload, train, "training", default_collate)
@@ -59,7 +65,8 @@ def _preflight(workload: Workload) -> dict[str, Any]:
                              train_samples=len(target))
     opt = call(workload, "optimizer", model.parameters())  # first, as trials (and Lightning) do
     if not isinstance(opt, torch.optim.Optimizer):
-        raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, found {type(opt).__name__}")
+        raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, "
+                            f"found {type(opt).__name__}")
     model.train()
     seen = _SeenCalls()
     with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples,"), seen:

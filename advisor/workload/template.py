@@ -27,7 +27,9 @@ def datasets():
     again; trials then need --train-samples N).
 
     input may be a tensor (model(x)), a tuple (model(*x)) or a dict (model(**x)).
-    Use data on disk or generated here: trials must not download anything.
+    model() and datasets() may download (download=True, from_pretrained): `advisor tune`
+    calls them once before the study, so that caches fill; trials then read the caches
+    (offline: HF_HUB_OFFLINE=1), so download into a cache and skip what is there.
     """
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2048, 32, generator=g)
@@ -64,8 +66,9 @@ TRANSFORMERS = '''"""A Hugging Face transformers model for `advisor tune`. Fill 
 
     advisor tune model.py
 
-Nothing may be downloaded while a study runs: build the model from a config (as below), or
-load weights already on this machine (from_pretrained("/path/to/local/dir")).
+from_pretrained("name") works: `advisor tune` calls model() and datasets() once before the
+study, so that the weights land in Hugging Face's cache, and trials then load them from it
+offline (HF_HUB_OFFLINE=1). This example builds its model from a config: nothing to fetch.
 """
 
 import torch
@@ -173,7 +176,8 @@ class Data(L.LightningDataModule):
         self.batch_size = batch_size
 
     def setup(self, stage=None):
-        """Use data on disk or generated here: trials must not download anything."""
+        """May download (once: the first `advisor tune` calls it before the study; trials then
+        read the cache, offline), or use data on disk or generated here, as below."""
         g = torch.Generator().manual_seed(0)
         x = torch.randn(2048, 32, generator=g)
         y = x[:, :4].argmax(dim=1)

@@ -104,28 +104,43 @@ def user_code(where: str, importing: bool = False) -> Iterator[None]:
 
 
 IMPORT_TIMEOUT_S = 300.0  # default of $ADVISOR_IMPORT_TIMEOUT
+# default of $ADVISOR_PREFLIGHT_TIMEOUT: model() and datasets() in the preflight, where the first
+# run downloads weights and data (30 minutes: a few GB on a slow link)
+PREFLIGHT_TIMEOUT_S = 1800.0
+IMPORT_HINT = ("load data and weights in datasets() and model() rather than at import, or set "
+               "$ADVISOR_IMPORT_TIMEOUT (seconds) to wait longer")
 
 
 def import_limit() -> float:
     """Seconds model.py's import may take in the driver ($ADVISOR_IMPORT_TIMEOUT, default 300)."""
+    return _seconds("ADVISOR_IMPORT_TIMEOUT", IMPORT_TIMEOUT_S)
+
+
+def preflight_limit() -> float:
+    """Seconds each of model() and datasets() may take in the preflight, downloads included
+    ($ADVISOR_PREFLIGHT_TIMEOUT, default 1800)."""
+    return _seconds("ADVISOR_PREFLIGHT_TIMEOUT", PREFLIGHT_TIMEOUT_S)
+
+
+def _seconds(variable: str, default: float) -> float:
     import os
 
-    text = os.environ.get("ADVISOR_IMPORT_TIMEOUT", "")
+    text = os.environ.get(variable, "")
     try:
-        value = float(text) if text else IMPORT_TIMEOUT_S
+        value = float(text) if text else default
     except ValueError:
         value = -1.0
     if not value > 0:
-        raise WorkloadError(f"$ADVISOR_IMPORT_TIMEOUT is {text!r}: expected a positive number of seconds")
+        raise WorkloadError(f"${variable} is {text!r}: expected a positive number of seconds")
     return value
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float, where: str) -> Iterator[None]:
-    """Stop the code run inside after ``seconds`` with a WorkloadError naming ``where`` and
-    the line of the user's code it was at (a model.py whose import never ends would hang
-    advisor with no output). Only in the main thread (signals reach it alone); elsewhere
-    the code runs unbounded."""
+def time_limit(seconds: float, where: str, hint: str = IMPORT_HINT) -> Iterator[None]:
+    """Stop the code run inside after ``seconds`` with a WorkloadError naming ``where``, the
+    line of the user's code it was at and ``hint`` (a model.py whose import never ends, or a
+    download that hangs, would hang advisor with no output). Only in the main thread
+    (signals reach it alone); elsewhere the code runs unbounded."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
@@ -138,9 +153,7 @@ def time_limit(seconds: float, where: str) -> Iterator[None]:
 
             text = linecache.getline(at.f_code.co_filename, at.f_lineno).strip()
             line = f" (it was at {at.f_code.co_filename}, line {at.f_lineno}: {text})"
-        raise WorkloadError(f"{where} did not finish within {seconds:.0f} s{line}; load data and weights in "
-                            "datasets() and model() rather than at import, or set $ADVISOR_IMPORT_TIMEOUT "
-                            "(seconds) to wait longer")
+        raise WorkloadError(f"{where} did not finish within {seconds:.0f} s{line}; {hint}")
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)
