@@ -174,7 +174,8 @@ class TuneOptions:
              "size, at the 99th percentile of single calls (p99), e.g. 10")
     train_samples: int | None = option(
         None, flag="--train-samples", parse=int,
-        help="samples each trial trains on before evaluation (default: 5 epochs of the training set)")
+        help="samples each trial trains on before evaluation (default: 5 epochs of the training set, "
+             "fewer when the study's training runs would take over 40 min, or half of --budget)")
     sampler: str = option(
         "default", flag="--sampler",
         help="default: the baseline with one knob changed first (up to 8 trials), then TPE; "

@@ -50,6 +50,8 @@ class StudyPlan:
     settings: TrialSettings
     study_name: str
     storage_url: str
+    # the default training budget as decided before the study (advisor.study.training_budget); None: not in play
+    training_budget: dict[str, Any] | None = None
 
     def study_attrs(self) -> dict[str, Any]:
         """What the study stores about itself (checked again when it is resumed)."""
@@ -68,6 +70,7 @@ class StudyPlan:
             **{attr: getattr(self.options, field) for field, attr in must_match(TuneOptions)},
             "metric": self.workload.metric_spec.to_dict(),
             "objectives": list(OBJECTIVES),
+            **({"training_budget": self.training_budget} if self.training_budget is not None else {}),
         }
 
 

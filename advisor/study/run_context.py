@@ -23,6 +23,7 @@ from advisor.study.options import TuneOptions
 from advisor.study.parts import Parts
 from advisor.study.plan import StudyPlan, open_study
 from advisor.study.slots import Slots
+from advisor.study.training_budget import settle
 from advisor.study.training_queue import TrainingQueue
 
 if TYPE_CHECKING:
@@ -71,6 +72,9 @@ class RunContext:
             storage = stores.open_storage(plan.storage_url)
             if hasattr(storage, "watch"):  # an RDB storage: say when it waits for the database
                 storage.watch(lambda text: emit(Note(text)))
+            known = stores.study_names(storage)
+            stored = dict(stores.load(storage, plan.study_name).user_attrs) if plan.study_name in known else None
+            plan = settle(plan, stored, executor, stop, emit)  # the default training budget, capped by time
             study = open_study(plan, storage, emit)
             drivers = join_study(study, storage, plan, emit)
             gpu_slots = executor.slots if executor.device == "cuda" else None
