@@ -72,8 +72,10 @@ class RunContext:
             storage = stores.open_storage(plan.storage_url)
             if hasattr(storage, "watch"):  # an RDB storage: say when it waits for the database
                 storage.watch(lambda text: emit(Note(text)))
-            known = stores.study_names(storage)
-            stored = dict(stores.load(storage, plan.study_name).user_attrs) if plan.study_name in known else None
+            def stored() -> dict[str, Any] | None:  # the study's attributes, once it exists
+                known = plan.study_name in stores.study_names(storage)
+                return dict(stores.load(storage, plan.study_name).user_attrs) if known else None
+
             plan = settle(plan, stored, executor, stop, emit)  # the default training budget, capped by time
             study = open_study(plan, storage, emit)
             drivers = join_study(study, storage, plan, emit)

@@ -21,6 +21,7 @@ study trains with the budget it started with, whatever this machine measures now
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -114,21 +115,23 @@ def applies(plan: StudyPlan) -> bool:
     return plan.options.workload == "train" and plan.options.train_samples is None
 
 
-def settle(plan: StudyPlan, stored: dict[str, Any] | None, executor: Executor, stop: Stop,
+def settle(plan: StudyPlan, stored: Callable[[], dict[str, Any] | None], executor: Executor, stop: Stop,
            emit: Listener) -> StudyPlan:
     """``plan`` with the training budget it runs with: as stored by the study it resumes
-    (``stored``: its attributes; None for a new study), else chosen now from the
-    baseline's probe. Unchanged with --train-samples, for inference, or for a study
-    stored without a decision (one from before, or given --train-samples then)."""
+    (``stored()``: its attributes, None while there is no such study), else chosen now from
+    the baseline's probe. Unchanged with --train-samples, for inference, or for a study
+    stored without a decision (one from before, or given --train-samples then). A driver
+    that started the same new study meanwhile decided first: its decision is kept."""
     if not applies(plan):
         return plan
-    if stored is not None:
-        kept = stored.get(ATTR)
-        if not isinstance(kept, dict) or not isinstance(kept.get("train_samples"), int):
-            return plan
-        return _with(plan, kept["train_samples"], kept)
+    attrs = stored()
+    if attrs is not None:
+        return _kept(plan, attrs)
     payload = TrialPayload.of(plan.workload, plan.baseline, probe_settings(plan.settings))
     result = run_one(executor, 3_000_000, payload, plan.options.trial_timeout or SIZING_TIMEOUT_S, stop)
+    attrs = stored()
+    if attrs is not None:
+        return _kept(plan, attrs)
     if not result.ok or not result.throughput:
         return plan  # the baseline's own run says what is wrong
     fixed = float(result.phase_s.get("total", 0.0)) + float(plan.facts.get("val_size") or 0) / result.throughput
@@ -141,6 +144,13 @@ def settle(plan: StudyPlan, stored: dict[str, Any] | None, executor: Executor, s
         epochs = budget.default_samples / max(1, plan.facts.get("train_size") or budget.default_samples)
         emit(Note(budget.text(epochs, batch, bool(plan.options.budget))))
     return _with(plan, budget.train_samples, budget.to_dict())
+
+
+def _kept(plan: StudyPlan, attrs: dict[str, Any]) -> StudyPlan:
+    kept = attrs.get(ATTR)
+    if not isinstance(kept, dict) or not isinstance(kept.get("train_samples"), int):
+        return plan
+    return _with(plan, kept["train_samples"], kept)
 
 
 def _with(plan: StudyPlan, samples: int, decision: dict[str, Any]) -> StudyPlan:
