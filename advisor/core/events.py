@@ -44,6 +44,24 @@ class TimeoutSet:
 
 
 @dataclass(frozen=True)
+class TimeLimit:
+    """The study has a time limit (--budget, or --timeout): it started at ``started``
+    (``time.monotonic()`` in the driver's process, where the listeners run) and ``flag``
+    ends it ``limit_s`` seconds later. The console's lines and the live explorer show the
+    time elapsed and left (``advisor.core.units.clock_text``)."""
+
+    started: float
+    limit_s: float
+    flag: str
+
+    def text(self, now: float, with_flag: bool = False) -> str:
+        """'1 min 05 s elapsed, 28 min 55 s left' (``with_flag``: '... of --budget 30 min 00 s')."""
+        from advisor.core.units import clock_text
+
+        return clock_text(now - self.started, self.limit_s, self.flag if with_flag else None)
+
+
+@dataclass(frozen=True)
 class Submitted:
     number: int
     config: TrialConfig
@@ -114,7 +132,8 @@ class Stopped:
     error: str | None = None
 
 
-Event = Started | Note | TimeoutSet | Submitted | Probed | Finished | Skipped | Duplicate | Cancelled | Paired | Stopped
+Event = (Started | Note | TimeoutSet | TimeLimit | Submitted | Probed | Finished | Skipped | Duplicate | Cancelled
+         | Paired | Stopped)
 Listener = Callable[[Event], None]
 
 

@@ -88,6 +88,21 @@ def duration_text(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
+def clock_text(elapsed_s: float, limit_s: float, flag: str | None = None) -> str:
+    """A study's time against its limit, as its lines show it (with ``flag``, the limit too).
+
+    Example:
+        >>> clock_text(65.2, 1800)
+        '1 min 05 s elapsed, 28 min 55 s left'
+        >>> clock_text(700, 600, "--timeout")
+        '11 min 40 s elapsed, 0 s left of --timeout 10 min 00 s'
+    """
+    elapsed_s = max(0.0, elapsed_s)
+    left = max(0.0, limit_s - elapsed_s)
+    return f"{duration_text(elapsed_s)} elapsed, {duration_text(left)} left" + (
+        f" of {flag} {duration_text(limit_s)}" if flag else "")
+
+
 def first_line(message: str | BaseException | None, limit: int = 300) -> str:
     """The first non-empty line of a message or an exception, at most ``limit`` characters
     (an exception with no message gives its type's name)."""

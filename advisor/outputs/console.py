@@ -6,7 +6,18 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from advisor.core.events import Cancelled, Event, Finished, Note, Paired, Probed, Started, Stopped, TimeoutSet
+from advisor.core.events import (
+    Cancelled,
+    Event,
+    Finished,
+    Note,
+    Paired,
+    Probed,
+    Started,
+    Stopped,
+    TimeLimit,
+    TimeoutSet,
+)
 from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.latency import Latency, fmt_ms, over_limit_text
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
@@ -80,6 +91,8 @@ class TuneOutput:
         self.ray_startup = 0.0
         self.best: float | None = None
         self.ended: float | None = None  # when a background study stopped (the explorer may stay open)
+        self.limit: TimeLimit | None = None  # the study's --budget or --timeout: its lines show the time left
+        self.clock = time.monotonic  # what the time left is read from (the TimeLimit's clock)
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -116,12 +129,16 @@ class TuneOutput:
             self.say(f"note      {event.text}")
         elif isinstance(event, TimeoutSet):
             self.say(f"timeout   {event.trial_timeout_s:.0f} s per trial")
+        elif isinstance(event, TimeLimit):
+            self.limit = event
+            self.say(f"time      {event.text(self.clock(), with_flag=True)}; each line ends with the time left")
         elif isinstance(event, Probed):
             r, vs = event.result, event.versus
             ratios = (f"  ({vs.throughput_ratio:.2f}x the baseline, {vs.memory_ratio:.2f}x its memory, unconfirmed)"
                       if vs is not None and vs.throughput_ratio is not None and vs.memory_ratio is not None else "")
             self.say(f"probe {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
-                     f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{_energy(r)}{ratios}")
+                     f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{_energy(r)}{ratios}"
+                     + self._left())
         elif isinstance(event, Finished):
             self._finished(event)
         elif isinstance(event, Stopped):
@@ -138,7 +155,11 @@ class TuneOutput:
                      "wide": "  [sittings disagree: wider than the target]",
                      "dominated": f"  [stopped: {c.note}]", "failed": f"  [failed: {first_line(c.note, 120)}]"}
             self.say(f"confirm {c.trial:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {figures}"
-                     f"{state.get(c.status, '')}")
+                     f"{state.get(c.status, '')}{self._left()}")
+
+    def _left(self) -> str:
+        """'  [1 min 05 s elapsed, 28 min 55 s left]' once the study has a time limit, else ''."""
+        return f"  [{self.limit.text(self.clock())}]" if self.limit is not None else ""
 
     def _start_progress(self) -> None:
         if self.json_mode or self.quiet or not self.console.is_terminal:
@@ -158,11 +179,11 @@ class TuneOutput:
             if self.best is None or r.throughput > self.best:  # type: ignore[operator]
                 self.best = r.throughput
             self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
-                     f"{trial_text(r, record, event.versus, self.metric)}")
+                     f"{trial_text(r, record, event.versus, self.metric)}{self._left()}")
         else:
             what = "skipped" if r.skipped else "FAILED"  # skipped: refused by its own check before it ran
             self.say(f"trial {event.number:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} "
-                     f"{what} [{r.failure_class}] {first_line(r.failure_message, 100)}")
+                     f"{what} [{r.failure_class}] {first_line(r.failure_message, 100)}{self._left()}")
         if self.progress is not None:
             self.progress.update(self.task, advance=1, best=f"best {fmt_rate(self.best)}" if self.best else "")
 
@@ -178,7 +199,8 @@ class TuneOutput:
                   "trial_compute_s": self.trial_compute, "confirm_s": self.confirm_wall}
         if self.json_mode:
             print_json("tune", {"study": study.name, "storage": plan.storage_url, "stopped": outcome.stop_reason,
-                                "counts": tally, "timing": timing, "front": [row.to_dict() for row in front_rows(study)]})
+                                "counts": tally, "timing": timing,
+                                "front": [row.to_dict() for row in front_rows(study)]})
         else:
             self._print_summary(plan, outcome, study, tally, timing)
         return 130 if outcome.interrupted else 0
@@ -197,7 +219,8 @@ class TuneOutput:
         probed = f", {tally['probed_only']} probed only" if tally["probed_only"] else ""
         c.print(f"trials: {tally['trials']} run, {tally['completed']} completed{probed}, {tally['failed']} failed"
                 + (f" ({by_class})" if by_class else "") + f", {tally['infeasible']} infeasible"
-                + (f"; {tally['duplicates']} duplicate proposals answered from earlier trials" if tally["duplicates"] else "")
+                + (f"; {tally['duplicates']} duplicate proposals answered from earlier trials"
+                   if tally["duplicates"] else "")
                 + (f"; {not_combinable} proposals skipped without running "
                    "(knob values that cannot be combined)" if not_combinable else "")
                 + (f"; {tally['skipped_oom']} skipped as known to run out of memory (trials saved)"

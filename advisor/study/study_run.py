@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from advisor.core.errors import TrialFailed, WorkloadError
-from advisor.core.events import Note, Started, TimeoutSet
+from advisor.core.events import Note, Started, TimeLimit, TimeoutSet
 from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_NOISE, WALL, TrialRecord
@@ -86,6 +86,9 @@ class StudyRun:
                     if budget_end < self.deadline:
                         self.deadline, self.deadline_why = budget_end, BUDGET_SPENT
                 stopping = self.stop.by(budget_end, BUDGET_SPENT)  # what stops the steps after the search
+                if self.options.budget or self.options.timeout:  # the lines and the explorer show the time left
+                    flag = "--budget" if self.options.budget else "--timeout"
+                    self.emit(TimeLimit(started, float(self.options.budget or self.options.timeout), flag))
                 base = self._baseline()
                 if base is not None and self.stop_reason is None:
                     watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline, executor,

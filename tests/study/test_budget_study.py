@@ -5,7 +5,9 @@ and why the study stopped)."""
 
 from __future__ import annotations
 
-from advisor.core.events import Note
+import re
+
+from advisor.core.events import Note, chain
 from advisor.core.stored import read_study
 from advisor.outputs.console import TuneOutput
 from advisor.outputs.summary import counts
@@ -23,7 +25,14 @@ def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_ses
                           confirm=False)
     notes: list[str] = []
     plan = plan_study(options)
-    outcome = Tuner(plan, on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None).run()
+    output = TuneOutput()  # the console's lines, as `advisor tune` prints them
+    outcome = Tuner(plan, on_event=chain(output.event,
+                                         lambda e: notes.append(e.text) if isinstance(e, Note) else None)).run()
+    lines = " ".join(capsys.readouterr().out.split())  # (the console wraps long lines)
+    # each trial's line ends with the time elapsed and left of the budget
+    assert "elapsed, 25 s left of --budget 25 s; each line ends with the time left" in lines
+    clocks = re.findall(r"(probe|trial) +\d+ .*?\[(?:\d+ min )?\d+ s elapsed, (?:\d+ min )?\d+ s left\]", lines)
+    assert len(clocks) >= 2 and {"probe", "trial"} <= set(clocks), lines
     assert any(n.startswith("about ") and "from here on this machine" in n for n in notes), notes
     said = [n for n in notes if n.startswith("--budget 25 s: the search runs ")]
     assert len(said) == 1 and "is kept for the undecided candidates' seeds and the confirmation" in said[0]

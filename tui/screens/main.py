@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from textual import on, work
@@ -12,7 +13,18 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 from textual.worker import Worker, WorkerState
 
-from advisor.core.events import Cancelled, Duplicate, Event, Finished, Note, Paired, Skipped, Started, Stopped
+from advisor.core.events import (
+    Cancelled,
+    Duplicate,
+    Event,
+    Finished,
+    Note,
+    Paired,
+    Skipped,
+    Started,
+    Stopped,
+    TimeLimit,
+)
 from advisor.core.metric import DEFAULT_METRIC
 from advisor.tui.data import AXES, SORT_KEYS, VIEW_TITLES, VIEWS, Filters, Loaded, StudyData
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
@@ -52,6 +64,9 @@ class MainScreen(Screen[None]):
         self.selected: int | None = None
         self.loading = False  # a read of the storage is in flight (in a worker thread)
         self._again = False  # something changed during that read: read once more after it
+        self.limit: TimeLimit | None = None  # a live study's --budget or --timeout: the time left is shown
+        self.clock = time.monotonic  # the TimeLimit's clock
+        self._eta = ""  # the live line's text, before the time left
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -70,6 +85,7 @@ class MainScreen(Screen[None]):
         if live is not None:
             self.query_one("#live").remove_class("hidden")
             self.query_one("#progress", ProgressBar).update(total=live.total, progress=0)
+            self.set_interval(1.0, self.show_eta)  # the time left moves between events too
         self.query_one("#status", Static).update(f"[b]{self.data.name}[/b] · reading the study…")
         self.refresh_data()
         self.query_one(TrialTable).focus()
@@ -206,16 +222,24 @@ class MainScreen(Screen[None]):
             self.refresh_data()  # a pair of confirmation changes the ratios and maybe the front
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=live.total, progress=min(live.done, live.total))
-        eta = self.query_one("#eta", Static)
+        if isinstance(event, TimeLimit):
+            self.limit = event
         if isinstance(event, Stopped):
             outcome = event.error or event.reason or "finished"
-            eta.update(f" study stopped: {outcome} — e exports, q quits")
+            self._eta = f" study stopped: {outcome} — e exports, q quits"
+            self.limit = None  # the time is no longer counting
             self.set_class(True, "done")
         elif isinstance(event, Paired):
             c = event.confirmation
-            eta.update(f" {live.done}/{live.total} trials · confirming trial {c.trial} in pairs: "
-                       + (c.throughput.text() if c.throughput is not None else c.note or c.status))
-        else:
+            self._eta = (f" {live.done}/{live.total} trials · confirming trial {c.trial} in pairs: "
+                         + (c.throughput.text() if c.throughput is not None else c.note or c.status))
+        elif not isinstance(event, TimeLimit):
             remaining = live.eta_s()
-            eta.update(f" {live.done}/{live.total} trials" + (f", about {remaining:.0f} s left" if remaining else "")
-                       + (f" · {event.text}" if isinstance(event, Note) else ""))
+            self._eta = (f" {live.done}/{live.total} trials" + (f", about {remaining:.0f} s left" if remaining else "")
+                         + (f" · {event.text}" if isinstance(event, Note) else ""))
+        self.show_eta()
+
+    def show_eta(self) -> None:
+        """The live line: progress, the latest news, and with a time limit the time elapsed and left."""
+        clock = f" · {self.limit.text(self.clock(), with_flag=True)}" if self.limit is not None else ""
+        self.query_one("#eta", Static).update(self._eta + clock)
