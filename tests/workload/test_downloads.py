@@ -16,6 +16,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -222,3 +223,130 @@ def test_trials_get_the_switches_only_where_the_preflight_filled_the_caches(monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     assert trial_env(plan()) == {}
 
+
+
+class StandInHub:
+    """A stand-in for the Hugging Face hub on 127.0.0.1, as much of it as huggingface_hub's
+    ``from_pretrained`` path needs: HEAD and GET of ``/{repo}/resolve/{revision}/{file}``
+    with the headers it reads (``X-Repo-Commit``, ``ETag``), 404 with ``X-Error-Code:
+    EntryNotFound`` for a file the repository lacks, 404 for its ``/api/`` calls (which it
+    tolerates). It serves the files save_pretrained wrote into ``folder`` as repository
+    ``repo``, and counts each request by method and path."""
+
+    def __init__(self, folder: Path, repo: str) -> None:
+        import hashlib
+
+        self.requests: Counter[str] = Counter()
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, body: bool) -> None:
+                path = self.path.split("?")[0]
+                hub.requests[f"{self.command} {path}"] += 1
+                prefix = f"/{repo}/resolve/main/"
+                file = folder / path[len(prefix):] if path.startswith(prefix) else None
+                if file is not None and file.is_file():
+                    data = file.read_bytes()
+                    self.send_response(200)
+                    self.send_header("X-Repo-Commit", "0" * 40)
+                    self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if body:
+                        self.wfile.write(data)
+                    return
+                self.send_response(404)
+                if file is not None:
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("X-Repo-Commit", "0" * 40)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._answer(True)
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                self._answer(False)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+PRETRAINED = '''import torch
+from torch.utils.data import Dataset
+from transformers import AutoModelForCausalLM
+
+BASELINE = {{"batch_size": 16}}
+LOSS = "output.loss"
+METRIC = {{"name": "next-token accuracy"}}
+CONTEXT = 16
+
+
+class Windows(Dataset):
+    def __init__(self, tokens, count, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.tokens = tokens
+        self.starts = torch.randint(0, len(tokens) - CONTEXT - 1, (count,), generator=g)
+
+    def __len__(self):
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        s = int(self.starts[i])
+        window = self.tokens[s:s + CONTEXT]
+        return {{"input_ids": window, "labels": window}}, self.tokens[s + 1:s + CONTEXT + 1]
+
+
+def datasets():
+    tokens = torch.tensor(list(b"abcdefgh" * 200), dtype=torch.long) % 64
+    return Windows(tokens[:1400], 256, 0), Windows(tokens[1400:], 64, 1)
+
+
+def model():
+    return AutoModelForCausalLM.from_pretrained("tiny/gpt2", cache_dir="{cache}")
+'''
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_from_pretrained_fetches_once_from_a_stand_in_hub_and_trials_read_the_cache(workdir):
+    """transformers' own ``from_pretrained`` against the stand-in hub (HF_ENDPOINT), in
+    `advisor tune` run as a user runs it, in a process of its own with its own Ray (the
+    endpoint is read when huggingface_hub is imported, and trials inherit the driver's
+    environment): each file is asked for once, in the preflight; the trials, offline, ask
+    for nothing."""
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from conftest import kill_processes_of
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
+                               eos_token_id=0)).save_pretrained(workdir / "repo")
+    hub = StandInHub(workdir / "repo", "tiny/gpt2")
+    path = write_model(workdir, PRETRAINED.format(cache=workdir / "hf-cache"))
+    state = tempfile.mkdtemp(prefix="advh-")
+    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_SWITCHES and k != "RAY_AUTH_TOKEN_PATH"}
+    env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(workdir / "hf-home"), "ADVISOR_RAY_DIR": state}
+    try:
+        run = subprocess.run([sys.executable, "-m", "advisor", "tune", str(path), "--trials", "2", "--space", "quick",
+                              "--train-samples", "256", "--no-tui"], cwd=workdir, env=env, capture_output=True,
+                             text=True, timeout=500)
+    finally:
+        hub.close()
+        kill_processes_of(state)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    files = {k: n for k, n in hub.requests.items() if "/resolve/" in k}
+    names = ("config.json", "model.safetensors", "generation_config.json")
+    assert {k for k in files if k.startswith("GET ")} == {f"GET /tiny/gpt2/resolve/main/{name}" for name in names}
+    assert set(files.values()) == {1}, files  # each file once (HEAD, then GET), however many trials ran
+    study = read_study(st.load(st.open_storage(f"sqlite:///{workdir / 'advisor.db'}"), "model-quick"))
+    assert len([r for r in study.records if r.state in ("complete", "probed")]) >= 2
