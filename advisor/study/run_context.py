@@ -1,7 +1,9 @@
 """What a study's run holds fixed once its executor is started and its study open: built
 once, by ``RunContext.open``, and never assigned to afterwards (a frozen dataclass).
 
-``open`` opens (or resumes) the study on the started executor, joins it as one of its
+``open`` settles the default training budget (``advisor.study.training_budget``: the
+study's own when it resumes one, else from the baseline's probe, timed once), then opens
+(or resumes) the study on the started executor, joins it as one of its
 drivers (``advisor.study.drivers``), and builds the strategy, the ledger (the study's only
 writer), two-stage evaluation's queue (adopting what a gone driver left probed), the slots
 and the parts. The Tuner's steps (``advisor.study.study_run.StudyRun``) are built from it.
@@ -72,6 +74,7 @@ class RunContext:
             storage = stores.open_storage(plan.storage_url)
             if hasattr(storage, "watch"):  # an RDB storage: say when it waits for the database
                 storage.watch(lambda text: emit(Note(text)))
+
             def stored() -> dict[str, Any] | None:  # the study's attributes, once it exists
                 known = plan.study_name in stores.study_names(storage)
                 return dict(stores.load(storage, plan.study_name).user_attrs) if known else None
