@@ -162,10 +162,17 @@ def sparsity(module: Any) -> dict[str, Any]:
         if w is not None:
             total += w.numel()
             zeros += int((w == 0).sum())
-    for p in module.parameters():
-        params += p.numel()
-        dense = _dense(p)
-        nonzero += int((dense != 0).sum()) if dense is not None else p.numel()
+    seen: set[int] = set()
+    for owner in module.modules():
+        for name, p in owner.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if name.endswith("_orig") and hasattr(owner, name[: -len("_orig")] + "_mask"):
+                p = getattr(owner, name[: -len("_orig")])  # pruned, not yet made permanent: the masked weight
+            params += p.numel()
+            dense = _dense(p)
+            nonzero += int((dense != 0).sum()) if dense is not None else p.numel()
     return {"sparsity": zeros / total if total else None, "parameters": params, "nonzero_parameters": nonzero}
 
 

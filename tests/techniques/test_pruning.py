@@ -46,6 +46,21 @@ def test_pruned_weights_stay_zero_through_training_and_after():
         assert torch.all(layer.weight[masks[name] == 0] == 0)  # and permanently zero
 
 
+def test_a_pruned_model_counts_its_zeros_before_and_after_they_are_made_permanent():
+    """A probe times the model with its masks still on (only a training run makes them
+    permanent): the non-zero count is the masked weights', not the dense originals' (a
+    probed-only trial once reported every parameter as non-zero)."""
+    dense = sparsity(digits_model())
+    prepared = apply(digits_model(), {"pruning": "l1_unstructured", "prune_amount": 0.5}, "cpu")
+    _train(prepared)
+    masked = sparsity(prepared.module)
+    prepared.finish()
+    permanent = sparsity(prepared.module)
+    assert masked["parameters"] == permanent["parameters"] == dense["parameters"]
+    assert masked["nonzero_parameters"] == permanent["nonzero_parameters"] < dense["nonzero_parameters"]
+    assert masked["sparsity"] == permanent["sparsity"] == pytest.approx(0.5, abs=0.02)
+
+
 @pytest.mark.parametrize("method", ["l1_unstructured", "ln_structured"])
 def test_pruning_a_channels_last_model(method):
     """Found by a real `--space cpu` study: torch's prune flattened channels_last weights with view()."""
