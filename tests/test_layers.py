@@ -211,7 +211,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
 # ---- the checker itself: it must catch what it is for ---------------------------------
 
 @pytest.mark.parametrize("source, text, wanted", [
-    ("advisor.core.fake", "from advisor.study import storage\n", "up a layer"),
+    ("advisor.core.fake", "from advisor.study.storage import stores\n", "up a layer"),
     ("advisor.machine.fake", "def f():\n    from advisor.workload.contract import forward\n", "sideways"),
     ("advisor.trial.fake", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from advisor.search.space import X\n",
      "up a layer"),
