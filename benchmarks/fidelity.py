@@ -66,9 +66,9 @@ def study(model: str, space: str, trials: int, storage: str, name: str, train_sa
     import optuna
 
     from advisor.core.stored import read_study
-    from advisor.study.options import TuneOptions
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     plan = plan_study(TuneOptions(workload_path=model, space=space, trials=trials, seed=0, storage=storage,

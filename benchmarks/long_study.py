@@ -153,7 +153,7 @@ def instrument(counts: Counts) -> None:
     RDBStorage advisor opens (on the instance, so Optuna still wraps it in its cache)."""
     from optuna.storages._cached_storage import _CachedStorage
 
-    from advisor.study import storage as stores
+    from advisor.study.storage import stores
 
     for name in API_METHODS:
         setattr(_CachedStorage, name, counts.wrap("api", name, getattr(_CachedStorage, name)))
@@ -175,9 +175,9 @@ def run_study(trials: int, workdir: Path, model: str, seed: int = 0) -> tuple[di
     import optuna
 
     from advisor.core.events import Started
-    from advisor.study.options import TuneOptions
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     from replay import Grid, ReplayExecutor
 

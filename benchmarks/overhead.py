@@ -90,9 +90,9 @@ def main() -> int:
 
     from advisor.core.events import Event, Finished
     from advisor.core.results import COMPUTE_PHASES
-    from advisor.study.options import TuneOptions
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     TIMERS.clear()

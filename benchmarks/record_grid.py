@@ -29,7 +29,7 @@ from advisor.machine.hardware import detect, fingerprint
 from advisor.runner.executor import run_one
 from advisor.runner.ray_executor import RayExecutor
 from advisor.search.space import filter_space, load_space
-from advisor.study.pairing import PROBE_TIMING_S
+from advisor.study.confirmation.pairing import PROBE_TIMING_S
 from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 

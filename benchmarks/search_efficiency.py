@@ -88,9 +88,9 @@ def replay_study(strategy: str, seed: int, grid, grid_path: str, model: str, bud
     import optuna
 
     from advisor.core.stored import read_trial
-    from advisor.study.options import TuneOptions
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     from replay import ReplayExecutor
 

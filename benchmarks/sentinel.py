@@ -129,8 +129,8 @@ def main() -> int:
     from advisor.core.stop import Stop
     from advisor.machine.hardware import detect, fingerprint
     from advisor.runner.ray_executor import RayExecutor
-    from advisor.study.baseline_watch import RERUNS, BaselineWatch
-    from advisor.study.pairing import probe_settings
+    from advisor.study.confirmation.baseline_watch import RERUNS, BaselineWatch
+    from advisor.study.confirmation.pairing import probe_settings
     from advisor.workload.contract import load_workload
 
     started = time.perf_counter()

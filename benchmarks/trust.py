@@ -56,9 +56,9 @@ def run_cli(model: str, trials: int, seed: int, url: str) -> dict[str, Any]:
 def run_disturbed(model: str, trials: int, url: str) -> dict[str, Any]:
     """Study C in this process: a CPU hog during trial 0 only."""
     from advisor.core.events import Finished, Paired, Submitted
-    from advisor.study.options import TuneOptions
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     hogs: list[subprocess.Popen[bytes]] = []
     hog_s = {"start": 0.0, "end": 0.0}

@@ -53,9 +53,9 @@ def replay(mode: str, seed: int, grid, grid_path: str, model: str, budget: int, 
 
     from advisor.core.stored import read_study
     from advisor.outputs.summary import counts
-    from advisor.study.options import TuneOptions
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     from replay import ReplayExecutor
 

@@ -14,8 +14,8 @@ import optuna
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import DIRECTIONS, OBJECTIVES, Limits
 from advisor.core.results import TrialResult
-from advisor.study import storage as st
-from advisor.study.ledger import record_result
+from advisor.study.run._ledger import record_result
+from advisor.study.storage import stores as st
 
 NAME = "digits_cnn-cpu"
 HARDWARE = {"cpu_model": "AMD EPYC", "cpu_cores": 2, "cpu_flags": ["avx2", "avx512_bf16", "avx512f"], "gpus": [],

@@ -9,7 +9,11 @@ core); packages on the same floor never import each other; nothing imports ``cli
 textual; core imports no heavy library at all, and torch, ray, optuna and textual are
 never imported at a module's top level (``advisor --help`` and ``import advisor`` stay
 fast), except by the explorer, which only ``advisor tui`` and the live view load. No
-import circles, within packages either.
+import circles, within packages either, nor among the subpackages of a package (``study``'s
+``options``, ``storage``, ``confirmation``, ``run``, ``doctor``). A module whose name
+starts with an underscore is its package's own: nothing outside that package imports it;
+and a subpackage whose ``__init__`` lists its modules in ``__all__`` is imported from
+outside only through those.
 """
 
 from __future__ import annotations
@@ -173,6 +177,85 @@ def test_no_import_circles():
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(sorted(c)) for c in circles)
 
 
+def subpackage_of(module: str) -> str | None:
+    """'advisor.study.run._ledger' -> 'advisor.study.run': the subpackage of a package that
+    holds the module (a package's own top-level modules and the packages themselves: None)."""
+    for length in range(len(module.split(".")), 2, -1):
+        name = ".".join(module.split(".")[:length])
+        if name in MODULES and MODULES[name].name == "__init__.py" and name.count(".") == 2:
+            return name
+    return None
+
+
+SUBPACKAGES = sorted({s for m in MODULES if (s := subpackage_of(m))})
+
+
+def subpackage_graph(imports: list[Import]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {s: set() for s in SUBPACKAGES}
+    for i in imports:
+        src, dst = subpackage_of(i.source), subpackage_of(i.target)
+        if src and dst and src != dst:
+            graph.setdefault(src, set()).add(dst)
+            graph.setdefault(dst, set())
+    return graph
+
+
+def test_the_subpackages_form_no_circle():
+    """study's subpackages (and the explorer's) import each other one way only: the
+    options and the storage, then confirmation, then the run (docs/architecture.md)."""
+    assert {"advisor.study.options", "advisor.study.storage", "advisor.study.confirmation", "advisor.study.run",
+            "advisor.study.doctor"} <= set(SUBPACKAGES)
+    circles = _strongly_connected(subpackage_graph(IMPORTS))
+    assert not circles, "subpackages in a circle:\n" + "\n".join(" -> ".join(sorted(c)) for c in circles)
+
+
+def declared_modules(package: str) -> set[str] | None:
+    """The names in a package's ``__all__`` (None when it has none)."""
+    tree = ast.parse(MODULES[package].read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def privacy_problems(imports: list[Import]) -> list[str]:
+    problems = []
+    for i in imports:
+        if not i.target.startswith("advisor."):
+            continue
+        parts = i.target.split(".")
+        for n, part in enumerate(parts):
+            owner = ".".join(parts[:n])
+            if part.startswith("_") and not part.startswith("__") and not (
+                    i.source == owner or i.source.startswith(owner + ".")):
+                problems.append(f"{i.where}: {i.source} imports {i.target}, which is {owner}'s own")
+                break
+        sub = subpackage_of(i.target)
+        if sub and sub != i.target and not (i.source == sub or i.source.startswith(sub + ".")):
+            listed = declared_modules(sub)
+            name = i.target.removeprefix(sub + ".").split(".")[0]
+            if listed is not None and name not in listed:
+                problems.append(f"{i.where}: {i.source} imports {i.target}, which {sub}.__all__ does not name")
+    return problems
+
+
+def test_private_modules_stay_in_their_package():
+    problems = privacy_problems(IMPORTS)
+    assert not problems, "\n".join(problems)
+
+
+def test_each_study_subpackage_says_what_it_holds():
+    for sub in (s for s in SUBPACKAGES if s.startswith("advisor.study.")):
+        tree = ast.parse(MODULES[sub].read_text())
+        assert ast.get_docstring(tree), f"{sub}: no docstring saying what it holds"
+        listed = declared_modules(sub)
+        assert listed, f"{sub}: no __all__ naming what other packages may use"
+        own = {m.rsplit(".", 1)[1] for m in MODULES if m.startswith(sub + ".")}
+        assert listed <= own, f"{sub}.__all__ names modules it does not hold: {sorted(listed - own)}"
+        assert not {m for m in own - listed if not m.startswith("_")}, \
+            f"{sub}: modules neither in __all__ nor private: {sorted(own - listed)}"
+
+
 def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
     """Tarjan's algorithm: the components with more than one module."""
     index: dict[str, int] = {}
@@ -211,7 +294,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
 # ---- the checker itself: it must catch what it is for ---------------------------------
 
 @pytest.mark.parametrize("source, text, wanted", [
-    ("advisor.core.fake", "from advisor.study import storage\n", "up a layer"),
+    ("advisor.core.fake", "from advisor.study.storage import stores\n", "up a layer"),
     ("advisor.machine.fake", "def f():\n    from advisor.workload.contract import forward\n", "sideways"),
     ("advisor.trial.fake", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from advisor.search.space import X\n",
      "up a layer"),
@@ -224,6 +307,24 @@ def test_the_checker_catches_a_bad_import(tmp_path, source, text, wanted):
     found = imports_of(source, probe)
     messages = layer_problems(found) + heavy_problems(found)
     assert any(wanted in m and "probe.py:" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("source, text", [
+    ("advisor.outputs.fake", "from advisor.study.run._ledger import Ledger\n"),
+    ("advisor.study.confirmation.fake", "def f():\n    from advisor.study.run import _parts\n"),
+])
+def test_the_checker_catches_a_private_import(tmp_path, source, text):
+    probe = tmp_path / "probe.py"
+    probe.write_text(text)
+    messages = privacy_problems(imports_of(source, probe))
+    assert any("own" in m and "probe.py:" in m for m in messages), messages
+    assert not privacy_problems(imports_of("advisor.study.run.fake", probe))
+
+
+def test_the_checker_finds_subpackages_in_a_circle():
+    found = [Import("advisor.study.run.tuner", "advisor.study.confirmation.confirm", "x:1", True),
+             Import("advisor.study.confirmation.confirm", "advisor.study.run.plan", "x:2", False)]
+    assert _strongly_connected(subpackage_graph(found)) == [{"advisor.study.run", "advisor.study.confirmation"}]
 
 
 def test_the_checker_finds_a_circle():

@@ -16,9 +16,9 @@ import pytest
 import advisor
 from advisor.cli._common import subparsers
 from advisor.cli.main import parser
-from advisor.study import plan
-from advisor.study.option import declared, must_match, option, options_of
-from advisor.study.options import TuneOptions
+from advisor.study.options.option import declared, must_match, option, options_of
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run import plan
 
 # the fields that are not options of their own: model.py's path (the command's positional
 # `model`, advisor.tune()'s `model` or callables), and whether the drop is a percentage
@@ -95,7 +95,7 @@ def test_a_field_added_without_a_flag_or_keyword_is_noticed(parsers):
     bare = dataclasses.make_dataclass("Bare", [("new_limit", int, dataclasses.field(default=1))], bases=(TuneOptions,),
                                       frozen=True)
     assert disagreements(bare, *parsers, advisor.tune, plan.MUST_MATCH) == [
-        "Bare.new_limit declares no Option (advisor.study.option)"]
+        "Bare.new_limit declares no Option (advisor.study.options.option)"]
     quiet = dataclasses.make_dataclass("Quiet", [("new_limit", int, option(1))], bases=(TuneOptions,), frozen=True)
     assert disagreements(quiet, *parsers, advisor.tune, plan.MUST_MATCH) == [
         "new_limit: no flag, and not one of the fields documented as no option"]

@@ -15,9 +15,9 @@ from advisor.core.events import Event, Finished, Note, Paired, Started
 from advisor.core.pairs import Confirmation, Pair
 from advisor.core.stored import CONFIRMATION, read_study, stored_result
 from advisor.outputs.trackers import Trackers, open_trackers
-from advisor.study.options import TuneOptions
-from advisor.study.plan import StudyPlan, plan_study
-from advisor.study.tuner import StudyOutcome
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run.plan import StudyPlan, plan_study
+from advisor.study.run.tuner import StudyOutcome
 
 from conftest import EXAMPLES
 from recorded_study import NAME, write_recorded_study

@@ -93,7 +93,7 @@ def make_app(storage_url: str | None = None, study: str | None = None, live: Liv
     """
     import optuna
 
-    from advisor.study import storage as stores
+    from advisor.study.storage import stores
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = stores.storage_url(storage_url)

@@ -18,8 +18,8 @@ from advisor.core.errors import WorkloadError
 from advisor.core.noise import NOISE_SEEDS
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.stored import read_study
-from advisor.study.option import older_names, options_of
-from advisor.study.options import TuneOptions
+from advisor.study.options.option import older_names, options_of
+from advisor.study.options.tune_options import TuneOptions
 
 OPTIONS = {o.name: field for field, o in options_of(TuneOptions).items()}  # keyword -> TuneOptions field
 OLDER = older_names(TuneOptions)  # an older keyword (deprecated, still taken) -> TuneOptions field
@@ -41,7 +41,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          ignore_doctor: bool = False, log_to: str | Sequence[str] = (), progress: bool = True,
          **older: Any) -> TuneResult:
     """Tune a model from Python; the keyword options are ``advisor tune``'s flags
-    (``advisor.study.options.TuneOptions`` declares both; a test keeps them equal).
+    (``advisor.study.options.tune_options.TuneOptions`` declares both; a test keeps them equal).
 
     ``model`` and ``datasets`` (and optionally ``loss``, ``metric``, ``optimizer``) are
     the model.py contract's functions, each defined at the top level of an importable
@@ -70,8 +70,8 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     from advisor.outputs.console import TuneOutput
     from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.trackers import open_trackers
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     options = TuneOptions.given("", given, python=True).check(python=True)
     path, label = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import AdvisorError
-from advisor.study.options import STORAGE_HELP
+from advisor.study.options.tune_options import STORAGE_HELP
 
 if TYPE_CHECKING:
     from advisor.core.stored import StoredStudy
@@ -30,7 +30,7 @@ def open_stored_study(args: argparse.Namespace) -> tuple[StoredStudy, str]:
     """The study ``--study`` names in ``--storage`` (which must exist), read, and the
     storage URL. Raises StudyError for a missing storage, an empty one or an unknown name."""
     from advisor.core.stored import read_study
-    from advisor.study import storage as stores
+    from advisor.study.storage import stores
 
     storage, url = open_existing_storage(args.storage)
     return read_study(stores.load(storage, args.study, url)), url
@@ -53,7 +53,7 @@ def open_existing_storage(explicit: str | None) -> tuple[Any, str]:
     not exist (a missing SQLite file is not created)."""
     import optuna
 
-    from advisor.study import storage as stores
+    from advisor.study.storage import stores
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = stores.storage_url(explicit)

@@ -1,5 +1,5 @@
 """A study's options on the command line, read from their one definition
-(``advisor.study.options.TuneOptions``): the flags ``advisor tune`` (and, for the
+(``advisor.study.options.tune_options.TuneOptions``): the flags ``advisor tune`` (and, for the
 confirmation options, ``advisor confirm``) adds, and the options built back from what
 was parsed, the environment filling in what the command line left out. An option's older
 flags (``Option.aliases``) still work, hidden from ``--help``; using one says so on stderr."""
@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from advisor.study.option import Option, options_of
-from advisor.study.options import TuneOptions
+from advisor.study.options.option import Option, options_of
+from advisor.study.options.tune_options import TuneOptions
 
 CONFIRM_OPTIONS = ("pairs", "confirm_target", "confirm_top")  # shared by tune and confirm
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TuneOptions)}

@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from advisor.outputs.console import TuneOutput, front_table
     from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.json_output import print_json
-    from advisor.study import storage as stores
-    from advisor.study.confirm import ConfirmOptions, check_confirm_options, confirm_study
+    from advisor.study.confirmation.confirm import ConfirmOptions, check_confirm_options, confirm_study
+    from advisor.study.storage import stores
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if not args.trial_timeout > 0:

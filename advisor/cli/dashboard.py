@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from advisor.cli._common import open_existing_storage
     from advisor.outputs.dashboard import note_api, write_notes, written_by_advisor
-    from advisor.study import storage as stores
+    from advisor.study.storage import stores
 
     note_api()  # optuna-dashboard installed, or exit status 2 before anything is read
     storage, url = open_existing_storage(args.storage)

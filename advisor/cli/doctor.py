@@ -15,7 +15,7 @@ from advisor.core.errors import StudyError
 
 if TYPE_CHECKING:
     from advisor.core.results import TrialResult
-    from advisor.study.doctor import Outcome
+    from advisor.study.doctor.checkup import Outcome
 
 NAME = "doctor"
 HELP = ("Run every knob option this machine offers, alone, on a tiny built-in model (and model.py): "
@@ -33,7 +33,7 @@ examples:
 
 
 def add_arguments(d: argparse.ArgumentParser) -> None:
-    from advisor.study.doctor import TRIAL_TIMEOUT
+    from advisor.study.doctor.checkup import TRIAL_TIMEOUT
 
     d.add_argument("model", nargs="?", help="also run the options on this model.py (a few probed steps each)")
     d.add_argument("--knob", action="append", metavar="KNOB",
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from advisor.machine.doctor_store import save_verdicts, store_path
     from advisor.machine.hardware import describe_fingerprint, detect, fingerprint
     from advisor.outputs.json_output import print_json
-    from advisor.study.doctor import builtin_subject, run_doctor, user_subject
-    from advisor.study.doctor_options import plan_options
+    from advisor.study.doctor.checkup import builtin_subject, run_doctor, user_subject
+    from advisor.study.doctor.offered import plan_options
     from advisor.techniques.registry import TECHNIQUES
     from advisor.workload.contract import load_workload
 
@@ -126,7 +126,7 @@ def _print_tables(outcomes: list[Outcome], stored: str | None, wall: float) -> N
     from rich.console import Console
     from rich.table import Table
 
-    from advisor.study.doctor_options import changes
+    from advisor.study.doctor.offered import changes
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     failed = 0

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     path = write_report(study, args.output, url)
     if args.json:
         from advisor.outputs.json_output import print_json
-        from advisor.study.storage_guard import shown_url
+        from advisor.study.storage.guard import shown_url
 
         print_json("report", report_data(study, path, shown_url(url)))
         return 0

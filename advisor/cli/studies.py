@@ -24,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
 
     from advisor.core.stored import read_study
     from advisor.outputs.listing import studies_table, study_line
-    from advisor.study import storage as stores
-    from advisor.study.storage_guard import shown_url
+    from advisor.study.storage import stores
+    from advisor.study.storage.guard import shown_url
 
     storage, url = open_existing_storage(args.storage)
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)

@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
 
     from advisor.core.stored import read_study
     from advisor.outputs.listing import trial_lines, trials_table
-    from advisor.study import storage as stores
-    from advisor.study.storage_guard import shown_url
+    from advisor.study.storage import stores
+    from advisor.study.storage.guard import shown_url
 
     storage, url = open_existing_storage(args.storage)
     study = read_study(stores.load(storage, args.study, url))

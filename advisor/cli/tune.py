@@ -13,8 +13,8 @@ from advisor.cli._options import add_option_arguments, tune_options
 
 if TYPE_CHECKING:
     from advisor.outputs.console import TuneOutput
-    from advisor.study.background import BackgroundTune
-    from advisor.study.tuner import StudyOutcome
+    from advisor.study.run.background import BackgroundTune
+    from advisor.study.run.tuner import StudyOutcome
 
 NAME = "tune"
 HELP = "Search for the configurations that make model.py fastest and smallest while its metric holds."
@@ -35,7 +35,7 @@ examples:
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("model", help="path to a model.py that follows the contract (see README)")
-    add_option_arguments(t)  # advisor.study.options.TuneOptions declares them, with their help
+    add_option_arguments(t)  # advisor.study.options.tune_options.TuneOptions declares them, with their help
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
     t.add_argument("--no-tui", action="store_true",
                    help="plain progress lines even in an interactive terminal (default there: the live explorer)")
@@ -48,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from advisor.outputs.console import TuneOutput
     from advisor.outputs.dashboard import DashboardNotes
     from advisor.outputs.trackers import open_trackers
-    from advisor.study.background import BackgroundTune
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.run.background import BackgroundTune
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # advisor reports trials itself
     options = tune_options(args)

@@ -2,7 +2,7 @@
 
 A configuration is feasible when its metric is at most the allowed drop worse than the
 baseline's (``--max-metric-drop``). Both are measured with noise: the baseline trains with
-several seeds (``advisor.study.baseline_watch``: its seed values), and a configuration that
+several seeds (``advisor.study.confirmation.baseline_watch``: its seed values), and a configuration that
 changes the arithmetic (bf16, another batch size) draws a fresh value with each seed. So
 each configuration is judged against the baseline's **seed mean**, not against seed 0
 alone, and the verdict says how sure it is:

@@ -8,7 +8,7 @@ itself moves that far (either way) from where it was at the last baseline measur
 the machine drifted and the baseline is measured again. Whether a *trial* runs again is
 decided from the interference inside its timed blocks (``advisor.core.interference``);
 the sentinel decides only where those counters cannot be read, and judges confirmation's
-runs (``advisor.study.pairing``).
+runs (``advisor.study.confirmation.pairing``).
 
 **The baseline's reference.** Each ratio is to the median of the ``RECENT`` measurements
 of the baseline nearest in time (trial 0 and its re-measurements), never to one probe:

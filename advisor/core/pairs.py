@@ -1,12 +1,12 @@
 """Paired confirmation's records: a pair's ratios, a configuration's pairs and their
 interval, when its pairing stops. Plain numbers; nothing here runs a trial
-(``advisor.study.pairing`` does), and the interval arithmetic and the stopping rule are
+(``advisor.study.confirmation.pairing`` does), and the interval arithmetic and the stopping rule are
 ``advisor.core.intervals`` (Stein's two-stage rule within a sitting, one-way random
 effects across sittings: the reasons are there).
 
 A *pair* is one run of the configuration against the baseline measured around it: a run
 of the baseline just before and one just after, not shared with any other round
-(``advisor.study.pairing``), and the pair compares the configuration with the baseline
+(``advisor.study.confirmation.pairing``), and the pair compares the configuration with the baseline
 interpolated at its moment, so a machine that drifts linearly over the round cancels.
 Each pair gives a throughput ratio and a memory ratio (configuration / baseline), and
 belongs to a *sitting*: the pairs measured by one run of ``advisor tune`` / ``advisor

@@ -7,7 +7,7 @@ reading never beats a confirmed interval. Figures that the noise cannot tell apa
 ties: confirmed intervals that overlap the best one's, and metrics within the metric's
 noise (epsilon) of the best. A tie goes to the configuration that changes fewer knobs
 from the baseline, then to the one with less memory (the faster one, for ``smallest``).
-Paired confirmation confirms the picks first (``advisor.study.confirm``). ``most-accurate``
+Paired confirmation confirms the picks first (``advisor.study.confirmation.confirm``). ``most-accurate``
 is ``best-metric``'s older name, still taken."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from advisor.core.two_stage import ProbeMargins
 CONFIG, CONFIG_KEY, WALL = "config", "config_key", "wall_s"
 BASELINE, DUPLICATE_OF, SKIPPED = "baseline", "duplicate_of", "skipped"
 SEED_CONFIG, COMBINATION = "seed_config", "combination"  # set when the strategy enqueues a trial
-DRIVER = "driver"  # the id of the driver that started it (advisor.study.drivers)
+DRIVER = "driver"  # the id of the driver that started it (advisor.study.run._drivers)
 DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run again (the noise sentinel)
 # two-stage evaluation (advisor.core.two_stage): the probe's figures are stored as soon as it
 # is in (PROBE_DONE); then the training run's, or why none was needed, or whose metric was reused

@@ -1,6 +1,6 @@
 """Two-stage evaluation's rules, on plain numbers: when a probed configuration does not
 need its training run, when it may reuse a metric already measured, and when a training
-run stops early. ``advisor.study.training_queue`` applies them; the trial process
+run stops early. ``advisor.study.run._training_queue`` applies them; the trial process
 (``advisor.trial.training``) applies the gate.
 
 1. **Dominated beyond noise.** A probe measured the configuration's throughput T and peak

@@ -27,11 +27,11 @@ from advisor.core.stored import EARLY_STOP, METRIC_REUSED, TRAINING_SKIPPED, Sto
 from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate
 from advisor.outputs.json_output import print_json
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
-from advisor.study.storage import DEFAULT_STORAGE
+from advisor.study.storage.stores import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
-    from advisor.study.plan import StudyPlan
-    from advisor.study.tuner import StudyOutcome
+    from advisor.study.run.plan import StudyPlan
+    from advisor.study.run.tuner import StudyOutcome
 
 
 def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: MetricSpec = DEFAULT_METRIC) -> str:

@@ -25,7 +25,7 @@ from advisor.core.events import Event, Finished, Listener, Note, Paired, ignore
 from advisor.core.stored import read_study
 from advisor.core.units import first_line
 from advisor.outputs.dashboard_notes import merge, notes
-from advisor.study.storage_guard import shown_url
+from advisor.study.storage.guard import shown_url
 
 INSTALL = "pip install 'advisor[dashboard]' (or pip install optuna-dashboard)"
 
@@ -49,8 +49,8 @@ def installed() -> bool:
 
 def written_by_advisor(study: Any) -> bool:
     """Whether advisor wrote ``study``: a storage may hold other Optuna studies, whose
-    notes are left alone (``advisor.study.storage.is_advisor_study``)."""
-    from advisor.study.storage import is_advisor_study
+    notes are left alone (``advisor.study.storage.stores.is_advisor_study``)."""
+    from advisor.study.storage.stores import is_advisor_study
 
     return is_advisor_study(study)
 
@@ -136,7 +136,7 @@ class DashboardNotes:
             if self._study is None:
                 import optuna
 
-                from advisor.study import storage as stores
+                from advisor.study.storage import stores
 
                 self._study = optuna.load_study(study_name=self.name,
                                                 storage=stores.open_storage(self.url, must_exist=True))

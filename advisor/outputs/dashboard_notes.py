@@ -27,7 +27,7 @@ from advisor.core.stored import MAX_METRIC_DROP, TRAINING_SKIPPED, StoredStudy, 
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.outputs.console import infeasible_text
 from advisor.outputs.summary import counts, front_rows
-from advisor.study.storage import DEFAULT_STORAGE
+from advisor.study.storage.stores import DEFAULT_STORAGE
 
 BEGIN = "[//]: # (advisor: begin. advisor rewrites this block from the stored study; write your own notes outside it)"
 END = "[//]: # (advisor: end)"

@@ -1,5 +1,5 @@
 """``advisor measure``: an exported config measured again on this machine, as a paired
-ratio against the baseline run beside it (``advisor.study.pairing``: rounds of the
+ratio against the baseline run beside it (``advisor.study.confirmation.pairing``: rounds of the
 baseline, the config, the baseline again), plus one full run for the metric; compared
 with the figures stored when it was recommended."""
 
@@ -24,8 +24,8 @@ from advisor.machine.hardware import detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
 from advisor.runner.executor import run_one
 from advisor.runner.ray_executor import RayExecutor
-from advisor.study.confirm import ConfirmOptions, check_confirm_options
-from advisor.study.pairing import Candidate, Rounds
+from advisor.study.confirmation.confirm import ConfirmOptions, check_confirm_options
+from advisor.study.confirmation.pairing import Candidate, Rounds
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import load_workload
 from advisor.workload.downloads import offline_env

@@ -24,7 +24,7 @@ from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
 from advisor.outputs.summary import KnobEffect, counts, failures_text, front_rows, knob_effects
-from advisor.study.storage import DEFAULT_STORAGE
+from advisor.study.storage.stores import DEFAULT_STORAGE
 
 
 def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_url: str | None = None) -> Path:
@@ -48,7 +48,7 @@ def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_ur
 
     Example:
         >>> from advisor.core.stored import read_study
-        >>> from advisor.study import storage
+        >>> from advisor.study.storage import stores as storage
         >>> study = read_study(storage.load(storage.open_storage("sqlite:///advisor.db"), "digits_cnn-cpu"))
         >>> write_report(study, "advisor-report")  # doctest: +SKIP
         PosixPath('advisor-report/report.md')

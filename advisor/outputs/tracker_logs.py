@@ -33,10 +33,10 @@ from advisor.core.version import VERSION
 from advisor.machine.hardware import fingerprint
 from advisor.outputs.console import infeasible_text
 from advisor.outputs.summary import counts, front_rows
-from advisor.study.storage_guard import shown_url
+from advisor.study.storage.guard import shown_url
 
 if TYPE_CHECKING:
-    from advisor.study.plan import StudyPlan
+    from advisor.study.run.plan import StudyPlan
 
 MESSAGE_LIMIT = 2000  # characters of a failure message kept in a tag (MLflow allows 8000)
 _TIMING = ("compute_s", "step_time_median_s", "step_time_iqr_s", "first_step_s", "compile_s", "final_loss",

@@ -28,7 +28,7 @@ from typing import Any
 
 from advisor.core.errors import StudyError
 from advisor.outputs.tracker_logs import Confirmed, EndLog, StudyLog, TrialLog
-from advisor.study.storage_guard import shown_url
+from advisor.study.storage.guard import shown_url
 
 STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
 PROBE_S = 10.0  # how long an MLflow server may take to answer /health before the study

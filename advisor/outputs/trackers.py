@@ -41,12 +41,12 @@ from advisor.outputs.tracker_logs import (
     study_log,
     trial_log,
 )
-from advisor.study.option import naming
-from advisor.study.options import TuneOptions
+from advisor.study.options.option import naming
+from advisor.study.options.tune_options import TuneOptions
 
 if TYPE_CHECKING:
-    from advisor.study.plan import StudyPlan
-    from advisor.study.tuner import StudyOutcome
+    from advisor.study.run.plan import StudyPlan
+    from advisor.study.run.tuner import StudyOutcome
 
 
 class Tracker(Protocol):

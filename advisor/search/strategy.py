@@ -1,5 +1,5 @@
 """The search strategy: what the study runs next, decided from what is known. It never
-runs a trial and never touches storage: ``advisor.study.ledger.Ledger`` asks Optuna, hands
+runs a trial and never touches storage: ``advisor.study.run._ledger.Ledger`` asks Optuna, hands
 each configuration to ``decide()``, stores what comes back and tells the strategy
 (``learn``). The steps:
 

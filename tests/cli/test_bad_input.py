@@ -72,7 +72,7 @@ def test_a_bad_storage_wait_is_refused_before_ray_starts(workdir, capsys, monkey
 
 
 def _empty_storage(workdir):
-    from advisor.study.storage import open_storage
+    from advisor.study.storage.stores import open_storage
 
     open_storage("sqlite:///advisor.db")  # the schema, no study
 

@@ -15,9 +15,9 @@ import pytest
 
 from advisor.machine.doctor_store import read_verdicts, store_path
 from advisor.machine.hardware import detect, fingerprint
-from advisor.study.doctor_options import plan_options
-from advisor.study.options import TuneOptions
-from advisor.study.plan import plan_study
+from advisor.study.doctor.offered import plan_options
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run.plan import plan_study
 
 from conftest import EXAMPLES, WORKLOADS, exit_status, write_model
 

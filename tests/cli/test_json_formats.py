@@ -64,8 +64,8 @@ def test_slow_commands_print_through_the_tagged_helper(command):
 def test_tune_summary_is_tagged(old_study, capsys):
     """The summary `advisor tune --json` ends with, printed for a stored study (the plan is
     a stand-in holding the one field the summary reads: running a study takes tens of seconds)."""
-    from advisor.study.storage import load, open_storage
-    from advisor.study.tuner import StudyOutcome
+    from advisor.study.run.tuner import StudyOutcome
+    from advisor.study.storage.stores import load, open_storage
 
     study = load(open_storage(old_study, must_exist=True), "compat")
     output = console.TuneOutput(json_mode=True)

@@ -112,7 +112,7 @@ def test_a_missing_sqlite_file_is_exit_2_and_not_created(command, storage, workd
 
 
 def test_an_empty_storage_lists_no_study(workdir, capsys):
-    from advisor.study.storage import open_storage
+    from advisor.study.storage.stores import open_storage
 
     open_storage("sqlite:///empty.db")  # an Optuna database with no study in it
     code, out, _ = run(["studies", "--storage", "sqlite:///empty.db"], capsys)

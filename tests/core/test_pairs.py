@@ -12,7 +12,7 @@ import pytest
 
 from advisor.core.intervals import pairs_needed, pooled_interval, stein_interval
 from advisor.core.pairs import FIRST_STAGE, MIN_PAIRS, Confirmation, Interval, Pair, beaten, interval, t975
-from advisor.study.pairing import interpolate
+from advisor.study.confirmation.pairing import interpolate
 
 
 def pair(ratio: float, memory_ratio: float = 1.0, position: float = 0.5, sitting: int = 0) -> Pair:

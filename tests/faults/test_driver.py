@@ -101,7 +101,7 @@ def _wait_for_a_running_trial(db, name: str, after: int, timeout: float = 240.0)
 def test_sigint_and_sigterm_reach_the_study_and_the_old_handlers_come_back():
     """Both signals go to the study's handler (which stops it gracefully, below for a real
     SIGINT), and the previous handlers are back afterwards."""
-    from advisor.study.signals import stopped_by_signals
+    from advisor.study.run._signals import stopped_by_signals
 
     got, before = [], {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with stopped_by_signals(lambda signum, frame: got.append(signum)):

@@ -1,4 +1,4 @@
-"""The storage's rules for calls tried again (advisor.study.storage_guard), on real SQLite.
+"""The storage's rules for calls tried again (advisor.study.storage.guard), on real SQLite.
 
 A write whose commit went through but whose answer was lost cannot be produced on cue
 by a real server (the window is a network round trip), so these tests lose the answer on
@@ -14,8 +14,8 @@ import sqlalchemy.exc
 from optuna.storages import RDBStorage
 
 from advisor.core.errors import StorageError, StudyError
-from advisor.study import storage_guard
-from advisor.study.storage import open_storage
+from advisor.study.storage import guard as storage_guard
+from advisor.study.storage.stores import open_storage
 
 
 def _lost_answer() -> sqlalchemy.exc.OperationalError:

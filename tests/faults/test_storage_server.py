@@ -20,7 +20,7 @@ import optuna
 import pytest
 
 from advisor.cli.main import main
-from advisor.study.storage_guard import TOKEN
+from advisor.study.storage.guard import TOKEN
 
 from conftest import EXAMPLES, kill_processes_of
 from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
@@ -120,7 +120,7 @@ def _restarts_under_load(server, url: str, restarts: int) -> tuple[int, list]:
     commit) and started again ``restarts`` times; the writer's trials, and the stored ones."""
     import random
 
-    from advisor.study.storage import open_storage
+    from advisor.study.storage.stores import open_storage
 
     storage = open_storage(url)
     study = optuna.create_study(study_name="load", storage=storage, directions=["maximize"])

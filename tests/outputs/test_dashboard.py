@@ -9,7 +9,7 @@ import json
 import pytest
 from dashboard_api import get
 
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 
 from recorded_study import NAME, add_probed_trial, write_recorded_study
 

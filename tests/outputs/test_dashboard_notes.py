@@ -26,7 +26,7 @@ from dashboard_api import get, put
 from advisor.core.events import Finished, Paired
 from advisor.core.pairs import Confirmation, Pair
 from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 
 from conftest import REPO, exit_status
 from recorded_study import NAME, add_probed_trial, write_recorded_study

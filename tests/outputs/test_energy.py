@@ -12,8 +12,8 @@ from advisor.core.objectives import Limits
 from advisor.core.results import TrialResult
 from advisor.core.stored import read_study, read_trial
 from advisor.core.units import fmt_energy
-from advisor.study import storage as st
-from advisor.study.ledger import record_result
+from advisor.study.run._ledger import record_result
+from advisor.study.storage import stores as st
 
 from recorded_study import NAME, write_recorded_study
 

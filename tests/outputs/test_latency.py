@@ -17,8 +17,8 @@ from advisor.core.latency import CONSTRAINT, Latency, fmt_ms, percentile
 from advisor.core.objectives import DIRECTIONS, OBJECTIVES, Limits
 from advisor.core.results import TrialPayload, TrialSettings
 from advisor.core.stored import read_study, read_trial
-from advisor.study import storage as st
-from advisor.study.ledger import record_result
+from advisor.study.run._ledger import record_result
+from advisor.study.storage import stores as st
 from advisor.trial.entry import run_trial
 from advisor.trial.latency import FLOOR_CALLS
 from advisor.workload.contract import load_workload

@@ -15,7 +15,7 @@ from advisor.core.stored import read_study
 from advisor.outputs import report_plots
 from advisor.outputs.report import write_report
 from advisor.outputs.summary import knob_effects
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 
 from recorded_study import NAME, write_recorded_study
 

@@ -17,7 +17,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.errors import StudyError
 from advisor.core.events import Started
 from advisor.outputs.trackers import open_trackers
-from advisor.study.tuner import StudyOutcome
+from advisor.study.run.tuner import StudyOutcome
 
 from recorded_study import NAME, MiB
 from tracker_events import CONFIRMED, RATIOS, finished, plan, recorded, replay, run

@@ -11,7 +11,7 @@ import pytest
 from advisor.core.errors import StudyError
 from advisor.core.events import Started
 from advisor.outputs.trackers import open_trackers
-from advisor.study.tuner import StudyOutcome
+from advisor.study.run.tuner import StudyOutcome
 
 from recorded_study import NAME
 from tracker_events import CONFIRMED, finished, plan, recorded, replay, run

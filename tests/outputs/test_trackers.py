@@ -22,8 +22,8 @@ from advisor.core.results import TrialResult
 from advisor.core.stored import TrialRecord
 from advisor.outputs.tracker_logs import metric_key, trial_log
 from advisor.outputs.trackers import Trackers
-from advisor.study.options import TRACKERS, TuneOptions
-from advisor.study.tuner import StudyOutcome
+from advisor.study.options.tune_options import TRACKERS, TuneOptions
+from advisor.study.run.tuner import StudyOutcome
 
 from conftest import EXAMPLES, exit_status
 from tracker_events import finished, plan, recorded, replay

@@ -16,7 +16,7 @@ from advisor.core.stored import TrialRecord, read_study
 from advisor.search.known_failures import REASON, KnownFailures, is_known_failure, normalise, signature
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
-from advisor.study.ledger import Ledger
+from advisor.study.run._ledger import Ledger
 
 BASE = TrialConfig(batch_size=64)
 BUG = "RuntimeError: mat1 and mat2 must have the same dtype, got {n} at 0x7f{n}a0 in /tmp/advisor-{n}/model.py"

@@ -8,9 +8,9 @@ import sys
 from advisor.core.config import TrialConfig
 from advisor.search.one_knob import seed_configs, seed_count
 from advisor.search.space import load_space
-from advisor.study.options import TuneOptions
-from advisor.study.plan import plan_study
-from advisor.study.tuner import Tuner
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run.plan import plan_study
+from advisor.study.run.tuner import Tuner
 
 from conftest import EXAMPLES, REPO
 

@@ -1,4 +1,4 @@
-"""advisor/study/baseline_watch.py: which runs stand (per-block interference, synthetic),
+"""advisor/study/confirmation/baseline_watch.py: which runs stand (per-block interference, synthetic),
 the cleanest kept when retries run out, and the baseline's reference as the median of its
 recent measurements (no trial is run here)."""
 
@@ -11,7 +11,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.results import TrialResult, TrialSettings
 from advisor.core.stop import Stop
 from advisor.core.stored import BASELINE_MEASUREMENTS
-from advisor.study.baseline_watch import RERUNS, BaselineWatch
+from advisor.study.confirmation.baseline_watch import RERUNS, BaselineWatch
 
 
 @pytest.fixture

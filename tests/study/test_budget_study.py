@@ -11,9 +11,9 @@ from advisor.core.events import Note, chain
 from advisor.core.stored import read_study
 from advisor.outputs.console import TuneOutput
 from advisor.outputs.summary import counts
-from advisor.study.options import TuneOptions
-from advisor.study.plan import plan_study
-from advisor.study.tuner import Tuner
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run.plan import plan_study
+from advisor.study.run.tuner import Tuner
 
 from conftest import EXAMPLES
 

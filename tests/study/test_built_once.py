@@ -14,11 +14,11 @@ import dataclasses
 import pytest
 from test_layers import MODULES
 
-from advisor.study.run_context import RunContext
+from advisor.study.run._run_context import RunContext
 
 # the modules that build and run a study's driver loop
-RUN = ("advisor.study.tuner", "advisor.study.run_context", "advisor.study.study_run", "advisor.study.parts",
-       "advisor.study.background")
+RUN = ("advisor.study.run.tuner", "advisor.study.run._run_context", "advisor.study.run._study_run",
+       "advisor.study.run._parts", "advisor.study.run.background")
 # per class of those: the attributes its own methods may change after __init__ (its own
 # progress, never a collaborator)
 CHANGES = {

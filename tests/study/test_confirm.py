@@ -16,7 +16,7 @@ from advisor.cli.main import main
 from advisor.core.pairs import Confirmation
 from advisor.core.stop import Stop
 from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
-from advisor.study.confirm import Confirmer, ConfirmOptions
+from advisor.study.confirmation.confirm import Confirmer, ConfirmOptions
 
 from conftest import EXAMPLES, REPO, WORKLOADS, exit_status
 
@@ -140,7 +140,7 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
     from advisor.core.noise import SentinelJudge
     from advisor.core.results import TrialSettings
     from advisor.runner.ray_executor import RayExecutor
-    from advisor.study.pairing import Candidate, Rounds
+    from advisor.study.confirmation.pairing import Candidate, Rounds
     from advisor.workload.contract import load_workload
 
     study = load(confirmed, "c")
@@ -211,9 +211,9 @@ def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
     its timed blocks wait for a CPU far beyond the study's spread so far, too few stay
     clean, and it runs again."""
     from advisor.core.events import Note
-    from advisor.study.options import TuneOptions
-    from advisor.study.plan import plan_study
-    from advisor.study.tuner import Tuner
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.study.run.tuner import Tuner
 
     marker = Path(tempfile.gettempdir()) / "advisor-test-disturb-now"  # what tests/workloads/disturbing.py watches
     marker.unlink(missing_ok=True)

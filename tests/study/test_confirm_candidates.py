@@ -1,4 +1,4 @@
-"""Which configurations paired confirmation confirms (advisor/study/confirm.py
+"""Which configurations paired confirmation confirms (advisor/study/confirmation/confirm.py
 ``candidates``): the picks, and the rest of the front only where it could still be picked
 (within the noise of a pick on that pick's own objective). Stored figures chosen for the
 case; the pairing itself runs in tests/study/test_confirm.py."""
@@ -9,7 +9,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures
 from advisor.core.picks import PICKS, pick
 from advisor.core.stored import StoredStudy, TrialRecord
-from advisor.study.confirm import candidates
+from advisor.study.confirmation.confirm import candidates
 
 
 def record(number: int, thr: float, mem: float, acc: float, **config) -> TrialRecord:

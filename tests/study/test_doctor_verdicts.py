@@ -25,9 +25,9 @@ from advisor.machine.doctor_store import (
     store_path,
 )
 from advisor.machine.hardware import detect, fingerprint
-from advisor.study.doctor_options import plan_options
-from advisor.study.options import TuneOptions
-from advisor.study.plan import plan_study
+from advisor.study.doctor.offered import plan_options
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run.plan import plan_study
 from advisor.workload.contract import load_workload
 
 from conftest import EXAMPLES, WORKLOADS, exit_status
@@ -194,8 +194,8 @@ def test_the_store_is_under_the_test_home(home, here):
 
 def test_resuming_a_study_the_verdicts_changed_says_how_to_keep_its_space(home, here, tmp_path, quiet_optuna):
     from advisor.core.errors import StudyError
-    from advisor.study.plan import open_study
-    from advisor.study.storage import open_storage
+    from advisor.study.run.plan import open_study
+    from advisor.study.storage.stores import open_storage
 
     options = TuneOptions(workload_path=CNN, space="quick", storage=f"sqlite:///{tmp_path}/s.db")
     plan = plan_study(options)

@@ -1,4 +1,4 @@
-"""Several drivers on one study (advisor.study.drivers): who is alive, claims, and which
+"""Several drivers on one study (advisor.study.run._drivers): who is alive, claims, and which
 RUNNING trials are stale — on a real SQLite study, with real processes for the pids."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import optuna
 import pytest
 
 from advisor.core.stored import DRIVER
-from advisor.study import drivers as drv
-from advisor.study.drivers import Drivers
-from advisor.study.trial_writes import fail_stale
+from advisor.study.run import _drivers as drv
+from advisor.study.run._drivers import Drivers
+from advisor.study.run._trial_writes import fail_stale
 
 
 class Clock:
@@ -141,7 +141,7 @@ def test_a_driver_on_other_hardware_is_refused_with_nothing_written(study, tmp_p
 
     from advisor.core.errors import StudyError
     from advisor.machine.hardware import detect
-    from advisor.study.drivers import join_study
+    from advisor.study.run._drivers import join_study
 
     other = Drivers(study, "another-machine")
     other.beat(force=True)

@@ -1,4 +1,4 @@
-"""How long the rest of a study should take (advisor/study/estimate.py), from a baseline
+"""How long the rest of a study should take (advisor/study/run/_estimate.py), from a baseline
 record with known times: each part's arithmetic, and what the study prints."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures
 from advisor.core.stored import TrialRecord
 from advisor.core.units import duration_text
-from advisor.study.estimate import TRAINING_SHARE, estimate
+from advisor.study.run._estimate import TRAINING_SHARE, estimate
 
 
 def baseline(**attrs) -> TrialRecord:
@@ -45,7 +45,7 @@ def test_durations_read_as_people_say_them():
 
 
 def test_a_budget_ends_the_search_early_enough_for_seeds_and_confirmation():
-    from advisor.study.estimate import budget_plan
+    from advisor.study.run._estimate import budget_plan
 
     base = baseline(probe_wall_s=2.0, accuracy_run={"wall_s": 6.0}, wall_s=8.0)
     e = estimate(base, 19, two_stage=True, seeds=3, confirm=True, top=6, pairs=8)  # 72 s seeds + 128 s pairs
@@ -62,7 +62,7 @@ def test_a_budget_ends_the_search_early_enough_for_seeds_and_confirmation():
 def test_durations_are_parsed_as_typed():
     from advisor.core.errors import StudyError
     from advisor.core.units import parse_duration
-    from advisor.study.options import TuneOptions
+    from advisor.study.options.tune_options import TuneOptions
 
     assert [parse_duration(t) for t in ("90", "90s", "30m", "2h", "1h30m", "2min")] == [
         90, 90, 1800, 7200, 5400, 120]

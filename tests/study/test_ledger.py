@@ -1,4 +1,4 @@
-"""The ledger is the only writer of a study's trials (advisor/study/ledger.py), and the
+"""The ledger is the only writer of a study's trials (advisor/study/run/_ledger.py), and the
 strategy and the accuracy queue only decide. Kept by walking every module's calls with
 ``ast``: a second place that tells Optuna a trial is over, asks for a trial or writes a
 trial's attributes fails here, naming it. (The decisions themselves are tested on real
@@ -10,8 +10,8 @@ import ast
 
 from test_layers import MODULES
 
-WRITERS = {"advisor.study.ledger", "advisor.study.trial_writes"}
-STORAGE = "advisor.study.storage_guard"  # the storage's own retrying wrapper: it is the storage, not a writer
+WRITERS = {"advisor.study.run._ledger", "advisor.study.run._trial_writes"}
+STORAGE = "advisor.study.storage.guard"  # the storage's own retrying wrapper: it is the storage, not a writer
 # Optuna calls that create, queue, end or write a trial (study attributes are not trials')
 TRIAL_WRITES = {"ask", "enqueue_trial", "set_constraint", "set_trial_user_attr", "set_trial_system_attr",
                 "set_trial_state_values", "tell"}
@@ -38,7 +38,7 @@ def is_ledger(receiver: str) -> bool:
 
 def test_one_place_tells_optuna_a_trial_is_over():
     tells = {(m, fn) for m, fn, receiver, _, _ in calls({"tell"}) if not is_ledger(receiver)}
-    assert tells == {("advisor.study.trial_writes", "tell_trial")}
+    assert tells == {("advisor.study.run._trial_writes", "tell_trial")}
 
 
 def test_only_the_ledger_asks_for_and_writes_trials():
@@ -52,7 +52,7 @@ def test_the_strategy_and_the_queue_import_no_storage():
     """They decide from records (``TrialRecord``, ``StoredStudy``) and never write: no
     optuna, no attribute writers, no reading a study themselves."""
     readers_and_writers = {"config_attrs", "result_attrs", "skipped_attrs", "read_trial", "read_study"}
-    for module in ("advisor.search.strategy", "advisor.study.training_queue"):
+    for module in ("advisor.search.strategy", "advisor.study.run._training_queue"):
         tree = ast.parse(MODULES[module].read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -60,4 +60,6 @@ def test_the_strategy_and_the_queue_import_no_storage():
             elif isinstance(node, ast.ImportFrom):
                 assert (node.module or "").split(".")[0] != "optuna", module
                 assert not {a.name for a in node.names} & readers_and_writers, (module, node.module)
-                assert node.module not in ("advisor.study.storage", "advisor.study.trial_writes"), module
+                imported = {node.module or ""} | {f"{node.module}.{a.name}" for a in node.names}
+                assert not any(m == "advisor.study.storage" or m.startswith("advisor.study.storage.")
+                               or m == "advisor.study.run._trial_writes" for m in imported), module

@@ -14,7 +14,7 @@ from dashboard_api import get
 from advisor.cli.main import main
 from advisor.core.stored import read_study
 from advisor.outputs.export import export_document, trial_by_number
-from advisor.study.storage import open_storage
+from advisor.study.storage.stores import open_storage
 
 from conftest import WORKLOADS
 

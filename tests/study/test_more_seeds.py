@@ -1,5 +1,5 @@
 """An undecided front candidate trains with the baseline's other seeds, and the study then
-reads it at its seed mean, judged again (advisor/study/more_seeds.py). A real Optuna study
+reads it at its seed mean, judged again (advisor/study/confirmation/more_seeds.py). A real Optuna study
 in SQLite written by the real ledger; the training runs come from a scripted executor
 (named as such: the seeds' values are chosen so the verdict's change is known exactly; the
 real executor runs this step in every training study test that measures the noise)."""
@@ -21,8 +21,8 @@ from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_NOISE, METRIC_SEEDS, read_study
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
-from advisor.study.ledger import Ledger
-from advisor.study.more_seeds import train_more_seeds, undecided_candidates
+from advisor.study.confirmation.more_seeds import train_more_seeds, undecided_candidates
+from advisor.study.run._ledger import Ledger
 
 from scripted import Handle, Workload
 

@@ -22,7 +22,7 @@ import torch
 
 from advisor.cli.main import main
 from advisor.core.stored import read_study, read_trial
-from advisor.study.storage import open_storage
+from advisor.study.storage.stores import open_storage
 from advisor.tui.data import StudyData
 
 from conftest import REPO

@@ -16,7 +16,7 @@ from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import Confirmation
 from advisor.core.results import TrialResult, TrialSettings
 from advisor.core.stop import Stop
-from advisor.study.pairing import Candidate, Rounds
+from advisor.study.confirmation.pairing import Candidate, Rounds
 
 from scripted import Handle, Workload
 

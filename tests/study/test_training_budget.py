@@ -1,4 +1,4 @@
-"""The default training budget capped by time (advisor/study/training_budget.py): the
+"""The default training budget capped by time (advisor/study/run/_training_budget.py): the
 arithmetic on given timings, and one real study (local Ray, SQLite, a torch model) whose
 default budget does not fit its --budget, resumed with the budget it chose."""
 
@@ -10,12 +10,12 @@ import pytest
 
 from advisor.core.events import Note
 from advisor.core.stored import read_study
-from advisor.study import storage as st
-from advisor.study.estimate import TRAINING_SHARE
-from advisor.study.options import TuneOptions
-from advisor.study.plan import plan_study
-from advisor.study.training_budget import ATTR, CAP_S, MIN_BATCHES, choose, training_runs
-from advisor.study.tuner import Tuner
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run._estimate import TRAINING_SHARE
+from advisor.study.run._training_budget import ATTR, CAP_S, MIN_BATCHES, choose, training_runs
+from advisor.study.run.plan import plan_study
+from advisor.study.run.tuner import Tuner
+from advisor.study.storage import stores as st
 
 from conftest import write_model
 

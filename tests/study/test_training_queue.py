@@ -16,8 +16,8 @@ from advisor.core.results import TrialResult, TrialSettings
 from advisor.core.stored import read_study
 from advisor.search.space import parse_space
 from advisor.search.strategy import Strategy
-from advisor.study.ledger import Ledger, ProbedOnly
-from advisor.study.training_queue import TrainingQueue
+from advisor.study.run._ledger import Ledger, ProbedOnly
+from advisor.study.run._training_queue import TrainingQueue
 
 SPACE = parse_space({"batch_size": {"choices": [16, 32, 64, 128]}, "threads": {"choices": [None, 1]}},
                     "test", "test")
@@ -54,7 +54,7 @@ def accuracy(value, stop=None):
 class Run:
     """A strategy, its ledger and a queue on the study; ``probed(config)`` asks a trial with
     that config and stores its probe. The queue decides, the ledger stores (as
-    ``advisor.study.parts.Parts`` does in a study)."""
+    ``advisor.study.run._parts.Parts`` does in a study)."""
 
     def __init__(self, study, limits=Limits(0.01)):
         self.notes: list[str] = []

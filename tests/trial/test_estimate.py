@@ -20,7 +20,7 @@ from advisor.core.objectives import DIRECTIONS, Limits
 from advisor.core.results import TrialPayload, TrialSettings
 from advisor.core.stored import read_trial
 from advisor.search.known_oom import KnownOom
-from advisor.study.ledger import record_result
+from advisor.study.run._ledger import record_result
 from advisor.trial.entry import run_trial
 from advisor.trial.estimate import estimate_here
 from advisor.workload.contract import load_workload

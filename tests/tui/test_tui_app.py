@@ -10,7 +10,7 @@ from explorer_pilot import loaded
 import advisor
 from advisor.cli.main import main
 from advisor.core.errors import StudyError
-from advisor.study.storage import open_storage
+from advisor.study.storage.stores import open_storage
 from advisor.tui import make_app
 from advisor.tui.screens import FilterScreen, HelpScreen, MainScreen, StudyListScreen
 from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable

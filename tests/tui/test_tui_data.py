@@ -6,7 +6,7 @@ import pytest
 
 from advisor.core.metric import MetricSpec
 from advisor.core.stored import read_study
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 from advisor.tui.data import Filters, StudyData
 
 from recorded_study import NAME, add_probed_trial, write_recorded_study

@@ -8,9 +8,9 @@ import pytest
 from explorer_pilot import until
 
 from advisor.core.stored import read_trial
-from advisor.study.background import BackgroundTune
-from advisor.study.options import TuneOptions
-from advisor.study.plan import plan_study
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run.background import BackgroundTune
+from advisor.study.run.plan import plan_study
 from advisor.tui import make_app
 from advisor.tui.widgets import TrialTable
 

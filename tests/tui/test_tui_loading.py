@@ -12,7 +12,7 @@ import pytest
 from explorer_pilot import StorageCalls, loaded, until
 
 from advisor.core.events import Cancelled, Started
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 from advisor.tui import make_app
 from advisor.tui.data import Filters, StudyData
 from advisor.tui.widgets import TrialTable

@@ -11,7 +11,7 @@ import pytest
 from explorer_pilot import loaded, until
 
 from advisor.core.events import Note, Started, Stopped, TimeLimit
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 from advisor.tui import make_app
 
 from recorded_study import NAME, write_recorded_study

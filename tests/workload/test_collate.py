@@ -7,7 +7,7 @@ import pytest
 
 from advisor.core.errors import WorkloadError
 from advisor.core.stored import read_study
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 

@@ -26,7 +26,7 @@ import pytest
 
 from advisor.core.errors import WorkloadError
 from advisor.core.stored import read_study
-from advisor.study import storage as st
+from advisor.study.storage import stores as st
 from advisor.workload.contract import load_workload
 from advisor.workload.downloads import OFFLINE_SWITCHES, offline_env
 from advisor.workload.preflight import preflight
@@ -209,7 +209,7 @@ def test_the_offline_switches_are_the_ones_huggingface_hub_reads():
 def test_trials_get_the_switches_only_where_the_preflight_filled_the_caches(monkeypatch):
     from types import SimpleNamespace
 
-    from advisor.study.tuner import trial_env
+    from advisor.study.run.tuner import trial_env
 
     for name in OFFLINE_SWITCHES:
         monkeypatch.delenv(name, raising=False)

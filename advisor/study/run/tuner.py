@@ -1,10 +1,10 @@
 """The Tuner: runs one planned study.
 
 ``run()`` starts the executor (first: if no node can run a trial, no study is written),
-opens the run's fixed context (``advisor.study.run_context.RunContext.open``: the study
+opens the run's fixed context (``advisor.study.run._run_context.RunContext.open``: the study
 created or resumed, this driver joined, the strategy, the ledger, the queue, the slots and
 the parts, the executor shut down if that fails), and builds the driver loop's steps once
-from it (``advisor.study.study_run.StudyRun``): the baseline, the metric's noise, the
+from it (``advisor.study.run._study_run.StudyRun``): the baseline, the metric's noise, the
 search, the front's undecided candidates with more seeds, paired confirmation.
 
 Ctrl-C / SIGTERM (or ``stop()`` from another thread) stop it gracefully: each is a request
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.stop import Stop
 from advisor.runner.executor import Executor
-from advisor.study.plan import StudyPlan
-from advisor.study.run_context import RunContext
-from advisor.study.study_run import BASELINE_TIMEOUT_S, LOOKAHEAD, WAIT_S, StudyRun
+from advisor.study.run._run_context import RunContext
+from advisor.study.run._study_run import BASELINE_TIMEOUT_S, LOOKAHEAD, WAIT_S, StudyRun
+from advisor.study.run.plan import StudyPlan
 from advisor.workload.downloads import offline_env
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Tuner:
     """Runs one planned study.
 
     Args:
-        plan: what ``advisor.study.plan.plan_study`` returned.
+        plan: what ``advisor.study.run.plan.plan_study`` returned.
         executor: runs the trials; by default a ``RayExecutor`` started by ``run()`` (or
             earlier by ``start_executor()``). The Tuner shuts it down when the study ends.
         on_event: receives every event (``advisor.core.events``), in the study's thread.

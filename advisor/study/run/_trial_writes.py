@@ -1,6 +1,6 @@
 """How a trial ends in storage: ``tell_trial``, the one place Optuna is told a trial is over;
 ``record_result``, a one-part trial's result stored and told; ``fail_stale``, the trials a
-gone driver left running marked failed. ``advisor.study.ledger.Ledger`` writes everything
+gone driver left running marked failed. ``advisor.study.run._ledger.Ledger`` writes everything
 else a trial holds; only it and the drivers (``fail_stale``) call these."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True,
                alive: Callable[[str | None], bool] = lambda driver: False, young_s: float = 0.0) -> list[int]:
     """Mark the trials a gone driver left RUNNING as failed ('interrupted', not counted:
     their configurations run again), through Optuna's public storage API. A trial whose
-    driver is ``alive`` (``advisor.study.drivers``: another driver on the same study) is
+    driver is ``alive`` (``advisor.study.run._drivers``: another driver on the same study) is
     left alone, and so are those whose probe is stored when ``keep_probed`` (two-stage
     evaluation goes on with their training run), and those younger than ``young_s`` that
     name no driver yet. Returns their numbers."""
@@ -69,7 +69,8 @@ def fail_stale(study: optuna.Study, storage: Any, keep_probed: bool = True,
         return not alive(driver)
 
     running = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-               if gone(t) and not (keep_probed and t.user_attrs.get(PROBE_DONE))]  # probed: resumed with its probe (advisor.study.training_queue)
+               # probed: resumed with its probe (advisor.study.run._training_queue)
+               if gone(t) and not (keep_probed and t.user_attrs.get(PROBE_DONE))]
     study_id = storage.get_study_id_from_name(study.study_name)
     failed = []
     for t in running:

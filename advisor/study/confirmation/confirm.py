@@ -3,7 +3,7 @@ against the baseline, until the ratio's 95% interval is tight enough.
 
 Read ``Confirmer.run`` top to bottom: choose the candidates (the feasible front, the
 export picks first, at most ``top``), take up what earlier confirmations of the same
-study stored, then run rounds (``advisor.study.pairing``): the baseline, each unfinished
+study stored, then run rounds (``advisor.study.confirmation.pairing``): the baseline, each unfinished
 candidate, the baseline again, so every candidate gets one pair per round, measured over
 the same stretch of time. Each pair is stored as soon as its round ends (a study
 attribute per trial: Optuna cannot change a finished trial), so an interrupted
@@ -25,8 +25,8 @@ from advisor.core.results import TrialSettings
 from advisor.core.stop import Stop
 from advisor.core.stored import CONFIRMATION, StoredStudy, TrialRecord, read_study
 from advisor.runner.executor import Executor
-from advisor.study.options import ConfirmOptions, check_confirm_options
-from advisor.study.pairing import Candidate, Rounds
+from advisor.study.confirmation.pairing import Candidate, Rounds
+from advisor.study.options.tune_options import ConfirmOptions, check_confirm_options
 
 
 def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
@@ -61,7 +61,7 @@ def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
 
 
 class Confirmer:
-    """Confirms a stored study's candidates in pairs (``advisor.study.pairing.Rounds``).
+    """Confirms a stored study's candidates in pairs (``advisor.study.confirmation.pairing.Rounds``).
 
     Args:
         study: the Optuna study (confirmations are stored as its attributes).

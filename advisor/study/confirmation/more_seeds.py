@@ -3,7 +3,7 @@
 A configuration that changes the arithmetic (bf16, another batch size) trained once draws
 one value of its metric; against the baseline's seeds its verdict may be *undecided*
 (``advisor.core.feasibility``). Once the search is over, each such candidate of the front
-(the ones confirmation would confirm: ``advisor.study.confirm.candidates``) trains with
+(the ones confirmation would confirm: ``advisor.study.confirmation.confirm.candidates``) trains with
 the baseline's other seeds, as a training run each, so both sides have as many values and
 the same seeds. Its values are stored as the study attribute ``metric_seeds:<trial>``;
 ``StoredStudy`` then reads the trial at its seed mean, judged again. A candidate whose
@@ -24,7 +24,7 @@ from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_REUSED, METRIC_SEEDS, read_study
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
-from advisor.study.confirm import candidates
+from advisor.study.confirmation.confirm import candidates
 
 
 def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[Any, list[int]]]:

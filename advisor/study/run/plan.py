@@ -19,10 +19,10 @@ from advisor.machine.hardware import Hardware, detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
 from advisor.search.samplers import make_sampler
 from advisor.search.space import Dropped, SearchSpace, filter_space, load_space
-from advisor.study import storage as stores
-from advisor.study.option import must_match
-from advisor.study.options import TuneOptions
-from advisor.study.storage_guard import shown_url
+from advisor.study.options.option import must_match
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.storage import stores
+from advisor.study.storage.guard import shown_url
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import Workload, load_workload
 from advisor.workload.preflight import preflight
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # Study attributes that must match for a resumed study's trials to stay comparable: those the
 # plan derives (not options of their own: the model.py's content, the space as filtered here,
-# the trial settings), then the options TuneOptions marks must_match (advisor.study.options).
+# the trial settings), then the options TuneOptions marks must_match (advisor.study.options.tune_options).
 DERIVED_MUST_MATCH = ("workload_sha256", "space", "settings")
 MUST_MATCH = DERIVED_MUST_MATCH + tuple(attr for _, attr in must_match(TuneOptions))
 
@@ -50,7 +50,7 @@ class StudyPlan:
     settings: TrialSettings
     study_name: str
     storage_url: str
-    # the default training budget as decided before the study (advisor.study.training_budget); None: not in play
+    # the default training budget as decided before the study (advisor.study.run._training_budget); None: not in play
     training_budget: dict[str, Any] | None = None
 
     def study_attrs(self) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def drop_failed(space: SearchSpace, hw: Hardware, facts: dict[str, Any], failed:
 def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> optuna.Study:
     """Create the study, or resume it when its setup matches (else StudyError, writing
     nothing). Trials a killed driver left running are marked failed when this driver joins
-    it (``advisor.study.drivers.join_study``)."""
+    it (``advisor.study.run._drivers.join_study``)."""
     import optuna
 
     attrs = plan.study_attrs()

@@ -1,9 +1,9 @@
 """``Option``: what a study option says about itself, once, beside its ``TuneOptions``
-field (``advisor.study.options``): its command-line flag and help, how a value typed or
+field (``advisor.study.options.tune_options``): its command-line flag and help, how a value typed or
 passed becomes the field's, the environment variable the command falls back to, and the
 study attribute a resumed study must match. ``advisor tune``'s flags (``advisor.cli``),
 ``advisor.tune()``'s keywords (``advisor.api``) and ``MUST_MATCH``
-(``advisor.study.plan``) are read from these declarations, and the errors name an option
+(``advisor.study.run.plan``) are read from these declarations, and the errors name an option
 in the caller's terms: ``ON_CLI`` ("--trials") or ``IN_PYTHON`` ("trials=")."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def declared(cls: type) -> Iterator[tuple[dataclasses.Field[Any], Option]]:
     A field without one is a TypeError: every field must say how it is set."""
     for f in dataclasses.fields(cls):
         if KEY not in f.metadata:
-            raise TypeError(f"{cls.__name__}.{f.name} declares no Option (advisor.study.option)")
+            raise TypeError(f"{cls.__name__}.{f.name} declares no Option (advisor.study.options.option)")
         yield f, f.metadata[KEY]
 
 

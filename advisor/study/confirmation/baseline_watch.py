@@ -36,7 +36,7 @@ from advisor.core.stop import Stop
 from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, METRIC_NOISE, TrialRecord, read_trial
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
-from advisor.study.pairing import probe_settings
+from advisor.study.confirmation.pairing import probe_settings
 
 REMEASURE_EVERY = 10  # counted trials between two measurements of the baseline
 RERUNS = 2  # a trial measured on a disturbed machine runs again at most this often

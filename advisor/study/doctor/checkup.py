@@ -1,5 +1,5 @@
 """``advisor doctor``: each knob option this machine offers, run alone
-(``advisor.study.doctor_options``) in a fresh trial process, on the built-in tiny model
+(``advisor.study.doctor.offered``) in a fresh trial process, on the built-in tiny model
 (and on a user's model.py, a few probed steps), beside the reference run of the same model
 (run before the options, halfway through and after them; ratios are to the median, of the
 runs the noise sentinel found undisturbed when there are any).
@@ -8,7 +8,7 @@ Every run goes through the Ray executor and the fork server, as ``advisor tune``
 do, one at a time with the whole node (CPU) or one GPU; equal runs run once. A failure
 (error, crash, unsupported, oom; not a timeout) is the option's own when the run without
 it (its context: the knobs it needs) works; otherwise it is not judged. The verdicts are
-stored by ``advisor.machine.doctor_store`` and applied by ``advisor.study.plan``.
+stored by ``advisor.machine.doctor_store`` and applied by ``advisor.study.run.plan``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.units import first_line
 from advisor.machine.doctor_store import BUILTIN, FAILS, Verdict
 from advisor.machine.hardware import Hardware
-from advisor.study.doctor_options import Option, changes
+from advisor.study.doctor.offered import Option, changes
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import Workload
 

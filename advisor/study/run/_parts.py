@@ -22,12 +22,12 @@ from advisor.core.objectives import Versus
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stored import WALL, TrialRecord
 from advisor.search.strategy import Proposal
-from advisor.study.baseline_watch import BaselineWatch
-from advisor.study.ledger import Ledger
-from advisor.study.pairing import probe_settings
-from advisor.study.plan import StudyPlan
-from advisor.study.slots import Done, Slots
-from advisor.study.training_queue import TrainingQueue, Waiting, probe_result
+from advisor.study.confirmation.baseline_watch import BaselineWatch
+from advisor.study.confirmation.pairing import probe_settings
+from advisor.study.run._ledger import Ledger
+from advisor.study.run._slots import Done, Slots
+from advisor.study.run._training_queue import TrainingQueue, Waiting, probe_result
+from advisor.study.run.plan import StudyPlan
 
 
 class Parts:

@@ -8,7 +8,7 @@ What it needs comes from the shipped presets' ``when`` conditions: its own condi
 default the presets never choose (``parallelism: ddp`` runs with ``devices: 2``). A knob
 with no condition in the presets that still cannot run alone (a DDP-only setting) gets
 the first other offered option that makes it runnable. The run without the option (its
-context) tells whether a failure is the option's own (``advisor.study.doctor``).
+context) tells whether a failure is the option's own (``advisor.study.doctor.checkup``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ledger: the only writer of a study's trials. It asks Optuna for trials, writes their
-attributes, and tells Optuna their results (through ``advisor.study.trial_writes.tell_trial``,
+attributes, and tells Optuna their results (through ``advisor.study.run._trial_writes.tell_trial``,
 the one place that does; the drivers' repair of trials a gone driver left running ends
 them there too);
 it reads trials back as ``TrialRecord`` and keeps what the study knows (the baseline, the
@@ -53,7 +53,7 @@ from advisor.core.stored import (
     skipped_attrs,
 )
 from advisor.search.strategy import Duplicate, Proposal, Skip, Strategy
-from advisor.study.trial_writes import record_result, tell_trial
+from advisor.study.run._trial_writes import record_result, tell_trial
 
 if TYPE_CHECKING:
     import optuna
@@ -135,7 +135,7 @@ class Ledger:
 
     def observe(self, quiet: bool = False) -> None:
         """Learn from the trials stored or started by others since the last call (an earlier
-        run of the study, or another driver on it: ``advisor.study.drivers``): their
+        run of the study, or another driver on it: ``advisor.study.run._drivers``): their
         configurations count as seen, their results as counted and as known failures
         (``quiet``: without a note of what that teaches)."""
         for frozen in self.study.get_trials(deepcopy=False):

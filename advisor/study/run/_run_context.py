@@ -1,12 +1,12 @@
 """What a study's run holds fixed once its executor is started and its study open: built
 once, by ``RunContext.open``, and never assigned to afterwards (a frozen dataclass).
 
-``open`` settles the default training budget (``advisor.study.training_budget``: the
+``open`` settles the default training budget (``advisor.study.run._training_budget``: the
 study's own when it resumes one, else from the baseline's probe, timed once), then opens
 (or resumes) the study on the started executor, joins it as one of its
-drivers (``advisor.study.drivers``), and builds the strategy, the ledger (the study's only
+drivers (``advisor.study.run._drivers``), and builds the strategy, the ledger (the study's only
 writer), two-stage evaluation's queue (adopting what a gone driver left probed), the slots
-and the parts. The Tuner's steps (``advisor.study.study_run.StudyRun``) are built from it.
+and the parts. The Tuner's steps (``advisor.study.run._study_run.StudyRun``) are built from it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from advisor.core.events import Listener, Note
 from advisor.core.stop import Stop
 from advisor.runner.executor import Executor
 from advisor.search.strategy import Strategy
-from advisor.study import storage as stores
-from advisor.study.drivers import Drivers, join_study
-from advisor.study.ledger import Ledger
-from advisor.study.options import TuneOptions
-from advisor.study.parts import Parts
-from advisor.study.plan import StudyPlan, open_study
-from advisor.study.slots import Slots
-from advisor.study.training_budget import settle
-from advisor.study.training_queue import TrainingQueue
+from advisor.study.options.tune_options import TuneOptions
+from advisor.study.run._drivers import Drivers, join_study
+from advisor.study.run._ledger import Ledger
+from advisor.study.run._parts import Parts
+from advisor.study.run._slots import Slots
+from advisor.study.run._training_budget import settle
+from advisor.study.run._training_queue import TrainingQueue
+from advisor.study.run.plan import StudyPlan, open_study
+from advisor.study.storage import stores
 
 if TYPE_CHECKING:
     import optuna
@@ -37,7 +37,7 @@ class RunContext:
     """One run of a planned study.
 
     Attributes:
-        plan: what ``advisor.study.plan.plan_study`` returned; executor: runs the trials.
+        plan: what ``advisor.study.run.plan.plan_study`` returned; executor: runs the trials.
         storage: the Optuna storage; study: the Optuna study, created or resumed.
         drivers: this driver on the study, and the others.
         strategy: what runs next; ledger: the study's only writer.

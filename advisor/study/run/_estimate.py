@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from advisor.core.stored import PROBE_WALL, TRAINING_RUN, WALL, TrialRecord
 from advisor.core.units import duration_text
-from advisor.study.baseline_watch import REMEASURE_EVERY
+from advisor.study.confirmation.baseline_watch import REMEASURE_EVERY
 
 TRAINING_SHARE = 0.5  # configurations whose training run goes ahead (the README example's study: 8 of 20)
 

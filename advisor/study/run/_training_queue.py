@@ -1,7 +1,7 @@
 """Two-stage evaluation in a running study: probed configurations wait here for the
 decision on their training run (``advisor.core.two_stage`` has the rules).
 
-The queue decides and never writes: ``advisor.study.ledger.Ledger`` stores what it decides.
+The queue decides and never writes: ``advisor.study.run._ledger.Ledger`` stores what it decides.
 The Tuner runs every configuration's probe first and hands the result to ``probed()``;
 the ledger stores the probe's figures on the (still running) Optuna trial at once, so a
 driver killed between the two parts leaves them, and the next run of the same command
@@ -47,7 +47,7 @@ from advisor.core.two_stage import (
     gate_from,
 )
 from advisor.search.strategy import Proposal
-from advisor.study.ledger import Ledger, ProbedOnly, Reused
+from advisor.study.run._ledger import Ledger, ProbedOnly, Reused
 
 
 @dataclass
@@ -90,7 +90,7 @@ def probe_result(record: TrialRecord) -> TrialResult:
 
 
 class TrainingQueue:
-    """Decides; never writes (``advisor.study.ledger.Ledger`` stores what it decides).
+    """Decides; never writes (``advisor.study.run._ledger.Ledger`` stores what it decides).
 
     Args:
         ledger: the study's ledger, read for the baseline, the stored trials and the noise.

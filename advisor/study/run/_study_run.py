@@ -1,22 +1,22 @@
 """The driver loop's steps, built once from a ``RunContext``
-(advisor/study/run_context.py): nothing is assigned onto its collaborators afterwards.
+(advisor/study/run/_run_context.py): nothing is assigned onto its collaborators afterwards.
 
 Read ``StudyRun.run()`` top to bottom: run the baseline alone (its metric anchors the
 metric's constraint, its duration the default per-trial timeout) and with more seeds (the
 metric's noise), then keep every slot busy with the strategy's proposals until the budget
 or the time is spent, storing each result as it comes, train the front's undecided
-candidates with the baseline's other seeds (``advisor.study.more_seeds``), and finally
-confirm the front in pairs against the baseline (``advisor.study.confirm``). In a training
+candidates with the baseline's other seeds (``advisor.study.confirmation.more_seeds``), and finally
+confirm the front in pairs against the baseline (``advisor.study.confirmation.confirm``). In a training
 study each configuration runs in two parts (two-stage evaluation): its probe, then, where
 ``TrainingQueue`` decides it can change the front, its training run. ``Parts``
-(advisor/study/parts.py) submits the parts, collects and stores what comes back and, once
+(advisor/study/run/_parts.py) submits the parts, collects and stores what comes back and, once
 the baseline is in (``Parts.watched``), runs a part again when too few of its timed blocks
 were clean of interference (``BaselineWatch``); between trials the ``BaselineWatch``
 measures the baseline again when due. The user's ``Stop`` (Ctrl-C / SIGTERM, or
 ``Tuner.stop()`` from another thread) stops it gracefully: running trials are cancelled
 and recorded, so storage holds no RUNNING trial.
 
-Other drivers may run the same study (``advisor.study.drivers``): this one renews its
+Other drivers may run the same study (``advisor.study.run._drivers``): this one renews its
 heartbeat and learns what the others started or stored (``RunContext.keep_up``), and
 one-off steps (the baseline, the metric's noise, the confirmation) are done by the driver
 that claims them while the others wait (``_claim``).
@@ -36,14 +36,14 @@ from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_NOISE, WALL, TrialRecord
 from advisor.search.strategy import Proposal
-from advisor.study.baseline_watch import BaselineWatch
-from advisor.study.confirm import Confirmer
-from advisor.study.estimate import budget_plan, estimate
-from advisor.study.more_seeds import train_more_seeds
-from advisor.study.parts import Parts
-from advisor.study.run_context import RunContext
-from advisor.study.signals import stopped_by_signals
-from advisor.study.storage_guard import fold_log
+from advisor.study.confirmation.baseline_watch import BaselineWatch
+from advisor.study.confirmation.confirm import Confirmer
+from advisor.study.confirmation.more_seeds import train_more_seeds
+from advisor.study.run._estimate import budget_plan, estimate
+from advisor.study.run._parts import Parts
+from advisor.study.run._run_context import RunContext
+from advisor.study.run._signals import stopped_by_signals
+from advisor.study.storage.guard import fold_log
 
 BASELINE_TIMEOUT_S = 1800.0
 WAIT_S = 1.0  # how often a driver looks again while another driver's work is under way
@@ -267,7 +267,7 @@ class StudyRun:
             else:
                 return
 
-    # ---- other drivers on the study (advisor.study.drivers) ---------------------------
+    # ---- other drivers on the study (advisor.study.run._drivers) ---------------------------
     def _claim(self, step: str, what: str, done: Callable[[], bool]) -> bool:
         """Whether this driver does ``step`` now: not when ``done()``, nor while another
         live driver does it (waited for until ``done()`` or until that driver is gone)."""

@@ -30,9 +30,9 @@ from advisor.core.results import TrialPayload
 from advisor.core.stop import Stop
 from advisor.core.units import duration_text
 from advisor.runner.executor import Executor, run_one
-from advisor.study.estimate import TRAINING_SHARE
-from advisor.study.pairing import probe_settings
-from advisor.study.plan import StudyPlan
+from advisor.study.confirmation.pairing import probe_settings
+from advisor.study.run._estimate import TRAINING_SHARE
+from advisor.study.run.plan import StudyPlan
 
 CAP_S = 2400.0  # the default study's training runs, all together: 40 min (the study: about an hour)
 BUDGET_SHARE = 0.5  # with --budget: the share of it the training runs may take

@@ -1,5 +1,5 @@
 """``TuneOptions``: what a study is asked to do, and their validation. Each field declares
-its option once (``advisor.study.option``): ``advisor tune``'s flag and help,
+its option once (``advisor.study.options.option``): ``advisor tune``'s flag and help,
 ``advisor.tune()``'s keyword, how a value is read, its environment variable, whether a
 resumed study must match it. Problems name the option as the caller wrote it."""
 
@@ -19,7 +19,7 @@ from advisor.core.results import WORKLOADS, check_workload_kind
 from advisor.core.stored import MAX_METRIC_DROP
 from advisor.core.units import parse_duration, parse_size
 from advisor.search.samplers import check_sampler
-from advisor.study.option import Naming, build, naming, option
+from advisor.study.options.option import Naming, build, naming, option
 
 TRAIN_MODES = ("selective", "all")  # --train: the configurations that could reach the front, or every one
 # --log-to: the experiment trackers a study logs its trials to (advisor.outputs.trackers), each

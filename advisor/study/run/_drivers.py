@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import StudyError
 from advisor.core.events import Listener, Note
 from advisor.machine.hardware import fingerprint
-from advisor.study.storage_guard import shown_url
-from advisor.study.trial_writes import fail_stale
+from advisor.study.run._trial_writes import fail_stale
+from advisor.study.storage.guard import shown_url
 
 if TYPE_CHECKING:
-    from advisor.study.plan import StudyPlan
+    from advisor.study.run.plan import StudyPlan
 
 PREFIX = "driver:"  # study attribute: + a driver's id -> its record
 CLAIM = "claim:"  # study attribute: + a step's name -> the id of the driver doing it

@@ -1,6 +1,6 @@
 """Optuna storage: URL checks, opening, and finding a study by name. Reading trials back is
-``advisor.core.stored.read_trial``; writing them is the ledger's (``advisor.study.ledger``;
-every trial ends in ``advisor.study.trial_writes``)."""
+``advisor.core.stored.read_trial``; writing them is the ledger's (``advisor.study.run._ledger``;
+every trial ends in ``advisor.study.run._trial_writes``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import StudyError
 from advisor.core.units import first_line
-from advisor.study.storage_guard import open_guarded, shown_url, wait_s_from_env
+from advisor.study.storage.guard import open_guarded, shown_url, wait_s_from_env
 
 if TYPE_CHECKING:
     import optuna
@@ -100,7 +100,7 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
 
     ``sqlite:///path.db`` and other SQLAlchemy URLs open an RDBStorage that waits for a
     database that restarts, and raises ``StorageError`` when it stays unreachable or its
-    disk is full (``advisor.study.storage_guard``); a path ending in ``.log`` or ``.jsonl``
+    disk is full (``advisor.study.storage.guard``); a path ending in ``.log`` or ``.jsonl``
     (or ``journal:PATH``) opens a JournalFileBackend.
     """
     check_storage(url, must_exist)
@@ -115,7 +115,7 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
         os.close(os.open(sqlite, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # which SQLite makes alike)
     try:
         # waits for a database that restarts; the driver (not must_exist) puts SQLite in WAL mode,
-        # readers leave the file as they found it (advisor.study.storage_guard)
+        # readers leave the file as they found it (advisor.study.storage.guard)
         storage = open_guarded(url, write_ahead=not must_exist)
     except BaseException as exc:
         if new:

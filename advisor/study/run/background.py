@@ -7,11 +7,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Event, Finished, Listener, Started, Stopped, ignore
-from advisor.study.tuner import Tuner
+from advisor.study.run.tuner import Tuner
 
 if TYPE_CHECKING:
-    from advisor.study.plan import StudyPlan
-    from advisor.study.tuner import StudyOutcome
+    from advisor.study.run.plan import StudyPlan
+    from advisor.study.run.tuner import StudyOutcome
 
 
 class BackgroundTune:

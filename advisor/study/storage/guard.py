@@ -23,7 +23,7 @@ Retrying a write whose commit went through but whose answer was lost must not wr
 - taking a WAITING trial (an enqueued configuration) is left as Optuna does it: tried
   again, it finds the trial RUNNING and reports it taken, so the configuration is not run
   twice; at worst a trial is left RUNNING, which the next driver on the study fails as
-  stale (``advisor.study.trial_writes.fail_stale``).
+  stale (``advisor.study.run._trial_writes.fail_stale``).
 """
 
 from __future__ import annotations
