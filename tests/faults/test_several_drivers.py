@@ -22,7 +22,7 @@ from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.ray
 
 STUDY = "two-drivers"
-TRIALS = 6  # killed once both drivers measured a trial after the baseline: the survivor still has trials to run
+TRIALS = 8  # one driver is killed once both have started a trial after the baseline: the survivor runs the rest
 
 
 def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -66,16 +66,18 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
     a = _driver(workdir, storage, "--metric-seeds", "2")
     b = _driver(workdir, storage, "--metric-seeds", "2")
     drivers = {str(d[0].pid): d for d in (a, b)}
-    try:  # once both have measured a trial after the baseline: kill one while a trial of its runs
-        deadline, victim = time.monotonic() + 400, None
+    try:  # once both have started a trial after the baseline: kill one while a trial of its runs
+        deadline, victim, seen = time.monotonic() + 400, None, []
         while victim is None and time.monotonic() < deadline and a[0].poll() is None and b[0].poll() is None:
             trials = [t for t in _trials(storage) if "config" in t.user_attrs and not t.user_attrs.get("baseline")]
-            measured = {_pid(t) for t in trials if t.state.name in ("COMPLETE", "PRUNED")}
+            started = {_pid(t) for t in trials}
             running = [_pid(t) for t in trials if t.state.name == "RUNNING"]
-            if measured == set(drivers) and running:
+            seen = [(t.number, _pid(t), t.state.name) for t in trials]
+            if started == set(drivers) and running:
                 victim = drivers[running[0]]
             time.sleep(0.1)
-        assert victim is not None, "the two drivers did not both measure a trial with one still running"
+        logs = {p.name: p.read_text()[-2000:] for p in workdir.glob("driver-*.log")}
+        assert victim is not None, ("the two drivers did not both start a trial with one still running", seen, logs)
         survivor = b if victim is a else a
         victim[0].send_signal(signal.SIGKILL)
         victim[0].wait(timeout=30)

@@ -20,6 +20,7 @@ import optuna
 import pytest
 
 from advisor.cli.main import main
+from advisor.study.run._drivers import BEAT_S
 from advisor.study.storage.guard import TOKEN
 
 from conftest import EXAMPLES, kill_processes_of
@@ -53,7 +54,7 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
     space.write_text(SPACE)
     args = _args(space, url, trials=5)
     state = tempfile.mkdtemp(prefix="advpgr-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state, "ADVISOR_STORAGE_WAIT": "4"}
+    env = {**os.environ, "ADVISOR_RAY_DIR": state, "ADVISOR_STORAGE_WAIT": "15"}
     env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -65,7 +66,9 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
         deadline = time.monotonic() + 240
         while _finished(url) < 1 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        pg_server.restart(down_s=1.5)  # shorter than the wait: ridden out
+        # shorter than the wait: ridden out; longer than a driver's heartbeat (drivers.BEAT_S), so the
+        # driver asks the storage while it is down, whatever its trials are doing
+        pg_server.restart(down_s=BEAT_S + 2)
         events.append(("restarted", _finished(url)))
         while _finished(url) < 2 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -87,7 +90,7 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
     assert "advisor tune: error: storage postgresql+psycopg://advisor@127.0.0.1" in stderr, stderr[-3000:]
     assert "did not answer for" in stderr and "run the same command to resume" in stderr
     assert "Traceback" not in stderr
-    assert events[1][1] < 30, events  # stopped within the wait, plus stopping Ray
+    assert events[1][1] < 15 + 30, events  # stopped within the wait, plus stopping Ray
 
     before = optuna.load_study(study_name=STUDY, storage=url).trials
     done_before = {t.number: t.values for t in before if t.state.name in ("COMPLETE", "PRUNED")}
