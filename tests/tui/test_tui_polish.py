@@ -1,0 +1,151 @@
+"""The explorer as a user first saw it in a 160x45 terminal (issue 32): cells that cut
+words, ticks like '4810.7', every knob before what changed. Driven with Textual's Pilot on
+the recorded study in real SQLite storage."""
+
+from __future__ import annotations
+
+import pytest
+from explorer_pilot import loaded
+
+from advisor.core.config import TrialConfig
+from advisor.core.stored import METRIC_NOISE
+from advisor.tui import make_app
+from advisor.tui.cells import ELLIPSIS, clip_words, fit_cells, nice_ticks, tick_labels
+from advisor.tui.data import StudyData
+from advisor.tui.widgets import ScatterPlot, TrialDetail, TrialTable
+from advisor.tui.widgets.detail import describe
+
+from recorded_study import add_probed_trial, write_recorded_study
+
+
+@pytest.fixture
+def url(tmp_path):
+    """The recorded study with a probed-only trial ('not needed') and the metric's noise
+    measured, so that small differences read '+0.0 pt, within noise'."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = write_recorded_study(url)
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": [0.9667, 0.9639, 0.9694]})
+    add_probed_trial(study)
+    return url
+
+
+def _whole_words_of(cell: str, full: str) -> bool:
+    """``cell`` is ``full``, or whole words of it followed by '…'."""
+    if cell == full:
+        return True
+    if not cell.endswith(ELLIPSIS):
+        return False
+    kept = cell[:-len(ELLIPSIS)].rstrip()
+    words = full.split(" ")
+    return any(kept == " ".join(words[:n]).rstrip(",;:") for n in range(1, len(words)))
+
+
+@pytest.mark.parametrize("size", [(160, 45), (120, 40), (80, 24)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_table_cells_fit_the_table_and_never_cut_a_word(url, size):
+    app = make_app(url)
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        for view in ("front", "all", "failed"):
+            table = app.screen.query_one(TrialTable)
+            rows, failed = table.shown
+            full = [[c[0] for c in (table._failed_cells(r) if failed else table._figure_cells(r))] for r in rows]
+            shown = [[str(table.get_cell_at((i, j))) for j in range(len(table.columns))]
+                     for i in range(table.row_count)]
+            assert len(shown) == len(full) > 0, view
+            for cells, whole in zip(shown, full):
+                for cell, text in zip(cells, whole):
+                    assert _whole_words_of(cell, text), (view, cell, text)
+            if size[0] >= 120:  # wide enough for every number: nothing runs off the table's edge
+                assert table.virtual_size.width <= table.size.width, (view, table.virtual_size, table.size)
+            await pilot.press("v")
+            await loaded(pilot)
+
+
+async def test_the_clipped_text_is_whole_in_the_detail_pane(url):
+    app = make_app(url)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)
+        await pilot.press("v")  # all trials: the probed one, the longest configurations
+        await loaded(pilot)
+        table = app.screen.query_one(TrialTable)
+        clipped = [(i, str(table.get_cell_at((i, table.row_count and len(table.columns) - 1))))
+                   for i in range(table.row_count)]
+        clipped = [(i, c) for i, c in clipped if c.endswith(ELLIPSIS)]
+        assert clipped, "160x45 should need a clipped configuration"
+        i, _ = clipped[0]
+        table.move_cursor(row=i)
+        await pilot.pause()
+        row = table.shown[0][i]
+        assert row.description in str(app.screen.query_one(TrialDetail).render())
+
+
+def test_clip_words_keeps_whole_words():
+    assert clip_words("1.52x unconfirmed", 20) == "1.52x unconfirmed"
+    assert clip_words("1.52x unconfirmed", 10) == "1.52x …"
+    assert clip_words("+0.3 pt, within noise", 14) == "+0.3 pt …"
+    assert clip_words("bs=128 fp32 l1_unstructured:0.5", 3) == "bs=128 …"  # never part of a word
+
+
+def test_fit_cells_narrows_the_widest_text_column_first():
+    headers = ("n", "ratio", "configuration")
+    rows = [["1", "1.52x unconfirmed", "bs=256 fp32 channels_last compile"], ["2", "0.98x unconfirmed", "bs=64"]]
+    assert fit_cells(headers, rows, (False, True, True), 200) == rows  # room: the content's width
+    fitted = fit_cells(headers, rows, (False, True, True), 40)
+    assert fitted[0][2] == "bs=256 fp32 …" and fitted[0][1] == "1.52x unconfirmed"
+    assert sum(max(len(r[j]) for r in fitted) + 2 for j in range(3)) <= 40
+
+
+def test_ticks_are_round_and_read_in_units():
+    ticks = nice_ticks(4120.0, 12500.0)
+    assert ticks[0] <= 4120 and ticks[-1] >= 12500 and 4 <= len(ticks) <= 8
+    assert tick_labels(ticks) == ["4k", "6k", "8k", "10k", "12k", "14k"]
+    assert tick_labels(nice_ticks(95.1, 192.5)) == ["80", "100", "120", "140", "160", "180", "200"]
+    assert tick_labels(nice_ticks(0.9611, 0.975)) == ["0.96", "0.965", "0.97", "0.975"]
+    assert tick_labels([500.0, 1000.0, 1500.0]) == ["0.5k", "1k", "1.5k"]
+
+
+async def test_scatter_ticks_are_round_with_the_objective_and_unit_as_titles(url):
+    app = make_app(url)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)
+        rendered = str(app.screen.query_one(ScatterPlot).render())
+        assert "4120" not in rendered and "6215" not in rendered and "192.5" not in rendered
+        for tick in ("4k", "8k", "12k", "100", "200"):
+            assert tick in rendered, tick
+        assert "throughput (samples/s)" in rendered and "peak memory (MiB)" in rendered
+
+
+def _rows(url):
+    from advisor.study.storage import open_storage
+
+    data = StudyData(open_storage(url), "digits_cnn-cpu")
+    data.reload()
+    return {r.number: r for r in data.rows}, data
+
+
+def test_detail_shows_the_changed_knobs_first_and_the_rest_under_a_heading(url):
+    rows, data = _rows(url)
+    text = str(describe(rows[2], data.attrs, data.baseline.config))
+    changed, rest = text.index("changed from the baseline\n"), text.index("knobs, as the baseline has them\n")
+    assert text.index("batch_size: 64 -> 256") > changed and text.index("channels_last: false -> true") > changed
+    assert changed < rest and "precision=" not in text[:rest]  # no unchanged knob before the heading of the rest
+    assert 'precision="fp32"' in text[rest:] and "batch_size=" not in text[rest:]
+
+
+def test_detail_compares_with_the_baselines_configuration_not_the_defaults(url):
+    rows, data = _rows(url)
+    baseline = TrialConfig(batch_size=32, threads=1)  # a baseline set apart from the defaults
+    text = str(describe(rows[4], data.attrs, baseline))  # trial 4 is batch 32, 1 thread: as that baseline
+    assert "no knob changed from the baseline" in text and "batch_size" not in text.split("as the baseline")[0]
+    own = str(describe(rows[0], data.attrs, data.baseline.config))  # the baseline itself: against the defaults
+    assert "every knob at its default" in own and "knobs, at their defaults" in own
+
+
+async def test_the_pane_follows_the_study_baseline(url):
+    app = make_app(url)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)
+        await pilot.press("down", "down")
+        await pilot.pause()
+        text = str(app.screen.query_one(TrialDetail).render())
+        assert text.index("batch_size: 64 -> 256") < text.index("knobs, as the baseline has them")
