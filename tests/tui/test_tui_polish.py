@@ -149,3 +149,52 @@ async def test_the_pane_follows_the_study_baseline(url):
         await pilot.pause()
         text = str(app.screen.query_one(TrialDetail).render())
         assert text.index("batch_size: 64 -> 256") < text.index("knobs, as the baseline has them")
+
+
+def test_an_unconfirmed_ratio_is_the_figure_the_console_printed(tmp_path):
+    """Issue 32: trial 3 read '1.00x' in the console and '1.37x unconfirmed' in the explorer,
+    the baseline having been measured again (slower) in between. The console's line is
+    computed as the trial finishes (``BaselineWatch.versus``), the explorer's cell from the
+    stored study (``StoredStudy.versus_baseline``): both by ``reference_throughput_at``, so a
+    later measurement never moves a figure already shown."""
+    from advisor.core.objectives import Limits
+    from advisor.core.results import TrialResult, TrialSettings
+    from advisor.core.stop import Stop
+    from advisor.core.stored import BASELINE_MEASUREMENTS, figure_time, read_study
+    from advisor.outputs.console import trial_text
+    from advisor.study.baseline_watch import BaselineWatch
+    from advisor.study.storage import open_storage
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = write_recorded_study(url)
+    stored = read_study(study)
+    base, records = stored.baseline, {r.number: r for r in stored.records}
+    t = {n: figure_time(r) for n, r in records.items()}
+    # measured again between trials 1 and 2 (a little slow), then after trial 3 (much slower, twice)
+    study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": (t[1] + t[2]) / 2, "throughput": 6000.0}])
+
+    def watch() -> BaselineWatch:  # the driver's, as it reads the study on a resume
+        return BaselineWatch(study, None, TrialSettings(train_samples=10), base.config, None, Stop(), lambda e: None)
+
+    def console(number: int, w: BaselineWatch) -> tuple[float, str]:
+        r = records[number]
+        result = TrialResult(ok=True, throughput=r.figures.throughput, peak_memory_bytes=r.figures.peak_memory_bytes,
+                             score=r.figures.score)
+        vs = w.versus(result, base, Limits(0.01), figure_time(r))
+        return vs.throughput_ratio, trial_text(result, r, vs)
+
+    live = {n: console(n, watch()) for n in (1, 2, 3)}  # each printed as it finished
+    assert live[2][0] == pytest.approx(11873.0 / 6368.0)  # median of trial 0's 6,736/s and 6,000/s then
+    later = [{"at": t[10] + 1, "throughput": 4900.0}, {"at": t[10] + 2, "throughput": 4900.0}]
+    study.set_user_attr(BASELINE_MEASUREMENTS, study.user_attrs[BASELINE_MEASUREMENTS] + later)
+    data = StudyData(open_storage(url), "digits_cnn-cpu")
+    data.reload()
+    shown = {r.number: r for r in data.rows}
+    after = watch()
+    for n in (1, 2, 3):
+        ratio, line = live[n]
+        assert shown[n].versus.throughput_ratio == pytest.approx(ratio), n  # the explorer: the console's figure
+        assert f"{ratio:.2f}x the baseline" in line and shown[n].versus.cells()[0] == f"{ratio:.2f}x unconfirmed"
+        assert console(n, after)[0] == pytest.approx(ratio)  # a resumed driver prints it the same
+    fresh = TrialResult(ok=True, throughput=6000.0, peak_memory_bytes=100 * 2**20, score=0.96)
+    assert after.versus(fresh, base, Limits(0.01), t[10] + 3).throughput_ratio == pytest.approx(6000.0 / 4900.0)
