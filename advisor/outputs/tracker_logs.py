@@ -50,6 +50,7 @@ class StudyLog:
     name: str
     settings: dict[str, str]
     hardware: dict[str, str]  # the fingerprint, flattened (the CPU flags left out)
+    job: str = "study"  # or "confirmation": `advisor confirm` run on a stored study
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _hardware(found: dict[str, Any]) -> dict[str, str]:
+    """A hardware fingerprint (``advisor.machine.hardware.fingerprint``) flattened to text."""
+    hardware = {}
+    for key, value in found.items():
+        if key == "gpus":
+            value = ", ".join(str(g.get("name", "?")) for g in value) or "none"
+        if key != "cpu_flags":
+            hardware[key] = "" if value is None else str(value)
+    return hardware
+
+
+def confirmation_log(study: StoredStudy) -> StudyLog:
+    """``advisor confirm`` on a stored study: the study's run goes on (its settings as
+    ``advisor tune`` logged them are left as they are)."""
+    settings = {"study": study.name, "confirmed_by": "advisor confirm", "advisor_version": VERSION}
+    return StudyLog(study.name, settings, _hardware(study.attrs.get("hardware") or {}), job="confirmation")
+
+
 def study_log(plan: StudyPlan) -> StudyLog:
     o, metric = plan.options, plan.workload.metric_spec
     settings = {"study": plan.study_name, "workload_path": str(plan.workload.path), "workload": o.workload,
@@ -115,13 +134,7 @@ def study_log(plan: StudyPlan) -> StudyLog:
                 "seed": str(o.seed), "sampler": o.sampler, "train": o.train,
                 "storage": shown_url(plan.storage_url), "baseline_config": plan.baseline.describe(),
                 "advisor_version": VERSION}
-    hardware = {}
-    for key, value in fingerprint(plan.hardware).items():
-        if key == "gpus":
-            value = ", ".join(str(g.get("name", "?")) for g in value) or "none"
-        if key != "cpu_flags":
-            hardware[key] = "" if value is None else str(value)
-    return StudyLog(plan.study_name, settings, hardware)
+    return StudyLog(plan.study_name, settings, _hardware(fingerprint(plan.hardware)))
 
 
 def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
