@@ -13,7 +13,10 @@ Metric keys: ``throughput`` (samples/s), ``peak_memory_bytes``, the metric under
 name (``accuracy``, ``perplexity``: the value itself, whatever its direction) and its
 difference to the baseline (``<name>_delta``: ``accuracy_delta``), the unconfirmed ratios
 to the baseline, the wall times (``wall_s`` the whole trial, ``probe_wall_s`` its
-speed-and-memory probe, ``training_wall_s`` its training run), the timing details and each phase (``phase/<name>_s``).
+speed-and-memory probe, ``training_wall_s`` its training run), the timing details and each phase (``phase/<name>_s``);
+for an inference trial its per-request latency in ms (``latency/p50_ms``, ``latency/p95_ms``,
+``latency/p99_ms`` at ``latency/batch_size`` over ``latency/calls`` calls; ``latency/batch1_ms``
+and ``latency/batch1_p99_ms`` at batch 1, when measured).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Finished
+from advisor.core.latency import Latency
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Figures
 from advisor.core.pairs import Confirmation
@@ -156,6 +160,8 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
                     "training_peak_memory_bytes": training.get("peak_memory_bytes")}
     figures |= {name: getattr(r, name) for name in _TIMING}
     figures |= {f"phase/{phase}_s": seconds for phase, seconds in r.phase_s.items()}
+    if record.latency is not None:  # an inference trial's
+        figures |= latency_metrics(record.latency)
     tags = {"advisor.study": study, "advisor.trial": str(event.number), "state": record.state,
             "baseline": str(record.baseline).lower(), "config": event.config.describe()}
     if record.state == "complete":
@@ -174,6 +180,14 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
     ended = record.finished_at
     return TrialLog(event.number, name, r.ok, event.config.to_dict(), finite(figures), tags,
                     ended - event.wall_s if ended is not None else None, ended)
+
+
+def latency_metrics(latency: Latency) -> dict[str, Any]:
+    """An inference trial's per-request latency as metrics, in ms (``advisor.core.latency``):
+    p50 / p95 / p99 at its batch size, and at batch 1 when it was measured."""
+    return {"latency/p50_ms": latency.p50_ms, "latency/p95_ms": latency.p95_ms, "latency/p99_ms": latency.p99_ms,
+            "latency/batch_size": latency.batch_size, "latency/calls": latency.calls,
+            "latency/batch1_ms": latency.batch1_ms, "latency/batch1_p99_ms": latency.batch1_p99_ms}
 
 
 def baseline_metrics(figures: Figures, metric: MetricSpec) -> dict[str, float]:
@@ -210,6 +224,8 @@ def end_log(study: StoredStudy, status: str, stop_reason: str | None, baseline_l
         if vs.throughput_interval is not None and vs.memory_interval is not None:
             entry |= {"throughput_interval": list(vs.throughput_interval),
                       "memory_interval": list(vs.memory_interval)}
+        if r.latency is not None:  # an inference study's
+            entry |= {"latency_p99_ms": r.latency.p99_ms, "latency_batch1_ms": r.latency.batch1_ms}
         front.append({k: _plain(v) for k, v in entry.items()})
     metrics["front_size"] = len(front)
     tags = {"front": ", ".join(str(row["trial"]) for row in front) or "none", "status": status}
