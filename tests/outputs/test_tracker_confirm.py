@@ -147,3 +147,27 @@ def test_a_tracker_that_cannot_log_exits_2_before_ray_starts(tmp_path, capsys, m
     assert exit_status(["confirm", "--storage", url, "--log-to", f"tensorboard:{blocked}"]) == 2
     err = capsys.readouterr().err
     assert f"--log-to tensorboard:{blocked}" in err and "cannot be written" in err
+
+
+def test_the_projects_table_names_confirms_trackers_too(workdir, monkeypatch):
+    from advisor.cli import project_defaults
+    from advisor.cli._options import log_to
+
+    monkeypatch.delenv("ADVISOR_LOG_TO", raising=False)
+    (workdir / "pyproject.toml").write_text('[tool.advisor]\nlog-to = ["mlflow", "tensorboard:tb"]\n')
+    p = parser()
+    args = p.parse_args(["confirm"])
+    project_defaults.apply_project_defaults(p, args, ["confirm"], start=workdir)
+    assert log_to(args) == ("mlflow", "tensorboard:tb")
+
+
+def test_a_tracker_whose_library_is_missing_is_refused(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.delenv("ADVISOR_LOG_TO", raising=False)
+    for name in [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # not importable, installed or not
+    url, _ = recorded(tmp_path)
+    assert exit_status(["confirm", "--storage", url, "--log-to", "mlflow"]) == 2
+    assert "--log-to mlflow needs the mlflow package: pip install 'advisor[mlflow]'" in capsys.readouterr().err

@@ -68,11 +68,10 @@ async def test_the_clipped_text_is_whole_in_the_detail_pane(url):
         await pilot.press("v")  # all trials: the probed one, the longest configurations
         await loaded(pilot)
         table = app.screen.query_one(TrialTable)
-        clipped = [(i, str(table.get_cell_at((i, table.row_count and len(table.columns) - 1))))
-                   for i in range(table.row_count)]
-        clipped = [(i, c) for i, c in clipped if c.endswith(ELLIPSIS)]
+        last = len(table.columns) - 1  # the configuration
+        clipped = [i for i in range(table.row_count) if str(table.get_cell_at((i, last))).endswith(ELLIPSIS)]
         assert clipped, "160x45 should need a clipped configuration"
-        i, _ = clipped[0]
+        i = clipped[0]
         table.move_cursor(row=i)
         await pilot.pause()
         row = table.shown[0][i]
