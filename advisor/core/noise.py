@@ -93,14 +93,11 @@ class SentinelJudge:
 def recent_reference(measurements: list[tuple[float, float]], when: float | None = None) -> float | None:
     """The baseline's reference throughput at ``when``: the median of the ``RECENT``
     latest measurements ``(at, throughput)`` taken by then (the latest of all when ``when``
-    is None; the earliest ones when none was taken by then); None without any."""
-    if not measurements:
-        return None
+    is None); None without any by then (never one taken later: what was printed then stands)."""
     ordered = sorted(measurements)
     if when is not None:
-        before = [m for m in ordered if m[0] <= when]
-        ordered = before or ordered[:RECENT]
-    return statistics.median(m[1] for m in ordered[-RECENT:])
+        ordered = [m for m in ordered if m[0] <= when]
+    return statistics.median(m[1] for m in ordered[-RECENT:]) if ordered else None
 
 
 @dataclass(frozen=True)

@@ -232,9 +232,10 @@ def reference_throughput_at(measurements: list[tuple[float, float]], base: Trial
     of the study (``StoredStudy.versus_baseline``) take it from here, so they agree."""
     if base.figures is None:
         return None
-    if when is None or not measurements:
-        return base.figures.throughput
-    return recent_reference(measurements, when)
+    found = recent_reference(measurements, when) if when is not None else None
+    # none by then (a figure measured before the first re-measurement of a baseline whose
+    # trial 0 turned out disturbed): trial 0's own, the one reference the driver had then
+    return found if found is not None else base.figures.throughput
 
 
 @dataclass(frozen=True)

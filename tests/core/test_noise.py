@@ -50,7 +50,7 @@ def test_the_reference_is_the_median_of_the_latest_measurements_by_then_never_on
     later = measured + [(400.0, 0.6), (500.0, 0.6)]
     assert recent_reference(later, 500.0) == 0.6 and recent_reference(later, 100.0) == 1.0
     assert recent_reference(later, 400.0) == 0.73  # 0.73, 1.0, 0.6
-    assert recent_reference(later, 50.0) == 1.0  # before any: the earliest three (1.0, 0.73, 1.0)
+    assert recent_reference(later, 50.0) is None  # none by then: never the later ones
     assert recent_reference([(1.0, 5.0)]) == 5.0 and recent_reference([(1.0, 4.0), (2.0, 6.0)]) == 5.0
     assert recent_reference([]) is None
 

@@ -197,3 +197,39 @@ def test_an_unconfirmed_ratio_is_the_figure_the_console_printed(tmp_path):
         assert console(n, after)[0] == pytest.approx(ratio)  # a resumed driver prints it the same
     fresh = TrialResult(ok=True, throughput=6000.0, peak_memory_bytes=100 * 2**20, score=0.96)
     assert after.versus(fresh, base, Limits(0.01), t[10] + 3).throughput_ratio == pytest.approx(6000.0 / 4900.0)
+
+
+def test_a_figure_measured_before_a_disturbed_baseline_was_measured_again_keeps_trial_0s_reference(tmp_path):
+    """Trial 0 turned out disturbed (its sentinel was off), so once the baseline is measured
+    again trial 0 is no reference for what follows; a trial measured before that stays
+    against trial 0's figure, the one reference the driver had when it printed it, however
+    many measurements come later (never the later ones, whose median moves)."""
+    from advisor.core.objectives import Limits
+    from advisor.core.results import TrialResult, TrialSettings
+    from advisor.core.stop import Stop
+    from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, figure_time, read_study
+    from advisor.study.baseline_watch import BaselineWatch
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = write_recorded_study(url)
+    stored = read_study(study)
+    base, three = stored.baseline, stored.records[3]
+    result = TrialResult(ok=True, throughput=three.figures.throughput,
+                         peak_memory_bytes=three.figures.peak_memory_bytes, score=three.figures.score)
+
+    def live() -> float:
+        watch = BaselineWatch(study, None, TrialSettings(train_samples=10), base.config, None, Stop(), lambda e: None)
+        return watch.versus(result, base, Limits(0.01), figure_time(three)).throughput_ratio
+
+    printed = live()
+    assert printed == pytest.approx(10911.0 / 6736.0)
+    last = max(figure_time(r) for r in stored.records)
+    study.set_user_attr(BASELINE_DISTURBED, "the noise sentinel read 2.0x slower than the study's median")
+    study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": last + 1, "throughput": 3000.0}])
+    assert live() == pytest.approx(printed)  # a driver resumed now: trial 0 is out, nothing by then
+    study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": last + i, "throughput": t}
+                                                for i, t in ((1, 3000.0), (2, 6000.0), (3, 6100.0))])
+    again = read_study(study)
+    assert again.versus_baseline(again.records[3]).throughput_ratio == pytest.approx(printed)
+    assert live() == pytest.approx(printed)
+    assert again.reference_at(last + 4) == 6000.0  # a figure measured after them: their median, trial 0 left out
