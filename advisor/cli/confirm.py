@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     study = stores.load(stores.open_storage(url, must_exist=True), args.study, url)
     output = TuneOutput(json_mode=args.json)
     notes = DashboardNotes(url, study.study_name)  # optuna-dashboard's notes, when it is installed
-    trackers = open_confirm_trackers(read_study(study), trackers_named)  # refused here, before Ray starts
+    trackers = open_confirm_trackers(read_study(study) if trackers_named else None, trackers_named)  # before Ray
     notes.notify = trackers.notify = output.event
     try:
         confirmations = confirm_study(study, options, args.ray_address, args.trial_timeout, args.model,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from advisor.core.errors import StudyError
 from advisor.core.events import Event, Finished, Listener, Note, Paired, Started, ignore
+from advisor.core.metric import DEFAULT_METRIC
 from advisor.core.stored import StoredStudy, read_study
 from advisor.core.units import first_line
 from advisor.outputs.tracker_logs import (
@@ -109,9 +110,12 @@ def open_trackers(plan: StudyPlan, python: bool = False) -> Trackers:
     return Trackers(plan, _open_all(plan.options.log_to, plan.study_name, option, python))
 
 
-def open_confirm_trackers(study: StoredStudy, log_to: Sequence[str]) -> Trackers:
+def open_confirm_trackers(study: StoredStudy | None, log_to: Sequence[str]) -> Trackers:
     """``advisor confirm --log-to``: the trackers ``log_to`` names (as ``read_trackers``
-    gives them), opened for the stored ``study``; a StudyError for one that cannot be."""
+    gives them), opened for the stored ``study`` (None: no tracker named, nothing to read);
+    a StudyError for one that cannot be."""
+    if study is None or not log_to:
+        return Trackers(None)
     return Trackers(None, _open_all(log_to, study.name, naming(TuneOptions, False)("log_to"), False), stored=study)
 
 
@@ -128,10 +132,13 @@ class Trackers:
         if plan is not None:
             self.name, self.metric = plan.study_name, plan.workload.metric_spec
             self.log = lambda: study_log(plan)
-        else:
-            assert stored is not None, "a plan or a stored study"
+        elif stored is not None:
             self.name, self.metric = stored.name, stored.metric
             self.log = lambda: confirmation_log(stored)
+        else:  # nothing to log to
+            assert not trackers, "trackers need a plan or a stored study"
+            self.name, self.metric = "", DEFAULT_METRIC
+            self.log = lambda: StudyLog("", {}, {})
         self.confirming = plan is None
         self.active: list[Tracker] = list(trackers)
         self.notify: Listener = ignore
