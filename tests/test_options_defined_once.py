@@ -28,7 +28,7 @@ NOT_OPTIONS = {"workload_path", "max_drop_relative"}
 # where to write it, and whether to print progress
 PYTHON_ONLY = {"loss", "metric", "optimizer", "baseline", "name", "workdir", "progress"}
 COMMAND_ONLY = {"--json", "--no-tui"}  # how `advisor tune` prints
-CONFIRM_FLAGS = {"--pairs", "--confirm-target", "--confirm-top"}  # also `advisor confirm`'s
+CONFIRM_FLAGS = {"--pairs", "--confirm-target", "--confirm-top", "--log-to"}  # also `advisor confirm`'s
 
 
 def _actions(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -100,7 +100,9 @@ class TrialRow:
             return self.memory / 2**20 if self.memory is not None else None
         if axis == "metric":  # the metric as itself (the stored score is negated when lower is better)
             return self.metric.shown(self.score) if self.score is not None else None
-        return {"throughput": self.throughput, "step_time": self.step_time}.get(axis)
+        if axis == "step_time":  # in ms, as its axis reads
+            return 1000 * self.step_time if self.step_time is not None else None
+        return {"throughput": self.throughput}.get(axis)
 
 
 @dataclass

@@ -65,6 +65,27 @@ def add_confirm_arguments(parser: argparse.ArgumentParser) -> None:
     add_option_arguments(parser, CONFIRM_OPTIONS)
 
 
+def add_log_to(parser: argparse.ArgumentParser) -> None:
+    """``--log-to``, as ``advisor tune`` declares it (``advisor confirm``'s)."""
+    add_option_arguments(parser, ("log_to",))
+
+
+def log_to(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--log-to`` as parsed by a command other than tune (``add_log_to``), else
+    $ADVISOR_LOG_TO, read and checked as tune reads them: a bad entry, or a tracker whose
+    library is missing, is a StudyError naming it."""
+    from advisor.study.options.tune_options import check_trackers_installed, read_trackers
+
+    o = options_of(TuneOptions)["log_to"]
+    value, name = args.log_to, o.flag
+    variable = next((v for v in o.envs if os.environ.get(v) is not None), None)
+    if value is None and variable is not None and o.env_read is not None:
+        value, name = o.env_read(os.environ[variable], variable), f"${variable}"
+    entries = read_trackers(value or (), str(name))
+    check_trackers_installed(entries, str(o.flag))
+    return entries
+
+
 def given(args: argparse.Namespace) -> dict[str, Any]:
     """The options' values from the parsed command line (keyed by field): an older flag's
     value when the newer one is not given (said on stderr: it is deprecated), else the

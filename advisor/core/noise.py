@@ -10,9 +10,12 @@ decided from the interference inside its timed blocks (``advisor.core.interferen
 the sentinel decides only where those counters cannot be read, and judges confirmation's
 runs (``advisor.study.confirmation.pairing``).
 
-**The baseline's reference.** Each ratio is to the median of the ``RECENT`` measurements
-of the baseline nearest in time (trial 0 and its re-measurements), never to one probe:
-with readings 1.0, 0.73, 1.0 the reference stays 1.0 (``recent_reference``).
+**The baseline's reference.** Each ratio is to the median of the baseline's ``RECENT``
+latest measurements (trial 0 and its re-measurements) taken by the time the figure was
+measured, never to one probe: after readings 1.0, 0.73, 1.0 the reference is 1.0
+(``recent_reference``). A measurement taken later never changes a figure's reference, so
+the ratio ``advisor tune`` printed when the trial finished is the one every later reader
+(the explorer, ``--json``, the export) shows.
 
 **The metric's noise (seed to seed).** The baseline is trained with ``NOISE_SEEDS``
 seeds; ``epsilon`` = 2 x their standard deviation. A difference in the metric within
@@ -31,7 +34,7 @@ from typing import Any
 DISTURBED_AT = 1.3  # a sentinel reading 30% off the study's median: a disturbed machine
 WINDOW = 15  # the median is over the last WINDOW readings (a lasting change moves it)
 MIN_READINGS = 3  # no verdict before the study has this many readings
-RECENT = 3  # the baseline's reference is the median of its RECENT measurements nearest in time
+RECENT = 3  # the baseline's reference is the median of its RECENT latest measurements by then
 NOISE_SEEDS = 3  # the baseline trained with this many seeds (the first is trial 0)
 EPSILON_SDS = 2.0  # epsilon = EPSILON_SDS x the seed-to-seed standard deviation
 
@@ -89,15 +92,12 @@ class SentinelJudge:
 
 def recent_reference(measurements: list[tuple[float, float]], when: float | None = None) -> float | None:
     """The baseline's reference throughput at ``when``: the median of the ``RECENT``
-    measurements ``(at, throughput)`` nearest to it in time (the latest ones when ``when``
-    is None; all of them when there are fewer); None without any."""
-    if not measurements:
-        return None
-    if when is None:
-        recent = sorted(measurements)[-RECENT:]
-    else:
-        recent = sorted(measurements, key=lambda m: (abs(m[0] - when), m[0]))[:RECENT]
-    return statistics.median(m[1] for m in recent)
+    latest measurements ``(at, throughput)`` taken by then (the latest of all when ``when``
+    is None); None without any by then (never one taken later: what was printed then stands)."""
+    ordered = sorted(measurements)
+    if when is not None:
+        ordered = [m for m in ordered if m[0] <= when]
+    return statistics.median(m[1] for m in ordered[-RECENT:]) if ordered else None
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class Versus:
 
     ``confirmed``: the ratios come from paired confirmation (``throughput_interval`` and
     ``memory_interval`` hold their 95% intervals, ``pairs`` their pair count); otherwise
-    they are unconfirmed single-trial ratios (to the baseline measured nearest in time).
+    they are unconfirmed single-trial ratios (to the baseline as measured by then).
     ``epsilon``: the metric's seed-to-seed noise (0 when not estimated).
     """
 

@@ -203,13 +203,49 @@ def skipped_attrs(config: TrialConfig, reason: str, failure_class: str) -> dict[
     return {**config_attrs(config), SKIPPED: True, "failure_class": failure_class, "failure_message": reason}
 
 
+def figure_time(record: TrialRecord) -> float | None:
+    """When ``record``'s speed was measured (POSIX seconds): its probe's, when it was
+    probed first, else when it finished."""
+    return record.get(PROBED_AT) or record.finished_at
+
+
+def baseline_measurements(attrs: dict[str, Any], base: TrialRecord | None) -> list[tuple[float, float]]:
+    """(when, throughput) of every measurement of the baseline, in time order, from the
+    study's attributes ``attrs`` and its baseline trial ``base``: trial 0 (unless its
+    sentinel showed a disturbed machine) and the re-measurements. The driver (its live
+    lines) and every reader of the stored study take them from here."""
+    out = [(float(m["at"]), float(m["throughput"])) for m in attrs.get(BASELINE_MEASUREMENTS) or []
+           if isinstance(m, dict) and isinstance(m.get("at"), (int, float)) and m.get("throughput")]
+    when = figure_time(base) if base is not None else None
+    if base is not None and base.figures and when is not None and not (
+            out and attrs.get(BASELINE_DISTURBED)):  # a disturbed trial 0 is no reference
+        out.append((float(when), base.figures.throughput))
+    return sorted(out)
+
+
+def reference_throughput_at(measurements: list[tuple[float, float]], base: TrialRecord,
+                            when: float | None) -> float | None:
+    """The baseline's reference throughput for a figure measured at ``when`` (None: trial
+    0's): the median of its ``RECENT`` latest measurements by then
+    (``advisor.core.noise.recent_reference``), never one probe alone. The one rule for an
+    unconfirmed ratio: ``advisor tune``'s line as the trial finishes and every later reading
+    of the study (``StoredStudy.versus_baseline``) take it from here, so they agree."""
+    if base.figures is None:
+        return None
+    found = recent_reference(measurements, when) if when is not None else None
+    # none by then (a figure measured before the first re-measurement of a baseline whose
+    # trial 0 turned out disturbed): trial 0's own, the one reference the driver had then
+    return found if found is not None else base.figures.throughput
+
+
 @dataclass(frozen=True)
 class StoredStudy(MetricReading):
     """A stored study read once: its attributes and every trial as a record.
 
     Ratios to the baseline (``versus_baseline``) are the confirmed ones where a trial was
-    confirmed in pairs; otherwise the trial's throughput against the baseline measured
-    nearest in time (trial 0 or a re-measurement), marked unconfirmed. The front and the
+    confirmed in pairs; otherwise the trial's throughput against the baseline's reference
+    as it stood when the trial was measured (``reference_throughput_at``), marked
+    unconfirmed. The front and the
     picks are decided on those ratios, with the metric's noise as epsilon.
     """
 
@@ -252,16 +288,8 @@ class StoredStudy(MetricReading):
 
     @cached_property
     def baseline_measurements(self) -> list[tuple[float, float]]:
-        """(when, throughput) of every measurement of the baseline, in time order: trial 0
-        (unless its sentinel showed a disturbed machine) and the re-measurements."""
-        out = [(float(m["at"]), float(m["throughput"])) for m in self.attrs.get(BASELINE_MEASUREMENTS) or []
-               if isinstance(m, dict) and isinstance(m.get("at"), (int, float)) and m.get("throughput")]
-        base = self.baseline
-        when = base.get(PROBED_AT) or base.finished_at if base is not None else None
-        if base is not None and base.figures and when is not None and not (
-                out and self.attrs.get(BASELINE_DISTURBED)):  # a disturbed trial 0 is no reference
-            out.append((float(when), base.figures.throughput))
-        return sorted(out)
+        """(when, throughput) of every measurement of the baseline: ``baseline_measurements``."""
+        return baseline_measurements(self.attrs, self.baseline)
 
     @cached_property
     def probe_margins(self) -> ProbeMargins:
@@ -277,18 +305,15 @@ class StoredStudy(MetricReading):
     def reference_throughput(self, record: TrialRecord) -> float | None:
         """The baseline's reference at ``record``'s time (its probe's, when it was probed
         first): ``reference_at``."""
-        return self.reference_at(record.get(PROBED_AT) or record.finished_at)
+        return self.reference_at(figure_time(record))
 
     def reference_at(self, when: float | None) -> float | None:
         """The baseline's reference throughput at ``when`` (POSIX seconds; None: trial
-        0's): the median of its ``RECENT`` measurements nearest in time
-        (``advisor.core.noise.recent_reference``), never one probe alone."""
+        0's): ``reference_throughput_at``."""
         base = self.baseline
         if base is None or base.figures is None:
             return None
-        if when is None or not self.baseline_measurements:
-            return base.figures.throughput
-        return recent_reference(self.baseline_measurements, when)
+        return reference_throughput_at(self.baseline_measurements, base, when)
 
     def versus_baseline(self, record: TrialRecord) -> Versus:
         """``record``'s figures relative to the baseline's (confirmed where it was)."""

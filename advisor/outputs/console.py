@@ -292,7 +292,7 @@ def front_table(study: StoredStudy) -> Any:
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
                   caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
                           "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
-                          "trial against the baseline measured nearest in time" + (
+                          "trial against the baseline as measured by then" + (
                               f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"
                               if noise else "") + f". {metric.name}: {metric.direction_word}",
                   caption_justify="left")

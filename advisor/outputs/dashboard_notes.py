@@ -111,7 +111,7 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
         lines.append(f"- **ratios**: confirmed in pairs against the baseline, medians with 95% intervals over "
                      f"{vs.pairs} pair{'s' if vs.pairs != 1 else ''}; {status}")
     elif not record.baseline and vs.throughput_ratio is not None:
-        lines.append("- **ratios**: unconfirmed: one trial against the baseline measured nearest in time "
+        lines.append("- **ratios**: unconfirmed: one trial against the baseline as measured by then "
                      "(`advisor confirm` measures the front in pairs)")
     verdict = vs.verdict.text(metric.delta_text) if vs.verdict is not None else None
     if verdict is not None and not record.baseline and not any(verdict in tag for tag in tags):
@@ -161,7 +161,7 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
         lines.append("- **Ratios**: " + (
             f"trials {', '.join(map(str, confirmed))} confirmed in pairs (95% intervals); the others are unconfirmed"
             if confirmed else "none confirmed in pairs yet: all are unconfirmed")
-            + ": one trial against the baseline measured nearest in time")
+            + ": one trial against the baseline as measured by then")
     lines += ["", "#### Picks", "", *_picks(study, storage_url), "", "#### Pareto front", ""]
     rows = front_rows(study)
     if not rows:

@@ -138,7 +138,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     has_base = study.baseline is not None
     table = Table(title=f"Trials of {study.name}", title_justify="left",
                   caption=("Ratios are to the baseline: confirmed in pairs with the 95% interval, else unconfirmed "
-                           "(one trial against the baseline measured nearest in time). " if has_base else
+                           "(one trial against the baseline as measured by then). " if has_base else
                            "No completed baseline: no ratios. ") + f"{metric.name}: {metric.direction_word}",
                   caption_justify="left")
     columns = [("trial", "right"), ("state", "left"), ("configuration", "left"), ("samples/s", "right"),

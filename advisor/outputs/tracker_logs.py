@@ -13,7 +13,10 @@ Metric keys: ``throughput`` (samples/s), ``peak_memory_bytes``, the metric under
 name (``accuracy``, ``perplexity``: the value itself, whatever its direction) and its
 difference to the baseline (``<name>_delta``: ``accuracy_delta``), the unconfirmed ratios
 to the baseline, the wall times (``wall_s`` the whole trial, ``probe_wall_s`` its
-speed-and-memory probe, ``training_wall_s`` its training run), the timing details and each phase (``phase/<name>_s``).
+speed-and-memory probe, ``training_wall_s`` its training run), the timing details and each phase (``phase/<name>_s``);
+for an inference trial its per-request latency in ms (``latency/p50_ms``, ``latency/p95_ms``,
+``latency/p99_ms`` at ``latency/batch_size`` over ``latency/calls`` calls; ``latency/batch1_ms``
+and ``latency/batch1_p99_ms`` at batch 1, when measured).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Finished
+from advisor.core.latency import Latency
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Figures
 from advisor.core.pairs import Confirmation
@@ -50,6 +54,7 @@ class StudyLog:
     name: str
     settings: dict[str, str]
     hardware: dict[str, str]  # the fingerprint, flattened (the CPU flags left out)
+    job: str = "study"  # or "confirmation": `advisor confirm` run on a stored study
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _hardware(found: dict[str, Any]) -> dict[str, str]:
+    """A hardware fingerprint (``advisor.machine.hardware.fingerprint``) flattened to text."""
+    hardware = {}
+    for key, value in found.items():
+        if key == "gpus":
+            value = ", ".join(str(g.get("name", "?")) for g in value) or "none"
+        if key != "cpu_flags":
+            hardware[key] = "" if value is None else str(value)
+    return hardware
+
+
+def confirmation_log(study: StoredStudy) -> StudyLog:
+    """``advisor confirm`` on a stored study: the study's run goes on (its settings as
+    ``advisor tune`` logged them are left as they are)."""
+    settings = {"study": study.name, "confirmed_by": "advisor confirm", "advisor_version": VERSION}
+    return StudyLog(study.name, settings, _hardware(study.attrs.get("hardware") or {}), job="confirmation")
+
+
 def study_log(plan: StudyPlan) -> StudyLog:
     o, metric = plan.options, plan.workload.metric_spec
     settings = {"study": plan.study_name, "workload_path": str(plan.workload.path), "workload": o.workload,
@@ -115,13 +138,7 @@ def study_log(plan: StudyPlan) -> StudyLog:
                 "seed": str(o.seed), "sampler": o.sampler, "train": o.train,
                 "storage": shown_url(plan.storage_url), "baseline_config": plan.baseline.describe(),
                 "advisor_version": VERSION}
-    hardware = {}
-    for key, value in fingerprint(plan.hardware).items():
-        if key == "gpus":
-            value = ", ".join(str(g.get("name", "?")) for g in value) or "none"
-        if key != "cpu_flags":
-            hardware[key] = "" if value is None else str(value)
-    return StudyLog(plan.study_name, settings, hardware)
+    return StudyLog(plan.study_name, settings, _hardware(fingerprint(plan.hardware)))
 
 
 def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
@@ -143,6 +160,8 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
                     "training_peak_memory_bytes": training.get("peak_memory_bytes")}
     figures |= {name: getattr(r, name) for name in _TIMING}
     figures |= {f"phase/{phase}_s": seconds for phase, seconds in r.phase_s.items()}
+    if record.latency is not None:  # an inference trial's
+        figures |= latency_metrics(record.latency)
     tags = {"advisor.study": study, "advisor.trial": str(event.number), "state": record.state,
             "baseline": str(record.baseline).lower(), "config": event.config.describe()}
     if record.state == "complete":
@@ -161,6 +180,14 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
     ended = record.finished_at
     return TrialLog(event.number, name, r.ok, event.config.to_dict(), finite(figures), tags,
                     ended - event.wall_s if ended is not None else None, ended)
+
+
+def latency_metrics(latency: Latency) -> dict[str, Any]:
+    """An inference trial's per-request latency as metrics, in ms (``advisor.core.latency``):
+    p50 / p95 / p99 at its batch size, and at batch 1 when it was measured."""
+    return {"latency/p50_ms": latency.p50_ms, "latency/p95_ms": latency.p95_ms, "latency/p99_ms": latency.p99_ms,
+            "latency/batch_size": latency.batch_size, "latency/calls": latency.calls,
+            "latency/batch1_ms": latency.batch1_ms, "latency/batch1_p99_ms": latency.batch1_p99_ms}
 
 
 def baseline_metrics(figures: Figures, metric: MetricSpec) -> dict[str, float]:
@@ -197,6 +224,8 @@ def end_log(study: StoredStudy, status: str, stop_reason: str | None, baseline_l
         if vs.throughput_interval is not None and vs.memory_interval is not None:
             entry |= {"throughput_interval": list(vs.throughput_interval),
                       "memory_interval": list(vs.memory_interval)}
+        if r.latency is not None:  # an inference study's
+            entry |= {"latency_p99_ms": r.latency.p99_ms, "latency_batch1_ms": r.latency.batch1_ms}
         front.append({k: _plain(v) for k, v in entry.items()})
     metrics["front_size"] = len(front)
     tags = {"front": ", ".join(str(row["trial"]) for row in front) or "none", "status": status}

@@ -65,7 +65,8 @@ class WandbTracker:
     def start(self, study: StudyLog) -> None:
         if self.dir is not None:
             Path(self.dir).mkdir(parents=True, exist_ok=True)
-        self.run = self._init(job_type="study", name=study.name,
+        name = study.name if study.job == "study" else f"{study.name}: {study.job}"  # advisor confirm: a run of its own
+        self.run = self._init(job_type=study.job, name=name,
                               config={"study": study.settings, "hardware": study.hardware})
 
     def trial(self, trial: TrialLog) -> None:

@@ -189,7 +189,7 @@ class Strategy:
     # ---- the steps -------------------------------------------------------------------
     def _combinations(self, base: TrialRecord, stored: StoredStudy) -> list[TrialConfig]:
         """The combinations of one-knob changes that paid off, each trial's throughput
-        rescaled to the baseline measured nearest in time to it (the combination step
+        rescaled to the baseline's reference as it stood when it ran (the combination step
         divides by trial 0's)."""
         assert base.figures is not None
         first = base.figures.throughput

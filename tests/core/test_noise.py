@@ -37,15 +37,20 @@ def test_judge_needs_readings_then_flags_slowdowns_only():
     assert len(judge.readings) == MIN_READINGS
 
 
-def test_the_reference_is_the_median_of_the_nearest_measurements_never_one_probe():
-    """One bad probe (0.73 between two 1.0 readings) does not move the reference."""
+def test_the_reference_is_the_median_of_the_latest_measurements_by_then_never_one_probe():
+    """One bad probe (0.73 between two 1.0 readings) does not move the reference, and a
+    measurement taken later never moves the reference of a figure measured before it."""
     measured = [(100.0, 1.0), (200.0, 0.73), (300.0, 1.0)]
-    assert recent_reference(measured, 200.0) == 1.0  # nearest the bad probe itself
+    assert recent_reference(measured, 300.0) == 1.0 and recent_reference(measured, 1000.0) == 1.0
+    assert recent_reference(measured, 250.0) == pytest.approx(0.865)  # the two by then, not the bad one alone
+    assert recent_reference(measured, 150.0) == 1.0  # trial 0's alone: the later ones do not count
     assert recent_reference(measured) == 1.0  # the latest three (the live reference)
     assert recent_reference(measured, None) == recent_reference(list(reversed(measured)))
-    # further on, the nearest three in time: a lasting change moves it once two agree
+    # further on, the latest three by then: a lasting change moves it once two agree
     later = measured + [(400.0, 0.6), (500.0, 0.6)]
     assert recent_reference(later, 500.0) == 0.6 and recent_reference(later, 100.0) == 1.0
+    assert recent_reference(later, 400.0) == 0.73  # 0.73, 1.0, 0.6
+    assert recent_reference(later, 50.0) is None  # none by then: never the later ones
     assert recent_reference([(1.0, 5.0)]) == 5.0 and recent_reference([(1.0, 4.0), (2.0, 6.0)]) == 5.0
     assert recent_reference([]) is None
 

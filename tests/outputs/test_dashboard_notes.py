@@ -119,7 +119,7 @@ def test_the_dashboard_shows_each_trials_ratios_intervals_and_verdict_as_report_
             continue
         if not vs["confirmed"]:  # unconfirmed ratios say so, with the same number
             assert note_row(note, "throughput")[2] == f"{vs['throughput_ratio']:.2f}x unconfirmed"
-            assert "unconfirmed: one trial against the baseline measured nearest in time" in note
+            assert "unconfirmed: one trial against the baseline as measured by then" in note
             assert f"{vs['throughput_ratio']:.2f}x unconfirmed" in console
         if t["state"] == "complete":  # the metric's verdict with its bounds, as `advisor trials --json` has it
             kind, (low, high) = vs["metric_verdict"], vs["metric_bounds"]

@@ -1,8 +1,10 @@
 """--log-to on a real study, end to end: `advisor tune` on real local Ray and SQLite, the
 digits MLP, paired confirmation on, logging to every tracker installed here at once (a
 real MLflow file store, real TensorBoard event files, W&B offline), each read back with
-its own library; then the study resumed for one more trial: nothing logged twice. Timings
-are never asserted, only that what the trackers hold is what the study stored."""
+its own library; then the study resumed for one more trial: nothing logged twice; then
+`advisor confirm --log-to` adds a pair, logged to the runs tune logged. Timings are never
+asserted, only that what the trackers hold is what the study stored (the unconfirmed
+ratios tune logged live included)."""
 
 from __future__ import annotations
 
@@ -69,6 +71,11 @@ def test_a_real_study_logs_each_trial_and_its_confirmation_once(ray_session, wor
             assert trials[number].data.metrics["confirmed/pairs"] == len(c.pairs)
             assert trials[number].data.tags["confirmation"] == c.status
         assert parent.info.status == "FINISHED"
+        for number, r in done.items():  # the ratio tune printed live is the one the stored study reads
+            if r.state == "complete" and not r.baseline and number not in confirmations:
+                assert trials[number].data.metrics["throughput_ratio"] == pytest.approx(
+                    study.versus_baseline(r).throughput_ratio, rel=1e-9), (
+                    number, trials[number].data.metrics, r, study.baseline_measurements, study.baseline)
     if "tensorboard" in INSTALLED:
         folders = sorted(p.name for p in (workdir / "tb" / "logged").iterdir())
         assert folders == ["study"] + [f"trial-{n:04d}" for n in sorted(done)]
@@ -96,3 +103,36 @@ def test_a_real_study_logs_each_trial_and_its_confirmation_once(ray_session, wor
         numbers = [int(r.summary["advisor.trial"]) for r in runs if r.job_type == "trial"]
         assert sorted(numbers) == sorted(again)  # each once
         assert len([r for r in runs if r.job_type == "study"]) == 2  # a study run for each run of advisor tune
+
+    # confirmed once more, separately: the new pairs go to the runs tune logged, no trial again
+    def confirmed_now() -> dict[int, Confirmation]:
+        attrs = optuna.load_study(study_name="logged", storage="sqlite:///advisor.db").user_attrs
+        return {int(k.split(":")[1]): Confirmation.from_dict(v) for k, v in attrs.items() if k.startswith(CONFIRMATION)}
+
+    before = {n: len(c.pairs) for n, c in confirmed_now().items()}
+    code = main(["confirm", "--study", "logged", "--pairs", str(max(before.values()) + 1), "--confirm-top", "1",
+                 "--json", "--log-to", log_to])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    after = confirmed_now()
+    grown = {n: len(c.pairs) for n, c in after.items() if len(c.pairs) > before.get(n, 0)}
+    if "nothing to confirm" in err:  # the resumed study's front is the baseline alone: no pair, nothing logged
+        assert not grown and "logging the confirmation pairs" not in err
+    else:
+        assert "logging the confirmation pairs as they land to " in err and "--log-to" not in err
+        assert grown, (before, after)  # the front's top candidate (after the resume) got pairs
+    if "mlflow" in INSTALLED:
+        [parent], trials, count = logged_by_mlflow(uri)
+        assert set(trials) == again and count == len(again)
+        for number, pairs in grown.items():
+            assert trials[number].data.metrics["confirmed/pairs"] == pairs
+        assert parent.info.status == "FINISHED"
+    if "tensorboard" in INSTALLED:
+        assert len(list((workdir / "tb" / "logged").glob("trial-*"))) == len(again)
+    if "wandb" in INSTALLED:
+        runs = offline_runs(workdir / "wb" / "wandb")
+        confirming = [r for r in runs if r.job_type == "confirmation"]
+        assert len(confirming) == (1 if grown else 0)
+        for number, pairs in grown.items():
+            assert confirming[0].summary[f"confirmation/trial_{number}/pairs"] == pairs
+        assert len([r for r in runs if r.job_type == "trial"]) == len(again)

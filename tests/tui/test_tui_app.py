@@ -46,7 +46,7 @@ async def test_rows_move_and_detail_follows(url, tmp_path):
         assert table.selected == 2
         text = _detail_text(app)
         assert "throughput 1.76x unconfirmed, memory 1.33x unconfirmed, accuracy -0.6 pt" in text
-        assert "channels_last: true" in text and "spread (IQR) 2.0%" in text and "AMD EPYC" in text
+        assert "channels_last: false -> true" in text and "spread (IQR) 2.0%" in text and "AMD EPYC" in text
 
 
 async def test_plot_axes_switch_and_never_coincide(url):
@@ -199,7 +199,7 @@ async def test_a_study_written_by_the_first_version_opens_without_migration(tmp_
         await pilot.pause()
         assert _table(app).row_count == 7
         text = _detail_text(app)
-        assert "channels_last: true" in text and "grad_accumulation=1" in text  # filled with today's default
+        assert "channels_last: false -> true" in text and "grad_accumulation=1" in text  # filled with today's default
         await pilot.press("e")
         await pilot.pause()
         assert advisor.load_config(tmp_path / f"{NAME}-trial2.yaml").grad_accumulation == 1

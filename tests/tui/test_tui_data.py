@@ -40,7 +40,7 @@ def test_a_probed_only_trial_shows_as_such(data):
     row = next(r for r in data.rows if r.number == trial.number)
     assert row.state == "probed" and not row.on_front and row.throughput == 3000.0
     assert trial.number in [r.number for r in data.view("all")] and data.counts()["probed"] == 1
-    cells = [str(c) for c in TrialTable._figure_cells(row)]
+    cells = [text for text, _, _ in TrialTable._figure_cells(row)]
     assert cells[1] == "3,000" and "unconfirmed" in cells[2] and cells[5] == "probed"
     text = describe(row, data.attrs).plain
     assert "probed: 3,000 samples/s" in text and "no training run needed: dominated by trial 1" in text

@@ -143,7 +143,8 @@ class MainScreen(Screen[None]):
     def draw(self) -> None:
         self.query_one(ScatterPlot).draw(self.data.rows, self.x_axis, self.y_axis, self.selected)
         row = next((r for r in self.data.rows if r.number == self.selected), None)
-        self.query_one(TrialDetail).show(row, self.data.attrs)
+        base = self.data.baseline
+        self.query_one(TrialDetail).show(row, self.data.attrs, base.config if base is not None else None)
 
     @on(TrialTable.Selected)
     def _selected(self, event: TrialTable.Selected) -> None:

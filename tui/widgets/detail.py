@@ -1,5 +1,6 @@
-"""The detail pane: one trial's configuration, figures against the baseline, timing
-spread, telemetry, failure and the hardware it ran on."""
+"""The detail pane: one trial's figures against the baseline, the knobs it changed from the
+baseline's configuration, timing spread, telemetry, failure, the hardware it ran on, and
+last, under their own heading, the knobs it left as the baseline has them."""
 
 from __future__ import annotations
 
@@ -22,13 +23,17 @@ from advisor.tui.data import TrialRow
 class TrialDetail(Static):
     """Shows the selected trial."""
 
-    def show(self, row: TrialRow | None, study_attrs: dict[str, Any]) -> None:
-        self.update(describe(row, study_attrs) if row is not None else Text("no trial selected", style="dim"))
+    def show(self, row: TrialRow | None, study_attrs: dict[str, Any], baseline: TrialConfig | None = None) -> None:
+        self.update(describe(row, study_attrs, baseline) if row is not None
+                    else Text("no trial selected", style="dim"))
 
 
-def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
+def describe(row: TrialRow, study_attrs: dict[str, Any], baseline: TrialConfig | None = None) -> Text:
+    """The pane's text; knobs compared with ``baseline`` (the study's baseline trial's
+    configuration; the defaults for the baseline itself or without one)."""
     text = Text()
-    title = f"trial {row.number}" + (" (baseline)" if row.baseline else "") + (" — on the front" if row.on_front else "")
+    title = (f"trial {row.number}" + (" (baseline)" if row.baseline else "")
+             + (" — on the front" if row.on_front else ""))
     text.append(title + "\n", style="bold")
     text.append(row.description + "\n", style="cyan")
     u = row.attrs
@@ -36,7 +41,8 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         text.append(f"{fmt_rate(row.throughput)} samples/s, {fmt_bytes(row.memory)} peak, "
                     f"{row.metric.name} {row.metric.value_text(row.score)}\n")  # type: ignore[arg-type]
         if row.versus.summary(row.metric):
-            text.append(row.versus.summary(row.metric) + " vs the baseline\n", style="bold green" if row.feasible else "yellow")
+            text.append(row.versus.summary(row.metric) + " vs the baseline\n",
+                        style="bold green" if row.feasible else "yellow")
         latency = row.record.latency  # an inference trial's per-request latency
         if latency is not None:
             text.append(latency_text(latency) + "\n")
@@ -74,14 +80,10 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
         text.append(f"duplicate of trial {u.get('duplicate_of')}\n", style="dim")
     else:
         text.append("running\n", style="italic")
-    default = TrialConfig().to_dict()
-    config = row.config.to_dict()
-    text.append("config\n", style="bold")
-    for key, value in config.items():
-        if value != default.get(key) or key == "batch_size":
-            text.append(f"  {key}: {json.dumps(value)}\n", style="cyan")
-    rest = ", ".join(f"{k}={json.dumps(v)}" for k, v in config.items() if v == default.get(k) and k != "batch_size")
-    text.append(f"  defaults: {rest}\n", style="dim")
+    changed, rest = knobs(row, baseline)
+    text.append(changed[0] + "\n", style="bold")
+    for line in changed[1:]:
+        text.append(f"  {line}\n", style="cyan")
     phases = u.get("phase_s") or {}
     if phases or u.get("wall_s"):
         times = ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
@@ -97,7 +99,29 @@ def describe(row: TrialRow, study_attrs: dict[str, Any]) -> Text:
     if hw:
         text.append(f"hardware: {describe_fingerprint(hw)}" + (f", host {u['host']}" if u.get("host") else "") + "\n",
                     style="dim")
+    text.append(rest[0] + "\n", style="bold dim")
+    text.append(f"  {rest[1]}\n", style="dim")
     return text
+
+
+def knobs(row: TrialRow, baseline: TrialConfig | None) -> tuple[list[str], list[str]]:
+    """(heading, 'knob: baseline's -> this one's' per changed knob) and (heading, the other
+    knobs as 'k=v, ...'): against the baseline's configuration, or the defaults for the
+    baseline itself (or when the study has none)."""
+    against_defaults = row.baseline or baseline is None
+    reference = (TrialConfig() if against_defaults else baseline).to_dict()  # type: ignore[union-attr]
+    config = row.config.to_dict()
+    moved = [k for k, v in config.items() if v != reference.get(k)]
+    same = [k for k in config if k not in moved]
+    if against_defaults:
+        heading = "set apart from the defaults" if moved else "every knob at its default"
+        lines = [f"{k}: {json.dumps(config[k])} (default {json.dumps(reference.get(k))})" for k in moved]
+        other = f"the other {len(same)} knobs, at their defaults"
+    else:
+        heading = "changed from the baseline" if moved else "no knob changed from the baseline"
+        lines = [f"{k}: {json.dumps(reference.get(k))} -> {json.dumps(config[k])}" for k in moved]
+        other = f"the other {len(same)} knobs, as the baseline has them"
+    return [heading, *lines], [other, ", ".join(f"{k}={json.dumps(config[k])}" for k in same)]
 
 
 def latency_text(lat: Latency) -> str:

@@ -1,10 +1,12 @@
 """A scatter plot of two chosen figures: front highlighted, baseline and selection marked,
-infeasible trials drawn apart."""
+infeasible trials drawn apart. Its ticks are round numbers ('4k 6k 8k'); the axes' titles
+name the figure and its unit ('y: peak memory (MiB)' above, 'x: throughput (samples/s)' below)."""
 
 from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
+from advisor.tui.cells import nice_ticks, tick_labels
 from advisor.tui.data import AXES, TrialRow
 
 
@@ -28,5 +30,15 @@ class ScatterPlot(PlotextPlot):
                 plt.scatter([r.value(x) for r in group], [r.value(y) for r in group], marker=marker, color=color,
                             label=label)
         names = {k: (points[0].metric.name if k == "metric" and points else AXES[k][0]) for k in (x, y)}
-        plt.title(f"x: {names[x]} · y: {names[y]}" if points else "no completed trial yet")
+        if not points:
+            plt.title("no completed trial yet")
+            self.refresh()
+            return
+        for axis, ticks_of, lim_of in ((x, plt.xticks, plt.xlim), (y, plt.yticks, plt.ylim)):
+            ticks = nice_ticks(min(r.value(axis) for r in points), max(r.value(axis) for r in points))  # type: ignore[type-var]
+            if ticks:
+                ticks_of(ticks, tick_labels(ticks))
+                lim_of(ticks[0], ticks[-1])
+        plt.title(f"y: {names[y]}")
+        plt.xlabel(f"x: {names[x]}")
         self.refresh()

@@ -1,4 +1,6 @@
-"""The table of trials: the Pareto front, all trials, or the failed ones."""
+"""The table of trials: the Pareto front, all trials, or the failed ones. Its columns fit
+the table's width: where the content is wider, the text columns are clipped at word
+boundaries ('1.52x …'); the detail pane has the whole text."""
 
 from __future__ import annotations
 
@@ -8,9 +10,13 @@ from textual.widgets import DataTable
 
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
+from advisor.tui.cells import fit_cells
 from advisor.tui.data import TrialRow
 
 FAILED_COLUMNS = ("trial", "outcome", "message", "configuration")
+FAILED_SHRINKABLE = (False, False, True, True)
+FIGURE_SHRINKABLE = (False, False, True, False, True, False, True, True)  # ratios, the metric's delta, configuration
+Cell = tuple[str, str, str]  # text, style, justify
 
 
 def figure_columns(metric: MetricSpec) -> tuple[str, ...]:
@@ -31,19 +37,26 @@ class TrialTable(DataTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.mode: tuple[str, ...] = ()
+        self.shown: tuple[list[TrialRow], bool] = ([], False)
+        self.fitted_to = 0  # the width the cells were fitted to (0: not laid out yet, not fitted)
 
     def show(self, rows: list[TrialRow], failed_view: bool, keep: int | None = None) -> None:
         """Replace the rows, keeping the cursor on trial ``keep`` when it is still shown."""
+        self.shown = (rows, failed_view)
         mode = FAILED_COLUMNS if failed_view else figure_columns(rows[0].metric if rows else DEFAULT_METRIC)
-        if mode != self.mode:
-            self.clear(columns=True)
-            for name in mode:
-                self.add_column(name, key=None if name == "vs base" else name)
-            self.mode = mode
-        else:
-            self.clear()
-        for row in rows:
-            self.add_row(*(self._failed_cells(row) if failed_view else self._figure_cells(row)), key=str(row.number))
+        self.clear(columns=True)  # columns again too: a column's width only ever grows with its cells
+        for name in mode:
+            self.add_column(name, key=None if name == "vs base" else name)
+        self.mode = mode
+        cells = [self._failed_cells(row) if failed_view else self._figure_cells(row) for row in rows]
+        self.fitted_to = self.size.width - 2  # room for the vertical scrollbar
+        if self.fitted_to > 0:
+            texts = fit_cells(mode, [[c[0] for c in row] for row in cells],
+                              FAILED_SHRINKABLE if failed_view else FIGURE_SHRINKABLE, self.fitted_to)
+            cells = [[(t, style, justify) for t, (_, style, justify) in zip(r, row)] for r, row in zip(texts, cells)]
+        for row, row_cells in zip(rows, cells):
+            self.add_row(*(Text(t, style=style, justify=justify) for t, style, justify in row_cells),  # type: ignore[arg-type]
+                         key=str(row.number))
         if self.row_count:
             known = keep is not None and str(keep) in self.rows
             self.move_cursor(row=self.get_row_index(str(keep)) if known else 0, animate=False)
@@ -56,32 +69,33 @@ class TrialTable(DataTable):
         key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         return int(key) if key is not None else None
 
+    def on_resize(self) -> None:
+        if self.size.width - 2 != self.fitted_to and self.mode:
+            self.show(*self.shown, keep=self.selected)
+
     @staticmethod
-    def _figure_cells(row: TrialRow) -> list[object]:
+    def _figure_cells(row: TrialRow) -> list[Cell]:
         mark = " base" if row.baseline else (" *" if row.on_front else "")
         style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
         if row.state == "probed":  # two-stage: speed and memory measured, no training run needed
-            cells = row.versus.cells()
-            return [Text(f"{row.number} p", justify="right", style="dim"),
-                    Text(fmt_rate(row.throughput), justify="right", style="dim"), Text(cells[0], justify="right", style="dim"),
-                    Text(fmt_bytes(row.memory), justify="right", style="dim"), Text(cells[1], justify="right", style="dim"),
-                    Text("probed", justify="right", style="dim"), Text("not needed", justify="right", style="dim"),
-                    Text(row.description, style="dim")]
+            ratios = row.versus.cells()
+            texts = [f"{row.number} p", fmt_rate(row.throughput), ratios[0], fmt_bytes(row.memory), ratios[1],
+                     "probed", "not needed"]
+            return [(t, "dim", "right") for t in texts] + [(row.description, "dim", "left")]
         if row.state != "complete":
-            return [Text(f"{row.number}", justify="right"), Text(row.failure or row.state, style="red"),
-                    "", "", "", "", "", Text(row.description, style="red")]
-        return [Text(f"{row.number}{mark}", justify="right", style=style),
-                Text(fmt_rate(row.throughput), justify="right"), Text(row.versus.cells()[0], justify="right"),
-                Text(fmt_bytes(row.memory), justify="right"), Text(row.versus.cells()[1], justify="right"),
-                Text(row.metric.value_text(row.score), justify="right"),  # type: ignore[arg-type]
-                Text(row.versus.metric_text(row.metric), justify="right"),
-                Text(row.description, style=style)]
+            return [(f"{row.number}", "", "right"), (row.failure or row.state, "red", "left"),
+                    *[("", "", "left")] * 5, (row.description, "red", "left")]
+        ratios = row.versus.cells()
+        return [(f"{row.number}{mark}", style, "right"), (fmt_rate(row.throughput), "", "right"),
+                (ratios[0], "", "right"), (fmt_bytes(row.memory), "", "right"), (ratios[1], "", "right"),
+                (row.metric.value_text(row.score), "", "right"),  # type: ignore[arg-type]
+                (row.versus.metric_text(row.metric), "", "right"), (row.description, style, "left")]
 
     @staticmethod
-    def _failed_cells(row: TrialRow) -> list[object]:
+    def _failed_cells(row: TrialRow) -> list[Cell]:
         outcome = f"{row.failure}, skipped" if row.state == "skipped" else row.failure
-        first = first_line(row.message, 100)
-        return [Text(str(row.number), justify="right"), Text(outcome, style="red"), first[:100], row.description]
+        return [(str(row.number), "", "right"), (outcome, "red", "left"), (first_line(row.message, 100), "", "left"),
+                (row.description, "", "left")]
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

@@ -30,10 +30,18 @@ from advisor.core.events import Listener, Note
 from advisor.core.feasibility import verdict
 from advisor.core.interference import InterferencePool, disturbance, rerun_reason, summary_of
 from advisor.core.noise import MetricNoise, SentinelJudge, reading_of, recent_reference
-from advisor.core.objectives import Figures, Limits, Versus, ratio
+from advisor.core.objectives import Limits, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stop import Stop
-from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, METRIC_NOISE, TrialRecord, read_trial
+from advisor.core.stored import (
+    BASELINE_DISTURBED,
+    BASELINE_MEASUREMENTS,
+    METRIC_NOISE,
+    TrialRecord,
+    baseline_measurements,
+    read_trial,
+    reference_throughput_at,
+)
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
 from advisor.study.confirmation.pairing import probe_settings
@@ -66,6 +74,7 @@ class BaselineWatch:
         trial0 = [base.figures.throughput] if base and base.figures and not (
             self.measurements and study.user_attrs.get(BASELINE_DISTURBED)) else []  # as StoredStudy reads it
         self.references: list[float] = trial0 + [m["throughput"] for m in self.measurements if m.get("throughput")]
+        self.base_disturbed = bool(study.user_attrs.get(BASELINE_DISTURBED))
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
         self.runs: dict[int, list[TrialResult]] = {}  # a trial's disturbed runs so far, by trial number
@@ -112,20 +121,26 @@ class BaselineWatch:
         if noise is not None:
             self.epsilon, self.noise = noise.epsilon, noise
 
-    def versus(self, result: TrialResult, base: Figures, limits: Limits, probe: bool = False) -> Versus | None:
-        """A result against the latest measurement of the baseline (unconfirmed), its metric
-        against the baseline's seed mean with the verdict (``advisor.core.feasibility``); a
-        probe's (``probe``) without the metric."""
-        if not result.ok or (result.score is None and not probe):
+    def versus(self, result: TrialResult, base: TrialRecord, limits: Limits, when: float | None,
+               probe: bool = False) -> Versus | None:
+        """A result measured at ``when`` against the baseline trial ``base`` (unconfirmed):
+        its throughput to the baseline's reference as it stood then, by the rule every later
+        reading of the study applies (``advisor.core.stored.reference_throughput_at``); its
+        metric against the baseline's seed mean with the verdict
+        (``advisor.core.feasibility``); a probe's (``probe``) without the metric."""
+        if not result.ok or (result.score is None and not probe) or base.figures is None:
             return None
-        latest = self.base_throughput or base.throughput
-        seeds = self.noise.values if self.noise is not None and self.noise.values else [base.score]
-        reference = statistics.fmean(seeds)
+        measured = baseline_measurements({BASELINE_MEASUREMENTS: self.measurements,
+                                          BASELINE_DISTURBED: self.base_disturbed}, base)
+        reference = reference_throughput_at(measured, base, when)
+        figures = base.figures
+        seeds = self.noise.values if self.noise is not None and self.noise.values else [figures.score]
+        mean = statistics.fmean(seeds)
         delta = judged = None
         if result.score is not None:
-            delta = result.score - reference
-            judged = verdict([result.score], seeds, limits.allowed(reference))
-        return Versus(ratio(result.throughput, latest), ratio(result.peak_memory_bytes, base.peak_memory_bytes),
+            delta = result.score - mean
+            judged = verdict([result.score], seeds, limits.allowed(mean))
+        return Versus(ratio(result.throughput, reference), ratio(result.peak_memory_bytes, figures.peak_memory_bytes),
                       delta, epsilon=self.epsilon, verdict=judged)
 
     @property
@@ -204,6 +219,7 @@ class BaselineWatch:
         if self.base_reading is not None and self.judge.median is not None and not self.measurements and \
                 self.judge.disturbed(self.base_reading):
             self.study.set_user_attr(BASELINE_DISTURBED, self.judge.disturbed(self.base_reading))
+            self.base_disturbed = True
         entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
                  "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading, "reason": reason,
                  "host": result.host}

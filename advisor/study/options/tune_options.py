@@ -101,6 +101,16 @@ def read_trackers(value: Any, name: str) -> tuple[str, ...]:
     return tuple(found.values())
 
 
+def check_trackers_installed(entries: tuple[str, ...], name: str) -> None:
+    """A StudyError for a tracker whose library is not installed (``name``: the option as
+    the caller writes it)."""
+    for entry in entries:
+        tracker = entry.partition(":")[0]
+        if importlib.util.find_spec(TRACKERS[tracker]) is None:
+            raise StudyError(f"{_as_given(name, tracker)} needs the {TRACKERS[tracker]} package: "
+                             f"pip install 'advisor[{tracker}]'")
+
+
 def _trackers_env(text: str, variable: str) -> tuple[str, ...]:
     return read_trackers(text, f"${variable}")
 
@@ -292,11 +302,7 @@ class TuneOptions:
                              f"found {self.metric_seeds}")
         if self.train not in TRAIN_MODES:
             raise StudyError(f"{name('train')} must be one of {', '.join(TRAIN_MODES)}, found {self.train!r}")
-        for entry in read_trackers(self.log_to, name("log_to")):
-            tracker = entry.partition(":")[0]
-            if importlib.util.find_spec(TRACKERS[tracker]) is None:
-                raise StudyError(f"{_as_given(name('log_to'), tracker)} needs the {TRACKERS[tracker]} package: "
-                                 f"pip install 'advisor[{tracker}]'")
+        check_trackers_installed(read_trackers(self.log_to, name("log_to")), name("log_to"))
         if self.skip_preflight and self.train_samples is None and self.workload == "train":
             raise StudyError(f"{name('train_samples')} is required with {name('skip_preflight')} "
                              "(how many samples each trial trains on)")

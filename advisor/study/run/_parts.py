@@ -20,7 +20,7 @@ from advisor.core.events import Cancelled, Finished, Listener, Note, Probed, Sub
 from advisor.core.noise import reading_of
 from advisor.core.objectives import Versus
 from advisor.core.results import TrialPayload, TrialResult
-from advisor.core.stored import WALL, TrialRecord
+from advisor.core.stored import WALL, TrialRecord, figure_time
 from advisor.search.strategy import Proposal
 from advisor.study.confirmation.baseline_watch import BaselineWatch
 from advisor.study.confirmation.pairing import probe_settings
@@ -90,7 +90,7 @@ class Parts:
             record = self.ledger.apply(decision)
             shown = probe_result(record)
             self.emit(Finished(record.number, record.config, shown, record.get(WALL, 0.0), record,  # type: ignore[arg-type]
-                               self.versus(shown)))
+                               self.versus(shown, figure_time(record))))
 
     def fits_the_budget(self, proposal: Proposal) -> bool:
         """Whether ``proposal``, now numbered, is within ``--trials``: the trials stored that
@@ -119,17 +119,19 @@ class Parts:
                 assert self.queue is not None
                 w = self.queue.probed(d.proposal, d.result, d.wall_s)
                 self.ledger.store_probe(d.number, d.result, d.wall_s, w.at)
-                self.emit(Probed(d.number, d.proposal.config, d.result, d.wall_s, self.versus(d.result, probe=True)))
+                self.emit(Probed(d.number, d.proposal.config, d.result, d.wall_s,
+                                 self.versus(d.result, w.at, probe=True)))  # w.at: its stored probed_at
                 continue
             finished.append(self._record(d))
         return finished
 
-    def versus(self, result: TrialResult, probe: bool = False) -> Versus | None:
-        """A result against the latest measurement of the baseline (None before it is in)."""
+    def versus(self, result: TrialResult, when: float | None, probe: bool = False) -> Versus | None:
+        """A result measured at ``when`` against the baseline, as the stored study will read
+        it (None before the baseline is in)."""
         base = self.ledger.baseline_record
         if self.watch is None or base is None or base.figures is None:
             return None
-        return self.watch.versus(result, base.figures, self.plan.options.limits, probe)
+        return self.watch.versus(result, base, self.plan.options.limits, when, probe)
 
     def _limit(self) -> float | None:
         return self.watch.limit if self.watch is not None else None
@@ -169,7 +171,7 @@ class Parts:
             result, wall = shown, record.get(WALL, wall)
         else:
             record = self.ledger.tell(d.number, result, wall)
-        self.emit(Finished(d.number, d.proposal.config, result, wall, record, self.versus(result)))
+        self.emit(Finished(d.number, d.proposal.config, result, wall, record, self.versus(result, figure_time(record))))
         return record
 
     # ---- stopping ---------------------------------------------------------------------

@@ -76,8 +76,11 @@ class RunContext:
                 storage.watch(lambda text: emit(Note(text)))
 
             def stored() -> dict[str, Any] | None:  # the study's attributes, once it exists
-                known = plan.study_name in stores.study_names(storage)
-                return dict(stores.load(storage, plan.study_name).user_attrs) if known else None
+                if plan.study_name not in stores.study_names(storage):
+                    return None
+                if plan.study_name not in stores.study_names(storage, advisor_only=True):
+                    return {}  # another program's study: nothing to size; open_study refuses it by name
+                return dict(stores.load(storage, plan.study_name).user_attrs)
 
             plan = settle(plan, stored, executor, stop, emit)  # the default training budget, capped by time
             study = open_study(plan, storage, emit)

@@ -10,7 +10,7 @@ asks ``settle()`` for what needs no run: a configuration dominated beyond noise 
 already known to be feasible (``ProbedOnly``: stored as probed, Optuna's PRUNED, with
 ``TRAINING_SKIPPED`` saying by which trial), and one whose fingerprint matches a trained
 configuration's (``Reused``: its metric is reused). Throughputs are compared as ratios
-to the baseline measured nearest in time to each probe (``StoredStudy.reference_at``), so a
+to the baseline's reference as it stood at each probe (``StoredStudy.reference_at``), so a
 machine that was faster when one probe ran than when the other did decides nothing. Then ``next_run()`` names the
 configuration whose training run goes next: one no other waiting configuration dominates,
 fastest first; the baseline always runs, and before anything else.
@@ -66,20 +66,20 @@ class Waiting:
         return float(self.probe.throughput or 0.0), float(self.probe.peak_memory_bytes or 0)
 
     def relative(self, stored: StoredStudy) -> tuple[float, float]:
-        """(throughput ratio to the baseline measured nearest the probe, peak memory)."""
+        """(throughput ratio to the baseline's reference at the probe, peak memory)."""
         return relative(stored, self.figures, self.at)
 
 
 def relative(stored: StoredStudy, figures: tuple[float, float], when: float | None) -> tuple[float, float]:
-    """A probe's (throughput, peak memory) with the throughput as a ratio to the baseline
-    measured nearest in time to ``when``."""
+    """A probe's (throughput, peak memory) with the throughput as a ratio to the baseline's
+    reference at ``when`` (the median of its latest measurements by then)."""
     reference = stored.reference_at(when)
     return (figures[0] / reference if reference else figures[0]), figures[1]
 
 
 def _dominated_text(by: int, better: tuple[float, float], mine: tuple[float, float], margins: ProbeMargins) -> str:
     return (f"dominated by trial {by} ({better[0] / mine[0]:.2f}x its throughput, {better[1] / mine[1]:.2f}x its "
-            f"memory, each against the baseline measured nearest in time; noise +-{100 * margins.throughput:.0f}% / "
+            f"memory, each against the baseline as measured by then; noise +-{100 * margins.throughput:.0f}% / "
             f"+-{100 * margins.memory:.0f}%)")
 
 
