@@ -190,15 +190,21 @@ class Strategy:
     def _combinations(self, base: TrialRecord, stored: StoredStudy) -> list[TrialConfig]:
         """The combinations of one-knob changes that paid off, each trial's throughput
         rescaled to the baseline's reference as it stood when it ran (the combination step
-        divides by trial 0's)."""
+        divides by trial 0's); probed-only trials count with their probe's figures."""
         assert base.figures is not None
         first = base.figures.throughput
 
         def figures(r: TrialRecord) -> Figures | None:
-            if r.figures is None:
-                return None
             reference = stored.reference_throughput(r) or first
-            return r.figures._replace(throughput=r.figures.throughput * first / reference)
+            if r.figures is not None:
+                return r.figures._replace(throughput=r.figures.throughput * first / reference)
+            if r.probe is None:
+                return None
+            # probed only (dominated, so it needed no training run): its speed and memory are
+            # measured and its metric taken as held, so it still combines (another seed that
+            # beat it, or a loaded machine, must not decide whether combinations follow); a
+            # combination's own training run measures the metric
+            return Figures(r.probe[0] * first / reference, r.probe[1], base.figures.score)
 
         measured = [(r.config, figures(r)) for r in stored.records
                     if r.counted and r.config is not None and not r.baseline]

@@ -272,3 +272,21 @@ def test_the_queue_decides_and_only_the_ledger_stores(study):
     assert study.trials[slow_big.number].state == optuna.trial.TrialState.RUNNING
     assert run.ledger.apply(decision).state == "probed"
     assert study.trials[slow_big.number].state == optuna.trial.TrialState.PRUNED
+
+
+def test_a_probed_only_seed_still_combines(study):
+    """A seed that another seed dominated needed no training run (its metric is unknown), but
+    its move still counts: two memory savers, one dominated by the other (a loaded machine's
+    timings can make it so), are combined, as they are when both trained."""
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.9)
+    smaller = run.probed({"batch_size": 16}, 1100.0, 60.0)  # smaller and faster: trains
+    assert run.settle() == []
+    run.queue.waiting[smaller.number].running = True
+    assert run.finished(smaller.number, accuracy(0.9), 1.0).feasible
+    fewer = run.probed({"batch_size": 32, "threads": 1}, 500.0, 75.0)  # smaller, but dominated by the one above
+    assert [r.number for r in run.settle()] == [fewer.number]
+    stored = run.ledger.stored()
+    assert stored.records[fewer.number].state == "probed" and stored.records[fewer.number].figures is None
+    chosen = run.strategy._combinations(run.ledger.baseline_record, stored)
+    assert [(c.batch_size, c.threads) for c in chosen] == [(16, 1)]
