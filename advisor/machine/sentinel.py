@@ -5,7 +5,8 @@ The kernel never changes (a float32 matmul of fixed size, on a fixed number of C
 or on the trial's GPU), so its time says how fast *the machine* was during the trial,
 whatever the configuration does. A trial whose sentinel is far off the study's median ran
 on a disturbed machine (another process, a throttled GPU) and is run again; the study
-judges that (``advisor.study.sentinel``), this module only measures.
+judges that (``advisor.study.confirmation.baseline_watch``, with ``advisor.core.noise``), this
+module only measures.
 """
 
 from __future__ import annotations
