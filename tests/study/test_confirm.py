@@ -171,7 +171,8 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
     Rounds(executor, load_workload(str(EXAMPLES / "digits_mlp.py")), TrialSettings.from_dict(study.user_attrs["settings"]),
            SentinelJudge(threshold=1e9), 0.0001, 2, 120, Stop(), lambda e: None,
            lambda c, wall: paired.append(c.label)).run(base, candidates)
-    assert order == [32, 64, 128, 32, 32, 128, 64, 32]
+    b = base.batch_size  # the fixture's baseline (256)
+    assert order == [b, 64, 128, b, b, 128, 64, b]
     assert paired == ["c0", "c1", "c1", "c0"]
     assert [len(c.confirmation.pairs) for c in candidates] == [2, 2]
     assert all(c.confirmation.status == "capped" for c in candidates)
