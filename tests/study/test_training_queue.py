@@ -42,7 +42,7 @@ def baseline_fell_to(study, throughput: float) -> None:
 
 def probe(throughput, memory, fingerprint=None):
     return TrialResult(ok=True, throughput=throughput, peak_memory_bytes=memory, step_time_median_s=0.01,
-                       telemetry={"fingerprint": fingerprint} if fingerprint else {})
+                       train_samples=320, telemetry={"fingerprint": fingerprint} if fingerprint else {})
 
 
 def accuracy(value, stop=None):
@@ -210,6 +210,8 @@ def test_same_training_numerics_reuse_the_metric(study):
     rec = done[same.number]
     assert rec.state == "complete" and rec.figures.score == 0.9 and rec.get("accuracy_reused_from") == 0
     assert rec.get("accuracy_reuse_difference") == 0.0
+    source = read_study(study).records[0]  # trained on the budget; the probe stepped as long as its timing took
+    assert rec.get("train_samples") == source.get("train_samples") == 1000 and rec.get("final_loss") == 0.5
     assert any("mse reused from trial 0" in n for n in run.notes)  # the metric by its name, never "accuracy"
     assert numerics.number in run.queue.waiting  # its first steps differ: it trains
 

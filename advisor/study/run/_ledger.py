@@ -290,6 +290,8 @@ class Ledger:
         trial.set_user_attr(METRIC_REUSED, source.number)
         trial.set_user_attr(REUSE_DIFFERENCE, decision.difference)
         trial.set_user_attr(SCORE, source.figures.score)
+        for key in ("train_samples", "final_loss"):  # the metric's training run: the source's (not the probe's steps)
+            trial.set_user_attr(key, source.get(key))
         trial.set_user_attr(WALL, decision.probe_wall_s)
         self.emit(Note(f"trial {decision.number}: {self.metric.name} reused from trial {source.number} (same training "
                        f"numerics: its first steps agree within {decision.difference:.1e}, relative)"))
