@@ -68,3 +68,27 @@ class StorageCalls:
     def reset(self) -> None:
         self.calls.clear()
         self.trials_read = 0
+
+
+class FakeLiveRun:
+    """A stand-in for the tuner as the live explorer sees it (advisor.tui.app.LiveRun): the
+    test plays the tuner's thread, sending its events from another thread, as the tuner does."""
+
+    def __init__(self, storage: Any, total: int = 50, done: int = 0) -> None:
+        self.total, self.done, self.running = total, done, True
+        self.storage = storage
+        self.on_event: Any = None
+
+    def start(self, on_event: Any) -> None:
+        self.on_event = on_event
+
+    def stop(self, reason: str) -> None:
+        self.running = False
+
+    def eta_s(self) -> float | None:
+        return None
+
+    def send(self, *events: Any) -> None:
+        thread = threading.Thread(target=lambda: [self.on_event(e) for e in events])
+        thread.start()
+        thread.join()

@@ -9,7 +9,7 @@ import threading
 
 import optuna
 import pytest
-from explorer_pilot import StorageCalls, loaded, until
+from explorer_pilot import FakeLiveRun, StorageCalls, loaded, until
 
 from advisor.core.events import Cancelled, Started
 from advisor.study.storage import stores as st
@@ -69,35 +69,10 @@ def test_filters_views_and_sorting_do_not_read_storage(url):
     assert calls.calls == []
 
 
-class _Live:
-    """The tuner as the live explorer sees it (advisor.tui.app.LiveRun); the test plays
-    the tuner's thread, sending its events."""
-
-    def __init__(self, storage) -> None:
-        self.total, self.done, self.running = 50, 0, True
-        self.storage = storage
-        self.on_event = None
-
-    def start(self, on_event) -> None:
-        self.on_event = on_event
-
-    def stop(self, reason: str) -> None:
-        self.running = False
-
-    def eta_s(self) -> float | None:
-        return None
-
-    def send(self, *events) -> None:
-        """Send from another thread, as the tuner does."""
-        thread = threading.Thread(target=lambda: [self.on_event(e) for e in events])
-        thread.start()
-        thread.join()
-
-
 async def test_the_live_explorer_reads_off_the_ui_thread_and_follows_another_writer(url):
     storage = st.open_storage(url)
     calls = StorageCalls(storage)
-    live = _Live(storage)
+    live = FakeLiveRun(storage)
     app = make_app(url, NAME, live=live)
     ui_thread = threading.get_ident()  # run_test runs the app on this thread's loop
     async with app.run_test(size=(120, 40)) as pilot:

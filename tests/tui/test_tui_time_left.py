@@ -5,10 +5,8 @@ sends; the screen's clock is set by the test, so that the text is exact."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from explorer_pilot import loaded, until
+from explorer_pilot import FakeLiveRun, loaded, until
 
 from advisor.core.events import Note, Started, Stopped, TimeLimit
 from advisor.study.storage import stores as st
@@ -24,36 +22,12 @@ def url(tmp_path):
     return url
 
 
-class _Live:
-    """The tuner as the live explorer sees it (advisor.tui.app.LiveRun); the test plays
-    the tuner's thread, sending its events."""
-
-    def __init__(self, storage) -> None:
-        self.total, self.done, self.running = 20, 3, True
-        self.storage = storage
-        self.on_event = None
-
-    def start(self, on_event) -> None:
-        self.on_event = on_event
-
-    def stop(self, reason: str) -> None:
-        self.running = False
-
-    def eta_s(self) -> float | None:
-        return None
-
-    def send(self, *events) -> None:
-        thread = threading.Thread(target=lambda: [self.on_event(e) for e in events])
-        thread.start()
-        thread.join()
-
-
 def _eta(screen) -> str:
     return str(screen.query_one("#eta").render())
 
 
 async def test_the_live_line_shows_the_time_elapsed_and_left_and_keeps_counting(url):
-    live = _Live(st.open_storage(url))
+    live = FakeLiveRun(st.open_storage(url), total=20, done=3)
     app = make_app(url, NAME, live=live)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
@@ -72,7 +46,7 @@ async def test_the_live_line_shows_the_time_elapsed_and_left_and_keeps_counting(
 
 
 async def test_without_a_time_limit_no_time_is_shown(url):
-    live = _Live(st.open_storage(url))
+    live = FakeLiveRun(st.open_storage(url), total=20, done=3)
     app = make_app(url, NAME, live=live)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
