@@ -1,6 +1,6 @@
 """The live explorer shows the time elapsed and left when the study has a time limit
 (--budget or --timeout), on the recorded study (real SQLite). The tuner is a stand-in
-(``_Live``, the ``LiveRun`` the explorer sees) that sends the events a study with --budget
+(``FakeLiveRun``, the ``LiveRun`` the explorer sees) that sends the events a study with --budget
 sends; the screen's clock is set by the test, so that the text is exact."""
 
 from __future__ import annotations
