@@ -76,3 +76,13 @@ def run(tmp_path: Any, log_to: tuple[str, ...]) -> tuple[optuna.Study, list[Even
     """A recorded study replayed to the trackers ``log_to`` names."""
     url, study = recorded(tmp_path)
     return study, replay(study, open_trackers(plan(url, log_to)))
+
+
+def tune_only(url: str, study: optuna.Study, log_to: tuple[str, ...], events: list[Finished] | None = None) -> None:
+    """What ``advisor tune --log-to`` logs of ``study`` without a confirmation: its finished
+    trials (or ``events``) handed to the trackers, which are then closed."""
+    trackers = open_trackers(plan(url, log_to))
+    trackers.event(Started(1.0, 1, {"num_cpus": 2}))
+    for event in finished(study) if events is None else events:
+        trackers.event(event)
+    trackers.close(StudyOutcome(study, None))

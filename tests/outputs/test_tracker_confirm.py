@@ -12,24 +12,20 @@ import statistics
 import pytest
 
 from advisor.cli.main import parser
-from advisor.core.events import Event, Note, Paired, Started
+from advisor.core.events import Event, Note, Paired
 from advisor.core.stored import CONFIRMATION, read_study
-from advisor.outputs.trackers import open_confirm_trackers, open_trackers
+from advisor.outputs.trackers import open_confirm_trackers
 from advisor.study.run.tuner import StudyOutcome
 
 from conftest import exit_status
 from recorded_study import NAME
-from tracker_events import CONFIRMED, RATIOS, confirmation, finished, plan, recorded
+from tracker_events import CONFIRMED, RATIOS, confirmation, finished, recorded, tune_only
 
 
 def tuned(tmp_path, log_to):
     """The recorded study as ``advisor tune --log-to`` logged it (no confirmation)."""
     url, study = recorded(tmp_path)
-    trackers = open_trackers(plan(url, log_to))
-    trackers.event(Started(1.0, 1, {"num_cpus": 2}))
-    for event in finished(study):
-        trackers.event(event)
-    trackers.close(StudyOutcome(study, None))
+    tune_only(url, study, log_to)
     return url, study
 
 

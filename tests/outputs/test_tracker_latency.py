@@ -11,15 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from advisor.core.events import Started
 from advisor.core.latency import KEY, Latency
 from advisor.core.metric import DEFAULT_METRIC
 from advisor.outputs.tracker_logs import trial_log
-from advisor.outputs.trackers import open_trackers
-from advisor.study.run.tuner import StudyOutcome
 
 from recorded_study import NAME
-from tracker_events import finished, plan, recorded
+from tracker_events import finished, recorded, tune_only
 
 # trial 1's latency (made up): 200 calls at its batch of 64; batch 1 measured
 MEASURED = Latency(64, 200, 0.52, 0.60, 0.66, 0.096, 0.134, 50)
@@ -44,11 +41,7 @@ def with_latency(study):
 
 def logged(tmp_path, log_to):
     url, study = recorded(tmp_path)
-    trackers = open_trackers(plan(url, log_to))
-    trackers.event(Started(1.0, 1, {"num_cpus": 2}))
-    for event in with_latency(study):
-        trackers.event(event)
-    trackers.close(StudyOutcome(study, None))
+    tune_only(url, study, log_to, with_latency(study))
     return study
 
 
