@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 BLOCK, HEADER = 32768, 7
 FULL, LAST = 1, 4
 
@@ -89,3 +91,14 @@ def _read(path: Path) -> OfflineRun:
             run.exit_code = r.exit.exit_code
     assert run is not None, f"{path} holds no run record"
     return run
+
+
+@pytest.fixture
+def wandb_offline(tmp_path: Path, monkeypatch: Any) -> Path:
+    """W&B offline, writing under a temp dir; no project or entity from the environment.
+    The offline runs' folder (for ``offline_runs``)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
+    for variable in ("WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(variable, raising=False)
+    return tmp_path / "wb" / "wandb"

@@ -20,6 +20,7 @@ from advisor.study.run.tuner import StudyOutcome
 from conftest import exit_status
 from recorded_study import NAME
 from tracker_events import CONFIRMED, RATIOS, confirmation, finished, recorded, tune_only
+from wandb_records import wandb_offline  # noqa: F401  (fixture)
 
 
 def tuned(tmp_path, log_to):
@@ -91,14 +92,10 @@ def test_tensorboard_pairs_land_in_the_trial_folder_tune_wrote(tmp_path):
     assert len(list(folder.iterdir())) == len(before) + 1  # one more event file: the pairs'
 
 
-def test_wandb_pairs_go_to_a_confirmation_run_in_the_study_group(tmp_path, monkeypatch):
+def test_wandb_pairs_go_to_a_confirmation_run_in_the_study_group(tmp_path, wandb_offline):  # noqa: F811  (the fixture)
     pytest.importorskip("wandb")
     from wandb_records import offline_runs
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
-    for variable in ("WANDB_PROJECT", "WANDB_ENTITY"):
-        monkeypatch.delenv(variable, raising=False)
     _, study = tuned(tmp_path, ("wandb",))
     confirm(study, ("wandb",))
     runs = offline_runs(tmp_path / "wb" / "wandb")

@@ -17,6 +17,7 @@ from advisor.outputs.tracker_logs import trial_log
 
 from recorded_study import NAME
 from tracker_events import finished, recorded, tune_only
+from wandb_records import wandb_offline  # noqa: F401  (fixture)
 
 # trial 1's latency (made up): 200 calls at its batch of 64; batch 1 measured
 MEASURED = Latency(64, 200, 0.52, 0.60, 0.66, 0.096, 0.134, 50)
@@ -82,14 +83,10 @@ def test_tensorboard_logs_the_latency(tmp_path):
     assert got == pytest.approx(EXPECTED)
 
 
-def test_wandb_logs_the_latency(tmp_path, monkeypatch):
+def test_wandb_logs_the_latency(tmp_path, wandb_offline):  # noqa: F811  (the fixture)
     pytest.importorskip("wandb")
     from wandb_records import offline_runs
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
-    for variable in ("WANDB_PROJECT", "WANDB_ENTITY"):
-        monkeypatch.delenv(variable, raising=False)
     logged(tmp_path, ("wandb",))
     runs = offline_runs(tmp_path / "wb" / "wandb")
     trials = {int(r.summary["advisor.trial"]): r for r in runs if r.job_type == "trial"}

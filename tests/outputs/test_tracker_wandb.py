@@ -15,24 +15,14 @@ from advisor.outputs.trackers import open_trackers
 
 from recorded_study import NAME
 from tracker_events import CONFIRMED, RATIOS, plan, recorded, run
-from wandb_records import offline_runs
+from wandb_records import offline_runs, wandb_offline  # noqa: F401  (fixture)
 
 pytest.importorskip("wandb")
 
 
-@pytest.fixture
-def offline(tmp_path, monkeypatch):
-    """W&B offline, writing under a temp dir; no project or entity from the environment."""
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))
-    for variable in ("WANDB_PROJECT", "WANDB_ENTITY"):
-        monkeypatch.delenv(variable, raising=False)
-    return tmp_path / "wb" / "wandb"
-
-
-def test_each_trial_is_a_run_in_the_study_group(tmp_path, offline):
+def test_each_trial_is_a_run_in_the_study_group(tmp_path, wandb_offline):  # noqa: F811  (the fixture)
     _, notes = run(tmp_path, ("wandb",))
-    runs = offline_runs(offline)
+    runs = offline_runs(wandb_offline)
     [study] = [r for r in runs if r.job_type == "study"]
     trials = {int(r.summary["advisor.trial"]): r for r in runs if r.job_type == "trial"}
     assert sorted(trials) == list(range(11)) and len(runs) == 12
@@ -60,13 +50,13 @@ def test_each_trial_is_a_run_in_the_study_group(tmp_path, offline):
     assert CONFIRMED in front and 5 not in front and study.summary["front_size"] == len(front)
     assert front[CONFIRMED]["confirmed"] is True and front[CONFIRMED]["pairs"] == 3
     assert study.summary["status"] == "finished" and study.exit_code == 0
-    assert notes[0].text.endswith(f"W&B project 'advisor', group '{NAME}' (offline, in {offline}/: wandb sync "
+    assert notes[0].text.endswith(f"W&B project 'advisor', group '{NAME}' (offline, in {wandb_offline}/: wandb sync "
                                   "uploads it)")
 
 
-def test_the_project_and_entity_given_after_the_name(tmp_path, offline):
+def test_the_project_and_entity_given_after_the_name(tmp_path, wandb_offline):  # noqa: F811  (the fixture)
     run(tmp_path, ("wandb:my-team/tuning",))
-    runs = offline_runs(offline)
+    runs = offline_runs(wandb_offline)
     assert {r.project for r in runs} == {"tuning"} and len(runs) == 12
 
 
