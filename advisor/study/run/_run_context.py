@@ -76,11 +76,12 @@ class RunContext:
                 storage.watch(lambda text: emit(Note(text)))
 
             def stored() -> dict[str, Any] | None:  # the study's attributes, once it exists
-                if plan.study_name not in stores.study_names(storage):
+                summary = stores.summary(storage, plan.study_name)
+                if summary is None:
                     return None
-                if plan.study_name not in stores.study_names(storage, advisor_only=True):
+                if not stores.is_advisor_study(summary):
                     return {}  # another program's study: nothing to size; open_study refuses it by name
-                return dict(stores.load(storage, plan.study_name).user_attrs)
+                return dict(summary.user_attrs)
 
             plan = settle(plan, stored, executor, stop, emit)  # the default training budget, capped by time
             study = open_study(plan, storage, emit)

@@ -154,6 +154,15 @@ def study_names(storage: Any, advisor_only: bool = False) -> list[str]:
             if not advisor_only or is_advisor_study(s)]
 
 
+def summary(storage: Any, name: str) -> Any:
+    """Optuna's summary of study ``name`` in ``storage`` (its directions and attributes, read
+    in one query), or None when there is no such study."""
+    import optuna
+
+    found = [s for s in optuna.get_all_study_summaries(storage, include_best_trial=False) if s.study_name == name]
+    return found[0] if found else None
+
+
 def other_studies(storage: Any) -> list[str]:
     """The studies in ``storage`` that advisor did not write (other code's Optuna studies)."""
     import optuna
