@@ -41,6 +41,9 @@ class Prepared:
         optimizer_setup: run once on each optimizer ``train_step`` is given, before its first
             step (the fused implementation).
         sdpa_backends: the attention kernels ``autocast()`` allows, or None for torch's choice.
+        eval_with_no_grad: ``predict`` leaves ``torch.inference_mode`` for ``no_grad`` (fp8
+            training's layers: under inference mode and autocast, torchao 0.18's float8
+            tensors meet a dtype cast they do not implement).
         stats: what techniques report about the model (e.g. quantized layers).
     """
 
@@ -67,6 +70,7 @@ class Prepared:
     finishers: list[Callable[[], None]] = field(default_factory=list)
     optimizer_setup: list[Callable[[Any], None]] = field(default_factory=list)
     sdpa_backends: Any = None
+    eval_with_no_grad: bool = False
     stats: dict[str, Any] = field(default_factory=dict)
     _set_up: set[int] = field(default_factory=set, repr=False)  # ids of the optimizers set up
 
@@ -179,7 +183,13 @@ class Prepared:
         """Forward pass for evaluation (call under torch.inference_mode / no_grad). Under
         pipeline parallelism every rank calls it with the same batch and the output comes out
         of the last stage: the other ranks get None (``reports`` says which rank has it)."""
-        with self.autocast():
+        import torch
+
+        with contextlib.ExitStack() as stack:
+            if self.eval_with_no_grad and torch.is_inference_mode_enabled():
+                stack.enter_context(torch.inference_mode(False))
+                stack.enter_context(torch.no_grad())
+            stack.enter_context(self.autocast())
             if self.pipeline is not None:
                 return self.pipeline.predict(self.to_device(inputs))
             return forward(self.model if self.eval_model is None else self.eval_model, self.to_device(inputs))

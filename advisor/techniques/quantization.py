@@ -76,6 +76,7 @@ class Quantization(Technique):
             from torchao.float8 import convert_to_float8_training
 
             convert_to_float8_training(module, module_filter_fn=_fp8_friendly, config=float8_config(prepared))
+            prepared.eval_with_no_grad = True
         else:
             config = {
                 "int8_dynamic": lambda: tq.Int8DynamicActivationInt8WeightConfig(),
