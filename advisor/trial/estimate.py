@@ -50,13 +50,13 @@ def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S, loaded:
     """Each estimated rank's peak memory, in a child process: ``{"peak_bytes", "ranks",
     "by_kind", "seconds", "method"}``, or ``{"unavailable": reason}``. ``loaded``: model.py
     and its datasets, already loaded in this process (a forked child uses them)."""
-    from advisor.trial.process import forked_trial
+    from advisor.trial.process import can_fork
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="advisor-estimate-") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
-        if forked_trial():
+        if can_fork():
             child = _forked(directory, loaded)
         else:
             with open(directory / OUTPUT, "wb") as output:

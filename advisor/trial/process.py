@@ -19,10 +19,17 @@ def mark_forked(forked: bool) -> None:
     _FORKED = forked
 
 
-def forked_trial() -> bool:
-    """True in a trial process forked from the warm fork server: it may itself fork (the
-    ranks of a DDP trial) instead of starting an interpreter per rank."""
-    return _FORKED
+def can_fork() -> bool:
+    """Whether a child of this trial process (its memory estimate, the ranks of a DDP
+    trial) may start as a fork of it: only in a trial forked from the warm fork server, and
+    only while CUDA is not initialised here. A fork cannot initialise CUDA again ("Cannot
+    re-initialize CUDA in forked subprocess", seen on an H100), and model.py, a library it
+    imports or a read of the GPU's properties may have initialised it; a fresh interpreter
+    can."""
+    if not _FORKED:
+        return False
+    torch = sys.modules.get("torch")
+    return torch is None or not torch.cuda.is_initialized()
 
 
 def die_with_parent(parent: int | None = None) -> None:

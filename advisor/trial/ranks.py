@@ -26,7 +26,7 @@ from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.output import OutputDrain, describe_tail, redirect_into, trial_drain
-from advisor.trial.process import ForkedChild, adopt_environment, die_with_parent, forked_trial
+from advisor.trial.process import ForkedChild, adopt_environment, can_fork, die_with_parent
 from advisor.trial.single import run_in_this_process
 
 RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result says why)
@@ -79,7 +79,7 @@ def _launch(directory: Path, world: int, device: str) -> tuple[list[Any], list[O
             env["OMP_NUM_THREADS"] = str(max(1, cores // world))
         drains.append(trial_drain(f"rank{rank}"))
         try:
-            if forked_trial():  # torch is imported already: the rank starts as a fork of this process
+            if can_fork():  # torch is imported already (and CUDA not initialised): the rank starts as a fork
                 procs.append(_forked_rank(directory, env, drains[-1].write_fd))
             else:
                 procs.append(subprocess.Popen([sys.executable, "-m", "advisor.trial.ranks", str(directory)],

@@ -135,6 +135,39 @@ def test_an_estimating_process_that_dies_says_why(tmp_path, forked):
     assert "Fatal Python error: Aborted" in reason and "model.py" in reason and "in model" in reason
 
 
+def test_a_trial_process_with_cuda_initialised_estimates_in_a_fresh_interpreter(tmp_path):
+    """Seen on an H100: every estimate was ``Cannot re-initialize CUDA in forked
+    subprocess`` once something in the trial's process had initialised CUDA. Such a process
+    estimates in a fresh interpreter instead of a fork. No GPU here: torch's check is
+    patched (a FAKE, named as such) to say CUDA is initialised, and a fork would fail the
+    run. From a process of its own, as a trial's."""
+    script = textwrap.dedent(f"""
+        import json
+        import torch
+        import advisor.trial.estimate as estimate
+        from advisor.core.config import TrialConfig
+        from advisor.core.results import TrialPayload, TrialSettings
+        from advisor.trial.process import can_fork, mark_forked
+        from advisor.workload.contract import load_workload
+
+        mark_forked(True)
+        assert can_fork()
+        torch.cuda.is_initialized = lambda: True  # FAKE: no GPU here
+        assert not can_fork()
+        def no_fork(*args):
+            raise AssertionError("forked a process with CUDA initialised")
+        estimate._forked = no_fork
+        settings = TrialSettings(train_samples=512, max_timing_s=0.5, part="probe")
+        workload = load_workload({str(EXAMPLES / "digits_mlp.py")!r})
+        payload = TrialPayload.of(workload, TrialConfig(batch_size=64), settings, estimate=True)
+        print(json.dumps(estimate.estimate_memory(payload)))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found.get("peak_bytes", 0) > 0, found
+
+
 def test_a_forked_child_gets_a_thread_pool_of_its_own_before_its_first_backward():
     """Issue 27: a forked child's first backward starts autograd's device threads (eight,
     under FakeTensorMode, with a CUDA build of torch even without a GPU), each of which asks
