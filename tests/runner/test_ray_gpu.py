@@ -14,8 +14,14 @@ pytestmark = [pytest.mark.cuda, pytest.mark.ray,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
-def test_a_trial_through_ray_runs_on_its_gpu_with_energy(tmp_path):
-    """Runs on a REAL CUDA GPU, through a real local Ray started for CUDA trials."""
+def test_a_trial_through_ray_runs_on_its_gpu_with_energy():
+    """Runs on a REAL CUDA GPU, through a real local Ray started for CUDA trials. Its state
+    in a short directory: Ray's unix sockets lie four levels below it, and a socket's path
+    has at most 107 bytes (pytest's tmp_path was too long on the GPU machine)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
     import ray
 
     from advisor.core.config import TrialConfig
@@ -26,7 +32,8 @@ def test_a_trial_through_ray_runs_on_its_gpu_with_energy(tmp_path):
 
     if ray.is_initialized():  # the session's CPU Ray (a full suite on a GPU machine)
         pytest.skip("a Ray for CPU trials is already running in this process")
-    executor = RayExecutor("cuda", state_dir=tmp_path / "ray").start()
+    state = Path(tempfile.mkdtemp(prefix="advr-gpu-"))
+    executor = RayExecutor("cuda", state_dir=state).start()
     try:
         assert executor.resources["num_gpus"] == 1 and executor.slots == torch.cuda.device_count()
         workload = load_workload(str(EXAMPLES / "digits_mlp.py"))
@@ -35,6 +42,7 @@ def test_a_trial_through_ray_runs_on_its_gpu_with_energy(tmp_path):
         result = run_one(executor, 0, payload, timeout=300)
     finally:
         executor.shutdown()
+        shutil.rmtree(state, ignore_errors=True)
     assert result.ok, result.failure_message
     assert result.telemetry["cuda_visible_devices"] not in (None, ""), "Ray set no CUDA_VISIBLE_DEVICES"
     assert result.telemetry["samples"] >= 1 and result.telemetry["power_w_mean"] > 0
