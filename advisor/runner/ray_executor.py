@@ -106,8 +106,10 @@ class RayExecutor:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 ray.shutdown()  # whatever it started before failing
+            hint = ("; set ADVISOR_RAY_DIR to a shorter directory: Ray's unix sockets lie about 70 characters "
+                    "below it, and a socket's path has at most 107 bytes") if "path length" in str(exc) else ""
             raise SchedulerError(f"cannot start Ray on this machine ({where}): {type(exc).__name__}: "
-                                 f"{first_line(str(exc))} (README: Troubleshooting)") from None
+                                 f"{first_line(str(exc))}{hint} (README: Troubleshooting)") from None
         self.started_here = True
 
     def _prepare_state_dir(self) -> None:

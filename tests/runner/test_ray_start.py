@@ -33,6 +33,18 @@ def test_a_ray_state_dir_that_cannot_be_made_exits_2(tmp_path):
     assert not (tmp_path / "advisor.db").exists()
 
 
+def test_a_ray_state_dir_too_long_for_its_sockets_exits_2_saying_so(tmp_path):
+    """Seen on the GPU machine under pytest's long tmp_path: Ray's socket paths have at most
+    107 bytes. The error says which directory, and to choose a shorter one."""
+    long_dir = tmp_path / ("d" * 60) / ("e" * 60)
+    run = advisor(["tune", VALID, "--trials", "1", "--no-tui"], tmp_path, ADVISOR_RAY_DIR=str(long_dir))
+    assert run.returncode == 2, run.stderr
+    assert f"its state in {long_dir} ($ADVISOR_RAY_DIR)" in run.stderr
+    assert "set ADVISOR_RAY_DIR to a shorter directory" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "advisor.db").exists()
+
+
 def test_ray_address_in_the_environment_is_the_cluster_to_join(tmp_path):
     """`advisor tune` reads $RAY_ADDRESS as --ray-address (as Ray's tools do): an unreachable
     one is refused at once, naming the variable, instead of Ray retrying for minutes."""
