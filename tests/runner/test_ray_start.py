@@ -5,8 +5,8 @@ status 2 and nothing written, or a local Ray all the same. Each runs in a fresh 
 from __future__ import annotations
 
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
