@@ -6,10 +6,10 @@
 # run in the repository's root there, with .gpu/ carried (benchmarks/gpu/prepare.py made it
 # here). PARTs, in the order given, each within its own time limit (seconds, overridable):
 #   smoke      the environment, `advisor hardware`, every CUDA-marked test      (LIMIT_SMOKE=120)
-#   doctor     `advisor doctor` on its built-in model, every GPU option          (LIMIT_DOCTOR=150)
+#   doctor     `advisor doctor` on its built-in model, every GPU option          (LIMIT_DOCTOR=210)
 #   tune       `advisor tune` of GPT-2 small (context 512) with confirmation,
 #              `advisor measure` of its pick, and the memory plans against the
-#              measured peaks of its trials                                      (LIMIT_TUNE=270)
+#              measured peaks of its trials                                      (LIMIT_TUNE=300)
 #   knobs      each GPU knob against its model's fp32 baseline, paired           (LIMIT_KNOBS=200)
 #   inference  the inference knobs (int8 / int4 / fp8, 2:4, compile), paired     (LIMIT_INFERENCE=150)
 #   compile    each compile mode (CUDA graphs included), paired                  (LIMIT_COMPILE=240)
@@ -86,12 +86,14 @@ part_doctor_gpt2() {
 
 part_tune() {
   local db="sqlite:///$W/study.db" model=benchmarks/gpu/models/gpt2_small.py
-  bounded "$(( LIMIT - 100 ))" advisor tune "$model" --space gpu --study gpt2-check --storage "$db" \
-    --trials "${TUNE_TRIALS:-6}" --train-samples "${TUNE_SAMPLES:-2048}" --metric-seeds 1 \
-    --pairs 3 --confirm-top 2 --confirm-target 0.05 --trial-timeout 120 --no-tui --json > "$W/tune.json"
+  # sized from the first H100 run (2026-11-26): a GPT-2 probe ~10 s, its fp32 training
+  # ~90 samples/s, a compiled probe ~45 s
+  bounded "$(( LIMIT - 120 ))" advisor tune "$model" --space gpu --study gpt2-check --storage "$db" \
+    --trials "${TUNE_TRIALS:-5}" --train-samples "${TUNE_SAMPLES:-1024}" --metric-seeds 1 \
+    --pairs 2 --confirm-top 1 --confirm-target 0.05 --trial-timeout 120 --no-tui --json > "$W/tune.json"
   bounded 20 advisor export --storage "$db" --study gpt2-check --pick fastest -o "$W/pick.yaml"
-  [ -f "$W/pick.yaml" ] && bounded 60 advisor measure "$model" --config "$W/pick.yaml" \
-    --pairs 3 --no-metric --trial-timeout 60 --json > "$W/measure.json"
+  [ -f "$W/pick.yaml" ] && bounded 80 advisor measure "$model" --config "$W/pick.yaml" \
+    --pairs 2 --no-metric --trial-timeout 60 --json > "$W/measure.json"
   bounded 15 "$PY" benchmarks/gpu/memory_plans.py "$W/study.db" gpt2-check -o "$W/memory_plans.json"
 }
 
@@ -115,8 +117,8 @@ for part in "$@"; do
   declare -F "$fn" > /dev/null || { say "unknown part $part"; continue; }
   var="LIMIT_$(echo "${part//-/_}" | tr a-z A-Z)"
   case $part in
-    smoke) LIMIT=${!var:-120} ;; doctor|inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
-    tune) LIMIT=${!var:-270} ;; *) LIMIT=${!var:-240} ;;
+    smoke) LIMIT=${!var:-120} ;; inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
+    doctor) LIMIT=${!var:-210} ;; tune) LIMIT=${!var:-300} ;; *) LIMIT=${!var:-240} ;;
   esac
   W=$(mktemp -d "/tmp/advisor-check-$part.XXXX")
   say "part $part, at most $LIMIT s, commit ${ADVISOR_CHECK_COMMIT:-?}"

@@ -34,8 +34,9 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from knob_tables import TABLES, Group
 
 from advisor.core.config import TrialConfig
 from advisor.core.pairs import interval
@@ -48,60 +49,6 @@ from advisor.techniques.rules import refusal
 from advisor.workload.contract import load_workload
 
 MODELS = Path(__file__).resolve().parent / "models"
-
-
-@dataclass(frozen=True)
-class Group:
-    """One model's baseline and the knobs measured against it."""
-
-    model: str  # a file of benchmarks/gpu/models/, without .py
-    workload: str  # train or inference
-    variants: tuple[dict, ...]
-    baseline: tuple[tuple[str, object], ...] = ()  # changes to the model's BASELINE
-
-
-def _bf16(**more) -> dict:
-    return {"precision": "bf16", **more}
-
-
-TABLES: dict[str, tuple[Group, ...]] = {
-    "train": (
-        Group("gpt2_small", "train", (
-            {"precision": "tf32"}, _bf16(), {"precision": "fp16"}, {"fused_optimizer": True},
-            _bf16(fused_optimizer=True), _bf16(sdpa_backend="math"), _bf16(sdpa_backend="flash"),
-            _bf16(sdpa_backend="efficient"), _bf16(sdpa_backend="cudnn"), {"cudnn_benchmark": True},
-            {"expandable_segments": True}, {"activation_checkpointing": True},
-            _bf16(activation_checkpointing=True),
-        )),
-        Group("conv_net", "train", (
-            {"channels_last": True}, _bf16(), _bf16(channels_last=True), {"cudnn_benchmark": True},
-            _bf16(channels_last=True, cudnn_benchmark=True), {"activation_checkpointing": True},
-        )),
-        Group("wide_mlp", "train", (
-            _bf16(), _bf16(compile=True), _bf16(compile=True, quantization="fp8_training", fp8_scaling="tensorwise"),
-            _bf16(compile=True, quantization="fp8_training", fp8_scaling="rowwise"),
-            {"quantization": "fp8_training", "fp8_scaling": "tensorwise", "compile": True},
-        )),
-    ),
-    "compile": (
-        Group("gpt2_small", "train", (
-            {"compile": True}, {"compile": True, "compile_mode": "reduce-overhead"},
-            {"compile": True, "compile_mode": "max-autotune-no-cudagraphs"},
-            {"compile": True, "compile_mode": "max-autotune"}, _bf16(compile=True),
-            _bf16(compile=True, compile_mode="reduce-overhead"), _bf16(compile=True, compile_optimizer=True),
-        )),
-    ),
-    "inference": (
-        Group("gpt2_small", "inference", (
-            {"precision": "tf32"}, _bf16(), {"precision": "bf16_full"}, {"quantization": "int8_weight_only"},
-            {"quantization": "int8_dynamic"}, {"precision": "bf16_full", "quantization": "int4_weight_only"},
-            {"quantization": "fp8"}, {"quantization": "fp8", "fp8_scaling": "rowwise"},
-            {"precision": "bf16_full", "pruning": "semi_structured_2_4"},
-            {"precision": "bf16_full", "compile": True},
-            {"precision": "bf16_full", "quantization": "int8_weight_only", "compile": True},
-        ), baseline=(("batch_size", 32),)),
-    ),
-}
 
 
 def cannot_run(config: TrialConfig, base: TrialConfig, workload: str, hw: Hardware) -> str | None:
@@ -181,35 +128,16 @@ def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int, 
                     print(f"round {round_no} {group.model:11s} {label(base, config):60s} {shown}", flush=True)
                     return result
 
-                first = run(base, "baseline")
-                order = list(runnable)
-                rng.shuffle(order)
-                done = [(config, run(config, "variant")) for config, _ in order]
-                last = run(base, "baseline")
-                for i, (config, result) in enumerate(done):
-                    key = (group.model, label(base, config))
-                    if not result.ok:
-                        failures.setdefault(key, []).append(f"{result.failure_class}: {result.failure_message}")
-                        continue
-                    if not (first.ok and last.ok):
-                        continue
-                    position = (i + 1) / (len(done) + 1)
-                    pairs.setdefault(key, []).append({
-                        "throughput_ratio": result.throughput / at(first.throughput, last.throughput, position),
-                        "memory_ratio": result.peak_memory_bytes / at(first.peak_memory_bytes, last.peak_memory_bytes,
-                                                                      position),
-                        "throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes,
-                        "compile_s": result.compile_s, "estimate": result.memory_estimate,
-                        "reserved_peak_bytes": result.telemetry.get("reserved_peak_bytes"),
-                    })
-                baselines = [r for r in (first, last) if r.ok]
-                for r in baselines:
-                    pairs.setdefault((group.model, "baseline"), []).append({
-                        "throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes,
-                        "estimate": r.memory_estimate})
-                if not baselines:
-                    failures.setdefault((group.model, "baseline"), []).append(
-                        f"{first.failure_class}: {first.failure_message}")
+                runs: list[tuple[str, TrialResult]] = []  # this round's, in the order they ran
+                try:
+                    runs.append(("baseline", run(base, "baseline")))
+                    order = list(runnable)
+                    rng.shuffle(order)
+                    for config, _ in order:
+                        runs.append((label(base, config), run(config, "variant")))
+                    runs.append(("baseline", run(base, "baseline")))
+                finally:  # a round stopped at the limit still pairs what it ran
+                    pair_round(group.model, runs, pairs, failures)
     except KeyboardInterrupt:  # stopped at its limit: the table of what was measured
         print("interrupted: the table holds the rounds that finished", flush=True)
     finally:
@@ -218,20 +146,87 @@ def run_table(name: str, out: Path, budget_s: float, max_pairs: int, seed: int, 
     rows = []
     for group, _, base, runnable, refused, _ in groups:
         for config, reason in [(base, None)] + [(c, None) for c, _ in runnable] + refused:
-            key = (group.model, label(base, config))
-            got = pairs.get(key, [])
-            row = {"model": group.model, "workload": group.workload, "variant": key[1], "config": config.to_dict(),
-                   "refused": reason, "failures": [f[:400] for f in failures.get(key, [])], "runs": got}
-            if key[1] != "baseline" and got:
-                thr, mem = interval([p["throughput_ratio"] for p in got]), interval([p["memory_ratio"] for p in got])
-                row["throughput_ratio"], row["memory_ratio"] = _plain(thr), _plain(mem)
-            rows.append(row)
+            rows.append(_row(group.model, group.workload, label(base, config), config.to_dict(), reason, pairs,
+                             failures))
     return {"table": name,
             "what": "each knob vs its model's fp32 baseline: paired probes, 95% t intervals on log ratios",
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "commit": os.environ.get("ADVISOR_CHECK_COMMIT", ""), "hardware": fingerprint(hw),
             "torch": _versions(), "budget_s": budget_s, "wall_s": time.monotonic() - started,
             "tiny_models": os.environ.get("ADVISOR_GPU_CHECK_TINY") == "1", "rows": rows}
+
+
+def pair_round(model: str, runs: list[tuple[str, TrialResult]], pairs: dict, failures: dict) -> None:
+    """One round's runs, in the order they ran (an opening baseline, the variants, a closing
+    baseline), as pairs: each variant's ratios to the baseline interpolated at its place
+    between the two baselines. A round stopped before its closing baseline pairs its
+    variants with the opening one alone (``closing_baseline`` false: clock drift within the
+    round then falls on the variant)."""
+    if not runs:
+        return
+    first = runs[0][1]
+    closed = len(runs) > 1 and runs[-1][0] == "baseline"
+    last = runs[-1][1] if closed else first
+    variants = runs[1:-1] if closed else runs[1:]
+    for i, (name, result) in enumerate(variants):
+        key = (model, name)
+        if not result.ok:
+            failures.setdefault(key, []).append(f"{result.failure_class}: {result.failure_message}")
+            continue
+        if not (first.ok and last.ok):
+            continue
+        position = (i + 1) / (len(variants) + 1)
+        pairs.setdefault(key, []).append({
+            "throughput_ratio": result.throughput / at(first.throughput, last.throughput, position),
+            "memory_ratio": result.peak_memory_bytes / at(first.peak_memory_bytes, last.peak_memory_bytes, position),
+            "throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes,
+            "compile_s": result.compile_s, "estimate": result.memory_estimate, "closing_baseline": closed,
+            "reserved_peak_bytes": result.telemetry.get("reserved_peak_bytes"),
+        })
+    baselines = [r for r in ((first, last) if closed else (first,)) if r.ok]
+    for r in baselines:
+        pairs.setdefault((model, "baseline"), []).append({
+            "throughput": r.throughput, "peak_memory_bytes": r.peak_memory_bytes, "estimate": r.memory_estimate})
+    if not baselines:
+        failures.setdefault((model, "baseline"), []).append(f"{first.failure_class}: {first.failure_message}")
+
+
+def from_run_log(path: Path) -> dict:
+    """The table again from a ``knobs_TABLE.jsonl`` run log (a run stopped before it wrote
+    its table): rounds paired as ``run_table`` pairs them; refused variants are not in a log."""
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rounds: dict[tuple[int, str], list[tuple[str, TrialResult]]] = {}
+    heads: dict[str, dict] = {}
+    for e in entries:
+        rounds.setdefault((e["round"], e["model"]), []).append((e["variant"], TrialResult.from_dict(e["result"])))
+        heads.setdefault(e["model"], {"workload": e["workload"], "variants": {}})["variants"].setdefault(
+            e["variant"], e["config"])
+    pairs: dict = {}
+    failures: dict = {}
+    for (_, model), runs in rounds.items():
+        pair_round(model, runs, pairs, failures)
+    rows = [_row(model, head["workload"], variant, config, None, pairs, failures)
+            for model, head in heads.items() for variant, config in head["variants"].items()]
+    table = path.stem.removeprefix("knobs_")
+    beside = path.with_suffix(".json")  # the run's own table, for its machine, versions and date
+    known = json.loads(beside.read_text()) if beside.exists() else {}
+    return {**{k: known[k] for k in ("date", "commit", "hardware", "torch", "budget_s", "wall_s", "tiny_models")
+               if k in known},
+            "table": table, "from_run_log": path.name,
+            "what": "each knob vs its model's fp32 baseline: paired probes, 95% t intervals on log ratios",
+            "rows": rows}
+
+
+def _row(model: str, workload: str, variant: str, config: dict, refused: str | None, pairs: dict,
+         failures: dict) -> dict:
+    got = pairs.get((model, variant), [])
+    row = {"model": model, "workload": workload, "variant": variant, "config": config, "refused": refused,
+           "failures": [f[:400] for f in failures.get((model, variant), [])], "runs": got}
+    if variant != "baseline" and got:
+        thr, mem = interval([p["throughput_ratio"] for p in got]), interval([p["memory_ratio"] for p in got])
+        row["throughput_ratio"], row["memory_ratio"] = _plain(thr), _plain(mem)
+        row["closing_baseline"] = all(p.get("closing_baseline", True) for p in got)
+    return row
 
 
 def _plain(found) -> dict | None:
@@ -257,7 +252,8 @@ def _versions() -> dict:
 
 
 def show(doc: dict) -> None:
-    print(f"\n{doc['table']}: {doc['hardware'].get('gpus') or 'no GPU'}, torch {doc['torch']['torch']}")
+    where = (doc.get("hardware") or {}).get("gpus") or "no GPU"
+    print(f"\n{doc['table']}: {where}, torch {(doc.get('torch') or {}).get('torch', '?')}")
     for row in doc["rows"]:
         name = f"{row['model']:11s} {row['variant']:60s}"
         if row["refused"]:
@@ -269,6 +265,7 @@ def show(doc: dict) -> None:
         elif row.get("throughput_ratio"):
             t, m = row["throughput_ratio"], row["memory_ratio"]
             span = f"({t['low']:.2f}-{t['high']:.2f})" if t["high"] is not None else "(one pair)"
+            span += "" if row.get("closing_baseline", True) else " vs the opening baseline only"
             print(f"{name} {t['center']:.2f}x {span}  memory {m['center']:.2f}x")
         else:
             print(f"{name} FAILED {row['failures'][:1]}")
@@ -277,6 +274,7 @@ def show(doc: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("table", choices=sorted(TABLES))
+    ap.add_argument("--from-run-log", metavar="JSONL", help="rebuild the table from a run log instead of running it")
     ap.add_argument("--out", required=True, help="folder for knobs_TABLE.json and .jsonl")
     ap.add_argument("--budget-s", type=float, default=240.0, help="start no round after this many seconds")
     ap.add_argument("--pairs", type=int, default=5, help="at most this many rounds")
@@ -285,7 +283,10 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = run_table(args.table, out, args.budget_s, args.pairs, args.seed, args.trial_timeout)
+    if args.from_run_log:
+        doc = from_run_log(Path(args.from_run_log))
+    else:
+        doc = run_table(args.table, out, args.budget_s, args.pairs, args.seed, args.trial_timeout)
     (out / f"knobs_{args.table}.json").write_text(json.dumps(doc, indent=1) + "\n")
     show(doc)
     return 0

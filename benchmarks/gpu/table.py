@@ -33,7 +33,8 @@ def rows(doc: dict) -> list[str]:
         if row.get("refused"):
             out.append(f"| {where} | {row['variant']} | refused: {row['refused'][:120]} | | {gpu} | {torch} |")
         elif row.get("throughput_ratio"):
-            out.append(f"| {where} | {row['variant']} | {ratio(row['throughput_ratio'])} | "
+            alone = "" if row.get("closing_baseline", True) else " †"  # paired with its round's opening baseline only
+            out.append(f"| {where} | {row['variant']} | {ratio(row['throughput_ratio'])}{alone} | "
                        f"{ratio(row['memory_ratio'])} | {gpu} | {torch} |")
         else:
             why = (row["failures"] or ["no pair: a baseline run failed"])[0].splitlines()[0][:120]

@@ -4,13 +4,19 @@ tokens: the GPU check's transformer (benchmarks/gpu/README.md).
 
 It learns the Python standard library's own source code, tokenised by a byte-level BPE
 tokenizer that `tokenizers` trains here in a few seconds (8,192 tokens; the model keeps
-GPT-2's vocabulary size, so its embedding and output layer are GPT-2 small's). Items are
+GPT-2's vocabulary size, so its embedding and output layer are GPT-2 small's); the tokens
+are kept in a cache file ($XDG_CACHE_HOME or ~/.cache), so that each trial's process loads
+them instead of training the tokenizer again (5 s a trial on the H100's host). Items are
 ({"input_ids": window, "labels": window}, next tokens), as in examples/hf_gpt2.py.
 
     advisor tune benchmarks/gpu/models/gpt2_small.py --space gpu
 """
 
+import hashlib
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
@@ -31,6 +37,25 @@ TRAIN_WINDOWS, VAL_WINDOWS = (512, 64) if TINY else (4096, 256)
 
 
 def _tokens() -> torch.Tensor:
+    """The token stream, from the cache when it is there (keyed by what makes it)."""
+    key = hashlib.sha256(repr((MODULES, TOKENIZER_VOCAB, sys.version_info[:2])).encode()).hexdigest()[:16]
+    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "advisor" / "gpu-check" / f"gpt2-tokens-{key}.pt"
+    try:
+        return torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError):  # not there yet, or unreadable
+        pass
+    tokens = _tokenise()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as fh:
+            torch.save(tokens, fh)
+        os.replace(fh.name, path)  # whole or not at all, whoever writes it at the same time
+    except OSError:
+        pass  # a read-only home: every process tokenises again
+    return tokens
+
+
+def _tokenise() -> torch.Tensor:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     root = os.path.dirname(os.__file__)
