@@ -120,6 +120,45 @@ def test_a_variant_is_compared_with_the_baseline_where_it_ran():
     assert knobs.at(100.0, 400.0, 0.0) == pytest.approx(100.0) and knobs.at(100.0, 400.0, 1.0) == pytest.approx(400.0)
 
 
+def test_a_round_stopped_before_its_closing_baseline_still_pairs_what_it_ran(tmp_path):
+    """Seen on the H100: the train part hit its limit inside GPT-2's first round, and the
+    table paired nothing. A closed round interpolates between its baselines; a stopped one
+    pairs with the opening baseline alone, says so, and the table is rebuilt from the run log."""
+    from advisor.core.results import TrialResult
+
+    import knobs
+
+    def ran(throughput, memory=1000):
+        return TrialResult(ok=True, throughput=throughput, peak_memory_bytes=memory)
+
+    pairs, failures = {}, {}
+    knobs.pair_round("m", [("baseline", ran(100.0)), ("a", ran(300.0)), ("b", TrialResult.failed("oom", "big")),
+                           ("baseline", ran(400.0))], pairs, failures)
+    assert pairs[("m", "a")][0]["throughput_ratio"] == pytest.approx(300.0 / knobs.at(100.0, 400.0, 1 / 3))
+    assert pairs[("m", "a")][0]["closing_baseline"] is True and len(pairs[("m", "baseline")]) == 2
+    assert failures[("m", "b")] == ["oom: big"]
+    stopped = {}
+    knobs.pair_round("m", [("baseline", ran(100.0, 2000)), ("a", ran(250.0, 1000))], stopped, {})
+    assert stopped[("m", "a")][0]["throughput_ratio"] == pytest.approx(2.5)
+    assert stopped[("m", "a")][0]["memory_ratio"] == pytest.approx(0.5)
+    assert stopped[("m", "a")][0]["closing_baseline"] is False
+
+    log = tmp_path / "knobs_train.jsonl"
+    lines = [{"round": 1, "model": "m", "workload": "train", "kind": kind, "variant": variant,
+              "config": {"batch_size": 16}, "result": ran(thr).to_dict()}
+             for kind, variant, thr in [("baseline", "baseline", 100.0), ("variant", "a", 250.0)]]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "knobs_train.json").write_text(json.dumps({"torch": {"torch": "2.11.0+cu130", "gpu": "H100"},
+                                                            "hardware": {}, "rows": []}))
+    doc = knobs.from_run_log(log)
+    row = next(r for r in doc["rows"] if r["variant"] == "a")
+    assert row["throughput_ratio"]["center"] == pytest.approx(2.5) and row["closing_baseline"] is False
+    assert doc["torch"]["gpu"] == "H100"
+    import table
+
+    assert "2.50x (1 pair) †" in table.rows(doc)[0]
+
+
 def test_estimate_errors_and_the_table_rows():
     import memory_plans
     import table

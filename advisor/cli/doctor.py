@@ -82,15 +82,21 @@ def run(args: argparse.Namespace) -> int:
     verdicts = [v for o in outcomes for v in o.verdicts()]
     stored = str(save_verdicts(fp, verdicts)) if verdicts and not args.no_save else None
     wall = time.perf_counter() - started
+    interrupted = any(o.interrupted for o in outcomes)
     if args.json:
         print_json("doctor", {"hardware": fp, "device": hw.device, "store": str(store_path(fp)), "saved": bool(stored),
                               "trial_timeout_s": args.trial_timeout, "wall_s": round(wall, 1),
-                              "models": [o.to_dict() for o in outcomes]})
+                              "interrupted": interrupted, "models": [o.to_dict() for o in outcomes]})
     else:
         _print_tables(outcomes, stored, wall)
     problems = [o.problem for o in outcomes if o.problem]
     for problem in problems:
         print(f"advisor doctor: error: {problem}", file=sys.stderr)
+    if interrupted:  # what ran is above (and stored); the options not run say so
+        ran = sum(r.result is not None for o in outcomes for r in o.rows)
+        print(f"advisor doctor: interrupted after {ran} of {sum(len(o.rows) for o in outcomes)} option(s)",
+              file=sys.stderr)
+        return 130
     return 1 if problems else 0
 
 

@@ -122,6 +122,38 @@ def test_no_save_stores_nothing(ray_session, home, capsys):
     assert report["saved"] is False and not home.exists()
 
 
+@pytest.mark.ray
+def test_an_interrupted_doctor_reports_and_stores_what_ran(ray_session, home, capsys, monkeypatch):
+    """Seen on the H100: stopped at its limit after 38 options, the doctor printed nothing
+    to --json. Ctrl-C (a KeyboardInterrupt raised as the fifth run ends, the third option's,
+    after the reference, two options and the reference again: the stand-in for SIGINT, whose
+    run is lost as a real one's would be) now ends it with exit status 130 and the findings so far: what ran, stored;
+    what did not, "not run"."""
+    from advisor.cli import doctor
+
+    seen = []
+    real = doctor._progress
+
+    def interrupt_at_the_fifth(*run, **kwargs):
+        real(*run, **kwargs)
+        seen.append(run[1])
+        if len(seen) == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctor, "_progress", interrupt_at_the_fifth)
+    code = exit_status(["doctor", "--json", "--knob", "grad_accumulation"])
+    out = capsys.readouterr()
+    assert code == 130, out.err
+    assert "advisor doctor: interrupted after 2 of 3 option(s)" in out.err
+    report = json.loads(out.out)
+    assert report["interrupted"] is True
+    rows = report["models"][0]["options"]
+    assert [r["status"] for r in rows].count("works") == 2
+    assert [r["note"] for r in rows if r["status"] == "not run"] == ["not run: the doctor was interrupted first"]
+    stored = read_verdicts(fingerprint(detect()))
+    assert len(stored) == 2 and all(v.status == "works" for v in stored)
+
+
 BAD = [
     ("unknown-knob", ["--knob", "turbo"], "--knob 'turbo': unknown knob"),
     ("timeout-zero", ["--trial-timeout", "0"], "--trial-timeout must be a positive number"),

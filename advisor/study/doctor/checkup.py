@@ -80,6 +80,7 @@ class Outcome:
     rows: list[Row] = field(default_factory=list)
     references: dict[str, list[TrialResult]] = field(default_factory=dict)  # per workload: first, halfway, last
     problem: str = ""  # the reference failed: nothing judged
+    interrupted: bool = False  # stopped (SIGINT) before every option ran: rows not run say so
     sentinel_median: float | None = None  # the noise sentinel's median reading over the model's runs
 
     def disturbed(self, r: TrialResult) -> str:
@@ -100,6 +101,7 @@ class Outcome:
     def to_dict(self) -> dict[str, Any]:
         s = self.subject
         return {"model": s.label, "sha256": s.sha256, "reference": s.base.to_dict(), "problem": self.problem,
+                "interrupted": self.interrupted,
                 "references": {w: [r.to_dict() for r in rs] for w, rs in self.references.items()},
                 "sentinel_median_s": self.sentinel_median, "options": [r.to_dict(s.base) for r in self.rows]}
 
@@ -112,13 +114,20 @@ def run_doctor(hw: Hardware, subjects: list[Subject], options: list[list[Option]
                on_run: Callable[[str, str, TrialResult, float], None] | None = None) -> list[Outcome]:
     """Run each subject's options and its reference (before, halfway through and after
     them), one fresh trial process each, one at a time; equal runs run once.
-    ``on_run(model, what, result, seconds)`` is told of each run as it ends."""
+    ``on_run(model, what, result, seconds)`` is told of each run as it ends. Interrupted
+    (SIGINT), it returns what ran: that model's outcome ``interrupted``, later models too."""
     from advisor.runner.ray_executor import RayExecutor
 
     executor = RayExecutor(hw.device).start()
     try:
         runner = _Runner(executor, timeout, on_run)
-        return [runner.examine(subject, opts) for subject, opts in zip(subjects, options)]
+        outcomes: list[Outcome] = []
+        for subject, opts in zip(subjects, options):
+            if outcomes and outcomes[-1].interrupted:
+                outcomes.append(Outcome(subject, rows=[_row(o, {}, None) for o in opts], interrupted=True))
+            else:
+                outcomes.append(runner.examine(subject, opts))
+        return outcomes
     finally:
         executor.shutdown()
 
@@ -141,19 +150,23 @@ class _Runner:
     def examine(self, subject: Subject, opts: list[Option]) -> Outcome:
         outcome, results = Outcome(subject), {}
         kinds = list(dict.fromkeys(o.workload for o in opts if o.config is not None))
-        for kind in kinds:
-            first = self.measure(subject, kind, subject.base, f"reference ({kind})")
-            outcome.references[kind] = [first]
-            if not first.ok:
-                outcome.problem = f"the reference run ({kind}) failed: {first_line(first.failure_message)}"
         labels = {_key(o.workload, o.config): o.label for o in reversed(opts) if o.config is not None}
         runs = {_key(o.workload, c): (o.workload, c) for o in opts for c in (o.context, o.config) if c is not None}
-        if not outcome.problem:
-            for i, (key, (kind, config)) in enumerate(runs.items()):
-                if i == len(runs) // 2:  # the references again halfway and at the end: ratios are to their median
-                    self.again(subject, kinds, outcome)
-                results[key] = self.measure(subject, kind, config, labels.get(key) or _run_label(config, subject.base))
-            self.again(subject, kinds, outcome)
+        try:
+            for kind in kinds:
+                first = self.measure(subject, kind, subject.base, f"reference ({kind})")
+                outcome.references[kind] = [first]
+                if not first.ok:
+                    outcome.problem = f"the reference run ({kind}) failed: {first_line(first.failure_message)}"
+            if not outcome.problem:
+                for i, (key, (kind, config)) in enumerate(runs.items()):
+                    if i == len(runs) // 2:  # the references again halfway and at the end: ratios are to their median
+                        self.again(subject, kinds, outcome)
+                    results[key] = self.measure(subject, kind, config,
+                                                labels.get(key) or _run_label(config, subject.base))
+                self.again(subject, kinds, outcome)
+        except KeyboardInterrupt:  # what ran is kept; the rest is "not run"
+            outcome.interrupted = True
         done = [*results.values(), *(r for refs in outcome.references.values() for r in refs)]
         known = [x for x in map(reading_of, (r.telemetry for r in done)) if x is not None]
         outcome.sentinel_median = statistics.median(known) if len(known) >= 3 else None
@@ -169,9 +182,12 @@ def _run_label(config: TrialConfig, base: TrialConfig) -> str:
     return " ".join(f"{k}={json.dumps(v)}" for k, v in changes(config, base).items())
 
 
-def _row(o: Option, results: dict[str, TrialResult], outcome: Outcome) -> Row:
+def _row(o: Option, results: dict[str, TrialResult], outcome: Outcome | None) -> Row:
+    """``outcome`` None: the doctor was interrupted before this model."""
     if o.config is None:
         return Row(o, "not run", note=o.note)
+    if outcome is None or _key(o.workload, o.config) not in results and outcome.interrupted:
+        return Row(o, "not run", note="not run: the doctor was interrupted first")
     if outcome.problem:
         return Row(o, "not run", note=f"not run: {outcome.problem}")
     r = results[_key(o.workload, o.config)]
@@ -186,6 +202,8 @@ def _row(o: Option, results: dict[str, TrialResult], outcome: Outcome) -> Row:
     if row.status == FAILS and o.context is not None:
         if _key(o.workload, o.context) == _key(o.workload, o.config):
             row.status, row.note = "not judged", "its run is that of the knobs it needs (judged there)"
+        elif _key(o.workload, o.context) not in results:
+            row.status, row.note = "not judged", "the run it needs was not run (the doctor was interrupted)"
         elif results[_key(o.workload, o.context)].ok is False:
             needs = " ".join(f"{k}={json.dumps(v)}" for k, v in changes(o.context, outcome.subject.base).items())
             row.status, row.note = "not judged", f"the run it needs ({needs}) fails without it"
