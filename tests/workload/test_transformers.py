@@ -28,18 +28,18 @@ def test_preflight_and_the_layers_the_knobs_see():
     assert blocks(model) == list(model.transformer.h)  # its two GPT2Blocks
 
 
-@pytest.mark.parametrize("config", [
-    {"batch_size": 16},
-    {"batch_size": 16, "activation_checkpointing": True, "precision": "bf16"},
-    {"batch_size": 16, "parallelism": "fsdp", "devices": 2},
-], ids=["plain", "checkpointing-bf16", "fsdp"])
-def test_a_transformers_model_trains_under_the_knobs(config):
-    payload = TrialPayload.of(load_workload(GPT2), TrialConfig(**config),
-                              TrialSettings(train_samples=1024, max_timing_s=1.0))
-    result = run_trial(payload)
-    assert result.ok, result.failure_message
-    assert result.throughput > 0 and result.peak_memory_bytes > 0
-    assert 0.02 < result.score < 1.0  # next-token accuracy over a 512-token vocabulary: above chance
+def test_gpt2s_conv1d_projections_count_as_linear_layers(tmp_path):
+    """Found by the first H100 run: GPT-2's projections are transformers Conv1D layers, so
+    the space dropped pruning ("at most one Linear/Conv layer") and quantization reached
+    only lm_head. The preflight counts them, and the space keeps both knobs."""
+    from advisor.machine.hardware import detect
+    from advisor.search.space import filter_space, load_space
+
+    facts = preflight(load_workload(GPT2))
+    assert (facts["linear_layers"], facts["conv1d_layers"], facts["prunable_layers"]) == (9, 8, 8)
+    for workload in ("train", "inference"):
+        space = filter_space(load_space("cpu"), detect(), {"workload": workload} | facts)
+        assert not [d for d in space.dropped if d.knob in ("pruning", "quantization") and "Linear" in d.reason]
 
 
 def test_a_pipeline_is_dropped_with_the_reason_a_transformers_model_cannot_be_one(tmp_path):
