@@ -42,6 +42,9 @@ class Prepared:
             step (the fused implementation).
         sdpa_backends: the attention kernels ``autocast()`` allows, or None for torch's choice.
         stats: what techniques report about the model (e.g. quantized layers).
+        conv1d_swapped: the transformers Conv1D layers replaced by equal nn.Linear ones
+            (their weights now (out, in); ``advisor.techniques.conv1d.conv1d_layout`` turns
+            a state dict back), for quantization and 2:4 sparsity, which take nn.Linear only.
     """
 
     model: Any
@@ -68,6 +71,7 @@ class Prepared:
     optimizer_setup: list[Callable[[Any], None]] = field(default_factory=list)
     sdpa_backends: Any = None
     stats: dict[str, Any] = field(default_factory=dict)
+    conv1d_swapped: list[str] = field(default_factory=list)
     _set_up: set[int] = field(default_factory=set, repr=False)  # ids of the optimizers set up
 
     @contextlib.contextmanager

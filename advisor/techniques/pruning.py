@@ -5,7 +5,8 @@ Pruned weights stay zero through training (torch.nn.utils.prune masks) and are m
 permanent when the trial finishes training (``Prepared.finish``); for an inference
 workload at once. The last Linear/Conv layer (the output layer) is kept dense: pruning
 it removes whole classes. transformers' Conv1D layers (GPT-2: weight stored (in, out))
-are pruned as they are, structured pruning along their output channels (dim 1). Achieved
+are pruned as they are, structured pruning along their output channels (dim 1); for 2:4,
+``advisor.apply`` has made them nn.Linear first (advisor/techniques/conv1d.py). Achieved
 sparsity is recorded by the trial.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import UnsupportedError
 from advisor.techniques._base import Technique, plain_tensor
+from advisor.techniques.conv1d import swap_snippet
 from advisor.workload.structure import is_conv1d, prunable
 
 if TYPE_CHECKING:
@@ -87,7 +89,8 @@ class Pruning(Technique):
                 "ln_structured": "prune.ln_structured(layer, 'weight', amount=AMOUNT, n=2, "
                                  "dim=1 if type(layer).__name__ == 'Conv1D' else 0)  # Conv1D: (in, out)",
                 "semi_structured_2_4": "prune.custom_from_mask(layer, 'weight', mask=two_of_every_four(layer.weight))"}[value]
-        return ("import torch.nn.utils.prune as prune\n"
+        swap = swap_snippet("2:4 kernels take nn.Linear only") + "\n" if value == "semi_structured_2_4" else ""
+        return ("import torch.nn.utils.prune as prune\n" + swap +
                 "layers = [m for m in model.modules()  # transformers' Conv1D (GPT-2) too\n"
                 "          if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)) or type(m).__name__ == 'Conv1D'][:-1]\n"
                 f"for layer in layers: {call}\n"

@@ -42,6 +42,41 @@ def test_gpt2s_conv1d_projections_count_as_linear_layers(tmp_path):
         assert not [d for d in space.dropped if d.knob in ("pruning", "quantization") and "Linear" in d.reason]
 
 
+def test_a_quantized_gpt2_is_estimated_and_trained_with_its_conv1d_layers_swapped():
+    """The swap runs on the memory estimate's fake tensors too (their parameters are
+    FakeTensors: the estimate once missed the swapped layers' fake quantization), and a
+    trial records how many layers it swapped."""
+    from advisor.trial.estimate import estimate_here
+
+    workload = load_workload(GPT2)
+    config = TrialConfig(batch_size=16, quantization="qat_int8")
+
+    def payload(part, estimate):
+        return TrialPayload.of(workload, config, TrialSettings(train_samples=128, max_timing_s=0.3, part=part),
+                               estimate=estimate)
+
+    fake, real = estimate_here(payload("probe", True)), estimate_here(payload("probe", True), fake=False)
+    assert fake["by_kind"] == real["by_kind"]
+    result = run_trial(payload("full", False))
+    assert result.ok, result.failure_message
+    model = result.telemetry["model"]
+    assert model["conv1d_as_linear"] == 8 and model["quantized_linear_layers"] == 9
+
+
+@pytest.mark.parametrize("config", [
+    {"batch_size": 16},
+    {"batch_size": 16, "activation_checkpointing": True, "precision": "bf16"},
+    {"batch_size": 16, "parallelism": "fsdp", "devices": 2},
+], ids=["plain", "checkpointing-bf16", "fsdp"])
+def test_a_transformers_model_trains_under_the_knobs(config):
+    payload = TrialPayload.of(load_workload(GPT2), TrialConfig(**config),
+                              TrialSettings(train_samples=1024, max_timing_s=1.0))
+    result = run_trial(payload)
+    assert result.ok, result.failure_message
+    assert result.throughput > 0 and result.peak_memory_bytes > 0
+    assert 0.02 < result.score < 1.0  # next-token accuracy over a 512-token vocabulary: above chance
+
+
 def test_a_pipeline_is_dropped_with_the_reason_a_transformers_model_cannot_be_one(tmp_path):
     """Found by benchmarks/combinations.py: `pp` on GPT-2 failed in every trial (torch.export:
     "Found <class 'transformers.cache_utils.DynamicCache'> in output"). The preflight says
