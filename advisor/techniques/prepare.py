@@ -17,6 +17,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.errors import UnsupportedError
 from advisor.core.results import check_workload_kind
+from advisor.techniques.conv1d import conv1d_to_linear, needs_linear
 from advisor.techniques.prepared import Prepared, default_device
 from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import refusal
@@ -26,7 +27,9 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
           tp_plan: dict[str, Any] | None = None, pipeline_split: list[str] | None = None,
           example_inputs: Any = None) -> Prepared:
     """Prepare ``model`` for ``config``: threads, precision, device, memory format, pruning,
-    quantization, checkpointing, data parallelism, compile, in that order.
+    quantization, checkpointing, data parallelism, compile, in that order. With
+    quantization or 2:4 sparsity, transformers' Conv1D layers (GPT-2) are first replaced
+    by equal nn.Linear layers (``Prepared.conv1d_swapped``; advisor/techniques/conv1d.py).
 
     Args:
         model: the user's ``nn.Module`` (moved to ``device`` in place).
@@ -66,6 +69,10 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
         model.to(device)  # (only when it must move: a model of fake tensors, being estimated, cannot be swapped)
     if workload == "inference":
         model.eval()
+    if needs_linear(config):  # torchao and the 2:4 kernels take nn.Linear only: GPT-2's Conv1D become ones
+        prepared.conv1d_swapped = conv1d_to_linear(model)
+        if prepared.conv1d_swapped:
+            prepared.stats["conv1d_as_linear"] = len(prepared.conv1d_swapped)
     for key, technique in TECHNIQUES.items():  # ordered: threads, precision, ..., compile
         technique.apply(values[key], prepared)
     return prepared

@@ -45,6 +45,9 @@ class Prepared:
             training's layers: under inference mode and autocast, torchao 0.18's float8
             tensors meet a dtype cast they do not implement).
         stats: what techniques report about the model (e.g. quantized layers).
+        conv1d_swapped: the transformers Conv1D layers replaced by equal nn.Linear ones
+            (their weights now (out, in); ``advisor.techniques.conv1d.conv1d_layout`` turns
+            a state dict back), for quantization and 2:4 sparsity, which take nn.Linear only.
     """
 
     model: Any
@@ -72,6 +75,7 @@ class Prepared:
     sdpa_backends: Any = None
     eval_with_no_grad: bool = False
     stats: dict[str, Any] = field(default_factory=dict)
+    conv1d_swapped: list[str] = field(default_factory=list)
     _set_up: set[int] = field(default_factory=set, repr=False)  # ids of the optimizers set up
 
     @contextlib.contextmanager

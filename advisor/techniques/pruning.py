@@ -4,7 +4,10 @@ semi-structured sparsity (the pattern sparse tensor cores accelerate on CUDA sm8
 Pruned weights stay zero through training (torch.nn.utils.prune masks) and are made
 permanent when the trial finishes training (``Prepared.finish``); for an inference
 workload at once. The last Linear/Conv layer (the output layer) is kept dense: pruning
-it removes whole classes. Achieved sparsity is recorded by the trial.
+it removes whole classes. transformers' Conv1D layers (GPT-2: weight stored (in, out))
+are pruned as they are, structured pruning along their output channels (dim 1); for 2:4,
+``advisor.apply`` has made them nn.Linear first (advisor/techniques/conv1d.py). Achieved
+sparsity is recorded by the trial.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import UnsupportedError
 from advisor.techniques._base import Technique, plain_tensor
-from advisor.workload.structure import prunable
+from advisor.techniques.conv1d import swap_snippet
+from advisor.workload.structure import is_conv1d, prunable
 
 if TYPE_CHECKING:
     from advisor.machine.hardware import Hardware
@@ -54,7 +58,8 @@ class Pruning(Technique):
             return
         layers = prunable(prepared.module)
         if value == "semi_structured_2_4":
-            layers = [(n, m) for n, m in layers if m.weight.dim() == 2 and m.weight.shape[1] % 4 == 0]
+            layers = [(n, m) for n, m in layers  # (a Conv1D left unswapped, tied: its inputs are its rows)
+                      if m.weight.dim() == 2 and m.weight.shape[1] % 4 == 0 and not is_conv1d(m)]
         if not layers:
             raise UnsupportedError(f"pruning {value}: no layer to prune (the output layer is kept dense"
                                    + (", and 2:4 needs Linear layers whose input size is a multiple of 4)" if value == "semi_structured_2_4" else ")"))
@@ -63,8 +68,8 @@ class Pruning(Technique):
             if value == "l1_unstructured":  # scores made contiguous: torch's prune flattens with
                 # .view(-1), which fails on channels_last weights
                 prune.l1_unstructured(layer, "weight", amount=amount, importance_scores=layer.weight.detach().contiguous())
-            elif value == "ln_structured":
-                prune.ln_structured(layer, "weight", amount=amount, n=2, dim=0)
+            elif value == "ln_structured":  # output channels: a Conv1D's weight is (in, out)
+                prune.ln_structured(layer, "weight", amount=amount, n=2, dim=1 if is_conv1d(layer) else 0)
             else:
                 prune.custom_from_mask(layer, "weight", mask=mask_2_4(layer.weight))
         sparse_kernels = value == "semi_structured_2_4" and prepared.device.type == "cuda"
@@ -81,10 +86,13 @@ class Pruning(Technique):
         if value == "none":
             return None
         call = {"l1_unstructured": "prune.l1_unstructured(layer, 'weight', amount=AMOUNT)",
-                "ln_structured": "prune.ln_structured(layer, 'weight', amount=AMOUNT, n=2, dim=0)",
+                "ln_structured": "prune.ln_structured(layer, 'weight', amount=AMOUNT, n=2, "
+                                 "dim=1 if type(layer).__name__ == 'Conv1D' else 0)  # Conv1D: (in, out)",
                 "semi_structured_2_4": "prune.custom_from_mask(layer, 'weight', mask=two_of_every_four(layer.weight))"}[value]
-        return ("import torch.nn.utils.prune as prune\n"
-                "layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][:-1]\n"
+        swap = swap_snippet("2:4 kernels take nn.Linear only") + "\n" if value == "semi_structured_2_4" else ""
+        return ("import torch.nn.utils.prune as prune\n" + swap +
+                "layers = [m for m in model.modules()  # transformers' Conv1D (GPT-2) too\n"
+                "          if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)) or type(m).__name__ == 'Conv1D'][:-1]\n"
                 f"for layer in layers: {call}\n"
                 "# ... train ...\n"
                 "for layer in layers: prune.remove(layer, 'weight')  # make the zeros permanent")

@@ -4,8 +4,9 @@ Training workload: ``qat_int8`` (fake-quantized int8 activations and weights whi
 training, converted to real int8 before evaluation) and ``fp8_training`` (torchao
 float8 training, CUDA compute capability >= 8.9). Inference workload: ``int8_dynamic``,
 ``int8_weight_only``, and on CUDA ``int4_weight_only`` and ``fp8`` (dynamic float8).
-torchao acts on ``nn.Linear`` layers. Quantized models live only inside the trial's
-process (they cannot be pickled); the trial returns numbers.
+torchao acts on ``nn.Linear`` layers; transformers' Conv1D layers (GPT-2) are made equal
+nn.Linear ones first by ``advisor.apply`` (advisor/techniques/conv1d.py). Quantized models
+live only inside the trial's process (they cannot be pickled); the trial returns numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import UnsupportedError
 from advisor.techniques._base import Technique, plain_tensor
+from advisor.techniques.conv1d import swap_snippet
 
 if TYPE_CHECKING:
     from advisor.machine.hardware import Hardware
@@ -52,7 +54,7 @@ class Quantization(Technique):
 
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value != "none" and facts.get("linear_layers") == 0:
-            return "torchao quantizes nn.Linear layers and the model has none"
+            return "torchao quantizes nn.Linear layers (and transformers Conv1D, made nn.Linear) and the model has none"
         return None
 
     def apply(self, value: Any, prepared: Prepared) -> None:
@@ -60,8 +62,9 @@ class Quantization(Technique):
             return
         import torch
 
-        if not any(isinstance(m, torch.nn.Linear) for m in prepared.module.modules()):
-            raise UnsupportedError(f"quantization {value}: torchao quantizes nn.Linear layers and this model has none")
+        if not any(isinstance(m, torch.nn.Linear) for m in prepared.module.modules()):  # (Conv1D swapped by apply)
+            raise UnsupportedError(f"quantization {value}: torchao quantizes nn.Linear layers (and transformers "
+                                   "Conv1D, made nn.Linear) and this model has none")
         try:
             import torchao.quantization as tq
         except ImportError:
@@ -88,6 +91,10 @@ class Quantization(Technique):
             tq.quantize_(module, config, filter_fn=_quantizable(value))
 
     def snippet(self, value: Any) -> str | None:
+        text = self._snippet(value)
+        return f"{swap_snippet('torchao takes nn.Linear only')}\n{text}" if text else None
+
+    def _snippet(self, value: Any) -> str | None:
         imports = "from torchao.quantization import quantize_"
         if value == "qat_int8":
             return (f"{imports}, Int8DynamicActivationInt8WeightConfig\n"

@@ -66,18 +66,39 @@ def tied_parameters(module: Any) -> set[int]:
     return {pid for pid, n in names.items() if n > 1}
 
 
+def is_conv1d(layer: Any) -> bool:
+    """A transformers ``Conv1D`` (GPT-2 and its kin): a Linear whose weight is stored
+    transposed, (in_features, out_features), its forward ``addmm(bias, x, weight)``; a
+    subclass too (torch's pruning and parametrizations leave the class, or subclass it)."""
+    return isinstance(getattr(layer, "nf", None), int) and any(
+        c.__name__ == "Conv1D" and c.__module__.startswith("transformers") for c in type(layer).__mro__)
+
+
+def linear_like(layer: Any) -> bool:
+    """An nn.Linear, or a transformers Conv1D (a Linear stored transposed, which
+    ``advisor.techniques.conv1d`` turns into one where a technique needs nn.Linear)."""
+    import torch.nn as nn
+
+    return isinstance(layer, nn.Linear) or is_conv1d(layer)
+
+
+def _weighted_layer(layer: Any) -> bool:
+    import torch.nn as nn
+
+    return isinstance(layer, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) or is_conv1d(layer)
+
+
 def prunable(module: Any) -> list[tuple[str, Any]]:
-    """(name, layer) of the Linear / Conv layers that pruning touches: all but the last,
-    the output layer, which is kept dense (pruning it removes whole classes), and none
-    inside an nn.MultiheadAttention: it reads its output projection's weight directly,
+    """(name, layer) of the Linear / Conv layers (transformers' Conv1D among them) that
+    pruning touches: all but the last, the output layer, which is kept dense (pruning it
+    removes whole classes), and none inside an nn.MultiheadAttention: it reads its output projection's weight directly,
     never calling that layer, so the mask's forward hook never runs there (training then
     fails: "backward through the graph a second time")."""
     import torch.nn as nn
 
     attention = [n + "." for n, m in module.named_modules() if isinstance(m, nn.MultiheadAttention)]
     layers = [(n, m) for n, m in module.named_modules()
-              if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))
-              and not any(n.startswith(prefix) for prefix in attention)]
+              if _weighted_layer(m) and not any(n.startswith(prefix) for prefix in attention)]
     return [(n, m) for n, m in layers[:-1] if _plain_weight(m)]
 
 
@@ -86,10 +107,7 @@ def parametrized(module: Any) -> list[str]:
     (``torch.nn.utils.parametrizations.weight_norm`` / ``spectral_norm``, the older
     ``weight_norm`` hook, any ``register_parametrization``): torch's pruning cannot
     reparametrize them, so ``prunable`` leaves them out."""
-    import torch.nn as nn
-
-    return [n for n, m in module.named_modules()
-            if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not _plain_weight(m)]
+    return [n for n, m in module.named_modules() if _weighted_layer(m) and not _plain_weight(m)]
 
 
 def _plain_weight(layer: Any) -> bool:

@@ -28,6 +28,41 @@ def test_preflight_and_the_layers_the_knobs_see():
     assert blocks(model) == list(model.transformer.h)  # its two GPT2Blocks
 
 
+def test_gpt2s_conv1d_projections_count_as_linear_layers(tmp_path):
+    """Found by the first H100 run: GPT-2's projections are transformers Conv1D layers, so
+    the space dropped pruning ("at most one Linear/Conv layer") and quantization reached
+    only lm_head. The preflight counts them, and the space keeps both knobs."""
+    from advisor.machine.hardware import detect
+    from advisor.search.space import filter_space, load_space
+
+    facts = preflight(load_workload(GPT2))
+    assert (facts["linear_layers"], facts["conv1d_layers"], facts["prunable_layers"]) == (9, 8, 8)
+    for workload in ("train", "inference"):
+        space = filter_space(load_space("cpu"), detect(), {"workload": workload} | facts)
+        assert not [d for d in space.dropped if d.knob in ("pruning", "quantization") and "Linear" in d.reason]
+
+
+def test_a_quantized_gpt2_is_estimated_and_trained_with_its_conv1d_layers_swapped():
+    """The swap runs on the memory estimate's fake tensors too (their parameters are
+    FakeTensors: the estimate once missed the swapped layers' fake quantization), and a
+    trial records how many layers it swapped."""
+    from advisor.trial.estimate import estimate_here
+
+    workload = load_workload(GPT2)
+    config = TrialConfig(batch_size=16, quantization="qat_int8")
+
+    def payload(part, estimate):
+        return TrialPayload.of(workload, config, TrialSettings(train_samples=128, max_timing_s=0.3, part=part),
+                               estimate=estimate)
+
+    fake, real = estimate_here(payload("probe", True)), estimate_here(payload("probe", True), fake=False)
+    assert fake["by_kind"] == real["by_kind"]
+    result = run_trial(payload("full", False))
+    assert result.ok, result.failure_message
+    model = result.telemetry["model"]
+    assert model["conv1d_as_linear"] == 8 and model["quantized_linear_layers"] == 9
+
+
 @pytest.mark.parametrize("config", [
     {"batch_size": 16},
     {"batch_size": 16, "activation_checkpointing": True, "precision": "bf16"},
