@@ -26,7 +26,7 @@ from advisor.runner.executor import run_one
 from advisor.runner.ray_executor import RayExecutor
 from advisor.study.confirmation.confirm import ConfirmOptions, check_confirm_options
 from advisor.study.confirmation.pairing import Candidate, Rounds
-from advisor.techniques.rules import refusal
+from advisor.techniques.rules import device_conflicts, refusal
 from advisor.workload.contract import load_workload
 from advisor.workload.downloads import offline_env
 from advisor.workload.preflight import preflight
@@ -122,6 +122,10 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
     if then and any(here.get(k) != then.get(k) for k in ("cpu_model", "cpu_cores", "gpus", "torch_version")):
         result.notes.append("this machine or its torch differs from the one the config was measured on: "
                             "expect different figures")
+    for what, c in (("config", config), ("baseline", baseline)):
+        reason = device_conflicts(c, hardware.device)  # measured on another kind of machine
+        if reason:
+            raise ConfigError(f"{config_path}: this {what} cannot run on this machine: {reason}")
     train_samples = int(source.get("train_samples") or default_train_samples(facts["train_size"]))
     settings = TrialSettings(train_samples=train_samples if kind == "train" else 1, device=hardware.device,
                              workload=kind)

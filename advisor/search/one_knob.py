@@ -25,12 +25,14 @@ def seed_count(trials: int) -> int:
     return max(3, min(8, trials // 3))
 
 
-def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: str = "train") -> list[TrialConfig]:
+def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: str = "train",
+                 device: str | None = None) -> list[TrialConfig]:
     """Up to ``limit`` configurations of ``space``: ``base`` with one knob changed each.
 
     First one value per knob (for ``batch_size`` twice the baseline's, or half), in
     ``PRIORITY`` order (a knob the change brings into play takes its first choice); then the knobs' other values in the same order. Values that cannot
-    run as ``workload`` are left out.
+    run as ``workload``, or with the baseline's other knobs where trials run on ``device``
+    (the CUDA flash attention kernel with an fp32 baseline), are left out.
 
     Example:
         >>> [c.precision for c in seed_configs(load_space("quick"), TrialConfig(), 1)]  # doctest: +SKIP
@@ -49,8 +51,8 @@ def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: st
             choices.sort(key=lambda b: (b not in (2 * base.batch_size, base.batch_size // 2), b < base.batch_size, b))
         options = []
         for value in choices:  # validated when the space was loaded
-            candidate = _with_dependents(base.replace(**{name: value}), knobs.values(), values, workload)
-            if refusal(candidate, workload) is None:
+            candidate = _with_dependents(base.replace(**{name: value}), knobs.values(), values, workload, device)
+            if refusal(candidate, workload, device) is None:
                 options.append(candidate)
         candidates.append(options)
     first = [options[0] for options in candidates if options]
@@ -58,7 +60,8 @@ def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: st
     return (first + rest)[:limit]
 
 
-def _with_dependents(config: TrialConfig, knobs: Any, before: dict[str, Any], workload: str) -> TrialConfig:
+def _with_dependents(config: TrialConfig, knobs: Any, before: dict[str, Any], workload: str,
+                     device: str | None) -> TrialConfig:
     """``config`` with the knobs its change brought into play (each whose condition now
     holds, and did not, at a value that is none of its choices) set to the first of their
     choices, in order, that can run: the seed ``parallelism=ddp`` comes with ``devices`` 2,
@@ -70,4 +73,4 @@ def _with_dependents(config: TrialConfig, knobs: Any, before: dict[str, Any], wo
         return config
     tries = itertools.islice(itertools.product(*(k.choices for k in woken)), 64)
     fits = (config.replace(**{k.name: v for k, v in zip(woken, combo)}) for combo in tries)
-    return next((c for c in fits if refusal(c, workload) is None), config)
+    return next((c for c in fits if refusal(c, workload, device) is None), config)

@@ -10,7 +10,8 @@ each configuration to ``decide()``, stores what comes back and tells the strateg
 3. then the Optuna sampler's proposals (TPE by default);
 4. ``decide()`` answers a configuration already measured (or running) with the earlier
    trial (``Duplicate``); one that cannot work (knob values that cannot be combined, more
-   devices than the cluster has), or would run out of memory (``known_oom``) or fail
+   devices than the cluster has, or not on the device trials run on: the CUDA flash
+   attention kernel in fp32), or would run out of memory (``known_oom``) or fail
    (``known_failures``) like earlier trials, is ``Skip``ped. Neither runs, and neither
    counts towards the study's number of trials.
 """
@@ -91,16 +92,18 @@ class Strategy:
         budget: the study's total number of trials (sizes the seed and combination steps).
         limits: what makes a trial feasible.
         max_devices: the most devices one trial can get (GPU slots), or None.
+        device: the device type trials run on ("cuda" / "cpu"): combinations it cannot run
+            are skipped (``advisor.techniques.rules.device_conflicts``); None: not checked.
         combined: the study's combination step was done by an earlier run.
         on_event: receives a ``Note`` when a failure rule is learnt.
     """
 
     def __init__(self, space: SearchSpace, baseline: TrialConfig, *, workload: str, sampler: str, budget: int,
-                 limits: Limits, max_devices: int | None = None, combined: bool = False,
-                 on_event: Listener = ignore) -> None:
+                 limits: Limits, max_devices: int | None = None, device: str | None = None,
+                 combined: bool = False, on_event: Listener = ignore) -> None:
         self.space, self.baseline = space, baseline
         self.workload, self.budget, self.limits = workload, budget, limits
-        self.max_devices, self.emit = max_devices, on_event
+        self.max_devices, self.device, self.emit = max_devices, device, on_event
         # every configuration measured, skipped or running, by key: a repeat is a duplicate
         self._seen: dict[str, TrialRecord | Proposal] = {}
         self._known_oom, self._known_failures = KnownOom(), KnownFailures(baseline)
@@ -124,7 +127,7 @@ class Strategy:
         """
         if self._seeds_due:
             self._seeds_due = False
-            seeds = seed_configs(self.space, self.baseline, seed_count(self.budget), self.workload)
+            seeds = seed_configs(self.space, self.baseline, seed_count(self.budget), self.workload, self.device)
             return Queued(seeds=[c for c in seeds if c.key() not in self._seen])  # nothing else changes
         if not self._combine_due or waiting():
             return Queued()
@@ -222,7 +225,7 @@ class Strategy:
 
     def _why_not(self, config: TrialConfig) -> tuple[str | None, str]:
         """Why ``config`` is not run (and the failure class it is recorded with), or None."""
-        reason = refusal(config, self.workload)
+        reason = refusal(config, self.workload, self.device)
         if reason:
             return reason, "unsupported"
         if self.max_devices is not None and config.devices > self.max_devices:

@@ -16,6 +16,21 @@ if TYPE_CHECKING:
     from advisor.techniques.prepared import Prepared
 
 BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+HALF_ONLY_ON_CUDA = ("flash", "cudnn")  # CUDA kernels that take fp16 / bf16 inputs only
+HALF_PRECISIONS = ("bf16", "fp16", "bf16_full")  # attention runs in 16 bits (autocast, or bf16 weights)
+
+
+def precision_conflict(backend: str, precision: str, device: str) -> str | None:
+    """Why the pinned kernel ``backend`` cannot run at ``precision`` on a node whose trials
+    run on ``device`` ("cuda" / "cpu"), though each is offered there; None when it can. On
+    CUDA the flash and cuDNN kernels take fp16 / bf16 inputs only: in fp32 (TF32 too: the
+    inputs stay fp32) torch has no kernel to run ("No available kernel", seen on an H100).
+    torch's CPU flash kernel takes fp32."""
+    if device != "cuda" or backend not in HALF_ONLY_ON_CUDA or precision in HALF_PRECISIONS:
+        return None
+    return (f"the CUDA {backend} attention kernel takes fp16 or bf16 inputs only: expected precision "
+            f"{' / '.join(HALF_PRECISIONS)}, found precision={precision}, where attention runs in fp32 and "
+            "torch has no kernel to run ('No available kernel')")
 
 
 class SdpaBackend(Technique):

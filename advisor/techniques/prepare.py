@@ -51,7 +51,8 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
         ConfigError: ``config`` holds an unknown knob or an invalid value, or ``workload``
             is neither "train" nor "inference".
         UnsupportedError: a technique refuses this model (e.g. channels_last without convs)
-            or the values cannot be combined.
+            or the values cannot be combined (anywhere, or on ``device``: the CUDA flash
+            attention kernel with fp32).
     """
     import torch
 
@@ -59,7 +60,7 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     if not isinstance(config, TrialConfig):
         config = TrialConfig.from_dict(dict(config))
     device = torch.device(device) if device is not None else default_device()
-    reason = refusal(config, workload)
+    reason = refusal(config, workload, device.type)
     if reason:
         raise UnsupportedError(reason)
     values = config.to_dict()

@@ -80,6 +80,8 @@ class Quantization(Technique):
 
             convert_to_float8_training(module, module_filter_fn=_fp8_friendly, config=float8_config(prepared))
             prepared.eval_with_no_grad = True
+            if prepared.config.fp8_scaling == "rowwise":
+                _contiguous_inputs(module)
         else:
             config = {
                 "int8_dynamic": lambda: tq.Int8DynamicActivationInt8WeightConfig(),
@@ -202,7 +204,25 @@ class Fp8Scaling(Technique):
         if value == "tensorwise":
             return None
         return ("config = Float8LinearConfig.from_recipe_name('rowwise')  # fp8 training (then pad_inner_dim=True)\n"
+                "# rowwise training: each Float8Linear takes a contiguous input (no copy of rowwise fp8 in torchao)\n"
+                "# layer.register_forward_pre_hook(lambda m, args: (args[0].contiguous(), *args[1:]))\n"
                 "Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())  # fp8 inference")
+
+
+def _contiguous_inputs(module: Any) -> None:
+    """Give each Float8Linear a contiguous input. torchao 0.18's Float8Linear flattens its
+    input after the cast to fp8 (``reshape(-1, in_features)``); an input of more than two
+    dimensions that is not contiguous (``x.transpose(1, 2)``, as attention over the pixels
+    or the tokens feeds it) then needs a copy of the fp8 tensor, and with rowwise scales
+    torchao has none (``AssertionError: aten.clone.default with axiswise scaling is not
+    supported yet``), in eager mode and under torch.compile alike. The copy is made before
+    the cast instead; a contiguous input is passed as it is."""
+    def contiguous(layer: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (args[0].contiguous(), *args[1:])
+
+    for m in module.modules():
+        if type(m).__name__ == "Float8Linear":
+            m.register_forward_pre_hook(contiguous)
 
 
 def _fp8_friendly(module: Any, fqn: str) -> bool:

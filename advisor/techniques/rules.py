@@ -1,7 +1,8 @@
-"""The rules that hold between knobs and around them: which values cannot be combined,
-which cannot run as a workload at all, and which this hardware offers (with the reason
-for each refusal). The study checks them before a trial is submitted, ``apply`` before it
-touches a model, and ``advisor hardware`` prints the table.
+"""The rules that hold between knobs and around them: which values cannot be combined
+(anywhere, or on the device trials run on), which cannot run as a workload at all, and
+which this hardware offers (with the reason for each refusal). The study checks them before
+a trial is submitted, ``apply`` before it touches a model, ``advisor doctor`` before it
+plans a run, and ``advisor hardware`` prints the table.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.results import WORKLOADS
 from advisor.machine.hardware import Hardware
+from advisor.techniques.attention import precision_conflict
 from advisor.techniques.model_parallel import model_parallel_conflict
 from advisor.techniques.parallel_options import strategy_conflict
 from advisor.techniques.registry import TECHNIQUES
@@ -57,17 +59,26 @@ def conflicts(config: TrialConfig) -> str | None:
     return None
 
 
-def refusal(config: TrialConfig, workload: str) -> str | None:
-    """Why ``config`` cannot run as a ``workload`` ("train" / "inference") at all, whatever
-    the hardware: an option for the other workload, knob values that cannot be combined,
-    or a batch that does not split into the ranks' micro-batches. None when it can.
-    The one check behind ``apply`` and the study's check of BASELINE."""
+def device_conflicts(config: TrialConfig, device: str) -> str | None:
+    """Why these knob values cannot be combined where trials run on ``device`` ("cuda" or
+    "cpu"), though the hardware offers each of them (``Technique.unavailable`` judges values
+    one at a time); None when they can. Today: the CUDA flash and cuDNN attention kernels
+    take fp16 / bf16 only."""
+    return precision_conflict(config.sdpa_backend, config.precision, device)
+
+
+def refusal(config: TrialConfig, workload: str, device: str | None = None) -> str | None:
+    """Why ``config`` cannot run as a ``workload`` ("train" / "inference"): an option for
+    the other workload, knob values that cannot be combined (anywhere, or with ``device``,
+    the device type trials run on, when given), or a batch that does not split into the
+    ranks' micro-batches. None when it can. The one check behind ``apply``, the study's
+    check of BASELINE and of each configuration it would run, and the doctor's runs."""
     values = config.to_dict()
     for key, technique in TECHNIQUES.items():
         reason = technique.wrong_workload(values[key], workload)
         if reason:
             return reason
-    conflict = conflicts(config)
+    conflict = conflicts(config) or (device_conflicts(config, device) if device is not None else None)
     if conflict:
         return conflict
     ranks = config.data_ranks()

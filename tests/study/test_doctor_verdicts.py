@@ -24,14 +24,14 @@ from advisor.machine.doctor_store import (
     store_dir,
     store_path,
 )
-from advisor.machine.hardware import detect, fingerprint
+from advisor.machine.hardware import GpuInfo, detect, fingerprint
 from advisor.study.doctor.offered import plan_options
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.run.plan import plan_study
 from advisor.workload.contract import load_workload
 
 from conftest import EXAMPLES, WORKLOADS, exit_status
-from declared import A100, cpu_node, gpu_node
+from declared import A100, GiB, cpu_node, gpu_node
 
 CNN = str(EXAMPLES / "digits_cnn.py")
 MLP = str(EXAMPLES / "digits_mlp.py")
@@ -178,6 +178,23 @@ def test_each_offered_option_runs_alone_with_what_it_needs():
     gpu = {(o.knob, json.dumps(o.value)) for o in plan_options(gpu_node(A100), base, {})}
     assert ("precision", '"tf32"') in gpu and ("threads", "1") not in gpu
     assert ("parallelism", '"ddp"') not in gpu  # one GPU: DDP is not offered
+
+
+def test_on_cuda_the_half_only_attention_kernels_run_in_bf16():
+    """On a DECLARED H100 the flash and cuDNN kernels, which take fp16 / bf16 only on CUDA
+    (the fp32 reference failed with "No available kernel"), run with bf16, their context;
+    on a DECLARED CPU torch's flash kernel runs in the reference's fp32, alone."""
+    base = TrialConfig(batch_size=64)
+    h100 = gpu_node(GpuInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 80 * GiB))
+    options = {o.value: o for o in plan_options(h100, base, {}, knobs=["sdpa_backend"])}
+    for backend in ("flash", "cudnn"):
+        assert options[backend].config == base.replace(sdpa_backend=backend, precision="bf16")
+        assert options[backend].context == base.replace(precision="bf16")
+    efficient = options["efficient"]  # takes fp32 on CUDA: alone
+    assert efficient.config == base.replace(sdpa_backend="efficient") and efficient.context is None
+    flash = plan_options(cpu_node(), base, {}, knobs=["sdpa_backend"])
+    assert [(o.value, o.config, o.context) for o in flash if o.value == "flash"] == [
+        ("flash", base.replace(sdpa_backend="flash"), None)]
 
 
 def test_an_option_pointless_for_the_model_is_not_run():

@@ -246,7 +246,7 @@ def user_subject(workload: Workload, hw: Hardware) -> Subject:
 
     facts = preflight(workload)
     base = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
-    reason = refusal(base, "train")
+    reason = refusal(base, "train", hw.device)
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
     settings = TrialSettings(train_samples=base.batch_size, warmup_steps=2, min_steps=3, max_timing_s=1.0,

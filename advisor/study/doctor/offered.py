@@ -6,8 +6,9 @@ cannot run without.
 What it needs comes from the shipped presets' ``when`` conditions: its own condition
 (``comm_hook`` needs ``parallelism: ddp``), and the knobs the change switches on whose
 default the presets never choose (``parallelism: ddp`` runs with ``devices: 2``). A knob
-with no condition in the presets that still cannot run alone (a DDP-only setting) gets
-the first other offered option that makes it runnable. The run without the option (its
+with no condition in the presets that still cannot run alone (a DDP-only setting; on CUDA
+the flash and cuDNN attention kernels, which take fp16 / bf16 only) gets the first other
+offered option that makes it runnable (there: bf16, or fp16 where bf16 is not offered). The run without the option (its
 context) tells whether a failure is the option's own (``advisor.study.doctor.checkup``).
 """
 
@@ -82,11 +83,12 @@ def plan_options(hw: Hardware, base: TrialConfig, facts: dict[str, Any], knobs: 
         if getattr(base, r.key) == r.value:
             continue  # the reference itself
         if r.workloads:
-            out.append(_option(r.key, r.value, r.workloads.split(", ")[0], base, facts, offered, when, chosen))
+            out.append(_option(r.key, r.value, r.workloads.split(", ")[0], base, facts, hw.device, offered, when,
+                               chosen))
     return out
 
 
-def _option(key: str, value: Any, kind: str, base: TrialConfig, facts: dict[str, Any],
+def _option(key: str, value: Any, kind: str, base: TrialConfig, facts: dict[str, Any], device: str,
             offered: dict[str, list[Any]], when: dict[str, Any], chosen: dict[str, list[Any]]) -> Option:
     pointless = TECHNIQUES[key].pointless(value, facts)
     if pointless:
@@ -100,7 +102,8 @@ def _option(key: str, value: Any, kind: str, base: TrialConfig, facts: dict[str,
                 return Option(key, value, kind, None, note=f"not run: needs {other} in {list(accepted)}, not offered here")
             own[other] = usable[0]
     # Refused even so (a knob with no condition in the presets yet, such as a DDP-only
-    # setting): the first other offered option that makes it runnable is its context.
+    # setting, or one this device runs only with another knob: the CUDA flash attention
+    # kernel in bf16): the first other offered option that makes it runnable is its context.
     extras: list[dict[str, Any]] = [{}] + [{k: v} for k, vs in offered.items() if k != key and k not in own for v in vs if v != start[k]]
     first = ""
     for extra in extras:
@@ -112,11 +115,11 @@ def _option(key: str, value: Any, kind: str, base: TrialConfig, facts: dict[str,
         except ValueError as exc:
             first = first or str(exc)
             continue
-        reason = refusal(config, kind)
+        reason = refusal(config, kind, device)
         if reason:
             first = first or f"cannot run alone: {reason}"
             continue
-        if ctx is not None and refusal(ctx, kind):
+        if ctx is not None and refusal(ctx, kind, device):
             ctx = config  # the knobs it needs cannot run without it: judged together
         return Option(key, value, kind, config, ctx)
     return Option(key, value, kind, None, note=f"not run: {first}")

@@ -89,6 +89,7 @@ class RunContext:
             gpu_slots = executor.slots if executor.device == "cuda" else None
             strategy = Strategy(plan.space, plan.baseline, workload=options.workload, sampler=options.sampler,
                                 budget=options.trials, limits=options.limits, max_devices=gpu_slots,
+                                device=plan.settings.device,
                                 combined=bool(study.user_attrs.get("combined")), on_event=emit)
             ledger = Ledger(study, strategy, options.limits, driver=drivers.id, on_event=emit)
             queue = None

@@ -87,7 +87,7 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     if not options.ignore_doctor:  # what failed `advisor doctor` on this machine
         filtered = drop_failed(filtered, hardware, facts, failures(fingerprint(hardware), workload.sha256))
     baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
-    reason = refusal(baseline, options.workload)
+    reason = refusal(baseline, options.workload, hardware.device)
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
     study_name = stores.check_study_name(options.study_name or f"{workload.name}-{space.name}")
