@@ -1,10 +1,11 @@
 """A study on a real PostgreSQL server (tests/pg_server.py: a throwaway cluster on
 127.0.0.1), end to end, while the server restarts. A restart shorter than the wait is ridden out: the
-driver says it waits, reconnects and the study goes on. An outage longer than the wait
-($ADVISOR_STORAGE_WAIT) stops the study with a clear message (exit status 1, running trials
-cancelled); once the server is back, the same command resumes the study, which reaches
-its total with every configuration measured once and no trial created twice; `advisor
-export` reads it there."""
+driver says it waits, reconnects and the study goes on (the server stays down until the
+driver has said it waits, then comes back well within the wait: nothing races the driver's
+pace on a slow machine). An outage longer than the wait ($ADVISOR_STORAGE_WAIT) stops the
+study with a clear message (exit status 1, running trials cancelled); once the server is
+back, the same command resumes the study, which reaches its total with every
+configuration measured once and no trial created twice; `advisor export` reads it there."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import optuna
 import pytest
 
 from advisor.cli.main import main
-from advisor.study.run._drivers import BEAT_S
+from advisor.study.run._drivers import GRACE_S
 from advisor.study.storage.guard import TOKEN
 
 from conftest import EXAMPLES, kill_processes_of
@@ -30,6 +31,36 @@ pytestmark = pytest.mark.ray
 
 STUDY = "digits_mlp-bs"
 SPACE = "batch_size: {choices: [16, 32, 64, 128]}\nthreads: {choices: [1, 2]}\n"
+WAIT_S = 15  # $ADVISOR_STORAGE_WAIT: how long the driver waits for the server
+DOWN_S = 2.0  # how long the restart keeps the server down once the driver waits: a few of its tries fail
+
+
+class _Output:
+    """A process's stdout or stderr as it comes: ``wait_for`` a line."""
+
+    def __init__(self, stream) -> None:
+        self.text, self.closed, self._grew = "", False, threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._grew:
+                self.text += line
+                self._grew.notify_all()
+        with self._grew:
+            self.closed = True
+            self._grew.notify_all()
+
+    def wait_for(self, text: str, timeout: float, start: int = 0) -> bool:
+        """Whether ``text`` appears after ``start`` (a length of ``self.text``) within
+        ``timeout`` seconds (False at once when the stream ends without it)."""
+        with self._grew:
+            return self._grew.wait_for(lambda: text in self.text[start:] or self.closed, timeout) \
+                and text in self.text[start:]
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
 
 
 def _args(space, url: str, trials: int) -> list[str]:
@@ -54,43 +85,62 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
     space.write_text(SPACE)
     args = _args(space, url, trials=5)
     state = tempfile.mkdtemp(prefix="advpgr-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state, "ADVISOR_STORAGE_WAIT": "15"}
+    env = {**os.environ, "ADVISOR_RAY_DIR": state, "ADVISOR_STORAGE_WAIT": str(WAIT_S), "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out: dict[str, str] = {}
-    reader = threading.Thread(target=lambda: out.update(zip(("out", "err"), proc.communicate())))
-    reader.start()
-    events = []
+    out, err = _Output(proc.stdout), _Output(proc.stderr)
+    events: list[tuple[str, object]] = []
+
+    def seen() -> tuple:
+        return events, out.text[-3000:], err.text[-3000:]
+
     try:
         deadline = time.monotonic() + 240
         while _finished(url) < 1 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        # shorter than the wait: ridden out; longer than a driver's heartbeat (drivers.BEAT_S), so the
-        # driver asks the storage while it is down, whatever its trials are doing
-        pg_server.restart(down_s=BEAT_S + 2)
-        events.append(("restarted", _finished(url)))
+        assert _finished(url) >= 1 and proc.poll() is None, ("no trial stored before the restart", *seen())
+        # the restart: down until the driver has asked the storage and said it waits (it renews its
+        # heartbeat every drivers.BEAT_S whatever its trials are doing; GRACE_S is when the study's other
+        # drivers would take it for gone), then up again well within the wait: ridden out
+        start = len(out.text)
+        pg_server.stop()
+        down_at = time.monotonic()
+        noticed = out.wait_for("is not answering", timeout=GRACE_S, start=start)
+        events.append(("noticed", round(time.monotonic() - down_at, 1)))
+        if noticed:
+            time.sleep(DOWN_S)
+        pg_server.start()
+        events.append(("restarted", round(time.monotonic() - down_at, 1)))
+        assert noticed, ("the driver did not notice the server down", *seen())
+        # its next try within the wait finds it back (tries are at most 5 s apart)
+        assert out.wait_for("is back after", timeout=WAIT_S + 30, start=start), \
+            ("the driver did not get the server back", *seen())
+        events.append(("back", round(time.monotonic() - down_at, 1)))
         while _finished(url) < 2 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert proc.poll() is None, "the study ended before the outage"
+        assert proc.poll() is None, ("the study ended before the outage", *seen())
         pg_server.stop()  # longer than the wait: the study stops
         stopped_at = time.monotonic()
         proc.wait(timeout=90)
         events.append(("exited", round(time.monotonic() - stopped_at, 1)))
     finally:
         proc.kill()
-        reader.join(timeout=30)
+        out.join(timeout=30)
+        err.join(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
         kill_processes_of(state)
         shutil.rmtree(state, ignore_errors=True)
         if not pg_server.running:
             pg_server.start()
-    stdout, stderr = out.get("out", ""), out.get("err", "")
-    assert proc.returncode == 1, (events, stdout[-3000:], stderr[-3000:])
+    stdout, stderr = out.text, err.text
+    assert proc.returncode == 1, seen()
     assert "is not answering" in stdout and "is back after" in stdout, stdout[-3000:]  # the restart, ridden out
     assert "advisor tune: error: storage postgresql+psycopg://advisor@127.0.0.1" in stderr, stderr[-3000:]
     assert "did not answer for" in stderr and "run the same command to resume" in stderr
     assert "Traceback" not in stderr
-    assert events[1][1] < 15 + 30, events  # stopped within the wait, plus stopping Ray
+    assert events[-1][1] < WAIT_S + 30, events  # stopped within the wait, plus stopping Ray
 
     before = optuna.load_study(study_name=STUDY, storage=url).trials
     done_before = {t.number: t.values for t in before if t.state.name in ("COMPLETE", "PRUNED")}
@@ -104,7 +154,8 @@ def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resume
     assert not [t for t in after if t.state.name == "RUNNING"], resumed
     measured = [t for t in after if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
     keys = [t.user_attrs["config_key"] for t in measured]
-    assert len(keys) == len(set(keys)) == 5, [(t.number, t.state.name, t.user_attrs.get("failure_class")) for t in after]
+    assert len(keys) == len(set(keys)) == 5, [(t.number, t.state.name, t.user_attrs.get("failure_class"))
+                                              for t in after]
     assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
     tokens = [t.system_attrs[TOKEN] for t in after if TOKEN in t.system_attrs]
     assert len(tokens) == len(after) == len(set(tokens))  # every trial created once

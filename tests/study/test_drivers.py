@@ -6,13 +6,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
 
+from advisor.core.results import TrialResult
 from advisor.core.stored import DRIVER
+from advisor.runner.executor import run_one
 from advisor.study.run import _drivers as drv
-from advisor.study.run._drivers import Drivers
+from advisor.study.run._drivers import Beating, Drivers
 from advisor.study.run._trial_writes import fail_stale
 
 
@@ -70,6 +73,51 @@ def test_the_heartbeat_is_written_when_due(study):
     assert study.user_attrs[drv.PREFIX + me.id]["at"] == clock.now
     me.leave()
     assert Drivers(study, "h", clock=clock).alive(me.id) is False
+
+
+class SlowExecutor:
+    """One measurement that lasts ``lasts`` seconds of the drivers' clock: each wait moves
+    that clock on by a second."""
+
+    device, slots, resources, startup_s = "cpu", 1, {"num_cpus": 1}, 0.0
+
+    def __init__(self, clock: Clock, lasts: float) -> None:
+        self.clock, self.ends = clock, clock.now + lasts
+
+    def submit(self, number, payload):
+        return type("Handle", (), {"number": number, "submitted": time.monotonic()})()
+
+    def wait(self, handles, timeout):
+        self.clock.now += 1.0
+        return [(handles[0], TrialResult(ok=True))] if self.clock.now >= self.ends else []
+
+    def cancel(self, handle):
+        raise AssertionError("not cancelled")
+
+    def shutdown(self):
+        pass
+
+
+def test_the_heartbeat_goes_on_while_a_step_waits_on_one_long_measurement(study):
+    """The baseline's re-measurements and extra seeds, the front's extra seeds and the
+    confirmation wait on one measurement at a time (run_one), through ``Beating``: a
+    measurement longer than GRACE_S leaves the driver alive to the other hosts' drivers."""
+    clock = Clock()
+    me = Drivers(study, "h", clock=clock)
+    me.beat(force=True)
+    executor = SlowExecutor(clock, lasts=2 * drv.GRACE_S)
+    beating = Beating(executor, me)
+    assert (beating.device, beating.slots, beating.resources, beating.startup_s) == ("cpu", 1, {"num_cpus": 1}, 0.0)
+    beats = []
+    study_set = study.set_user_attr
+    study.set_user_attr = lambda key, value: (beats.append(clock.now), study_set(key, value))
+    assert run_one(beating, 0, None, timeout=3600).ok
+    assert clock.now - study.user_attrs[drv.PREFIX + me.id]["at"] < drv.BEAT_S + 1
+    assert len(beats) >= 2 * drv.GRACE_S // (drv.BEAT_S + 1)
+    assert all(drv.BEAT_S <= b - a < drv.BEAT_S + 1 for a, b in zip(beats, beats[1:]))  # when due, not more often
+    other = Drivers(study, "h", clock=clock)
+    other.host = "elsewhere"
+    assert other.alive(me.id)
 
 
 def test_one_driver_holds_a_step_until_it_releases_it_or_is_gone(study):

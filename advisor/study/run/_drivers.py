@@ -2,12 +2,13 @@
 ``--storage`` (a shared database server) and study spreads one search over them.
 
 Each driver announces itself in a study attribute (``driver:<id>``: host, pid, hardware,
-a heartbeat renewed every ``BEAT_S`` seconds) and tags each trial it starts with its id
-(``DRIVER``). A trial left RUNNING by a driver that is gone (on this host: its process no
-longer exists; elsewhere: no heartbeat for ``GRACE_S`` seconds) is stale: any driver
-marks it failed, and its configuration runs again. One-off steps of the study (the
-baseline's extra seeds, the final confirmation) are claimed (``claim``) so that one
-driver does them while the others go on.
+a heartbeat renewed every ``BEAT_S`` seconds, also while it waits on a long measurement:
+``Beating``) and tags each trial it starts with its id (``DRIVER``). A trial left RUNNING
+by a driver that is gone (on this host: its process no longer exists; elsewhere: no
+heartbeat for ``GRACE_S`` seconds) is stale: any driver marks it failed, and its
+configuration runs again. One-off steps of the study (the baseline's extra seeds, the
+final confirmation) are claimed (``claim``) so that one driver does them while the others
+go on.
 
 The Optuna storage offers no compare-and-set; a claim is written, left to settle for
 ``SETTLE_S`` and read back, so two drivers do one step twice only if they claim it within
@@ -22,7 +23,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,8 @@ from advisor.study.run._trial_writes import fail_stale
 from advisor.study.storage.guard import shown_url
 
 if TYPE_CHECKING:
+    from advisor.core.results import TrialPayload, TrialResult
+    from advisor.runner.executor import Executor, Handle
     from advisor.study.run.plan import StudyPlan
 
 PREFIX = "driver:"  # study attribute: + a driver's id -> its record
@@ -163,6 +166,33 @@ class Drivers:
         """``step`` is done (or given up): nobody holds it."""
         if self.study.user_attrs.get(CLAIM + step) == self.id:
             self.study.set_user_attr(CLAIM + step, None)
+
+
+class Beating:
+    """``executor`` whose waits also renew ``drivers``' heartbeat when it is due: the steps
+    that wait on one measurement at a time (the baseline's extra seeds and re-measurements,
+    the front's extra seeds, the paired confirmation) keep the driver alive in the study,
+    however long that measurement runs, as the search loop does between its trials
+    (``RunContext.keep_up``); else another host's drivers would call it gone after
+    ``GRACE_S`` and fail its running trial."""
+
+    def __init__(self, executor: Executor, drivers: Drivers) -> None:
+        self.executor, self.drivers = executor, drivers
+        self.device, self.slots = executor.device, executor.slots  # the started executor's
+        self.resources, self.startup_s = executor.resources, executor.startup_s
+
+    def submit(self, number: int, payload: TrialPayload) -> Handle:
+        return self.executor.submit(number, payload)
+
+    def wait(self, handles: Sequence[Handle], timeout: float) -> list[tuple[Handle, TrialResult]]:
+        self.drivers.beat()
+        return self.executor.wait(handles, timeout)
+
+    def cancel(self, handle: Handle) -> None:
+        self.executor.cancel(handle)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()
 
 
 def hardware_id(fingerprint: dict[str, Any]) -> str:

@@ -17,9 +17,10 @@ measures the baseline again when due. The user's ``Stop`` (Ctrl-C / SIGTERM, or
 and recorded, so storage holds no RUNNING trial.
 
 Other drivers may run the same study (``advisor.study.run._drivers``): this one renews its
-heartbeat and learns what the others started or stored (``RunContext.keep_up``), and
-one-off steps (the baseline, the metric's noise, the confirmation) are done by the driver
-that claims them while the others wait (``_claim``).
+heartbeat and learns what the others started or stored (``RunContext.keep_up``; the
+heartbeat also while it waits on the baseline or on one measurement at a time:
+``Beating``), and one-off steps (the baseline, the metric's noise, the confirmation) are
+done by the driver that claims them while the others wait (``_claim``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from advisor.search.strategy import Proposal
 from advisor.study.confirmation.baseline_watch import BaselineWatch
 from advisor.study.confirmation.confirm import Confirmer
 from advisor.study.confirmation.more_seeds import train_more_seeds
+from advisor.study.run._drivers import Beating
 from advisor.study.run._estimate import budget_plan, estimate
 from advisor.study.run._parts import Parts
 from advisor.study.run._run_context import RunContext
@@ -61,6 +63,8 @@ class StudyRun:
         self.study, self.executor, self.drivers = context.study, context.executor, context.drivers
         self.strategy, self.ledger, self.queue = context.strategy, context.ledger, context.queue
         self.slots, self.parts = context.slots, context.parts
+        # for the steps that wait on one measurement at a time: the heartbeat goes on meanwhile
+        self.measuring = Beating(context.executor, context.drivers)
         # what the loop itself changes as it goes
         self.ended: str | None = None  # why no more trials start, besides the user: the time, the strategy
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
@@ -91,8 +95,8 @@ class StudyRun:
                     self.emit(TimeLimit(started, float(self.options.budget or self.options.timeout), flag))
                 base = self._baseline()
                 if base is not None and self.stop_reason is None:
-                    watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline, executor,
-                                          self.stop, self.emit)
+                    watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline,
+                                          self.measuring, self.stop, self.emit)
                     if self.options.workload == "train":  # inference: no seed changes the metric
                         self._metric_noise(watch, base)
                     self._say_how_long(base, budget_end)
@@ -100,7 +104,7 @@ class StudyRun:
                 if base is not None and self.options.workload == "train" and not self.stop.halted:
                     self._cancel_all(self.stop_reason or "the study stopped")
                     if self.drivers.claim("metric_seeds"):  # one driver trains them; the others go on
-                        train_more_seeds(study, self.plan.workload, self.plan.settings, executor,
+                        train_more_seeds(study, self.plan.workload, self.plan.settings, self.measuring,
                                          self.options.confirm_top, self._timeout(base), stopping, self.emit,
                                          "training" if self.queue is not None else "full")
                         self.drivers.release("metric_seeds")
@@ -141,6 +145,7 @@ class StudyRun:
                 self.parts.submit_training(w)
             if not self.slots:
                 break
+            self.drivers.beat()  # however long the baseline runs
             records += self.parts.collect(timeout)
         self.drivers.release("baseline")
         if self.stop_reason is not None or self.ledger.baseline_record is not None:
@@ -228,7 +233,7 @@ class StudyRun:
 
     def _confirm(self, base: TrialRecord, stopping: Stop) -> None:
         """Paired confirmation of the front against the baseline."""
-        confirmer = Confirmer(self.study, self.plan.workload, self.plan.settings, self.executor,
+        confirmer = Confirmer(self.study, self.plan.workload, self.plan.settings, self.measuring,
                               self.options.confirm_options, self._timeout(base), stopping, self.emit)
         try:
             confirmer.run()
