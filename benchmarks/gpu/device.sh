@@ -5,7 +5,7 @@
 #
 # run in the repository's root there, with .gpu/ carried (benchmarks/gpu/prepare.py made it
 # here). PARTs, in the order given, each within its own time limit (seconds, overridable):
-#   smoke      the environment, `advisor hardware`, every CUDA-marked test      (LIMIT_SMOKE=120)
+#   smoke      the environment, `advisor hardware`, every CUDA-marked test      (LIMIT_SMOKE=150)
 #   doctor     `advisor doctor` on its built-in model, every GPU option          (LIMIT_DOCTOR=210)
 #   tune       `advisor tune` of GPT-2 small (context 512) with confirmation,
 #              `advisor measure` of its pick, and the memory plans against the
@@ -117,7 +117,7 @@ for part in "$@"; do
   declare -F "$fn" > /dev/null || { say "unknown part $part"; continue; }
   var="LIMIT_$(echo "${part//-/_}" | tr a-z A-Z)"
   case $part in
-    smoke) LIMIT=${!var:-120} ;; inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
+    smoke) LIMIT=${!var:-150} ;; inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
     doctor) LIMIT=${!var:-210} ;; tune) LIMIT=${!var:-300} ;; *) LIMIT=${!var:-240} ;;
   esac
   W=$(mktemp -d "/tmp/advisor-check-$part.XXXX")
