@@ -126,7 +126,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         ("Feasible trials that no other feasible trial beats on all three objectives; "
          "ratios and Δ are to the baseline. A confirmed ratio is the median of paired runs against the baseline "
          "with its 95% interval and the number of pairs; an unconfirmed one is a single trial against the "
-         "baseline measured nearest in time."), "",
+         "baseline as measured by then (the median of its latest measurements before the trial)."), "",
         f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | Δ {metric.name} |"
         + (" p50 / p95 / p99 latency | batch 1 |" if latency else ""),
         "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if latency else ""),
