@@ -123,8 +123,10 @@ def run_doctor(hw: Hardware, subjects: list[Subject], options: list[list[Option]
         runner = _Runner(executor, timeout, on_run)
         outcomes: list[Outcome] = []
         for subject, opts in zip(subjects, options):
-            if outcomes and outcomes[-1].interrupted:
-                outcomes.append(Outcome(subject, rows=[_row(o, {}, None) for o in opts], interrupted=True))
+            if outcomes and outcomes[-1].interrupted:  # not reached: each of its options "not run"
+                skipped = Outcome(subject, interrupted=True)
+                skipped.rows = [_row(o, {}, skipped) for o in opts]
+                outcomes.append(skipped)
             else:
                 outcomes.append(runner.examine(subject, opts))
         return outcomes
@@ -182,11 +184,10 @@ def _run_label(config: TrialConfig, base: TrialConfig) -> str:
     return " ".join(f"{k}={json.dumps(v)}" for k, v in changes(config, base).items())
 
 
-def _row(o: Option, results: dict[str, TrialResult], outcome: Outcome | None) -> Row:
-    """``outcome`` None: the doctor was interrupted before this model."""
+def _row(o: Option, results: dict[str, TrialResult], outcome: Outcome) -> Row:
     if o.config is None:
         return Row(o, "not run", note=o.note)
-    if outcome is None or _key(o.workload, o.config) not in results and outcome.interrupted:
+    if outcome.interrupted and _key(o.workload, o.config) not in results:
         return Row(o, "not run", note="not run: the doctor was interrupted first")
     if outcome.problem:
         return Row(o, "not run", note=f"not run: {outcome.problem}")
