@@ -141,13 +141,15 @@ def torchrun_section(document: dict[str, Any]) -> dict[str, Any]:
 
 def torchrun_script(document: dict[str, Any]) -> str:
     """A POSIX shell script: its environment, then torchrun on the script named as its
-    first argument (train.py when none)."""
+    first argument (train.py when none), the other arguments passed on to that script."""
     section = document.get("torchrun") or torchrun_section(document)
     lines = ["#!/bin/sh", _title(document, "The launch"),
-             "# Run it:  sh THIS_FILE [your_script.py]   (advisor export --format python -o train.py writes one)"]
+             "# Run it:  sh THIS_FILE [your_script.py [its arguments]]",
+             "#          (advisor export --format python -o train.py writes one)"]
     lines += [f"# {n}" for n in section["notes"]]
     lines += comment_lines(section["not_covered"])
     lines += [f"export {k}={v}" for k, v in section["env"].items()]
     command = " ".join(section["command"][:-1])
-    lines.append(f'exec {command} "${{1:-{section["command"][-1]}}}"')
+    lines.append(f'script="${{1:-{section["command"][-1]}}}"; [ $# -gt 0 ] && shift')
+    lines.append(f'exec {command} "$script" "$@"')
     return "\n".join(lines) + "\n"

@@ -148,20 +148,24 @@ def test_torchrun_launch_sets_the_environment_each_process_sees(tmp_path, capsys
     assert "export OMP_NUM_THREADS=3" in text and "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
     assert "comm_hook='fp16': set in the script: advisor.apply(model, CONFIG)" in text
     probe = tmp_path / "probe.py"
-    probe.write_text("import os\nprint('rank', os.environ['RANK'], os.environ['WORLD_SIZE'], "
-                     "os.environ['OMP_NUM_THREADS'], os.environ['PYTORCH_CUDA_ALLOC_CONF'])\n")
+    # each rank writes a file of its own: two ranks printing to one pipe can interleave their
+    # words (PYTHONUNBUFFERED makes print write word by word)
+    probe.write_text("import os, sys\ne = os.environ\nopen(os.path.join(sys.argv[1], 'rank' + e['RANK']), 'w')"
+                     ".write(' '.join(('rank', e['RANK'], e['WORLD_SIZE'], e['OMP_NUM_THREADS'], "
+                     "e['PYTORCH_CUDA_ALLOC_CONF'])))\n")
     env = os.environ | {"PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
-    run = subprocess.run(["sh", str(tmp_path / "launch.sh"), str(probe)], capture_output=True, text=True,
-                         timeout=120, env=env)
+    run = subprocess.run(["sh", str(tmp_path / "launch.sh"), str(probe), str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
-    lines = sorted(line for line in run.stdout.splitlines() if line.startswith("rank"))
+    lines = sorted(p.read_text() for p in tmp_path.glob("rank*"))
     assert lines == [f"rank {r} 2 3 expandable_segments:True" for r in (0, 1)]
     document = json.loads(_export(url, 2, "torchrun", capsys, "--json"))
     assert document["format"] == "advisor.export/1" and document["torchrun"]["env"]["OMP_NUM_THREADS"] == "3"
     assert document["torchrun"]["command"][:4] == ["torchrun", "--standalone", "--nproc_per_node", "2"]
     assert {e["knob"] for e in document["torchrun"]["not_covered"]} == {"parallelism", "bucket_mb", "comm_hook"}
     single = _export(url, 1, "torchrun", capsys)
-    assert 'exec torchrun --standalone --nproc_per_node 1 "${1:-train.py}"' in single
+    assert 'script="${1:-train.py}"; [ $# -gt 0 ] && shift' in single
+    assert 'exec torchrun --standalone --nproc_per_node 1 "$script" "$@"' in single
 
 
 def test_hf_names_follow_the_installed_transformers():

@@ -147,6 +147,24 @@ def test_a_claim_written_by_another_driver_meanwhile_is_lost(study):
     assert b.claim("confirm", sleep=lambda s: None)
 
 
+def test_a_driver_alone_claims_at_once_and_one_that_joins_later_sees_the_claim(study):
+    """No settling while no other live driver is recorded once the claim is written: a
+    driver that announces itself afterwards reads the claim and leaves the step alone."""
+    slept: list[float] = []
+    a = Drivers(study, "h")
+    a.beat(force=True)
+    assert a.claim("baseline", sleep=slept.append) and slept == []
+    b = Drivers(study, "h")
+    b.beat(force=True)
+    assert not b.claim("baseline", sleep=slept.append) and slept == []
+    assert a.claim("confirm", sleep=slept.append) and slept == [drv.SETTLE_S]  # b is live: a's claim settles
+    c = Drivers(study, "h")
+    c.beat(force=True)
+    c.leave()  # a stopped driver is not live: no settling for it
+    b.leave()
+    assert a.claim("metric_seeds", sleep=slept.append) and slept == [drv.SETTLE_S]
+
+
 def test_stale_trials_are_those_of_gone_drivers(study, tmp_path):
     clock = Clock()
     me = Drivers(study, "h", clock=clock)

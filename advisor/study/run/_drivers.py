@@ -10,9 +10,9 @@ configuration runs again. One-off steps of the study (the baseline's extra seeds
 final confirmation) are claimed (``claim``) so that one driver does them while the others
 go on.
 
-The Optuna storage offers no compare-and-set; a claim is written, left to settle for
-``SETTLE_S`` and read back, so two drivers do one step twice only if they claim it within
-milliseconds of each other.
+The Optuna storage offers no compare-and-set; while other drivers are live a claim is
+written, left to settle for ``SETTLE_S`` and read back, so two drivers do one step twice
+only if they claim it within milliseconds of each other (a driver alone claims at once).
 """
 
 from __future__ import annotations
@@ -143,11 +143,18 @@ class Drivers:
         return holder if isinstance(holder, str) and self.alive(holder, self.peers(attrs)) else None
 
     def claim(self, step: str, sleep: Callable[[float], None] = time.sleep) -> bool:
-        """Take ``step`` unless a live driver holds it; True when this driver does it."""
+        """Take ``step`` unless a live driver holds it; True when this driver does it.
+
+        The claim settles only when another live driver is recorded once it is written: a
+        driver announces itself (``join_study``) before it reads or writes a claim, so one
+        that is not recorded by then will read this claim and leave the step alone. A
+        driver alone on its study (the usual case) claims at once."""
         holder = self.holder(step)
         if holder is not None:
             return holder == self.id
         self.study.set_user_attr(CLAIM + step, self.id)
+        if not self.others():
+            return True
         sleep(SETTLE_S)
         return self.study.user_attrs.get(CLAIM + step) == self.id
 
