@@ -70,10 +70,15 @@ def _args(space, url: str, trials: int) -> list[str]:
 
 def _finished(url: str) -> int:
     """Trials stored as complete or pruned (0 while the server or the study is not there)."""
-    try:
-        trials = optuna.load_study(study_name=STUDY, storage=url).trials
+    storage = None
+    try:  # its engine disposed at once: pools left to the garbage collector can fill the server
+        storage = optuna.storages.RDBStorage(url)
+        trials = optuna.load_study(study_name=STUDY, storage=storage).trials
     except (KeyError, optuna.exceptions.StorageInternalError):  # no study yet, or the server is down
         return 0
+    finally:
+        if storage is not None:
+            storage.engine.dispose()
     return sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
 
 
@@ -221,3 +226,31 @@ def test_restarts_under_load_lose_and_duplicate_nothing(pg_server, pg_database, 
                for t in stored), [(t.number, t.state.name) for t in stored if t.state.name != "COMPLETE"]
     tokens = [t.system_attrs[TOKEN] for t in stored]
     assert len(set(tokens)) == count
+
+
+def test_a_finished_study_holds_no_idle_connections_to_the_server(pg_server, pg_database, quiet_optuna):  # noqa: F811
+    """The driver's pool is closed at the study's end (``fold_log``): a program that runs
+    study after study holds no idle connections (the server's backends, counted by the
+    server itself)."""
+    from advisor.study.storage.guard import fold_log
+    from advisor.study.storage.stores import open_storage
+
+    def backends() -> int:
+        check = optuna.storages.RDBStorage(pg_database)
+        try:
+            with check.engine.connect() as connection:
+                return connection.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()").scalar()
+        finally:
+            check.engine.dispose()
+
+    before = backends()  # (Optuna's first setup of the tables leaves a connection of its own)
+    storage = open_storage(pg_database)
+    study = optuna.create_study(study_name="pool", storage=storage)
+    for _ in range(3):
+        study.tell(study.ask(), 1.0)
+    assert backends() > before  # the study's idle connection(s), pooled
+    fold_log(storage)
+    assert backends() == before
+    assert len(optuna.load_study(study_name="pool", storage=storage).trials) == 3  # opened again on the next use
