@@ -134,8 +134,9 @@ def test_a_study_written_before_these_knobs_resumes(ray_session, workdir, capsys
         attrs = dict(t.user_attrs)
         attrs["config"] = {k: attrs["config"][k] for k in core_keys}
         attrs["config_key"] = json.dumps(attrs["config"], sort_keys=True)
-        old.add_trial(optuna.trial.create_trial(params=t.params, distributions=t.distributions, values=t.values,
-                                                user_attrs=attrs, system_attrs=t.system_attrs))
+        # as stored, state included: a trial probed only (two-stage evaluation) is PRUNED, without values
+        old.add_trial(optuna.trial.create_trial(state=t.state, params=t.params, distributions=t.distributions,
+                                                values=t.values, user_attrs=attrs, system_attrs=t.system_attrs))
     capsys.readouterr()
     assert main([*args, "--trials", "3"]) == 0
     resumed = load(workdir / "advisor.db", "digits_mlp-old").get_trials()
