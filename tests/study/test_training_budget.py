@@ -5,10 +5,11 @@ default budget does not fit its --budget, resumed with the budget it chose."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
-from advisor.core.events import Note
+from advisor.core.events import Note, TimeLimit
 from advisor.core.stored import read_study
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.run._estimate import TRAINING_SHARE
@@ -91,9 +92,23 @@ def test_a_study_caps_its_default_budget_says_so_and_resumes_with_it(ray_session
     plan = plan_study(options)
     assert plan.settings.train_samples == 300_000
     notes: list[str] = []
-    Tuner(plan, on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None).run()
+    limits: list[TimeLimit] = []
+    told_at: list[float] = []
+
+    def on_event(e) -> None:
+        if isinstance(e, Note):
+            notes.append(e.text)
+            if e.text.startswith("training budget: "):
+                told_at.append(time.monotonic())
+        elif isinstance(e, TimeLimit):
+            limits.append(e)
+
+    Tuner(plan, on_event=on_event).run()
     said = [n for n in notes if n.startswith("training budget: ")]
     assert len(said) == 1 and "not the default 300,000 (5 epochs)" in said[0] and "half of --budget, 20 s" in said[0]
+    # the budget counts the sizing probe: its clock started before the probe that chose the budget
+    [limit] = limits
+    assert limit.flag == "--budget" and limit.limit_s == 40 and limit.started < told_at[0]
     storage = st.open_storage(options.storage)
     study = read_study(st.load(storage, "model-eager"))
     decision = study.attrs[ATTR]

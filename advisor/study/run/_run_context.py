@@ -11,6 +11,7 @@ and the parts. The Tuner's steps (``advisor.study.run._study_run.StudyRun``) are
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,8 @@ class RunContext:
             baseline's: no watch yet, ``Parts.watched`` for the search).
         stop: the user's stop (Ctrl-C, SIGTERM, ``Tuner.stop()``).
         emit: receives every event.
+        opened_at: ``time.monotonic()`` when ``open`` began, after Ray had started: where
+            --budget and --timeout count from (the training budget's sizing probe included).
     """
 
     plan: StudyPlan
@@ -60,6 +63,7 @@ class RunContext:
     parts: Parts
     stop: Stop
     emit: Listener
+    opened_at: float
 
     @property
     def options(self) -> TuneOptions:
@@ -70,6 +74,7 @@ class RunContext:
         """Open the study on the started ``executor``; the executor is shut down when this
         fails (a storage that cannot be reached, a study that cannot be resumed)."""
         options = plan.options
+        opened_at = time.monotonic()
         try:
             storage = stores.open_storage(plan.storage_url)
             if hasattr(storage, "watch"):  # an RDB storage: say when it waits for the database
@@ -102,7 +107,8 @@ class RunContext:
         except BaseException:
             executor.shutdown()
             raise
-        return cls(plan, executor, storage, study, drivers, strategy, ledger, queue, slots, parts, stop, emit)
+        return cls(plan, executor, storage, study, drivers, strategy, ledger, queue, slots, parts, stop, emit,
+                   opened_at)
 
     def keep_up(self) -> None:
         """Every few seconds: renew this driver's heartbeat, mark failed the trials that gone

@@ -81,7 +81,9 @@ class StudyRun:
         self.emit(Started(executor.startup_s, executor.slots, dict(executor.resources), self.parts.done))
         with stopped_by_signals(self._on_signal):
             try:
-                started = time.monotonic()  # the budgets count from here, after Ray has started
+                # the budgets count from the study's opening, after Ray has started: the training
+                # budget's sizing probe is part of the study's time
+                started = self.context.opened_at
                 budget_end = float("inf")  # when everything stops (--budget)
                 if self.options.timeout:
                     self.deadline = started + self.options.timeout
