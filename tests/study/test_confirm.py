@@ -119,6 +119,37 @@ def test_confirm_extends_without_losing_or_repeating_a_pair(confirmed, tmp_path,
             assert len(c.pairs) in (3, len(pairs))  # one more where the cap allowed it, never a repeat
 
 
+@pytest.mark.parametrize("ray_address", [None, "10.0.0.2:6379"])
+def test_confirm_runs_the_preflight_then_its_trials_read_the_caches_offline(confirmed, monkeypatch, ray_address):
+    """As `advisor tune` does: the preflight (in this process) fetches what model.py
+    downloads, then the trials run with the libraries' offline switches; on a Ray cluster
+    without them (its other nodes' caches were not filled). The executor is a stand-in
+    (named as such) that records what it was built with and stops there: no trial runs."""
+    from advisor.runner import ray_executor
+    from advisor.study.confirmation.confirm import confirm_study
+    from advisor.workload import preflight as preflight_module
+    from advisor.workload.downloads import OFFLINE_SWITCHES, offline_env
+
+    for name in OFFLINE_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    seen: list[tuple] = []
+    real_preflight = preflight_module.preflight
+    monkeypatch.setattr(preflight_module, "preflight", lambda w: (seen.append(("preflight",)), real_preflight(w))[1])
+
+    class StandInExecutor:
+        def __init__(self, device, address=None, env=None, **kwargs):
+            seen.append(("executor", address, env))
+
+        def start(self):
+            raise RuntimeError("stand-in: stops before any trial")
+
+    monkeypatch.setattr(ray_executor, "RayExecutor", StandInExecutor)
+    with pytest.raises(RuntimeError, match="stand-in"):
+        confirm_study(load(confirmed, "c"), ConfirmOptions(top=1, max_pairs=3), ray_address=ray_address)
+    assert seen == [("preflight",), ("executor", ray_address, {} if ray_address else offline_env())]
+    assert ray_address or seen[1][2]  # the switches are set locally
+
+
 def test_an_interrupted_confirmation_stores_no_half_pair(confirmed, tmp_path, capsys):
     from advisor.core.results import TrialSettings
     from advisor.runner.ray_executor import RayExecutor

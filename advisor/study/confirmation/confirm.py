@@ -148,11 +148,17 @@ def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None =
 
     Everything that can be wrong with the input is checked before Ray starts or anything
     is written (StudyError / WorkloadError, exit status 2): options, a study without a
-    completed baseline, its model.py missing or changed since the study ran.
+    completed baseline, its model.py missing or changed since the study ran, a model.py
+    that fails the preflight. The preflight runs as in ``advisor tune``: it fetches what
+    model.py downloads, once, into this machine's caches, and the trials then read them
+    offline (``advisor.workload.downloads``; not on a Ray cluster, whose other nodes'
+    caches it does not fill).
     """
     from advisor.core.errors import WorkloadError
     from advisor.runner.ray_executor import RayExecutor
     from advisor.workload.contract import load_workload
+    from advisor.workload.downloads import offline_env
+    from advisor.workload.preflight import preflight
 
     check_confirm_options(options)
     stored = read_study(study)
@@ -174,7 +180,8 @@ def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None =
         on_event(Note(f"study {stored.name!r}: no configuration besides the baseline is on the feasible front; "
                       "nothing to confirm"))
         return {}
-    executor = RayExecutor(settings.device, ray_address).start()
+    preflight(workload)
+    executor = RayExecutor(settings.device, ray_address, env={} if ray_address else offline_env()).start()
     try:
         return Confirmer(study, workload, settings, executor, options, trial_timeout, stop, on_event).run()
     finally:
