@@ -103,6 +103,20 @@ class PgServer:
             time.sleep(0.3)
 
 
+def read_trials(url: str, study_name: str) -> list:
+    """The study's trials, read through an engine closed at once. A test that polls a study
+    several times a second must not leave each poll's pool to the garbage collector: on a
+    loaded machine those pools filled the server's 100 connections ("too many clients").
+    Raises as ``optuna.load_study`` does (KeyError: no such study yet)."""
+    import optuna
+
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage).get_trials()
+    finally:
+        storage.engine.dispose()
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """The session's PostgreSQL server (started once: ~1.5 s)."""

@@ -28,7 +28,7 @@ from advisor.study.confirmation.confirm import ConfirmOptions, check_confirm_opt
 from advisor.study.confirmation.pairing import Candidate, Rounds
 from advisor.techniques.rules import device_conflicts, refusal
 from advisor.workload.contract import load_workload
-from advisor.workload.downloads import offline_env
+from advisor.workload.downloads import trial_switches
 from advisor.workload.preflight import preflight
 
 
@@ -132,7 +132,7 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
     for note in result.notes:
         on_event(Note(note))
     # its preflight filled this machine's caches: the runs here read them offline (advisor.workload.downloads)
-    executor = RayExecutor(hardware.device, ray_address, env={} if ray_address else offline_env()).start()
+    executor = RayExecutor(hardware.device, ray_address, env=trial_switches(ray_address)).start()
     try:
         candidate = Candidate("the config", config, result.confirmation)
         Rounds(executor, workload, settings, SentinelJudge(), target, pairs, trial_timeout, Stop(), on_event,

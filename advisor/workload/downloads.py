@@ -32,3 +32,17 @@ def offline_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     if any(name in environ for name in OFFLINE_SWITCHES):
         return {}
     return dict.fromkeys(OFFLINE_SWITCHES, "1")
+
+
+def trial_switches(ray_address: str | None, fetched: bool = True) -> dict[str, str]:
+    """What the trials of ``advisor tune``, ``confirm`` and ``measure`` start with beyond the
+    driver's environment: ``offline_env()`` once a preflight has ``fetched`` into this
+    machine's caches; nothing on a Ray cluster (``ray_address``: the other nodes' caches
+    were not filled, their first trial fetches) nor when nothing was fetched
+    (``--skip-preflight``).
+
+    Example:
+        >>> trial_switches("10.0.0.2:6379"), trial_switches(None, fetched=False)
+        ({}, {})
+    """
+    return offline_env() if fetched and not ray_address else {}

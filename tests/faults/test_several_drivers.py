@@ -17,7 +17,7 @@ import optuna
 import pytest
 
 from conftest import EXAMPLES, kill_processes_of
-from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
+from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
 
@@ -43,16 +43,11 @@ def _end(proc: subprocess.Popen, state: str) -> None:
 
 
 def _trials(url: str) -> list:
-    """The study's trials (none before it is created). The engine is disposed at once: polled
-    ten times a second, pools left to the garbage collector once filled the server's 100
-    connections on a loaded machine."""
-    storage = optuna.storages.RDBStorage(url)
+    """The study's trials (none before it is created); polled ten times a second."""
     try:
-        return optuna.load_study(study_name=STUDY, storage=storage).get_trials()
+        return read_trials(url, STUDY)
     except KeyError:  # not created yet
         return []
-    finally:
-        storage.engine.dispose()
 
 
 def _check_the_study(storage: str) -> list:

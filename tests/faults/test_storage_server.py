@@ -25,7 +25,7 @@ from advisor.study.run._drivers import GRACE_S
 from advisor.study.storage.guard import TOKEN
 
 from conftest import EXAMPLES, kill_processes_of
-from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
+from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
 
@@ -70,15 +70,10 @@ def _args(space, url: str, trials: int) -> list[str]:
 
 def _finished(url: str) -> int:
     """Trials stored as complete or pruned (0 while the server or the study is not there)."""
-    storage = None
-    try:  # its engine disposed at once: pools left to the garbage collector can fill the server
-        storage = optuna.storages.RDBStorage(url)
-        trials = optuna.load_study(study_name=STUDY, storage=storage).trials
+    try:
+        trials = read_trials(url, STUDY)
     except (KeyError, optuna.exceptions.StorageInternalError):  # no study yet, or the server is down
         return 0
-    finally:
-        if storage is not None:
-            storage.engine.dispose()
     return sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
 
 

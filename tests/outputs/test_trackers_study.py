@@ -18,7 +18,7 @@ from advisor.cli.main import main
 from advisor.core.pairs import Confirmation
 from advisor.core.stored import CONFIRMATION, read_study
 
-from conftest import EXAMPLES
+from conftest import digits_mlp_at_batch_256
 from wandb_records import offline_runs
 
 pytestmark = pytest.mark.ray
@@ -47,16 +47,11 @@ def test_a_real_study_logs_each_trial_and_its_confirmation_once(ray_session, wor
     uri = f"file://{workdir / 'mlruns'}"
     where = {"mlflow": f"mlflow:{uri}", "tensorboard": f"tensorboard:{workdir / 'tb'}", "wandb": "wandb"}
     log_to = ",".join(where[name] for name in INSTALLED)
-    # a space whose seeds hold two changes that save memory far beyond the noise at any load
-    # (from a batch of 256: an eighth of the batch, four micro-batches), so the front always
-    # has a candidate to confirm (with the quick space a loaded machine once left the
-    # baseline alone on the front, and nothing was confirmed)
+    # seeds that hold two memory savers far beyond the noise: the front always has a candidate
     space = workdir / "memory.yaml"
     space.write_text("batch_size: {choices: [256, 32]}\ngrad_accumulation: {choices: [1, 4]}\n"
                      "threads: {choices: [2, 1]}\n")
-    model = workdir / "digits_mlp.py"
-    model.write_text((EXAMPLES / "digits_mlp.py").read_text().replace('BASELINE = {"batch_size": 32}',
-                                                                     'BASELINE = {"batch_size": 256}'))
+    model = digits_mlp_at_batch_256(workdir)
     fast = [*FAST, "--space", str(space)]
     code = main(["tune", str(model), *fast, "--trials", "4", "--pairs", "2",
                  "--confirm-top", "1", "--json", "--log-to", log_to])

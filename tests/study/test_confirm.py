@@ -18,7 +18,7 @@ from advisor.core.stop import Stop
 from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.confirmation.confirm import Confirmer, ConfirmOptions
 
-from conftest import EXAMPLES, REPO, WORKLOADS, exit_status
+from conftest import EXAMPLES, REPO, WORKLOADS, digits_mlp_at_batch_256, exit_status
 
 pytestmark = pytest.mark.ray
 
@@ -43,9 +43,7 @@ def confirmed(ray_session, tmp_path_factory):
     url = f"sqlite:///{where / 'c.db'}"
     space = where / "memory.yaml"
     space.write_text("batch_size: {choices: [256, 32]}\ngrad_accumulation: {choices: [1, 4]}\n")
-    model = where / "digits_mlp_256.py"
-    model.write_text((EXAMPLES / "digits_mlp.py").read_text().replace('BASELINE = {"batch_size": 32}',
-                                                                     'BASELINE = {"batch_size": 256}'))
+    model = digits_mlp_at_batch_256(where)
     old = {k: os.environ.get(k) for k in ("ADVISOR_CONFIRM", "ADVISOR_METRIC_SEEDS")}
     os.environ.pop("ADVISOR_CONFIRM", None)
     os.environ.pop("ADVISOR_METRIC_SEEDS", None)
@@ -134,7 +132,12 @@ def test_confirm_runs_the_preflight_then_its_trials_read_the_caches_offline(conf
         monkeypatch.delenv(name, raising=False)
     seen: list[tuple] = []
     real_preflight = preflight_module.preflight
-    monkeypatch.setattr(preflight_module, "preflight", lambda w: (seen.append(("preflight",)), real_preflight(w))[1])
+
+    def recorded_preflight(workload):
+        seen.append(("preflight",))
+        return real_preflight(workload)
+
+    monkeypatch.setattr(preflight_module, "preflight", recorded_preflight)
 
     class StandInExecutor:
         def __init__(self, device, address=None, env=None, **kwargs):

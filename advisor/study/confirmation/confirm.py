@@ -157,7 +157,7 @@ def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None =
     from advisor.core.errors import WorkloadError
     from advisor.runner.ray_executor import RayExecutor
     from advisor.workload.contract import load_workload
-    from advisor.workload.downloads import offline_env
+    from advisor.workload.downloads import trial_switches
     from advisor.workload.preflight import preflight
 
     check_confirm_options(options)
@@ -181,7 +181,7 @@ def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None =
                       "nothing to confirm"))
         return {}
     preflight(workload)
-    executor = RayExecutor(settings.device, ray_address, env={} if ray_address else offline_env()).start()
+    executor = RayExecutor(settings.device, ray_address, env=trial_switches(ray_address)).start()
     try:
         return Confirmer(study, workload, settings, executor, options, trial_timeout, stop, on_event).run()
     finally:

@@ -23,7 +23,7 @@ from advisor.runner.executor import Executor
 from advisor.study.run._run_context import RunContext
 from advisor.study.run._study_run import BASELINE_TIMEOUT_S, LOOKAHEAD, WAIT_S, StudyRun
 from advisor.study.run.plan import StudyPlan
-from advisor.workload.downloads import offline_env
+from advisor.workload.downloads import trial_switches
 
 if TYPE_CHECKING:
     import optuna
@@ -101,6 +101,4 @@ def trial_env(plan: StudyPlan) -> dict[str, str]:
     switches (``advisor.workload.downloads``) once the preflight has filled this machine's
     caches. Not with --skip-preflight (nothing was fetched) nor on a Ray cluster (the other
     nodes' caches were not filled: their first trial fetches)."""
-    if plan.options.skip_preflight or plan.options.ray_address:
-        return {}
-    return offline_env()
+    return trial_switches(plan.options.ray_address, fetched=not plan.options.skip_preflight)

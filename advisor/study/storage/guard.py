@@ -354,16 +354,14 @@ def fold_log(storage: Any) -> None:
     connections closed (new ones open on the next use): a program that runs study after
     study (``advisor.tune()`` in a notebook) holds no idle connections to a database server."""
     engine = getattr(storage, "engine", None)
-    if engine is None:
+    if engine is None:  # a journal file: nothing pooled
         return
-    if engine.url.get_backend_name() != "sqlite":
-        engine.dispose()
-        return
-    import sqlalchemy
+    if engine.url.get_backend_name() == "sqlite":
+        import sqlalchemy
 
-    try:
-        with engine.connect() as connection:
-            connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    except sqlalchemy.exc.SQLAlchemyError:  # busy with another process's readers: folded when they close
-        pass
+        try:
+            with engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlalchemy.exc.SQLAlchemyError:  # busy with another process's readers: folded when they close
+            pass
     engine.dispose()
