@@ -14,6 +14,7 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, WorkloadError
+from advisor.core.settle import TOLERANCE
 
 FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted", "node_lost",
                    "device_busy")
@@ -55,11 +56,11 @@ class TrialSettings:
 
     train_samples: int
     seed: int = 0
-    warmup_steps: int = 3
-    min_steps: int = 10
-    target_rel_iqr: float = 0.10
+    warmup_steps: int = 3  # untimed steps before timing starts (the rest of a warm-up is cut as it shows)
+    min_steps: int = 6
+    timing_tolerance: float = TOLERANCE  # stop once the step time's median is known to +-this (advisor.core.settle)
     max_timing_s: float = 5.0
-    warmup_s: float = 0.25
+    warmup_s: float = 0.0  # seconds of steps left untimed, besides warmup_steps
     device: str = "cpu"
     workload: str = "train"  # or "inference": forward passes only, no training
     part: str = "full"  # which of ``PARTS`` the trial runs
@@ -98,26 +99,31 @@ class TrialPayload:
     memory_cap: int | None = None
     # the study's interference limit (``advisor.core.interference``); None: the trial's own blocks decide
     interference_limit: float | None = None
+    # the study's timing tolerance from its own noise (``advisor.core.settle.tolerance_from``);
+    # None: the settings' ``timing_tolerance``
+    timing_tolerance: float | None = None
 
     @classmethod
     def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings,
            gate: dict[str, Any] | None = None, estimate: bool = False, memory_cap: int | None = None,
-           interference_limit: float | None = None) -> TrialPayload:
+           interference_limit: float | None = None, timing_tolerance: float | None = None) -> TrialPayload:
         """From a loaded workload (anything with ``path``, ``source`` and ``sha256``)."""
         return cls(str(workload.path), workload.source, workload.sha256, config, settings, gate, estimate, memory_cap,
-                   interference_limit)
+                   interference_limit, timing_tolerance)
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload_path": self.workload_path, "workload_source": self.workload_source,
                 "workload_sha256": self.workload_sha256, "config": self.config.to_dict(),
                 "settings": self.settings.to_dict(), "gate": self.gate, "estimate": self.estimate,
-                "memory_cap": self.memory_cap, "interference_limit": self.interference_limit}
+                "memory_cap": self.memory_cap, "interference_limit": self.interference_limit,
+                "timing_tolerance": self.timing_tolerance}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialPayload:
         return cls(data["workload_path"], data["workload_source"], data["workload_sha256"],
                    TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]), data.get("gate"),
-                   bool(data.get("estimate", False)), data.get("memory_cap"), data.get("interference_limit"))
+                   bool(data.get("estimate", False)), data.get("memory_cap"), data.get("interference_limit"),
+                   data.get("timing_tolerance"))
 
 
 @dataclass

@@ -1,11 +1,14 @@
 """The step timer: how a trial's step time is measured.
 
-Warm-up steps are excluded (the first steps, where torch.compile compiles, are timed apart
-as compile time); steps are pooled into blocks of equal step count lasting about
+The loops leave a few steps untimed (the first, where torch.compile compiles, is timed
+apart as compile time); steps are pooled into blocks of equal step count lasting about
 ``block_s`` seconds (so timer noise does not dominate short steps) and timed until the
-interquartile range of the per-step block times is within ``target_rel_iqr`` of their
-median (at least ``min_steps`` steps and ``min_blocks`` blocks) or ``max_seconds`` of timed
-steps have run. Median and IQR are kept.
+timing has settled (``advisor.core.settle``): the leading blocks that were still warming
+up are cut as they show (MSER), and once at least ``min_blocks`` blocks follow them (and
+``min_steps`` steps were timed) and their median's 95% interval is within ``tolerance``
+(+-5% by default; a study sets it from its own noise), timing stops; else after
+``max_seconds`` of timed steps, warm-up included. The median, the IQR and the interval of
+the blocks after the warm-up are kept.
 
 The device is synchronised where a block starts and where it ends, not around every step:
 inside a block the steps run as a training loop runs them, so the host queues the next
@@ -17,7 +20,7 @@ Where a block starts and ends (outside the timed stretch) the process's interfer
 counters are read (``advisor.machine.interference``); a block that other work disturbed
 (``advisor.core.interference``: its score over the study's ``limit``, or the trial's own
 blocks' when the study has none yet, and slower than the undisturbed blocks) is dropped:
-median, IQR and convergence are over the clean blocks. ``interference()`` says how many
+the warm-up cut, the median, the IQR and the verdict are over the clean blocks. ``interference()`` says how many
 were dropped and why.
 """
 
@@ -32,6 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from advisor.core.interference import disturbed_blocks, limit_of, score, too_few_clean
+from advisor.core.settle import MIN_BLOCKS, TOLERANCE, settle
 from advisor.machine.interference import accumulate, difference, read_counters
 
 
@@ -42,14 +46,25 @@ class Timing:
     steps: int
     timed_s: float
     converged: bool
+    low_s: float = 0.0  # the median's 95% interval (advisor.core.settle.median_interval)
+    high_s: float = 0.0
+    warmup_blocks: int = 0  # leading blocks cut as warm-up
+    blocks: int = 0  # the blocks the median is over
 
     @property
     def rel_iqr(self) -> float:
         return self.iqr_s / self.median_s if self.median_s > 0 else float("inf")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"rel_iqr": self.rel_iqr}
+    @property
+    def halfwidth(self) -> float:
+        """The median's interval's half width on a log scale (0.03: known to about +-3%)."""
+        if self.low_s <= 0 or self.high_s <= 0:
+            return float("inf")
+        return (math.log(self.high_s) - math.log(self.low_s)) / 2
 
+    def to_dict(self) -> dict[str, Any]:
+        half = self.halfwidth
+        return asdict(self) | {"rel_iqr": self.rel_iqr, "halfwidth": half if math.isfinite(half) else None}
 
 
 def median_iqr(samples: list[float]) -> tuple[float, float]:
@@ -69,12 +84,12 @@ class StepTimer:
         ...         pass
     """
 
-    def __init__(self, min_steps: int = 10, target_rel_iqr: float = 0.10, max_seconds: float = 5.0,
-                 sync: Any = None, block_s: float = 0.05, min_blocks: int = 10, limit: float | None = None,
+    def __init__(self, min_steps: int = 10, tolerance: float = TOLERANCE, max_seconds: float = 5.0,
+                 sync: Any = None, block_s: float = 0.05, min_blocks: int = MIN_BLOCKS, limit: float | None = None,
                  counters: Callable[[], dict[str, float] | None] | None = read_counters,
                  self_contended: bool = False) -> None:
         self.min_steps = min_steps
-        self.target_rel_iqr = target_rel_iqr
+        self.tolerance = tolerance
         self.max_seconds = max_seconds
         self.block_s = block_s
         self.min_blocks = min_blocks
@@ -94,6 +109,7 @@ class StepTimer:
         self._block_counts: dict[str, float] = {}
         self._open_counters: dict[str, float] | None = None
         self._clean: tuple[int, list[int], float | None] = (-1, [], None)  # (blocks, dropped, limit), cached
+        self._verdict: tuple[tuple[int, int], bool] = ((-1, -1), False)  # ((blocks, steps), converged), cached
 
     def step(self) -> _TimedStep:
         return _TimedStep(self)
@@ -105,9 +121,10 @@ class StepTimer:
     def add_steps(self, seconds: float, steps: int, counts: dict[str, float] | None = None) -> None:
         """Record ``steps`` consecutive steps that took ``seconds`` together (``counts``: the
         interference counters' differences over them). Short steps are pooled into blocks of
-        equal step count (sized from the first timed step to last about ``block_s``) so that
-        timer and scheduler noise does not dominate a sample; the median is over the clean
-        blocks' mean step time."""
+        equal step count (sized from the first timed step to last about ``block_s``, and
+        sized again, larger, when a block lasts under half that: the first timed step may
+        still have been warming up) so that timer and scheduler noise does not dominate a
+        sample; the median is over the clean blocks' mean step time."""
         if self._per_block == 0:
             self._per_block = max(1, math.ceil(self.block_s / max(seconds / steps, 1e-9)))
         self.steps += steps
@@ -116,6 +133,9 @@ class StepTimer:
         self._block[1] += steps
         self._block_counts = accumulate(self._block_counts, (counts | {"wall_s": seconds}) if counts else {})
         if self._block[1] >= self._per_block:
+            if self._block[0] < self.block_s / 2:  # sized on a warm-up step: the steps got faster since
+                self._per_block = max(self._per_block, math.ceil(self.block_s / max(self._block[0] / self._block[1],
+                                                                                    1e-9)))
             self.samples.append(self._block[0] / self._block[1])
             self.counts.append(self._block_counts)
             self._block, self._block_counts = [0.0, 0], {}
@@ -149,15 +169,23 @@ class StepTimer:
         return clean if strict or (clean and not too_few_clean(len(self.samples), len(clean))) else self.samples
 
     def converged(self) -> bool:
-        """Settled on the clean blocks (a disturbed trial times on, up to ``max_seconds``,
-        in case the disturbance passes)."""
+        """Settled on the clean blocks after their warm-up (a disturbed trial times on, up
+        to ``max_seconds``, in case the disturbance passes). The verdict changes only when a
+        block ends: it is kept until then, so that asking between the steps of a block (whose
+        time runs on meanwhile) costs nothing."""
+        key = (len(self.samples), self.steps)
+        if self._verdict[0] != key:
+            self._verdict = (key, self._converged())
+        return self._verdict[1]
+
+    def _converged(self) -> bool:
         samples = self.clean_samples(strict=True)
         if too_few_clean(len(self.samples), len(samples)):
             return False
         if self.steps < self.min_steps or len(samples) < self.min_blocks:
             return False
-        median, iqr = median_iqr(samples)
-        return median > 0 and iqr / median <= self.target_rel_iqr
+        settled = settle(samples)
+        return settled.blocks >= self.min_blocks and settled.halfwidth <= self.tolerance
 
     def capped(self) -> bool:
         return self.total_s >= self.max_seconds and bool(self.samples)
@@ -167,8 +195,13 @@ class StepTimer:
 
     def result(self) -> Timing:
         samples = self.clean_samples() or ([self._block[0] / self._block[1]] if self._block[1] else [])
-        median, iqr = median_iqr(samples)
-        return Timing(median, iqr, self.steps, self.total_s, self.converged())
+        if not samples:
+            return Timing(0.0, 0.0, self.steps, self.total_s, False)
+        settled = settle(samples)
+        rest = samples[settled.warmup:]
+        _, iqr = median_iqr(rest)
+        return Timing(settled.median, iqr, self.steps, self.total_s, self.converged(), settled.low, settled.high,
+                      settled.warmup, settled.blocks)
 
     def interference(self) -> dict[str, Any] | None:
         """How many blocks were dropped and why (for the trial's telemetry); None when no

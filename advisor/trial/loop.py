@@ -82,7 +82,8 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
         from advisor.machine.nvml import nvml_sampler_for
 
         sampler = nvml_sampler_for(device).start()
-    timer = StepTimer(settings.min_steps, settings.target_rel_iqr, settings.max_timing_s, prepared.synchronize,
+    tolerance = payload.timing_tolerance if payload.timing_tolerance is not None else settings.timing_tolerance
+    timer = StepTimer(settings.min_steps, tolerance, settings.max_timing_s, prepared.synchronize,
                       limit=payload.interference_limit, self_contended=_self_contended(config, settings.device))
     before = sentinel(prepared)
     if settings.workload == "inference":

@@ -4,6 +4,9 @@ recent measurements (no trial is run here)."""
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import optuna
 import pytest
 
@@ -93,3 +96,38 @@ def test_the_references_are_read_back_from_the_study():
                                                 {"at": 3.0, "throughput": 1000.0}])
     w = BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, Stop(), lambda e: None)
     assert w.base_throughput == 1000.0
+
+
+class _RecordingExecutor:
+    """A stand-in for Ray's executor (no trial runs here): it keeps each payload and
+    answers at once with a result of the baseline's throughput."""
+
+    def __init__(self) -> None:
+        self.payloads = []
+
+    def submit(self, number, payload):
+        self.payloads.append(payload)
+        return SimpleNamespace(submitted=time.monotonic(), number=number)
+
+    def wait(self, handles, timeout):
+        return [(h, run(20, throughput=1000.0)) for h in handles]
+
+
+def test_the_study_times_its_trials_to_its_own_noise():
+    """Timing a run better than the next run of the same configuration will reproduce it
+    buys nothing: once the baseline has 3 measurements, their spread sets how well the next
+    trials time their steps (advisor.core.settle.tolerance_from), and the watch's own runs
+    carry it too."""
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+    executor = _RecordingExecutor()
+    w = BaselineWatch(study, SimpleNamespace(path="m.py", source="", sha256=""), TrialSettings(train_samples=10),
+                      TrialConfig(), executor, Stop(), lambda e: None)
+    w.references = [1000.0, 1100.0]
+    assert w.timing_tolerance is None  # the settings' tolerance holds until then
+    w.references.append(950.0)
+    assert w.timing_tolerance == pytest.approx(0.0743, abs=1e-3)  # the sd of the logs
+    w.references = [1000.0, 1000.0, 1001.0]
+    assert w.timing_tolerance == 0.01  # never finer than the floor
+    w.remeasure("a test", counted=1, last_trial=0, timeout=10)
+    assert executor.payloads[-1].timing_tolerance == 0.01
+    assert executor.payloads[-1].settings.part == "probe"

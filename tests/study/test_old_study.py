@@ -103,4 +103,9 @@ def test_it_resumes(ray_session, old_study, capsys, quiet_optuna):
     assert [t.values for t in after[:4]] == [t.values for t in before]  # nothing re-measured
     records = [read_trial(t) for t in after]
     assert sum(r.counted for r in records) == 5
-    assert "resume" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "resume" in out
+    # its trials were timed by the rule before advisor.core.settle: said, and not a reason to refuse
+    assert "timed by an older version's stopping rule" in out
+    settings = optuna.load_study(study_name="compat", storage=old_study).user_attrs["settings"]
+    assert "timing_tolerance" not in settings  # the study's stored settings stay as they were

@@ -93,6 +93,7 @@ def test_resume_completes_total_and_fails_stale_running(eager_study, workdir, ca
     assert trials[stale.number].state.name == "FAIL"
     assert trials[stale.number].user_attrs["failure_class"] == "interrupted"
     assert "left running by an earlier run" in out
+    assert "older version's stopping rule" not in out  # a study of today's version: nothing to say
     assert sum(1 for t in trials if t.user_attrs.get("baseline")) == 1  # baseline not re-run
     real = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
     assert len(real) == 6  # --trials is the study's total (the interrupted one does not count); probed ones do

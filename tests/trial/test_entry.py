@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from advisor.core.config import TrialConfig
@@ -78,6 +81,8 @@ def test_changed_workload_is_refused(tmp_path):
 def test_payload_survives_the_json_a_rank_reads():
     p = payload(EXAMPLES / "digits_mlp.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2})
     assert TrialPayload.from_dict(p.to_dict()) == p
+    tuned = replace(p, interference_limit=0.08, timing_tolerance=0.02)  # what the study sets from its noise
+    assert TrialPayload.from_dict(json.loads(json.dumps(tuned.to_dict()))) == tuned
 
 
 @pytest.mark.parametrize("batch_size,first_line,frames", [

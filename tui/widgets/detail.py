@@ -65,7 +65,10 @@ def describe(row: TrialRow, study_attrs: dict[str, Any], baseline: TrialConfig |
         med, iqr = u.get("step_time_median_s"), u.get("step_time_iqr_s")
         if med:
             spread = f", spread (IQR) {100 * iqr / med:.1f}%" if iqr is not None else ""
-            text.append(f"step {1000 * med:.2f} ms median over {u.get('timed_steps', '?')} steps{spread}"
+            timing = (u.get("telemetry") or {}).get("timing") or {}
+            known = f", known to +-{100 * timing['halfwidth']:.1f}%" if timing.get("halfwidth") is not None else ""
+            warm = f", {timing['warmup_blocks']} warm-up block(s) cut" if timing.get("warmup_blocks") else ""
+            text.append(f"step {1000 * med:.2f} ms median over {u.get('timed_steps', '?')} steps{spread}{known}{warm}"
                         + ("" if u.get("timing_converged", True) else " (did not settle)") + "\n")
     elif row.state == "probed":
         thr, mem = row.versus.cells()[:2]

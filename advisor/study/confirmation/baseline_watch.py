@@ -32,6 +32,7 @@ from advisor.core.interference import InterferencePool, disturbance, rerun_reaso
 from advisor.core.noise import MetricNoise, SentinelJudge, reading_of, recent_reference
 from advisor.core.objectives import Limits, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.core.settle import tolerance_from
 from advisor.core.stop import Stop
 from advisor.core.stored import (
     BASELINE_DISTURBED,
@@ -154,6 +155,13 @@ class BaselineWatch:
         """The interference limit the next trials' timers judge their blocks by."""
         return self.pool.limit
 
+    @property
+    def timing_tolerance(self) -> float | None:
+        """How well the next trials time their steps: to about the baseline's own
+        run-to-run spread (``advisor.core.settle.tolerance_from``); None until it has been
+        measured 3 times (the settings' tolerance holds until then)."""
+        return tolerance_from(self.references)
+
     def why_disturbed(self, result: TrialResult) -> str | None:
         """Why ``result`` cannot stand (too few clean blocks; without interference counters,
         or with too few block scores yet to draw a limit from, a sentinel reading slower
@@ -234,7 +242,8 @@ class BaselineWatch:
                        f"{self.base_throughput:,.0f} samples/s"))
 
     def _run(self, config: TrialConfig, settings: TrialSettings, timeout: float) -> TrialResult:
-        payload = TrialPayload.of(self.workload, config, settings, interference_limit=self.limit)
+        payload = TrialPayload.of(self.workload, config, settings, interference_limit=self.limit,
+                                  timing_tolerance=self.timing_tolerance)
         return run_one(self.executor, next(self._numbers), payload, timeout, self.stop)
 
 

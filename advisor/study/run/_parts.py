@@ -74,7 +74,7 @@ class Parts:
         # reference whatever its memory: over the cap, it is only infeasible)
         cap = None if proposal.baseline else self.plan.options.memory_cap
         payload = TrialPayload.of(self.plan.workload, proposal.config, settings, estimate=True, memory_cap=cap,
-                                  interference_limit=self._limit())
+                                  interference_limit=self._limit(), timing_tolerance=self._tolerance())
         self.slots.submit(proposal, payload, "probe" if self.queue is not None else "full")
         self.emit(Submitted(proposal.number, proposal.config))
 
@@ -136,6 +136,9 @@ class Parts:
     def _limit(self) -> float | None:
         return self.watch.limit if self.watch is not None else None
 
+    def _tolerance(self) -> float | None:
+        return self.watch.timing_tolerance if self.watch is not None else None
+
     def _run_again(self, d: Done) -> Done | None:
         """When too few of the trial's timed blocks were clean (``BaselineWatch.disturbed``):
         keep that measurement with the trial and run the same part again (it counts once;
@@ -158,7 +161,8 @@ class Parts:
         self.emit(Note(f"trial {d.number}: {why}; running it again"))
         settings = probe_settings(self.plan.settings) if d.part == "probe" else self.plan.settings
         self.slots.submit(d.proposal, TrialPayload.of(self.plan.workload, d.proposal.config, settings,
-                                                      interference_limit=self._limit()), d.part)
+                                                      interference_limit=self._limit(),
+                                                      timing_tolerance=self._tolerance()), d.part)
         return None
 
     def _record(self, d: Done) -> TrialRecord:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 # plan derives (not options of their own: the model.py's content, the space as filtered here,
 # the trial settings), then the options TuneOptions marks must_match (advisor.study.options.tune_options).
 DERIVED_MUST_MATCH = ("workload_sha256", "space", "settings")
+# the settings that say how a timing stops (not what is measured): a resumed study takes today's
+TIMING_METHOD = ("warmup_steps", "min_steps", "warmup_s", "timing_tolerance")
 MUST_MATCH = DERIVED_MUST_MATCH + tuple(attr for _, attr in must_match(TuneOptions))
 
 
@@ -155,8 +157,12 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
 
 def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any], on_event: Listener) -> None:
     old = dict(study.user_attrs)
+    method: list[str] = []
     if isinstance(old.get("settings"), dict):  # studies from older versions lack newer fields
-        old["settings"] = TrialSettings.from_dict({"train_samples": 0, **old["settings"]}).to_dict()
+        stored = TrialSettings.from_dict({"train_samples": 0, **old["settings"]}).to_dict()
+        # how a timing stops is the version's, not the study's: the figure is the same median
+        method = [k for k in TIMING_METHOD if stored.get(k) != attrs["settings"][k] or k not in old["settings"]]
+        old["settings"] = stored | {k: attrs["settings"][k] for k in TIMING_METHOD}
     diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
@@ -166,6 +172,10 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
             "(or run the original setup again to resume it" +
             ("; advisor doctor's verdicts drop options from its space here: --ignore-doctor keeps them)"
              if doctor else ")"))
+    if method:
+        on_event(Note("this study's earlier trials were timed by an older version's stopping rule; new trials "
+                      "time their steps until the median settles (advisor.core.settle): the same figure, "
+                      "known to a stated tolerance"))
     if old.get("hardware") != attrs["hardware"]:
         on_event(Note("this machine's hardware fingerprint differs from the one the study started on; "
                       "new trials are measured here"))
