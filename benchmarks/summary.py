@@ -21,7 +21,8 @@ TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_v
            "search.real_time_to_best_ratio": "<= 0.333",
            "long.driver_ms_ratio_500_vs_100": "<= 1.2", "long.rss_growth_mib": "<= 64",
            "long.tui_event_ui_thread_s": "<= 0.05", "long.tui_filter_s": "<= 0.5",
-           "memory.estimate_error_vs_tensors": "<= 0.05", "memory.estimate_error_vs_measured": "<= 0.25"}
+           "memory.estimate_error_vs_tensors": "<= 0.05", "memory.estimate_error_vs_measured": "<= 0.25",
+           "probe.cost_over_training_run": "<= 0.333"}
 
 
 def _entry(doc: dict, value: object, key: str) -> dict:
@@ -128,6 +129,24 @@ def main() -> int:
             | ({"before": long["explorer"]["before"]["median"]["event_ui_thread_s"]} if "before" in long["explorer"] else {}),
             "tui_filter_s": _entry(long, explorer["filter_s"], "long.tui_filter_s") | {"open_s": explorer["open_s"]},
         }
+    stopping_file, cost_file = RESULTS / "probe_stopping.json", RESULTS / "probe_cost.json"
+    if stopping_file.exists():  # benchmarks/probe_stopping.py: the probes' stopping rule replayed
+        stop = json.loads(stopping_file.read_text())
+        summary.setdefault("probe", {})["stopping_replayed"] = {
+            "cost_ratio_vs_before": stop["cost_ratio_median"], "abs_log_vs_before": stop["abs_log_now_vs_before_median"],
+            "interval_covers_before": stop["interval_covers_before"], "capped_share": stop["capped_share"],
+            "between_processes_sd": stop["between_processes_sd_median"], "tolerance": stop["tolerance"],
+            "date": stop["date"], "commit": stop["commit"], "source": stop["command"],
+            "what": "seconds of steps a probe times, now against the rule before (median of recorded runs), and "
+                    "how far its figure moves"}
+    if cost_file.exists():  # benchmarks/probe_cost.py: a probe's wall against its training run's, real studies
+        cost = json.loads(cost_file.read_text())
+        now = cost["by_label"].get("now") or {}
+        summary.setdefault("probe", {})["cost_over_training_run"] = _entry(
+            cost, now.get("probe_over_training_wall"), "probe.cost_over_training_run") | {
+            "by_label": {label: {k: v for k, v in o.items() if k != "with_training_run"}
+                         for label, o in cost["by_label"].items()},
+            "what": "median over trials of a probe's wall over the training run's (README command 1's studies)"}
     memory_file = RESULTS / "memory_estimate.json"
     if memory_file.exists():  # benchmarks/memory_estimate.py: the memory plan against measured peaks
         mem = json.loads(memory_file.read_text())

@@ -143,3 +143,26 @@ class CudaPeakMemory:
 
 def peak_memory_for(device: Any) -> CpuPeakMemory | CudaPeakMemory:
     return CudaPeakMemory(device) if device.type == "cuda" else CpuPeakMemory()
+
+
+def device_memory(device: str) -> int | None:
+    """A GPU's total memory (NVML; CUDA stays uninitialised here), or the memory this
+    machine has available now (/proc/meminfo)."""
+    if device == "cuda":
+        try:
+            import pynvml
+
+            from advisor.machine.device_idle import nvml_index
+
+            pynvml.nvmlInit()
+            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(nvml_index(0))).total)
+        except Exception:  # noqa: BLE001 - no NVML: no device limit to hold the estimate to
+            return None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

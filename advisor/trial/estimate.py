@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.results import TrialPayload
+from advisor.machine.memory import device_memory
 
 if TYPE_CHECKING:
     from advisor.trial.single import Loaded
@@ -125,34 +126,11 @@ def over_limit(estimate: dict[str, Any], device: str, cap: int | None) -> str | 
     if cap is not None and peak > cap:
         return (f"estimated peak memory {fmt_bytes(peak)} per rank is over --memory-cap {fmt_bytes(cap)} "
                 f"({estimate['how']}); not run")
-    limit = _device_memory(device)
+    limit = device_memory(device)
     need = peak if device == "cuda" else peak * ranks  # a CPU trial's ranks share the machine's memory
     if limit is not None and need > limit:
         where = "each GPU's" if device == "cuda" else f"this machine's available memory for {ranks} rank(s)"
         return f"estimated peak memory {fmt_bytes(need)} is over {where} {fmt_bytes(limit)} ({estimate['how']}); not run"
-    return None
-
-
-def _device_memory(device: str) -> int | None:
-    """A GPU's total memory (NVML; CUDA stays uninitialised here), or the memory this
-    machine has available now (/proc/meminfo)."""
-    if device == "cuda":
-        try:
-            import pynvml
-
-            from advisor.machine.device_idle import nvml_index
-
-            pynvml.nvmlInit()
-            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(nvml_index(0))).total)
-        except Exception:  # noqa: BLE001 - no NVML: no device limit to hold the estimate to
-            return None
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
     return None
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from advisor.core.settle import (
     MIN_BLOCKS,
+    TOLERANCE,
     TOLERANCE_RANGE,
+    TRUSTED_RUNS,
     Settled,
     median_interval,
     order_rank,
@@ -133,6 +135,11 @@ def test_the_tolerance_follows_the_study_noise_within_its_range():
     rng = random.Random(5)
     runs = [1000 * math.exp(rng.gauss(0, 0.05)) for _ in range(200)]
     assert tolerance_from(runs) == pytest.approx(0.05, rel=0.15)
-    assert tolerance_from([100.0, 100.0, 100.0]) == TOLERANCE_RANGE[0]  # never finer than the floor
+    assert tolerance_from([100.0] * TRUSTED_RUNS) == TOLERANCE_RANGE[0]  # never finer than the floor
     assert tolerance_from([100.0, 200.0, 50.0]) == TOLERANCE_RANGE[1]  # never coarser than the ceiling
     assert tolerance_from([100.0, 0.0, None, 101.0]) is None  # failed runs do not count
+    # a spread from a few runs may loosen the default, never tighten it: three runs that agree
+    # within 1% are as often luck as a quiet machine
+    assert tolerance_from([100.0, 100.5, 101.0]) == TOLERANCE
+    assert tolerance_from([100.0, 110.0, 90.0]) == pytest.approx(0.1, abs=0.01)
+    assert tolerance_from([100.0, 100.5, 101.0, 100.2, 99.8, 100.4]) == TOLERANCE_RANGE[0]  # six: trusted (sd 0.4%)

@@ -126,7 +126,7 @@ def test_the_study_times_its_trials_to_its_own_noise():
     assert w.timing_tolerance is None  # the settings' tolerance holds until then
     w.references.append(950.0)
     assert w.timing_tolerance == pytest.approx(0.0743, abs=1e-3)  # the sd of the logs
-    w.references = [1000.0, 1000.0, 1001.0]
+    w.references = [1000.0, 1000.0, 1001.0, 999.0, 1000.0, 1000.5]
     assert w.timing_tolerance == 0.01  # never finer than the floor
     w.remeasure("a test", counted=1, last_trial=0, timeout=10)
     assert executor.payloads[-1].timing_tolerance == 0.01

@@ -75,6 +75,11 @@ def test_tune_records_a_real_study(eager_study):
             assert "accuracy" not in t.user_attrs and t.values is None
         else:
             assert t.user_attrs["failure_class"] and t.user_attrs["failure_message"]
+    # the memory plan is made where the memory is at stake (advisor.core.memory_stake): for the
+    # baseline, before any peak is known; not for the digits MLP's candidates (tens of MiB at
+    # most, against this machine's gigabytes)
+    assert base.user_attrs["memory_estimate"]["peak_bytes"] > 0
+    assert all("memory_estimate" not in t.user_attrs for t in measured[1:])
     attrs = study.user_attrs
     assert attrs["workload_sha256"] and attrs["hardware"]["cpu_cores"] >= 1
     assert attrs["space"]["batch_size"]["choices"]

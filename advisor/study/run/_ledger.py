@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from advisor.core.config import TrialConfig
 from advisor.core.events import Duplicate as DuplicateEvent
 from advisor.core.events import Listener, Note, Skipped, ignore
+from advisor.core.memory_stake import MeasuredPeaks
 from advisor.core.metric import MetricSpec
 from advisor.core.noise import MetricNoise
 from advisor.core.objectives import METRIC_DROP, Figures, Limits
@@ -101,6 +102,7 @@ class Ledger:
         self._asked: dict[int, tuple[optuna.Trial, Proposal]] = {}  # handed out here, not stored yet
         self._final: set[int] = set()  # numbers of the finished trials learnt from
         self._seed_mean: float | None = None  # the baseline's metric over its seeds, once measured
+        self.peaks = MeasuredPeaks()  # the peak memory measured so far (is a memory plan worth making?)
         self.observe(quiet=True)  # a resumed study: what its stored trials showed
 
     # ---- reading ------------------------------------------------------------------------
@@ -243,6 +245,7 @@ class Ledger:
         trial.set_user_attr(PROBE_WALL, wall_s)
         trial.set_user_attr(PROBED_AT, at)
         trial.set_user_attr(PROBE_DONE, True)
+        self.peaks.add(self._asked[number][1].config.batch_size, result.peak_memory_bytes)
 
     def store_training(self, number: int, probe: TrialResult, probe_wall_s: float, result: TrialResult,
                        wall_s: float) -> TrialRecord:
@@ -318,6 +321,8 @@ class Ledger:
     def _learn(self, record: TrialRecord, key: str | None, quiet: bool = False) -> None:
         self.strategy.learn(record, key, quiet)
         self.counted += record.counted
+        if record.figures is not None and record.config is not None:
+            self.peaks.add(record.config.batch_size, record.figures.peak_memory_bytes)
         if record.baseline and record.state == "complete":
             self.baseline_record = record
         elif record.baseline and record.counted:

@@ -21,6 +21,7 @@ from advisor.core.noise import reading_of
 from advisor.core.objectives import Versus
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stored import WALL, TrialRecord, figure_time
+from advisor.machine.memory import device_memory
 from advisor.search.strategy import Proposal
 from advisor.study.confirmation.baseline_watch import BaselineWatch
 from advisor.study.confirmation.pairing import probe_settings
@@ -70,11 +71,11 @@ class Parts:
     def submit(self, proposal: Proposal) -> None:
         """A new configuration's first part (its probe), or its only one."""
         settings = probe_settings(self.plan.settings) if self.queue is not None else self.plan.settings
-        # its memory estimated first; a candidate over --memory-cap is not run (the baseline is the
-        # reference whatever its memory: over the cap, it is only infeasible)
+        # its memory estimated first where it is at stake; a candidate over --memory-cap is not run
+        # (the baseline is the reference whatever its memory: over the cap, it is only infeasible)
         cap = None if proposal.baseline else self.plan.options.memory_cap
-        payload = TrialPayload.of(self.plan.workload, proposal.config, settings, estimate=True, memory_cap=cap,
-                                  interference_limit=self._limit(), timing_tolerance=self._tolerance())
+        payload = TrialPayload.of(self.plan.workload, proposal.config, settings, estimate=self._at_stake(proposal, cap),
+                                  memory_cap=cap, interference_limit=self._limit(), timing_tolerance=self._tolerance())
         self.slots.submit(proposal, payload, "probe" if self.queue is not None else "full")
         self.emit(Submitted(proposal.number, proposal.config))
 
@@ -135,6 +136,15 @@ class Parts:
 
     def _limit(self) -> float | None:
         return self.watch.limit if self.watch is not None else None
+
+    def _at_stake(self, proposal: Proposal, cap: int | None) -> bool:
+        """Whether the configuration might not fit (``advisor.core.memory_stake``): its memory
+        plan is made only then."""
+        config, device, gpus = proposal.config, self.plan.settings.device, self.plan.hardware.gpus
+        memory = min(g.memory_bytes for g in gpus) if device == "cuda" and gpus else device_memory(device)
+        limits = [x for x in (cap, memory) if x]
+        ranks = config.devices if device == "cpu" and config.parallelism != "single" else 1
+        return self.ledger.peaks.at_stake(config.batch_size, min(limits) if limits else None, ranks)
 
     def _tolerance(self) -> float | None:
         return self.watch.timing_tolerance if self.watch is not None else None
