@@ -49,9 +49,11 @@ def before(blocks: list[tuple[float, int]], cap: float = 0.75) -> tuple[float, f
         i += 1
     samples: list[float] = []
     acc, steps, timed, total_steps = 0.0, 0, 0.0, 0
+    per_block = 0  # steps a block pools, sized from the first timed step as the old timer did
     for seconds, n in blocks[i:]:
+        per_block = per_block or math.ceil(0.05 / (seconds / n) - 1e-9)
         acc, steps, timed, total_steps = acc + seconds, steps + n, timed + seconds, total_steps + n
-        if acc >= 0.05:
+        if steps >= per_block:
             samples.append(acc / steps)
             acc, steps = 0.0, 0
             if len(samples) >= 10 and total_steps >= 10:

@@ -207,3 +207,56 @@ def test_real_study_time_to_reach():
     assert real_study.time_to_reach(trials, 1.0) == 30.0
     assert real_study.time_to_reach(trials, 1.5) == 50.0
     assert real_study.time_to_reach(trials, 1.7) is None
+
+
+def test_probe_rules_replayed_on_traces_with_a_known_answer(tmp_path, monkeypatch):
+    """The replay's 'before' rule and the product's timer on made-up traces: a steady one
+    (both give its step time; the timer stops at its minimum of blocks) and one with a slow
+    start (the before rule's fixed warm-up eats 0.25 s of it; the timer cuts it as it shows)."""
+    import probe_stopping
+
+    steady = [(0.005, 5)] * 600  # 1 ms steps in 5-step blocks: 3 s
+    fig, cost = probe_stopping.before(steady)
+    assert fig == pytest.approx(0.001) and cost == pytest.approx(0.25 + 0.5, abs=0.01)  # warm-up + 10 blocks
+    fig, cost, timing = probe_stopping.now(steady, tolerance=0.05, cap=0.75)
+    assert fig == pytest.approx(0.001) and timing["converged"] and cost == pytest.approx(0.3, abs=0.01)
+    slow_start = [(0.015, 5)] * 8 + steady
+    fig, cost, timing = probe_stopping.now(slow_start, tolerance=0.05, cap=0.75)
+    assert fig == pytest.approx(0.001) and timing["warmup_blocks"] >= 1
+    traces = {"commit": "x", "date": "d", "cases": {"made-up": {"example": "-", "workload": "train", "config": {},
+                                                                "runs": [{"blocks_s": [0.001] * 600,
+                                                                          "steps_per_block": 5}] * 2}}}
+    (tmp_path / "t.json").write_text(json.dumps(traces))
+    out = tmp_path / "s.json"
+    assert _main(probe_stopping, [str(tmp_path / "t.json"), "-o", str(out)], monkeypatch) == 0
+    doc = json.loads(out.read_text())
+    assert doc["cost_ratio_median"] == pytest.approx(0.3 / 0.75, abs=0.02) and doc["interval_covers_before"] == 1.0
+
+
+def test_probe_traces_and_cost_tiny(tmp_path, monkeypatch):
+    """probe_traces.py records one short case in a child process; probe_cost.py reads a
+    study's probes and training runs back (a made-up study, named as such)."""
+    import optuna
+    import probe_cost
+    import probe_traces
+
+    out = tmp_path / "traces.json"
+    assert _main(probe_traces, ["--cases", "mlp-bs32", "--repeats", "1", "--seconds", "0.2", "-o", str(out)],
+                 monkeypatch) == 0
+    run = json.loads(out.read_text())["cases"]["mlp-bs32"]["runs"][0]
+    assert len(run["blocks_s"]) >= 5 and run["steps_per_block"] >= 1 and run["phase_s"]["timing"] > 0
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{tmp_path / 'made-up.db'}"
+    study = optuna.create_study(storage=url, study_name="made-up")
+    for timing, probe, training in ((0.5, 1.0, 4.0), (0.3, 0.8, None), (0.4, 0.9, 3.0)):
+        t = study.ask()
+        t.set_user_attr("phase_s", {"timing": timing, "total": probe - 0.1})
+        t.set_user_attr("probe_wall_s", probe)
+        if training:
+            t.set_user_attr("accuracy_run", {"wall_s": training, "phase_s": {"total": training - 0.2}})
+        study.tell(t, 1.0)
+    result = tmp_path / "cost.json"
+    assert _main(probe_cost, [f"now={tmp_path / 'made-up.db'}", "-o", str(result)], monkeypatch) == 0
+    now = json.loads(result.read_text())["by_label"]["now"]
+    assert now["probes"] == 3 and now["with_training_run"] == 2 and now["timing_s"] == 0.4
+    assert now["probe_over_training_wall"] == pytest.approx((1.0 / 4.0 + 0.9 / 3.0) / 2)
