@@ -61,11 +61,43 @@ def open_existing_storage(explicit: str | None) -> tuple[Any, str]:
 
 
 def print_rows(table: Any) -> None:
-    """A rich table of one row per study or trial: as wide as a terminal, and unwrapped in
-    logs and pipes (one line per row, whatever its length)."""
+    """A rich table of one row per study or trial: as wide as a terminal (or ``COLUMNS``,
+    when set), and unwrapped in logs and pipes otherwise (one line per row, whatever its
+    length)."""
+    import os
+
     from rich.console import Console
 
     console = Console(highlight=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
         console.width = 1000
+    _fit(table, console.width)
     console.print(table)
+
+
+def _fit(table: Any, width: int) -> None:
+    """Give each column of a table wider than ``width`` a width that fits: the widest column
+    above its floor gives a character until the table fits. A figure column's floor is its
+    longest word (at most 20: it wraps between words, never inside one); a text column's
+    (left-justified: the configuration, a failure) is 8, and it wraps, folding a long word.
+    Past every floor, rich narrows the columns evenly and they fold (a word goes on over
+    two lines rather than end in an ellipsis: nothing shown is lost)."""
+    columns = table.columns
+    texts = [[str(column.header), *(getattr(c, "plain", str(c)) for c in column.cells)] for column in columns]
+    widths = [max(len(line) for t in cells for line in t.splitlines() or [""]) for cells in texts]
+    floors = [min(w, 8) if c.justify == "left" else min(w, max(len(word) for t in cells for word in t.split() or [""]),
+                                                         20)
+              for c, cells, w in zip(columns, texts, widths)]
+    chrome = 3 * len(columns) + 1  # borders and the cells' padding
+    if sum(widths) + chrome <= width:
+        return
+    for column in columns:
+        column.overflow = "fold"
+    while sum(widths) + chrome > width:
+        spare = [w - f for w, f in zip(widths, floors)]
+        i = max(range(len(widths)), key=spare.__getitem__)
+        if spare[i] <= 0:
+            return
+        widths[i] -= 1
+    for column, w in zip(columns, widths):
+        column.width = w

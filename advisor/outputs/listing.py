@@ -149,8 +149,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     if latency:
         columns += [("p50 / p99 latency", "right"), ("batch 1", "right")]
     columns += [("failure", "left")]
-    for name, justify in columns:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    rows = []
     for line in lines:
         r, measured = line.record, line.measured
         state = r.state + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
@@ -169,7 +168,11 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
         failure = ""
         if r.failure_class or r.failure_message:
             failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"
-        _row(table, [*cells, failure])
+        rows.append([*cells, failure])
+    for name, justify in columns:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        _row(table, row)
     return table
 
 

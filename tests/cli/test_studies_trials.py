@@ -70,6 +70,26 @@ def test_trials_lists_every_trial_against_the_baseline(two_studies, capsys):
     assert "probed" in rows["11"] and "3,000" in rows["11"] and "120.0 MiB" in rows["11"]
 
 
+@pytest.mark.parametrize("columns", [100, 130, 170])
+def test_a_narrow_table_wraps_between_words_and_never_cuts_one(two_studies, capsys, monkeypatch, columns):
+    """COLUMNS is honoured when piped (without it, one line per row), every line fits it,
+    and a figure's words ("1.52x", "unconfirmed", "100.2", "MiB") are never cut: where the
+    table is wider than the console, the text columns (configuration, failure) give way
+    first; nothing ends in an ellipsis."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = run(["trials", "digits_cnn-cpu", "--storage", two_studies], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= columns and "…" not in out
+    words = {w for line in lines for cell in line.split("│")[1:-1] for w in cell.split()}
+    if columns >= 130:  # wide enough for every figure's longest word
+        assert {"1.52x", "unconfirmed", "100.2", "MiB", "10,240", "0.9639"} <= words
+    monkeypatch.delenv("COLUMNS")
+    code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies], capsys)
+    rows = [line for line in out.splitlines() if line.count("│") > 3]
+    assert len(rows) == 12 and any("1.52x unconfirmed" in row for row in rows)  # unwrapped in a pipe
+
+
 def test_trials_json(two_studies, capsys):
     code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
     document = json.loads(out)
