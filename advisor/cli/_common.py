@@ -84,10 +84,10 @@ def _fit(table: Any, width: int) -> None:
     two lines rather than end in an ellipsis: nothing shown is lost)."""
     columns = table.columns
     texts = [[str(column.header), *(getattr(c, "plain", str(c)) for c in column.cells)] for column in columns]
-    widths = [max(len(line) for t in cells for line in t.splitlines() or [""]) for cells in texts]
-    floors = [min(w, 8) if c.justify == "left" else min(w, max(len(word) for t in cells for word in t.split() or [""]),
-                                                         20)
-              for c, cells, w in zip(columns, texts, widths)]
+    widths = [max((len(line) for t in cells for line in t.splitlines()), default=1) for cells in texts]
+    longest_word = [max((len(word) for t in cells for word in t.split()), default=1) for cells in texts]
+    floors = [min(w, 8 if c.justify == "left" else min(word, 20))
+              for c, w, word in zip(columns, widths, longest_word)]
     chrome = 3 * len(columns) + 1  # borders and the cells' padding
     if sum(widths) + chrome <= width:
         return

@@ -14,7 +14,7 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, WorkloadError
-from advisor.core.settle import TOLERANCE
+from advisor.core.settle import MIN_BLOCKS, TOLERANCE
 
 FAILURE_CLASSES = ("oom", "timeout", "crash", "error", "unsupported", "cancelled", "interrupted", "node_lost",
                    "device_busy")
@@ -57,7 +57,7 @@ class TrialSettings:
     train_samples: int
     seed: int = 0
     warmup_steps: int = 3  # untimed steps before timing starts (the rest of a warm-up is cut as it shows)
-    min_steps: int = 6
+    min_steps: int = MIN_BLOCKS  # timed steps before any verdict
     timing_tolerance: float = TOLERANCE  # stop once the step time's median is known to +-this (advisor.core.settle)
     max_timing_s: float = 5.0
     warmup_s: float = 0.0  # seconds of steps left untimed, besides warmup_steps

@@ -21,8 +21,9 @@ distribution of independent blocks; for 6 blocks it is their range). The timing 
 settled once at least ``min_blocks`` blocks follow the warm-up and the interval's half
 width, on a log scale, is within ``tolerance`` of the median: the figure is then known
 to about +-``tolerance``. A study sets its tolerance from its own run-to-run noise
-(``tolerance_from``; from fewer than ``TRUSTED_RUNS`` runs it only loosens the default): a run cannot be known better than the next run of the same
-configuration will disagree with it, so timing on past that point buys nothing.
+(``tolerance_from``; from fewer than ``TRUSTED_RUNS`` runs it only loosens the default):
+a run cannot be known better than the next run of the same configuration will disagree
+with it, so timing on past that point buys nothing.
 """
 
 from __future__ import annotations
@@ -53,9 +54,15 @@ class Settled:
 
     @property
     def halfwidth(self) -> float:
-        if self.blocks < 2 or self.low <= 0:
-            return math.inf
-        return (math.log(self.high) - math.log(self.low)) / 2
+        return halfwidth(self.low, self.high, self.blocks)
+
+
+def halfwidth(low: float, high: float, blocks: int) -> float:
+    """An interval's half width on a log scale (0.03: about +-3%); inf from fewer than 2
+    blocks (one block's "interval" is a point, not a precision)."""
+    if blocks < 2 or low <= 0 or high <= 0:
+        return math.inf
+    return (math.log(high) - math.log(low)) / 2
 
 
 def warmup_blocks(times: Sequence[float], most: float = MOST_WARMUP) -> int:

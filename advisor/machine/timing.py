@@ -20,8 +20,8 @@ Where a block starts and ends (outside the timed stretch) the process's interfer
 counters are read (``advisor.machine.interference``); a block that other work disturbed
 (``advisor.core.interference``: its score over the study's ``limit``, or the trial's own
 blocks' when the study has none yet, and slower than the undisturbed blocks) is dropped:
-the warm-up cut, the median, the IQR and the verdict are over the clean blocks. ``interference()`` says how many
-were dropped and why.
+the warm-up cut, the median, the IQR and the verdict are over the clean blocks.
+``interference()`` says how many were dropped and why.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from advisor.core.interference import disturbed_blocks, limit_of, score, too_few_clean
-from advisor.core.settle import MIN_BLOCKS, TOLERANCE, settle
+from advisor.core.settle import MIN_BLOCKS, TOLERANCE, halfwidth, settle, settled
 from advisor.machine.interference import accumulate, difference, read_counters
 
 
@@ -58,9 +58,7 @@ class Timing:
     @property
     def halfwidth(self) -> float:
         """The median's interval's half width on a log scale (0.03: known to about +-3%)."""
-        if self.low_s <= 0 or self.high_s <= 0:
-            return float("inf")
-        return (math.log(self.high_s) - math.log(self.low_s)) / 2
+        return halfwidth(self.low_s, self.high_s, self.blocks)
 
     def to_dict(self) -> dict[str, Any]:
         half = self.halfwidth
@@ -84,7 +82,7 @@ class StepTimer:
         ...         pass
     """
 
-    def __init__(self, min_steps: int = 10, tolerance: float = TOLERANCE, max_seconds: float = 5.0,
+    def __init__(self, min_steps: int = MIN_BLOCKS, tolerance: float = TOLERANCE, max_seconds: float = 5.0,
                  sync: Any = None, block_s: float = 0.05, min_blocks: int = MIN_BLOCKS, limit: float | None = None,
                  counters: Callable[[], dict[str, float] | None] | None = read_counters,
                  self_contended: bool = False) -> None:
@@ -126,7 +124,7 @@ class StepTimer:
         still have been warming up) so that timer and scheduler noise does not dominate a
         sample; the median is over the clean blocks' mean step time."""
         if self._per_block == 0:
-            self._per_block = max(1, math.ceil(self.block_s / max(seconds / steps, 1e-9)))
+            self._per_block = self._steps_per_block(seconds / steps)
         self.steps += steps
         self.total_s += seconds
         self._block[0] += seconds
@@ -134,11 +132,14 @@ class StepTimer:
         self._block_counts = accumulate(self._block_counts, (counts | {"wall_s": seconds}) if counts else {})
         if self._block[1] >= self._per_block:
             if self._block[0] < self.block_s / 2:  # sized on a warm-up step: the steps got faster since
-                self._per_block = max(self._per_block, math.ceil(self.block_s / max(self._block[0] / self._block[1],
-                                                                                    1e-9)))
+                self._per_block = max(self._per_block, self._steps_per_block(self._block[0] / self._block[1]))
             self.samples.append(self._block[0] / self._block[1])
             self.counts.append(self._block_counts)
             self._block, self._block_counts = [0.0, 0], {}
+
+    def _steps_per_block(self, step_s: float) -> int:
+        """Steps of ``step_s`` seconds that last about ``block_s`` together."""
+        return max(1, math.ceil(self.block_s / max(step_s, 1e-9)))
 
     def discard_open(self) -> None:
         """Forget the steps timed since the last synchronisation: untimed work (an
@@ -182,10 +183,7 @@ class StepTimer:
         samples = self.clean_samples(strict=True)
         if too_few_clean(len(self.samples), len(samples)):
             return False
-        if self.steps < self.min_steps or len(samples) < self.min_blocks:
-            return False
-        settled = settle(samples)
-        return settled.blocks >= self.min_blocks and settled.halfwidth <= self.tolerance
+        return self.steps >= self.min_steps and settled(samples, self.tolerance, self.min_blocks)
 
     def capped(self) -> bool:
         return self.total_s >= self.max_seconds and bool(self.samples)

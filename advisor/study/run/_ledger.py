@@ -239,13 +239,13 @@ class Ledger:
     def store_probe(self, number: int, result: TrialResult, wall_s: float, at: float) -> None:
         """A probe that went well, stored on its still running trial at once (a driver killed
         before its training run leaves it for the next run to adopt)."""
-        trial, _ = self._asked[number]
+        trial, proposal = self._asked[number]
         for key, value in result_attrs(result, wall_s).items():
             trial.set_user_attr(key, value)
         trial.set_user_attr(PROBE_WALL, wall_s)
         trial.set_user_attr(PROBED_AT, at)
         trial.set_user_attr(PROBE_DONE, True)
-        self.peaks.add(self._asked[number][1].config.batch_size, result.peak_memory_bytes)
+        self.peaks.add(proposal.config.batch_size, result.peak_memory_bytes)
 
     def store_training(self, number: int, probe: TrialResult, probe_wall_s: float, result: TrialResult,
                        wall_s: float) -> TrialRecord:
