@@ -100,22 +100,76 @@ def _installed_paths() -> list[Path]:
 
 
 _CONTEXT: Any = None
+_PRELOADED: tuple[str, ...] = ()  # what the running fork server imported
+_RETIRED: list[int] = []  # fork servers replaced by a wider one, not yet reaped
 _SPAWN_ONLY = False  # the fork server turned out unusable for CUDA: spawn instead
 
 
 def _context(payload: TrialPayload) -> Any:
-    """The fork-server context, started on first use with this payload's preload list.
-    (A fork server already running keeps its first list: later workloads' libraries are
-    then imported by each trial, which is slower but still correct.)"""
-    global _CONTEXT
-    if _CONTEXT is None:
+    """The fork-server context; its server has imported this payload's preload list.
+
+    A Ray worker outlives a study (a cluster shared by studies, ``advisor.tune()`` run again
+    in one program, a test session): when a later workload imports a library the running
+    server has not, the server is replaced, between two trials, by one that imports what
+    both need. Otherwise every trial of that workload would import the library itself
+    (scikit-learn: about a second a trial). A new server costs a few seconds once (torch is
+    imported again), so standard-library modules (milliseconds each) alone do not start one.
+    """
+    global _CONTEXT, _PRELOADED
+    if _RETIRED:
+        _reap()
+    missing = [name for name in preload_list(payload.workload_source) if name not in _PRELOADED]
+    if _CONTEXT is None or any(name.split(".")[0] not in sys.stdlib_module_names for name in missing):
         import multiprocessing
 
-        os.environ[PRELOAD_ENV] = ",".join(preload_list(payload.workload_source))
+        if _CONTEXT is not None and not _retire_server():
+            return _CONTEXT  # this Python's fork server cannot be replaced: each trial imports the rest
+        _PRELOADED = (*_PRELOADED, *missing)
+        os.environ[PRELOAD_ENV] = ",".join(_PRELOADED)
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["advisor.trial._preload"])
         _CONTEXT = ctx
     return _CONTEXT
+
+
+_SERVER_FIELDS = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")
+
+
+def _retire_server() -> bool:
+    """Let the running fork server go, so that the next process starts a new one; False
+    when this Python's ``multiprocessing`` does not look as expected (then nothing changes).
+
+    Its "alive" pipe is closed, as ``ForkServer._stop`` does, but without waiting: the
+    server exits once the processes it forked have closed their ends too (a trial's leftover
+    child may hold one for a while), and it is reaped later (``_reap``)."""
+    from multiprocessing import forkserver, util
+
+    server = forkserver._forkserver
+    if not all(hasattr(server, name) for name in (*_SERVER_FIELDS, "_lock")):
+        return False
+    with server._lock:
+        if server._forkserver_pid is not None:
+            os.close(server._forkserver_alive_fd)
+            _RETIRED.append(server._forkserver_pid)
+            address = server._forkserver_address
+            if address and not util.is_abstract_socket_namespace(address):
+                with contextlib.suppress(OSError):
+                    os.unlink(address)
+        for name in (*_SERVER_FIELDS, "_forkserver_authkey"):
+            if hasattr(server, name):
+                setattr(server, name, None)
+    return True
+
+
+def _reap() -> None:
+    """Collect the retired fork servers that have exited."""
+    for pid in list(_RETIRED):
+        try:
+            done = os.waitpid(pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:
+            done = True
+        if done:
+            _RETIRED.remove(pid)
 
 
 def run_forked(payload: TrialPayload, rank_env: dict[str, str] | None = None) -> TrialResult:

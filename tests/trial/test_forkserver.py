@@ -202,6 +202,68 @@ def test_a_forked_trial_runs_in_a_fork(monkeypatch):
     assert result.ok and result.telemetry["trial_process"] == "forked"
 
 
+PLAIN = '''import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+BASELINE = {"batch_size": 16}
+
+
+def model():
+    return nn.Linear(4, 2)
+
+
+def datasets():
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    return TensorDataset(x, (x[:, 0] > 0).long()), TensorDataset(x[:32], (x[:32, 0] > 0).long())
+'''
+# the same, importing an installed library neither torch nor advisor imports (and a standard
+# module); its metric says whether the trial process started with that library imported
+WITH_LIBRARY = PLAIN.replace(
+    "import torch\n", "import sys\nPRELOADED = 'yaml' in sys.modules\nimport yaml\nimport torch\n") + '''
+
+def metric(output, target):
+    return torch.tensor(float(PRELOADED))
+'''
+WITH_STDLIB = PLAIN.replace("import torch\n", "import wave\nimport torch\n")
+
+
+def test_a_later_workloads_libraries_are_preloaded_by_a_new_fork_server(tmp_path, monkeypatch):
+    """A worker's fork server outlives a study. When a later workload imports an installed
+    library the running server has not imported, that server is replaced (once) by one that imports both
+    workloads' libraries, so the later trials do not import it each; a workload whose
+    libraries are all there keeps the server it has."""
+    from multiprocessing import forkserver as mp_forkserver
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.trial import forkserver
+    from advisor.workload.contract import load_workload
+
+    for name, value in (("_SPAWN_ONLY", False), ("_CONTEXT", None), ("_PRELOADED", ()), ("_RETIRED", [])):
+        monkeypatch.setattr(forkserver, name, value)
+    settings = TrialSettings(train_samples=32)
+
+    def run(source: str, name: str) -> tuple[float, int]:
+        payload = TrialPayload.of(load_workload(str(write_model(tmp_path, source, name))), TrialConfig(batch_size=16),
+                                  settings)
+        result = forkserver.run_forked(payload)
+        assert result.ok and result.telemetry["trial_process"] == "forked", result.failure_message
+        return result.score, mp_forkserver._forkserver._forkserver_pid
+
+    first = run(PLAIN, "plain.py")[1]
+    assert "yaml" not in forkserver._PRELOADED
+    assert run(WITH_STDLIB, "with_stdlib.py")[1] == first  # a standard module alone: not worth a new server
+    score, server = run(WITH_LIBRARY, "with_library.py")
+    assert score == 1.0 and server != first and {"yaml", "torch"} <= set(forkserver._PRELOADED)
+    assert run(PLAIN, "plain_again.py")[1] == server  # nothing missing: the same server
+    deadline = time.monotonic() + 10
+    while forkserver._RETIRED and time.monotonic() < deadline:  # the replaced server exits and is reaped
+        forkserver._reap()
+        time.sleep(0.05)
+    assert forkserver._RETIRED == []
+
+
 @pytest.mark.ray
 def test_trial_processes_take_their_own_thread_count(ray_session):
     """torch fixes its thread count at import, in the fork server: a single trial gets the
