@@ -131,7 +131,7 @@ def test_errors_name_the_option_as_the_caller_wrote_it():
 
 
 def test_the_command_line_and_python_read_values_the_same_way(monkeypatch):
-    for variable in ("ADVISOR_CONFIRM", "ADVISOR_METRIC_SEEDS"):  # conftest sets both
+    for variable in ("ADVISOR_CONFIRM", "ADVISOR_METRIC_SEEDS", "ADVISOR_TIMING_TOLERANCE"):  # conftest sets them
         monkeypatch.delenv(variable, raising=False)
     args = subparsers(parser())["tune"].parse_args(["m.py", "--max-metric-drop", "2%", "--memory-cap", "2GiB"])
     from advisor.cli._options import tune_options
@@ -144,6 +144,15 @@ def test_the_command_line_and_python_read_values_the_same_way(monkeypatch):
     monkeypatch.setenv("ADVISOR_METRIC_SEEDS", "1")
     assert (tune_options(args).confirm, tune_options(args).metric_seeds) == (False, 1)  # the command only
     assert (from_python.confirm, from_python.metric_seeds) == (True, 3)
+    monkeypatch.setenv("ADVISOR_TIMING_TOLERANCE", "0.2")
+    assert (tune_options(args).timing_tolerance, from_python.timing_tolerance) == (0.2, None)
+    monkeypatch.setenv("ADVISOR_TIMING_TOLERANCE", "rough")
+    with pytest.raises(advisor.StudyError, match=r"\$ADVISOR_TIMING_TOLERANCE is 'rough', expected a fraction"):
+        tune_options(args)
+    monkeypatch.setenv("ADVISOR_TIMING_TOLERANCE", "2")
+    with pytest.raises(advisor.StudyError, match="--timing-tolerance must be a fraction between 0 and 1"):
+        tune_options(args).check()
+    monkeypatch.delenv("ADVISOR_TIMING_TOLERANCE")
     monkeypatch.setenv("ADVISOR_METRIC_SEEDS", "many")
     with pytest.raises(advisor.StudyError, match=r"\$ADVISOR_METRIC_SEEDS is 'many', expected a whole number"):
         tune_options(args)

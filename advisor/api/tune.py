@@ -32,7 +32,7 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
          name: str | None = None, workdir: str | Path = ".advisor",
          workload: str = "train", space: str | None = None, trials: int = 20, storage: str | None = None,
          study: str | None = None, timeout: float | None = None, budget: float | str | None = None,
-         trial_timeout: float | None = None,
+         trial_timeout: float | None = None, timing_tolerance: float | None = None,
          max_metric_drop: float | str = 0.01, memory_cap: int | str | None = None,
          max_latency_ms: float | None = None, train_samples: int | None = None,
          sampler: str = "default", seed: int = 0, ray_address: str | None = None, skip_preflight: bool = False,

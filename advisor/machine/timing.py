@@ -50,6 +50,7 @@ class Timing:
     high_s: float = 0.0
     warmup_blocks: int = 0  # leading blocks cut as warm-up
     blocks: int = 0  # the blocks the median is over
+    tolerance: float | None = None  # how well the median was to be known (the timer's ``tolerance``)
 
     @property
     def rel_iqr(self) -> float:
@@ -194,12 +195,12 @@ class StepTimer:
     def result(self) -> Timing:
         samples = self.clean_samples() or ([self._block[0] / self._block[1]] if self._block[1] else [])
         if not samples:
-            return Timing(0.0, 0.0, self.steps, self.total_s, False)
+            return Timing(0.0, 0.0, self.steps, self.total_s, False, tolerance=self.tolerance)
         settled = settle(samples)
         rest = samples[settled.warmup:]
         _, iqr = median_iqr(rest)
         return Timing(settled.median, iqr, self.steps, self.total_s, self.converged(), settled.low, settled.high,
-                      settled.warmup, settled.blocks)
+                      settled.warmup, settled.blocks, self.tolerance)
 
     def interference(self) -> dict[str, Any] | None:
         """How many blocks were dropped and why (for the trial's telemetry); None when no

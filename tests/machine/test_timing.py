@@ -35,7 +35,7 @@ def test_timing_fields_and_dict():
     assert t.rel_iqr == pytest.approx(0.05)
     assert t.to_dict() == {"median_s": 0.02, "iqr_s": 0.001, "steps": 40, "timed_s": 0.8,
                            "converged": True, "rel_iqr": pytest.approx(0.05), "low_s": 0.0, "high_s": 0.0,
-                           "warmup_blocks": 0, "blocks": 0, "halfwidth": None}
+                           "warmup_blocks": 0, "blocks": 0, "halfwidth": None, "tolerance": None}
     assert Timing(0.0, 0.0, 0, 0.0, False).rel_iqr == math.inf
     known = Timing(0.02, 0.001, 40, 0.8, True, low_s=0.019, high_s=0.021, warmup_blocks=2, blocks=12)
     assert known.halfwidth == pytest.approx(math.log(0.021 / 0.019) / 2)
@@ -125,7 +125,7 @@ def test_converged_needs_enough_steps_blocks_and_a_settled_median():
     assert not noisy.capped()
     for s in [1.0, 1.01, 0.99] * 10:  # more blocks: the interval narrows to inner order statistics
         noisy.add(s)
-    assert noisy.converged() and noisy.result().halfwidth <= 0.05
+    assert noisy.converged() and noisy.result().halfwidth <= 0.05 and noisy.result().tolerance == 0.05
     steps = StepTimer(min_steps=10, min_blocks=2, tolerance=0.05, block_s=0.0, max_seconds=100)
     for _ in range(9):
         steps.add(1.0)

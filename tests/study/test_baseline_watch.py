@@ -131,3 +131,17 @@ def test_the_study_times_its_trials_to_its_own_noise():
     w.remeasure("a test", counted=1, last_trial=0, timeout=10)
     assert executor.payloads[-1].timing_tolerance == 0.01
     assert executor.payloads[-1].settings.part == "probe"
+
+
+def test_a_tolerance_asked_for_is_kept_whatever_the_spread():
+    """--timing-tolerance fixes how well trials time their steps: the baseline's spread
+    then sets nothing, and the watch's own runs carry the settings' tolerance."""
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+    executor = _RecordingExecutor()
+    w = BaselineWatch(study, SimpleNamespace(path="m.py", source="", sha256=""),
+                      TrialSettings(train_samples=10, timing_tolerance=0.2), TrialConfig(), executor, Stop(),
+                      lambda e: None, fixed_tolerance=True)
+    w.references = [1000.0, 1100.0, 950.0]
+    assert w.timing_tolerance is None
+    w.remeasure("a test", counted=1, last_trial=0, timeout=10)
+    assert executor.payloads[-1].timing_tolerance is None and executor.payloads[-1].settings.timing_tolerance == 0.2

@@ -14,7 +14,7 @@ import yaml
 from advisor.cli.main import main
 from advisor.core.export_format import load_config
 
-from conftest import EXAMPLES, WORKLOADS
+from conftest import EXAMPLES, QUICK, WORKLOADS
 
 pytestmark = pytest.mark.ray
 
@@ -37,8 +37,8 @@ def eager_study(ray_session, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # what the function-scoped autouse fixtures set
         mp.chdir(where)
         mp.delenv("ADVISOR_STORAGE", raising=False)
-        mp.setenv("ADVISOR_CONFIRM", "0")
-        mp.setenv("ADVISOR_METRIC_SEEDS", "1")
+        for variable, value in QUICK.items():
+            mp.setenv(variable, value)
         mp.setenv("ADVISOR_HOME", str(tmp_path_factory.mktemp("advisor-home")))
         with contextlib.redirect_stdout(out):
             code = main(EAGER)

@@ -22,14 +22,18 @@ ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-sa
 
 
 def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
-    assert main(ARGS) == 0
+    assert main([*ARGS, "--timing-tolerance", "0.3"]) == 0
     out = capsys.readouterr().out
     study = optuna.load_study(study_name="digits_mlp-eager", storage="sqlite:///advisor.db")
     stored = read_study(study)
     measured = [r for r in stored.records if r.counted]
     assert len(measured) == 8 and not [t for t in study.trials if t.state.name == "RUNNING"]
+    assert study.user_attrs["settings"]["timing_tolerance"] == 0.3
     for r in measured:
         assert r.get("probe_done") and r.get("throughput") and r.get("telemetry")["fingerprint"]["steps"] == 5
+        timing = r.get("telemetry")["timing"]
+        assert timing["tolerance"] == 0.3  # as asked: the baseline's spread (3 runs here) does not set it
+        assert not timing["converged"] or timing["halfwidth"] <= 0.3
         if r.state == "probed":
             assert r.get("accuracy_skipped") and r.get("accuracy") is None and r.figures is None
         elif r.state == "complete" and r.get("accuracy_reused_from") is None:

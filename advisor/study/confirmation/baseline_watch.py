@@ -59,11 +59,14 @@ class BaselineWatch:
         executor: runs the watch's own measurements, one at a time.
         stop: the user's stop (Ctrl-C): the watch's own measurements end with it.
         on_event: receives ``Note`` events.
+        fixed_tolerance: the settings' timing tolerance was asked for (``--timing-tolerance``):
+            the baseline's spread does not set it.
     """
 
     def __init__(self, study: Any, workload: Any, settings: TrialSettings, baseline: TrialConfig,
-                 executor: Executor, stop: Stop, on_event: Listener) -> None:
+                 executor: Executor, stop: Stop, on_event: Listener, fixed_tolerance: bool = False) -> None:
         self.study, self.workload, self.settings, self.baseline = study, workload, settings, baseline
+        self.fixed_tolerance = fixed_tolerance
         self.executor, self.stop, self.emit = executor, stop, on_event
         records = [read_trial(t) for t in study.get_trials(deepcopy=False)]
         self.judge = SentinelJudge(x for x in (reading_of(r.get("telemetry")) for r in records) if x is not None)
@@ -159,8 +162,8 @@ class BaselineWatch:
     def timing_tolerance(self) -> float | None:
         """How well the next trials time their steps: to about the baseline's own
         run-to-run spread (``advisor.core.settle.tolerance_from``); None until it has been
-        measured 3 times (the settings' tolerance holds until then)."""
-        return tolerance_from(self.references)
+        measured 3 times (the settings' tolerance holds until then), or with ``fixed_tolerance``."""
+        return None if self.fixed_tolerance else tolerance_from(self.references)
 
     def why_disturbed(self, result: TrialResult) -> str | None:
         """Why ``result`` cannot stand (too few clean blocks; without interference counters,

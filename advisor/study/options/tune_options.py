@@ -54,6 +54,13 @@ def _duration(value: Any, name: str) -> float | None:
         raise StudyError(f"{name}{'' if name.endswith('=') else ' '}{value!r}: {exc}") from None
 
 
+def _fraction_env(text: str, variable: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise StudyError(f"${variable} is {text!r}, expected a fraction such as 0.05 (+-5%)") from None
+
+
 def _switch_env(text: str, variable: str) -> bool:
     value = text.strip().lower()
     if value not in ("0", "1", "yes", "no", "true", "false", "on", "off"):
@@ -168,6 +175,12 @@ class TuneOptions:
     trial_timeout: float | None = option(
         None, flag="--trial-timeout", parse=float,
         help="limit for one trial, seconds (default: 10x the baseline trial, at least 120)")
+    timing_tolerance: float | None = option(
+        None, flag="--timing-tolerance", parse=float, metavar="FRACTION", env="ADVISOR_TIMING_TOLERANCE",
+        env_read=_fraction_env,
+        help="time each configuration's steps until their median is known to +-this fraction (default: "
+             "the baseline's own run-to-run spread, 1-10%%, or $ADVISOR_TIMING_TOLERANCE); 0.2 for a "
+             "quicker, rougher search")
     max_metric_drop: float = option(  # how much worse the metric may get
         0.01, flag="--max-metric-drop", parse=parse_drop, read=_drop, into=("max_metric_drop", "max_drop_relative"),
         metavar="AMOUNT|PCT%", must_match=MAX_METRIC_DROP,
@@ -277,6 +290,9 @@ class TuneOptions:
         for field, value in (("timeout", self.timeout), ("budget", self.budget), ("trial_timeout", self.trial_timeout)):
             if value is not None and not value > 0:
                 raise StudyError(f"{name(field)} must be a positive number of seconds, found {value}")
+        if self.timing_tolerance is not None and not 0 < self.timing_tolerance < 1:
+            raise StudyError(f"{name('timing_tolerance')} must be a fraction between 0 and 1 (0.05: +-5%), "
+                             f"found {self.timing_tolerance}")
         drop = name("max_metric_drop")
         if not 0 <= self.max_metric_drop < math.inf:
             raise StudyError(f"{drop} must be >= 0, found {self.drop_text}")

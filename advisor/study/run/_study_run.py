@@ -98,7 +98,8 @@ class StudyRun:
                 base = self._baseline()
                 if base is not None and self.stop_reason is None:
                     watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline,
-                                          self.measuring, self.stop, self.emit)
+                                          self.measuring, self.stop, self.emit,
+                                          fixed_tolerance=self.options.timing_tolerance is not None)
                     if self.options.workload == "train":  # inference: no seed changes the metric
                         self._metric_noise(watch, base)
                     self._say_how_long(base, budget_end)

@@ -98,7 +98,8 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     else:
         train_samples = options.train_samples or default_train_samples(facts["train_size"])
     settings = TrialSettings(train_samples=train_samples, seed=options.seed, device=hardware.device,
-                             workload=options.workload)
+                             workload=options.workload,
+                             **({} if options.timing_tolerance is None else {"timing_tolerance": options.timing_tolerance}))
     url = stores.storage_url(options.storage)
     stores.check_storage(url)  # checked now; opened (and a SQLite file created) when the study runs
     return StudyPlan(options, workload, facts, hardware, filtered, baseline, settings, study_name, url)
