@@ -97,9 +97,9 @@ def plan_study(options: TuneOptions) -> StudyPlan:
         train_samples = options.train_samples or 1  # not used: inference trials do not train
     else:
         train_samples = options.train_samples or default_train_samples(facts["train_size"])
+    fixed = {} if options.timing_tolerance is None else {"timing_tolerance": options.timing_tolerance}
     settings = TrialSettings(train_samples=train_samples, seed=options.seed, device=hardware.device,
-                             workload=options.workload,
-                             **({} if options.timing_tolerance is None else {"timing_tolerance": options.timing_tolerance}))
+                             workload=options.workload, **fixed)
     url = stores.storage_url(options.storage)
     stores.check_storage(url)  # checked now; opened (and a SQLite file created) when the study runs
     return StudyPlan(options, workload, facts, hardware, filtered, baseline, settings, study_name, url)
