@@ -143,17 +143,18 @@ def test_a_timed_out_trial_process_does_not_outlive_its_trial(ray_session, workd
 @pytest.mark.ray
 def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
     monkeypatch.setenv("ADVISOR_COLD_TRIALS", "1")
+    # --train all: one process (here one fresh Ray worker, ~5 s) a trial, not a probe's and a training run's
     assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "quick", "--trials", "2", "--no-tui",
-                 "--train-samples", "128"]) == 0
+                 "--train-samples", "128", "--train", "all"]) == 0
     trials = [t for t in optuna.load_study(study_name="digits_mlp-quick", storage="sqlite:///advisor.db").trials
-              if t.state.name in ("COMPLETE", "PRUNED")]  # PRUNED: probed only (two-stage evaluation)
+              if t.state.name == "COMPLETE"]
     assert len(trials) == 2
     assert all("process_start" not in t.user_attrs["phase_s"] for t in trials)  # a fresh Ray worker each
     # the same baseline in a warm trial: the process model does not change the figures
     # (torch's lazy imports are done before the measured window in both)
     monkeypatch.delenv("ADVISOR_COLD_TRIALS")
     assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "quick", "--trials", "1", "--no-tui",
-                 "--train-samples", "128", "--study", "warm"]) == 0
+                 "--train-samples", "128", "--train", "all", "--study", "warm"]) == 0
     warm_base = optuna.load_study(study_name="warm", storage="sqlite:///advisor.db").trials[0]
     cold_base = next(t for t in trials if t.user_attrs.get("baseline"))
     assert "process_start" in warm_base.user_attrs["phase_s"]
