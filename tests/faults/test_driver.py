@@ -19,6 +19,7 @@ import pytest
 from advisor.cli.main import main
 
 from conftest import EXAMPLES, WORKLOADS, kill_processes_of
+from peek import peek_trials
 
 pytestmark = pytest.mark.ray
 
@@ -77,10 +78,7 @@ def _wait_for(db, name: str, condition, proc, timeout: float = 400.0) -> list:
     catches a hang: a loaded machine (5x slower) must not fail it, and a quiet one returns at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            trials = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").trials
-        except Exception:  # the study is not created yet
-            trials = []
+        trials = peek_trials(db, name)  # [] until the study is created
         if condition(trials):
             return trials
         time.sleep(0.02)
@@ -91,7 +89,7 @@ def _wait_for_a_running_trial(db, name: str, after: int, timeout: float = 240.0)
     """Until the study holds a RUNNING trial numbered above ``after`` (its config decided)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        trials = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").trials
+        trials = peek_trials(db, name)
         if any(t.state.name == "RUNNING" and t.number > after and "config" in t.user_attrs for t in trials):
             return
         time.sleep(0.05)

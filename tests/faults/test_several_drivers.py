@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from conftest import EXAMPLES, kill_processes_of
+from peek import peek_trials
 from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
@@ -43,7 +44,7 @@ def _end(proc: subprocess.Popen, state: str) -> None:
 
 
 def _trials(url: str) -> list:
-    """The study's trials (none before it is created); polled ten times a second."""
+    """The study's trials, as Optuna reads them (none before it is created)."""
     try:
         return read_trials(url, STUDY)
     except KeyError:  # not created yet
@@ -70,7 +71,8 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
     try:  # once both have started a trial after the baseline: kill one while a trial of its runs
         deadline, victim, seen = time.monotonic() + 400, None, []
         while victim is None and time.monotonic() < deadline and a[0].poll() is None and b[0].poll() is None:
-            trials = [t for t in _trials(storage) if "config" in t.user_attrs and not t.user_attrs.get("baseline")]
+            trials = [t for t in peek_trials(storage, STUDY)  # light: polled ten times a second
+                      if "config" in t.user_attrs and not t.user_attrs.get("baseline")]
             started = {_pid(t) for t in trials}
             running = [_pid(t) for t in trials if t.state.name == "RUNNING"]
             seen = [(t.number, _pid(t), t.state.name) for t in trials]

@@ -25,6 +25,7 @@ from advisor.study.run._drivers import GRACE_S
 from advisor.study.storage.guard import TOKEN
 
 from conftest import EXAMPLES, kill_processes_of
+from peek import peek_trials
 from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
@@ -69,12 +70,9 @@ def _args(space, url: str, trials: int) -> list[str]:
 
 
 def _finished(url: str) -> int:
-    """Trials stored as complete or pruned (0 while the server or the study is not there)."""
-    try:
-        trials = read_trials(url, STUDY)
-    except (KeyError, optuna.exceptions.StorageInternalError):  # no study yet, or the server is down
-        return 0
-    return sum(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
+    """Trials stored as complete or pruned (0 while the server or the study is not there);
+    polled 5 times a second."""
+    return sum(t.state.name in ("COMPLETE", "PRUNED") for t in peek_trials(url, STUDY))
 
 
 @pytest.mark.timeout(420)
