@@ -1,9 +1,8 @@
 """A light look at a study while another process writes it (SQLite or PostgreSQL): the
-trials' numbers, states and user attributes read with plain SQL from Optuna's tables
-(milliseconds),
-for tests that poll a study many times a second. ``optuna.load_study`` costs about 45 ms of
-CPU a call here: polled at 50 Hz it kept one of this machine's two cores busy and slowed the
-driver under test."""
+trials' numbers, states and user attributes read with plain SQL from Optuna's tables, in
+milliseconds, for tests that poll a study many times a second. ``optuna.load_study`` costs
+about 45 ms of CPU a call here: polled at 50 Hz it kept one of this machine's two cores busy
+and slowed the driver under test."""
 
 from __future__ import annotations
 

@@ -101,6 +101,7 @@ def _installed_paths() -> list[Path]:
 
 _CONTEXT: Any = None
 _PRELOADED: tuple[str, ...] = ()  # what the running fork server imported
+_CHECKED: set[str] = set()  # the workloads (their sha256) already checked against it: their trials skip the check
 _RETIRED: list[int] = []  # fork servers replaced by a wider one, not yet reaped
 _SPAWN_ONLY = False  # the fork server turned out unusable for CUDA: spawn instead
 
@@ -116,19 +117,24 @@ def _context(payload: TrialPayload) -> Any:
     imported again), so standard-library modules (milliseconds each) alone do not start one.
     """
     global _CONTEXT, _PRELOADED
+    workload = payload.workload_sha256 or payload.workload_source
+    if _CONTEXT is not None and workload in _CHECKED:
+        return _CONTEXT
     if _RETIRED:
         _reap()
     missing = [name for name in preload_list(payload.workload_source) if name not in _PRELOADED]
-    if _CONTEXT is None or any(name.split(".")[0] not in sys.stdlib_module_names for name in missing):
+    worth_a_server = any(name.split(".")[0] not in sys.stdlib_module_names for name in missing)
+    # a server that cannot be replaced (this Python's multiprocessing is not as expected) stays:
+    # each trial then imports the rest
+    if _CONTEXT is None or (worth_a_server and _retire_server()):
         import multiprocessing
 
-        if _CONTEXT is not None and not _retire_server():
-            return _CONTEXT  # this Python's fork server cannot be replaced: each trial imports the rest
         _PRELOADED = (*_PRELOADED, *missing)
         os.environ[PRELOAD_ENV] = ",".join(_PRELOADED)
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["advisor.trial._preload"])
         _CONTEXT = ctx
+    _CHECKED.add(workload)
     return _CONTEXT
 
 

@@ -26,7 +26,7 @@ from advisor.study.storage.guard import TOKEN
 
 from conftest import EXAMPLES, kill_processes_of
 from peek import peek_trials
-from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtures)
+from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.ray
 

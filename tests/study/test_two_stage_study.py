@@ -32,7 +32,7 @@ def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
     for r in measured:
         assert r.get("probe_done") and r.get("throughput") and r.get("telemetry")["fingerprint"]["steps"] == 5
         timing = r.get("telemetry")["timing"]
-        assert timing["tolerance"] == 0.3  # as asked: the baseline's spread (3 runs here) does not set it
+        assert timing["tolerance"] == 0.3  # as asked: the baseline's spread does not set it
         assert not timing["converged"] or timing["halfwidth"] <= 0.3
         if r.state == "probed":
             assert r.get("accuracy_skipped") and r.get("accuracy") is None and r.figures is None

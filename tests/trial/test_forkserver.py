@@ -241,7 +241,8 @@ def test_a_later_workloads_libraries_are_preloaded_by_a_new_fork_server(tmp_path
     from advisor.trial import forkserver
     from advisor.workload.contract import load_workload
 
-    for name, value in (("_SPAWN_ONLY", False), ("_CONTEXT", None), ("_PRELOADED", ()), ("_RETIRED", [])):
+    for name, value in (("_SPAWN_ONLY", False), ("_CONTEXT", None), ("_PRELOADED", ()), ("_CHECKED", set()),
+                        ("_RETIRED", [])):
         monkeypatch.setattr(forkserver, name, value)
     settings = TrialSettings(train_samples=32)
 
