@@ -1,7 +1,8 @@
 """A study with --budget on the real Tuner, local Ray and SQLite: once the baseline is in it
 says how long the rest should take and when its search ends, and the search stops at its
-share of the budget, well before its --trials (no timing is asserted: only what was said
-and why the study stopped)."""
+share of the budget, well before its --trials, and its paired confirmation is sized to the
+budget (no timing is asserted: only what was said, what was stored and why the study
+stopped)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,7 @@ from conftest import EXAMPLES
 def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_session, capsys):
     # the default space: no machine measures all of it within the budget, so the budget ends the search
     options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space="default", trials=200, budget=25,
-                          storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=256, metric_seeds=1,
-                          confirm=False)
+                          storage=f"sqlite:///{tmp_path / 's.db'}", train_samples=256, metric_seeds=1)
     notes: list[str] = []
     plan = plan_study(options)
     output = TuneOutput()  # the console's lines, as `advisor tune` prints them
@@ -41,6 +41,16 @@ def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_ses
     assert outcome.stop_reason in ("the search's share of the study's --budget was spent",
                                    "the study's --budget was spent")
     assert len(outcome.study.trials) < 200
+    # the confirmation was planned to a quarter of the budget (or left out, saying so), and kept to it
+    sized = [n for n in notes if n.startswith(("confirmation planned for", "no paired confirmation: "))]
+    assert len(sized) == 1, notes
+    confirmed = read_study(outcome.study).confirmations
+    planned = re.match(r"confirmation planned for at most (\d+) candidate\(s\), up to (\d+) pairs each: up to "
+                       r"~.*, within a quarter of --budget 25 s, cut from --confirm-top 6 and --pairs 8", sized[0])
+    if planned:
+        assert len(confirmed) <= int(planned[1]) and all(len(c.pairs) <= int(planned[2]) for c in confirmed.values())
+    else:
+        assert "a --budget of" in sized[0] and confirmed == {} and not any(n.startswith("confirming") for n in notes)
     # the summary's resume line runs the trials left, not 20 more than --trials
     TuneOutput().finish(plan, outcome)
     out = " ".join(capsys.readouterr().out.split())  # (the console wraps long lines)

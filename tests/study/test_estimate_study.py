@@ -73,3 +73,66 @@ def test_durations_are_parsed_as_typed():
         TuneOptions.given("m.py", {"budget": "soon"}, python=True)
     with pytest.raises(StudyError, match="--budget must be a positive number of seconds, found -5"):
         TuneOptions("m.py", budget=-5).check()
+
+
+def test_a_budget_sizes_the_confirmation_candidates_first_then_pairs():
+    from advisor.core.pairs import MIN_PAIRS
+    from advisor.core.picks import PICKS
+    from advisor.study.options.tune_options import ConfirmOptions
+    from advisor.study.run._estimate import CONFIRM_SHARE, confirmation_s, plan_confirmation
+
+    asked = ConfirmOptions(top=6, max_pairs=8)
+    assert confirmation_s(6, 8, 1.0) == 64.0  # 8 rounds of 6 candidates and their 2 baseline runs
+    roomy = plan_confirmation(asked, 1.0, 64.0 / CONFIRM_SHARE)
+    assert roomy.options == asked and "at most 6 candidate(s), up to 8 pairs each" in roomy.text
+    assert "cut from" not in roomy.text
+    # each tighter budget takes the next step, and the plan always fits its share
+    steps = [(len(PICKS), 8), (len(PICKS), MIN_PAIRS), (1, MIN_PAIRS)]
+    for budget, (top, pairs) in zip((200.0, 140.0, 60.0), steps):
+        plan = plan_confirmation(asked, 1.0, budget)
+        assert plan.options is not None and (plan.options.top, plan.options.max_pairs) == (top, pairs), budget
+        assert confirmation_s(top, pairs, 1.0) <= CONFIRM_SHARE * budget
+        assert plan.options.target == asked.target
+        assert "cut from --confirm-top 6 and --pairs 8 (~1 min 04 s)" in plan.text
+    # 5 candidates fit at 8 pairs before 4 would: it cuts one candidate at a time
+    assert plan_confirmation(asked, 1.0, 56.0 / CONFIRM_SHARE).options.top == 5
+    none = plan_confirmation(asked, 1.0, 50.0)
+    assert none.options is None
+    assert none.text == (f"no paired confirmation: one candidate's {MIN_PAIRS} pairs would take ~15 s, more than a "
+                         "quarter of --budget 50 s; the front's figures stay unconfirmed (`advisor confirm` confirms "
+                         "them later), or a --budget of 1 min 00 s or more leaves room for it")
+
+
+def test_a_budget_never_confirms_more_than_asked_and_needs_the_baselines_times():
+    from advisor.study.options.tune_options import ConfirmOptions
+    from advisor.study.run._estimate import plan_confirmation
+
+    few = ConfirmOptions(top=2, max_pairs=3)  # below the picks and below MIN_PAIRS: kept as asked
+    assert plan_confirmation(few, 1.0, 10_000.0).options == few
+    assert plan_confirmation(few, 1.0, 4 * 3 * 3.0).options == ConfirmOptions(top=1, max_pairs=3)
+    assert plan_confirmation(few, 1.0, 4 * 3 * 3.0 - 1).options is None
+    unknown = plan_confirmation(ConfirmOptions(), 0.0, 1.0)  # no probe time stored: as asked, nothing said
+    assert unknown.options == ConfirmOptions() and unknown.text == ""
+
+
+def test_the_estimate_counts_the_planned_confirmation():
+    base = baseline(probe_wall_s=2.0, accuracy_run={"wall_s": 6.0}, wall_s=8.0)
+    e = estimate(base, 19, two_stage=True, seeds=3, confirm=True, top=6, pairs=5, confirm_top=1)
+    assert e.more_seeds_s == pytest.approx(6 * 2 * 6.0)  # the seeds' candidates are not the budget's to cut
+    assert e.confirm_s == pytest.approx(5 * (1 + 2) * 2.0)
+
+
+def test_the_baselines_cold_start_is_not_counted_for_the_warm_trials_after_it(monkeypatch):
+    from advisor.study.run._estimate import one_probe_s
+
+    monkeypatch.delenv("ADVISOR_COLD_TRIALS", raising=False)
+    # the study's first trial also started the fork server (2.5 s of imports); the trials after it fork in ms
+    base = baseline(probe_wall_s=3.0, accuracy_run={"wall_s": 6.0}, wall_s=9.0, phase_s={"process_start": 2.5})
+    assert one_probe_s(base, two_stage=True) == pytest.approx(0.5)
+    assert one_probe_s(base, two_stage=False) == pytest.approx(6.5)
+    e = estimate(base, 10, two_stage=True, seeds=1, confirm=False, top=6, pairs=8)
+    assert e.per_trial_s == pytest.approx(0.5 + TRAINING_SHARE * 6.0)
+    nonsense = baseline(probe_wall_s=3.0, phase_s={"process_start": 4.0})  # a start longer than the run: as stored
+    assert one_probe_s(nonsense, two_stage=True) == 3.0
+    monkeypatch.setenv("ADVISOR_COLD_TRIALS", "1")  # every trial starts an interpreter: the baseline's start is typical
+    assert one_probe_s(base, two_stage=True) == pytest.approx(3.0)

@@ -170,6 +170,7 @@ class TuneOptions:
     budget: float | None = option(
         None, flag="--budget", parse=parse_duration, read=_duration, metavar="DURATION",
         help="time for the whole study (e.g. 30m, 2h, 1h30m, or seconds): once the baseline is in, the "
+             "confirmation is sized to at most a quarter of it (fewer candidates, then fewer pairs) and the "
              "search is planned to end early enough for the undecided candidates' seeds and the "
              "confirmation, which stop at the budget's end")
     trial_timeout: float | None = option(

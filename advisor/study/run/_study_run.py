@@ -41,7 +41,7 @@ from advisor.study.confirmation.baseline_watch import BaselineWatch
 from advisor.study.confirmation.confirm import Confirmer
 from advisor.study.confirmation.more_seeds import train_more_seeds
 from advisor.study.run._drivers import Beating
-from advisor.study.run._estimate import budget_plan, estimate
+from advisor.study.run._estimate import budget_plan, estimate, one_probe_s, plan_confirmation
 from advisor.study.run._parts import Parts
 from advisor.study.run._run_context import RunContext
 from advisor.study.run._signals import stopped_by_signals
@@ -70,6 +70,8 @@ class StudyRun:
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
         self.deadline = float("inf")  # when the search stops (--timeout; --budget plans an earlier one)
         self.deadline_why = "the study's --timeout was reached"
+        # the paired confirmation to run at the end (None: none); a --budget sizes it to fit
+        self.confirming = self.options.confirm_options if self.options.confirm else None
 
     @property
     def stop_reason(self) -> str | None:
@@ -111,7 +113,7 @@ class StudyRun:
                                          self.options.confirm_top, self._timeout(base), stopping, self.emit,
                                          "training" if self.queue is not None else "full")
                         self.drivers.release("metric_seeds")
-                if base is not None and self.options.confirm and not self.stop.halted:
+                if base is not None and self.confirming is not None and not self.stop.halted:
                     self._cancel_all(self.stop_reason or "the study stopped")
                     if self.drivers.claim("confirm"):
                         self._confirm(base, stopping)
@@ -189,12 +191,19 @@ class StudyRun:
 
     def _say_how_long(self, base: TrialRecord, budget_end: float) -> None:
         """How long the rest should take, from the baseline's own times (``study.estimate``)."""
-        o = self.options
-        guess = estimate(base, o.trials - self.parts.done, two_stage=self.queue is not None,
-                         seeds=o.metric_seeds if o.workload == "train" else 1, confirm=o.confirm,
-                         top=o.confirm_top, pairs=o.pairs)
+        o, two_stage = self.options, self.queue is not None
+        planned = None
+        if o.budget and self.confirming is not None:
+            planned = plan_confirmation(self.confirming, one_probe_s(base, two_stage), o.budget)
+            self.confirming = planned.options
+        c = self.confirming
+        guess = estimate(base, o.trials - self.parts.done, two_stage=two_stage,
+                         seeds=o.metric_seeds if o.workload == "train" else 1, confirm=c is not None,
+                         top=o.confirm_top, pairs=c.max_pairs if c else o.pairs, confirm_top=c.top if c else None)
         if guess is not None and guess.trials:
             self.emit(Note(guess.text()))
+        if planned is not None and planned.text:
+            self.emit(Note(planned.text))
         if o.budget:
             deadline, text = budget_plan(guess, time.monotonic(), budget_end, o.budget)
             if deadline < self.deadline:
@@ -236,8 +245,9 @@ class StudyRun:
 
     def _confirm(self, base: TrialRecord, stopping: Stop) -> None:
         """Paired confirmation of the front against the baseline."""
+        assert self.confirming is not None
         confirmer = Confirmer(self.study, self.plan.workload, self.plan.settings, self.measuring,
-                              self.options.confirm_options, self._timeout(base), stopping, self.emit)
+                              self.confirming, self._timeout(base), stopping, self.emit)
         try:
             confirmer.run()
         except TrialFailed as exc:
