@@ -115,14 +115,20 @@ def main() -> int:
     wall = time.perf_counter() - wall0
     n = len(finished)
     trial_wall = sum(f["wall_s"] for f in finished)
-    compute = sum(f["phase_s"].get(p, 0.0) for f in finished for p in COMPUTE_PHASES)
-    in_worker = sum(f["phase_s"].get("total", 0.0) for f in finished)
-    started = sum(f["phase_s"].get("process_start", 0.0) for f in finished)
-    imports = sum(f["phase_s"].get("import", 0.0) for f in finished)
-    loading = sum(f["phase_s"].get("load", 0.0) for f in finished)
-    launch = sum(f["phase_s"].get("launch", 0.0) for f in finished)
-    baseline = sum(f["phase_s"].get("memory_baseline", 0.0) for f in finished)
-    estimate = sum(f["phase_s"].get("estimate", 0.0) for f in finished)  # the memory plan, before each trial
+
+    def spent(*phases: str) -> float:
+        """Seconds in these phases over every trial, its training part's ("training_" + phase)
+        included: a trial with two-stage evaluation runs a probe and a training process."""
+        return sum(v for f in finished for k, v in f["phase_s"].items() if k.removeprefix("training_") in phases)
+
+    compute = spent(*COMPUTE_PHASES)  # as TrialResult.compute_s counts it
+    in_worker = spent("total")
+    started = spent("process_start")
+    imports = spent("import")
+    loading = spent("load")
+    launch = spent("launch")
+    baseline = spent("memory_baseline")
+    estimate = spent("estimate")  # the memory plan, before each trial
     parts = {
         "ray_start_s": TIMERS["ray_start"], "preflight_s": TIMERS["preflight"],
         "worker_spawn_and_return_s": trial_wall - in_worker - started,
