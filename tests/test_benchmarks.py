@@ -149,6 +149,11 @@ def test_overhead_tiny(ray_session, tmp_path, monkeypatch):
     assert doc["trials"] == 2 and 0 < doc["fraction"] < 1 and doc["fixed_per_trial_s"] > 0
     parts = doc["breakdown"]
     assert parts["in_trial_compute_s"] > 0 and parts["sampler_s"] > 0 and parts["storage_s"] > 0
+    # compute as the product counts it (a trial's training part included), so no training is called overhead
+    from advisor.core.results import TrialResult
+
+    runs = [TrialResult(ok=True, phase_s=t["phase_s"]) for t in doc["per_trial"]]
+    assert parts["in_trial_compute_s"] == pytest.approx(sum(r.compute_s for r in runs))
 
 
 @pytest.mark.ray
