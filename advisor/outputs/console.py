@@ -289,10 +289,14 @@ def front_table(study: StoredStudy) -> Any:
     from rich.table import Table
 
     noise, metric = study.metric_noise, study.metric
+    sittings = {p.sitting for c in study.confirmations.values() for p in c.pairs}
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
                   caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
                           "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
                           "trial against the baseline as measured by then" + (
+                              ". An interval holds for the minutes its pairs ran; on a shared machine the ratio can "
+                              "move further between sittings (`advisor confirm` adds one and pools them)"
+                              if len(sittings) == 1 else "") + (
                               f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"
                               if noise else "") + f". {metric.name}: {metric.direction_word}",
                   caption_justify="left")

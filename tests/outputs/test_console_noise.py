@@ -27,3 +27,31 @@ def test_infeasible_gives_the_verdict_with_its_bounds():
     worse = verdict([0.80, 0.81, 0.79], base, 0.01)
     text = infeasible_text({"accuracy_drop": 0.14}, Versus(1.0, 1.0, -0.15, epsilon=0.02, verdict=worse))
     assert "accuracy worse than --max-metric-drop allows (infeasible: -15.0 pt, its 95% upper bound" in text
+
+
+def test_the_front_table_says_an_interval_of_one_sitting_holds_for_its_minutes():
+    from rich.console import Console
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.objectives import Figures
+    from advisor.core.pairs import Confirmation, Pair
+    from advisor.core.stored import CONFIRMATION, StoredStudy, TrialRecord
+    from advisor.outputs.console import front_table
+
+    records = [TrialRecord(0, "complete", TrialConfig(), Figures(1000.0, 100.0, 0.95), {"accuracy_drop": -0.01},
+                           baseline=True, finished_at=0.0),
+               TrialRecord(1, "complete", TrialConfig(precision="bf16"), Figures(1500.0, 90.0, 0.95),
+                           {"accuracy_drop": -0.01}, finished_at=1.0)]
+
+    def caption(sittings: list[int]) -> str:
+        pairs = [Pair(0.5, 1000.0, 1000.0 * r, 100.0, 90.0, sitting=s) for r, s in zip((1.49, 1.5, 1.51) * 2, sittings)]
+        study = StoredStudy("s", {f"{CONFIRMATION}1": Confirmation(1, pairs, "confirmed").to_dict()}, records)
+        console = Console(width=400, record=True)
+        console.print(front_table(study))
+        return " ".join(console.export_text().split())
+
+    one = caption([0, 0, 0])
+    assert "An interval holds for the minutes its pairs ran; on a shared machine the ratio can move further " \
+           "between sittings (`advisor confirm` adds one and pools them)" in one
+    assert "An interval holds" not in caption([0, 0, 0, 1, 1, 1])  # pooled over two sittings already
+    assert "An interval holds" not in caption([])  # nothing confirmed: nothing to say of intervals
