@@ -22,6 +22,11 @@ from advisor.core.noise import MetricNoise, recent_reference
 from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
+from advisor.core.study_attrs import BASELINE_DISTURBED as BASELINE_DISTURBED
+from advisor.core.study_attrs import BASELINE_MEASUREMENTS as BASELINE_MEASUREMENTS
+from advisor.core.study_attrs import CONFIRMATION as CONFIRMATION
+from advisor.core.study_attrs import METRIC
+from advisor.core.study_attrs import METRIC_NOISE as METRIC_NOISE
 from advisor.core.study_metric import EARLY_STOP as EARLY_STOP
 from advisor.core.study_metric import MAX_METRIC_DROP as MAX_METRIC_DROP
 from advisor.core.study_metric import METRIC_REUSED as METRIC_REUSED  # its keys, re-exported: read here
@@ -48,12 +53,7 @@ REUSE_DIFFERENCE = "accuracy_reuse_difference"  # how close the first steps of a
 # TrialResult.score is stored under this key (the name studies have always had); the other
 # stored keys that still say "accuracy" above are likewise kept, so older studies read the same
 SCORE = "accuracy"
-# study attributes written as the study runs (Optuna cannot change a finished trial, so
-# what is learnt about a trial later is stored with the study, keyed by trial number)
-CONFIRMATION = "confirmation:"  # + trial number: that trial's paired confirmation
-BASELINE_MEASUREMENTS = "baseline_measurements"  # the baseline's re-measurements (probes)
-METRIC_NOISE = "accuracy_noise"  # the baseline's metric over several seeds (its stored key)
-BASELINE_DISTURBED = "baseline_disturbed"  # why trial 0's speed is not a reference (its sentinel was off)
+# the study's own attributes: their keys, re-exported (advisor.core.study_attrs writes them)
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,7 @@ class StoredStudy(MetricReading):
     @cached_property
     def metric(self) -> MetricSpec:
         """What the study's metric is (its name, direction, how it reads)."""
-        return MetricSpec.from_dict(self.attrs.get("metric"))
+        return MetricSpec.from_dict(self.attrs.get(METRIC))
 
     @cached_property
     def baseline(self) -> TrialRecord | None:

@@ -13,6 +13,7 @@ import pytest
 
 from advisor.core.results import TrialResult
 from advisor.core.stored import DRIVER
+from advisor.core.study_attrs import StudyAttrs
 from advisor.runner.executor import run_one
 from advisor.study.run import _drivers as drv
 from advisor.study.run._drivers import Beating, Drivers
@@ -141,7 +142,7 @@ def test_a_claim_written_by_another_driver_meanwhile_is_lost(study):
     b.beat(force=True)
 
     def b_claims_too(seconds):  # b writes its claim while a's settles: the later write wins
-        study.set_user_attr(drv.CLAIM + "confirm", b.id)
+        StudyAttrs(study).set_claim("confirm", b.id)
 
     assert not a.claim("confirm", sleep=b_claims_too)
     assert b.claim("confirm", sleep=lambda s: None)

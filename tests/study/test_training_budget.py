@@ -11,9 +11,10 @@ import pytest
 
 from advisor.core.events import Note, TimeLimit
 from advisor.core.stored import read_study
+from advisor.core.study_attrs import TRAINING_BUDGET as ATTR
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.run._estimate import TRAINING_SHARE
-from advisor.study.run._training_budget import ATTR, CAP_S, MIN_BATCHES, choose, training_runs
+from advisor.study.run._training_budget import CAP_S, MIN_BATCHES, choose, training_runs
 from advisor.study.run.plan import plan_study
 from advisor.study.run.tuner import Tuner
 from advisor.study.storage import stores as st

@@ -14,7 +14,7 @@ noise sentinel decides, and only a slower machine counts.
 
 The Tuner owns one ``BaselineWatch`` and calls it at those points; the watch runs its own
 measurements (probes, seed replicas) through the Tuner's executor and stores them as
-study attributes (``advisor.core.stored``: ``BASELINE_MEASUREMENTS``, ``METRIC_NOISE``).
+study attributes (``advisor.core.study_attrs``).
 """
 
 from __future__ import annotations
@@ -35,14 +35,12 @@ from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.settle import tolerance_from
 from advisor.core.stop import Stop
 from advisor.core.stored import (
-    BASELINE_DISTURBED,
-    BASELINE_MEASUREMENTS,
-    METRIC_NOISE,
     TrialRecord,
     baseline_measurements,
     read_trial,
     reference_throughput_at,
 )
+from advisor.core.study_attrs import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, StudyAttrs
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
 from advisor.study.confirmation.pairing import probe_settings
@@ -71,14 +69,15 @@ class BaselineWatch:
         records = [read_trial(t) for t in study.get_trials(deepcopy=False)]
         self.judge = SentinelJudge(x for x in (reading_of(r.get("telemetry")) for r in records) if x is not None)
         self.pool = InterferencePool(r.get("telemetry") for r in records)
-        self.measurements: list[dict[str, Any]] = list(study.user_attrs.get(BASELINE_MEASUREMENTS) or [])
+        self.attrs = StudyAttrs(study)
+        self.measurements: list[dict[str, Any]] = self.attrs.baseline_measurements()
         base = next((r for r in records if r.baseline and r.state == "complete"), None)
         self.base_reading = (self.measurements[-1].get("sentinel_s") if self.measurements
                              else reading_of(base.get("telemetry")) if base else None)
+        self.base_disturbed = self.attrs.baseline_disturbed()
         trial0 = [base.figures.throughput] if base and base.figures and not (
-            self.measurements and study.user_attrs.get(BASELINE_DISTURBED)) else []  # as StoredStudy reads it
+            self.measurements and self.base_disturbed) else []  # as StoredStudy reads it
         self.references: list[float] = trial0 + [m["throughput"] for m in self.measurements if m.get("throughput")]
-        self.base_disturbed = bool(study.user_attrs.get(BASELINE_DISTURBED))
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
         self.runs: dict[int, list[TrialResult]] = {}  # a trial's disturbed runs so far, by trial number
@@ -92,7 +91,7 @@ class BaselineWatch:
         """Train the baseline with ``seeds - 1`` more seeds (once per study) and store the
         metric's noise; as training runs (``part``), with their learning curves (which
         the metric gate reads)."""
-        if seeds < 2 or METRIC_NOISE in self.study.user_attrs or base.figures is None:
+        if seeds < 2 or self.attrs.has_metric_noise() or base.figures is None:
             return
         first = self.settings.seed
         values, used, curves = [base.figures.score], [first], []
@@ -112,7 +111,7 @@ class BaselineWatch:
             if result.telemetry.get("curve"):
                 curves.append(result.telemetry["curve"])
         noise = MetricNoise(used, values)
-        self.study.set_user_attr(METRIC_NOISE, noise.to_dict() | ({"curves": curves} if curves else {}))
+        self.attrs.set_metric_noise(noise, curves)
         self.epsilon, self.noise = noise.epsilon, noise
         spec = self.workload.metric_spec
         self.emit(Note(f"the metric's noise: {spec.name} {', '.join(spec.value_text(v) for v in values)} over seeds "
@@ -121,7 +120,7 @@ class BaselineWatch:
 
     def load_noise(self) -> None:
         """The metric's noise as stored (measured here, or by another driver on the study)."""
-        noise = MetricNoise.from_dict(self.study.user_attrs.get(METRIC_NOISE))
+        noise = self.attrs.metric_noise()
         if noise is not None:
             self.epsilon, self.noise = noise.epsilon, noise
 
@@ -227,16 +226,15 @@ class BaselineWatch:
             if attempt == 1:
                 result = cleanest(tries, why)
         reading = reading_of(result.telemetry)
-        if self.base_reading is not None and self.judge.median is not None and not self.measurements and \
-                self.judge.disturbed(self.base_reading):
-            self.study.set_user_attr(BASELINE_DISTURBED, self.judge.disturbed(self.base_reading))
+        trial0 = (self.judge.disturbed(self.base_reading) if self.base_reading is not None and
+                  self.judge.median is not None and not self.measurements else None)
+        if trial0:  # trial 0's own sentinel was off: it is no reference
+            self.attrs.set_baseline_disturbed(trial0)
             self.base_disturbed = True
         entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
                  "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading, "reason": reason,
                  "host": result.host}
-        # read again first: another driver on the study may have added its own since
-        self.measurements = list(self.study.user_attrs.get(BASELINE_MEASUREMENTS) or []) + [entry]
-        self.study.set_user_attr(BASELINE_MEASUREMENTS, self.measurements)
+        self.measurements = self.attrs.add_baseline_measurement(entry)  # with any another driver added
         previous, self.base_reading = self.base_throughput, reading
         self.references.append(result.throughput)
         change = f" ({result.throughput / previous:.2f}x the previous reference)" if previous else ""

@@ -23,7 +23,8 @@ from advisor.core.pairs import MIN_PAIRS, Confirmation, beaten
 from advisor.core.picks import PICKS, pick
 from advisor.core.results import TrialSettings
 from advisor.core.stop import Stop
-from advisor.core.stored import CONFIRMATION, StoredStudy, TrialRecord, read_study
+from advisor.core.stored import StoredStudy, TrialRecord, read_study
+from advisor.core.study_attrs import StudyAttrs
 from advisor.runner.executor import Executor
 from advisor.study.confirmation.pairing import Candidate, Rounds
 from advisor.study.options.tune_options import ConfirmOptions, check_confirm_options
@@ -120,7 +121,7 @@ class Confirmer:
 
     def _store(self, candidate: Candidate, wall_s: float) -> None:
         c = candidate.confirmation
-        self.study.set_user_attr(f"{CONFIRMATION}{c.trial}", c.to_dict())
+        StudyAttrs(self.study).set_confirmation(c)
         self.emit(Paired(c.trial, candidate.config, c, wall_s))
 
     def _dominated(self, mine: Candidate, all_: list[Candidate]) -> str | None:

@@ -22,6 +22,7 @@ from advisor.core.events import Listener, Note
 from advisor.core.results import TrialPayload, TrialSettings
 from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_REUSED, METRIC_SEEDS, read_study
+from advisor.core.study_attrs import StudyAttrs
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
 from advisor.study.confirmation.confirm import candidates
@@ -68,7 +69,7 @@ def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executo
                 continue
             values.append(result.score)
             used.append(seed)
-        study.set_user_attr(f"{METRIC_SEEDS}{record.number}", {"seeds": used, "values": values})
+        StudyAttrs(study).set_metric_seeds(record.number, used, values)
         done += 1
         stored = read_study(study)
         judged = stored.verdict(next(r for r in stored.records if r.number == record.number))

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import StudyError
 from advisor.core.events import Listener, Note
+from advisor.core.study_attrs import DRIVER_PREFIX, StudyAttrs
 from advisor.machine.hardware import fingerprint
 from advisor.study.run._trial_writes import fail_stale
 from advisor.study.storage.guard import shown_url
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
     from advisor.runner.executor import Executor, Handle
     from advisor.study.run.plan import StudyPlan
 
-PREFIX = "driver:"  # study attribute: + a driver's id -> its record
-CLAIM = "claim:"  # study attribute: + a step's name -> the id of the driver doing it
+PREFIX = DRIVER_PREFIX  # study attribute: + a driver's id -> its record (advisor.core.study_attrs)
 BEAT_S = 5.0  # how often a driver renews its heartbeat
 GRACE_S = 60.0  # a driver on another host is gone when its heartbeat is older than this
 SETTLE_S = 0.5  # how long a claim is left before it is read back
@@ -85,6 +85,7 @@ class Drivers:
 
     def __init__(self, study: Any, hardware: str | None = None, clock: Callable[[], float] = time.time) -> None:
         self.study, self.hardware, self.clock = study, hardware, clock
+        self.attrs = StudyAttrs(study)
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._beaten = -float("inf")
@@ -97,19 +98,18 @@ class Drivers:
         if not force and now - self._beaten < BEAT_S:
             return False
         self._beaten = now
-        self.study.set_user_attr(PREFIX + self.id, {"host": self.host, "pid": os.getpid(), "at": now,
-                                                    "hardware": self.hardware})
+        self.attrs.set_heartbeat(self.id, {"host": self.host, "pid": os.getpid(), "at": now,
+                                           "hardware": self.hardware})
         return True
 
     def leave(self) -> None:
         """Recorded as stopped (its RUNNING trials, if any, are stale at once)."""
-        self.study.set_user_attr(PREFIX + self.id, {"host": self.host, "pid": os.getpid(), "at": self.clock(),
-                                                    "hardware": self.hardware, "stopped": True})
+        self.attrs.set_heartbeat(self.id, {"host": self.host, "pid": os.getpid(), "at": self.clock(),
+                                           "hardware": self.hardware, "stopped": True})
 
     def peers(self, attrs: dict[str, Any] | None = None) -> dict[str, Peer]:
         """Every driver recorded on the study, by id (``attrs``: the study's, if read already)."""
-        attrs = self.study.user_attrs if attrs is None else attrs
-        found = (Peer.of(key[len(PREFIX):], value) for key, value in attrs.items() if key.startswith(PREFIX))
+        found = (Peer.of(driver, value) for driver, value in self.attrs.heartbeats(attrs).items())
         return {p.id: p for p in found if p is not None}
 
     def alive(self, driver_id: str | None, peers: dict[str, Peer] | None = None) -> bool:
@@ -138,9 +138,9 @@ class Drivers:
     # ---- one-off steps ----------------------------------------------------------------
     def holder(self, step: str) -> str | None:
         """The live driver doing ``step`` (None when nobody is)."""
-        attrs = self.study.user_attrs
-        holder = attrs.get(CLAIM + step)
-        return holder if isinstance(holder, str) and self.alive(holder, self.peers(attrs)) else None
+        attrs = self.attrs.all()
+        holder = self.attrs.claimed_by(step, attrs)
+        return holder if holder is not None and self.alive(holder, self.peers(attrs)) else None
 
     def claim(self, step: str, sleep: Callable[[float], None] = time.sleep) -> bool:
         """Take ``step`` unless a live driver holds it; True when this driver does it.
@@ -152,11 +152,11 @@ class Drivers:
         holder = self.holder(step)
         if holder is not None:
             return holder == self.id
-        self.study.set_user_attr(CLAIM + step, self.id)
+        self.attrs.set_claim(step, self.id)
         if not self.others():
             return True
         sleep(SETTLE_S)
-        return self.study.user_attrs.get(CLAIM + step) == self.id
+        return self.attrs.claimed_by(step) == self.id
 
     def fail_stale(self, storage: Any, keep_probed: bool) -> list[int]:
         """Mark failed the RUNNING trials that gone drivers left (``trial_writes.fail_stale``);
@@ -171,8 +171,8 @@ class Drivers:
 
     def release(self, step: str) -> None:
         """``step`` is done (or given up): nobody holds it."""
-        if self.study.user_attrs.get(CLAIM + step) == self.id:
-            self.study.set_user_attr(CLAIM + step, None)
+        if self.attrs.claimed_by(step) == self.id:
+            self.attrs.set_claim(step, None)
 
 
 class Beating:

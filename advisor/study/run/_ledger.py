@@ -21,7 +21,6 @@ from advisor.core.events import Duplicate as DuplicateEvent
 from advisor.core.events import Listener, Note, Skipped, ignore
 from advisor.core.memory_stake import MeasuredPeaks
 from advisor.core.metric import MetricSpec
-from advisor.core.noise import MetricNoise
 from advisor.core.objectives import METRIC_DROP, Figures, Limits
 from advisor.core.results import TrialResult
 from advisor.core.stored import (
@@ -34,7 +33,6 @@ from advisor.core.stored import (
     DUPLICATE_OF,
     EARLY_STOP,
     INITIAL_LOSS,
-    METRIC_NOISE,
     METRIC_REUSED,
     PROBE_DONE,
     PROBE_WALL,
@@ -53,6 +51,7 @@ from advisor.core.stored import (
     result_attrs,
     skipped_attrs,
 )
+from advisor.core.study_attrs import StudyAttrs
 from advisor.search.strategy import Duplicate, Proposal, Skip, Strategy
 from advisor.study.run._trial_writes import record_result, tell_trial
 
@@ -95,6 +94,7 @@ class Ledger:
     def __init__(self, study: optuna.Study, strategy: Strategy, limits: Limits, *, driver: str | None = None,
                  on_event: Listener = ignore) -> None:
         self.study, self.strategy, self.limits, self.driver, self.emit = study, strategy, limits, driver, on_event
+        self.attrs = StudyAttrs(study)
         self.baseline_record: TrialRecord | None = None
         self.baseline_failure: TrialRecord | None = None  # the latest baseline trial that failed (counted)
         self.counted = 0  # trials stored that count towards the budget, by any driver
@@ -113,7 +113,7 @@ class Ledger:
     @cached_property
     def metric(self) -> MetricSpec:
         """The study's metric, as the study stored it (its name for what the ledger says)."""
-        return MetricSpec.from_dict(self.study.user_attrs.get("metric"))
+        return self.attrs.metric()
 
     @property
     def reference_metric(self) -> float | None:
@@ -124,7 +124,7 @@ class Ledger:
         if base is None or base.figures is None:
             return None
         if self._seed_mean is None:
-            noise = MetricNoise.from_dict(self.study.user_attrs.get(METRIC_NOISE))
+            noise = self.attrs.metric_noise()
             if noise is not None and noise.values:
                 self._seed_mean = statistics.fmean(noise.values)  # stored once per study: kept
         return self._seed_mean if self._seed_mean is not None else base.figures.score
@@ -177,7 +177,7 @@ class Ledger:
                 self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
                                          user_attrs={SEED_CONFIG: config.to_dict()})
             if queued.combined:
-                self.study.set_user_attr("combined", True)
+                self.attrs.mark_combined()
             for config in queued.combinations:
                 self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
                                          user_attrs={SEED_CONFIG: config.to_dict(), COMBINATION: True})

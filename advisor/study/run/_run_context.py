@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.events import Listener, Note
 from advisor.core.stop import Stop
+from advisor.core.study_attrs import StudyAttrs
 from advisor.runner.executor import Executor
 from advisor.search.strategy import Strategy
 from advisor.study.options.tune_options import TuneOptions
@@ -95,7 +96,7 @@ class RunContext:
             strategy = Strategy(plan.space, plan.baseline, workload=options.workload, sampler=options.sampler,
                                 budget=options.trials, limits=options.limits, max_devices=gpu_slots,
                                 device=plan.settings.device,
-                                combined=bool(study.user_attrs.get("combined")), on_event=emit)
+                                combined=StudyAttrs(study).combined(), on_event=emit)
             ledger = Ledger(study, strategy, options.limits, driver=drivers.id, on_event=emit)
             queue = None
             if options.two_stage:

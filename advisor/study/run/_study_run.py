@@ -35,7 +35,8 @@ from advisor.core.errors import TrialFailed, WorkloadError
 from advisor.core.events import Note, Started, TimeLimit, TimeoutSet
 from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.stop import Stop
-from advisor.core.stored import METRIC_NOISE, WALL, TrialRecord
+from advisor.core.stored import WALL, TrialRecord
+from advisor.core.study_attrs import StudyAttrs
 from advisor.search.strategy import Proposal
 from advisor.study.confirmation.baseline_watch import BaselineWatch
 from advisor.study.confirmation.confirm import Confirmer
@@ -166,7 +167,7 @@ class StudyRun:
     def _metric_noise(self, watch: BaselineWatch, base: TrialRecord) -> None:
         """The baseline trained with more seeds (once per study, by one driver)."""
         if self._claim("accuracy_noise", "measures the metric's noise",
-                       lambda: METRIC_NOISE in self.study.user_attrs):
+                       lambda: StudyAttrs(self.study).has_metric_noise()):
             watch.metric_noise(base, self.options.metric_seeds, self._timeout(base),
                                part="training" if self.queue is not None else "full")
             self.drivers.release("accuracy_noise")

@@ -28,6 +28,7 @@ from typing import Any
 from advisor.core.events import Listener, Note
 from advisor.core.results import TrialPayload
 from advisor.core.stop import Stop
+from advisor.core.study_attrs import TRAINING_BUDGET
 from advisor.core.units import duration_text
 from advisor.runner.executor import Executor, run_one
 from advisor.study.confirmation.pairing import probe_settings
@@ -38,7 +39,6 @@ CAP_S = 2400.0  # the default study's training runs, all together: 40 min (the s
 BUDGET_SHARE = 0.5  # with --budget: the share of it the training runs may take
 MIN_BATCHES = 10  # a capped training run trains at least this many of the baseline's batches
 SIZING_TIMEOUT_S = 600.0
-ATTR = "training_budget"  # the study attribute that holds the decision
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def settle(plan: StudyPlan, stored: Callable[[], dict[str, Any] | None], executo
 
 
 def _kept(plan: StudyPlan, attrs: dict[str, Any]) -> StudyPlan:
-    kept = attrs.get(ATTR)
+    kept = attrs.get(TRAINING_BUDGET)
     if not isinstance(kept, dict) or not isinstance(kept.get("train_samples"), int):
         return plan
     return _with(plan, kept["train_samples"], kept)

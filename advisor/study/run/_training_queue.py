@@ -29,7 +29,6 @@ from advisor.core.stored import (
     CURVE,
     EARLY_STOP,
     INITIAL_LOSS,
-    METRIC_NOISE,
     METRIC_REUSED,
     PROBE_WALL,
     PROBED_AT,
@@ -37,6 +36,7 @@ from advisor.core.stored import (
     TrialRecord,
     stored_result,
 )
+from advisor.core.study_attrs import StudyAttrs
 from advisor.core.two_stage import (
     REUSE_KNOBS,
     REUSE_TOLERANCE,
@@ -190,10 +190,10 @@ class TrainingQueue:
         base = self.ledger.baseline_record
         if base is None:
             return None
-        noise = self.ledger.study.user_attrs.get(METRIC_NOISE) or {}
         reference = self.ledger.reference_metric  # the seed mean, once measured
         allowed = self.limits.allowed(reference) if reference is not None else self.limits.max_metric_drop
-        return gate_from(base.get(CURVE) or [], noise.get("curves") or [], allowed, base.get(INITIAL_LOSS))
+        curves = StudyAttrs(self.ledger.study).metric_noise_curves()
+        return gate_from(base.get(CURVE) or [], curves, allowed, base.get(INITIAL_LOSS))
 
     # ---- the steps --------------------------------------------------------------------
     def _over_memory_cap(self, w: Waiting) -> str | None:

@@ -14,6 +14,7 @@ from advisor.core.errors import SpaceError, StudyError, WorkloadError
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.objectives import DIRECTIONS, OBJECTIVES
 from advisor.core.results import TrialSettings, default_train_samples
+from advisor.core.study_attrs import IDENTITY_MARK, METRIC, TRAINING_BUDGET, StudyAttrs
 from advisor.machine.doctor_store import DROP_PREFIX, Verdict, failures
 from advisor.machine.hardware import Hardware, detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
@@ -58,7 +59,7 @@ class StudyPlan:
     def study_attrs(self) -> dict[str, Any]:
         """What the study stores about itself (checked again when it is resumed)."""
         return {
-            "workload_path": str(self.workload.path),
+            IDENTITY_MARK: str(self.workload.path),
             "workload_sha256": self.workload.sha256,
             "workload": self.options.workload,
             "workload_format": self.workload.kind,  # "model.py" or "lightning" (export speaks its terms)
@@ -70,9 +71,9 @@ class StudyPlan:
             "settings": self.settings.to_dict(),
             "hardware": fingerprint(self.hardware),
             **{attr: getattr(self.options, field) for field, attr in must_match(TuneOptions)},
-            "metric": self.workload.metric_spec.to_dict(),
+            METRIC: self.workload.metric_spec.to_dict(),
             "objectives": list(OBJECTIVES),
-            **({"training_budget": self.training_budget} if self.training_budget is not None else {}),
+            **({TRAINING_BUDGET: self.training_budget} if self.training_budget is not None else {}),
         }
 
 
@@ -146,8 +147,7 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
     if exists:
         _check_resumable(plan, study, attrs, on_event)
     else:
-        for key, value in attrs.items():
-            study.set_user_attr(key, value)
+        StudyAttrs(study).write_identity(attrs)
         # what optuna-dashboard and other Optuna tools call the three values (an API Optuna
         # marks experimental since 3.2; it warns on every call)
         with warnings.catch_warnings():
@@ -157,7 +157,7 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
 
 
 def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any], on_event: Listener) -> None:
-    old = dict(study.user_attrs)
+    old = StudyAttrs(study).all()
     method: list[str] = []
     if isinstance(old.get("settings"), dict):  # studies from older versions lack newer fields
         stored = TrialSettings.from_dict({"train_samples": 0, **old["settings"]}).to_dict()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import StudyError
+from advisor.core.study_attrs import is_advisor_study as is_advisor
 from advisor.core.units import first_line
 from advisor.study.storage.guard import open_guarded, shown_url, wait_s_from_env
 
@@ -143,7 +144,7 @@ def _check_file(path: Path, url: str, must_exist: bool) -> None:
 def is_advisor_study(study: Any) -> bool:
     """Whether advisor wrote ``study`` (an ``optuna.Study`` or a ``StudySummary``): its three
     objectives and its workload recorded. A storage may hold other Optuna studies too."""
-    return len(study.directions) == 3 and "workload_path" in study.user_attrs
+    return is_advisor(study.user_attrs, len(study.directions))
 
 
 def study_names(storage: Any, advisor_only: bool = False) -> list[str]:
