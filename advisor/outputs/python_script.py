@@ -27,6 +27,7 @@ import sys
 import torch
 
 import advisor
+from advisor.workload.defaults import OUTPUT_LOSS, batch_len, default_loss, default_metric, output_loss  # the trials'
 
 WORKLOAD = {workload!r}  # your model.py (the advisor contract)
 TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation (counted in full batches)
@@ -34,6 +35,9 @@ CONFIG = {config}
 
 
 def load(path):
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:  # model.py's own imports of the modules beside it, as in the trials
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location("workload", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -47,15 +51,16 @@ def main():
     prepared = advisor.apply(w.model(), CONFIG, workload={workload_kind!r}, **splits)
     train_set, val_set = w.datasets()
 {train}
-    metric = getattr(w, "metric", None) or (lambda out, y: (out.argmax(-1) == y).float().mean().item())
+    metric = getattr(w, "metric", None) or default_metric  # top-1 accuracy over the scores, as in the trials
     prepared.model.eval()
     total, score = 0, 0.0
     with torch.inference_mode():
         for x, y in prepared.loader(val_set, per_rank=False, collate_fn=getattr(w, "collate", None)):
             out = prepared.predict(x)  # None on a pipeline's earlier stages: outputs come out of the last
             if out is not None:
-                score += float(metric(out, prepared.to_device(y))) * len(y)
-                total += len(y)
+                n = batch_len(x, y)  # samples in the batch (a dict target's len() would count its keys)
+                score += float(metric(out, prepared.to_device(y))) * n
+                total += n
     if prepared.reports:  # the only process, rank 0, or a pipeline's last stage
         print(f"validation metric {{score / total:.4f}} ({{total}} samples)")
     if torch.distributed.is_initialized():  # under torchrun: every rank done, then leave the group
@@ -72,7 +77,8 @@ if __name__ == "__main__":
 '''
 
 _TRAIN = '''\
-    loss_fn = getattr(w, "loss", None) or torch.nn.functional.cross_entropy
+    # model.py's loss(), or the model's own loss (LOSS = "output.loss"), or the trials' default
+    loss_fn = getattr(w, "loss", None) or (output_loss if getattr(w, "LOSS", None) == OUTPUT_LOSS else default_loss)
     make_optimizer = getattr(w, "optimizer", None) or (lambda p: torch.optim.AdamW(p, lr=1e-3))
     optimizer = make_optimizer(prepared.module.parameters())
     # full batches, as the trials trained; model.py's collate() where it has one. A training

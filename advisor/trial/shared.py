@@ -11,6 +11,7 @@ from typing import Any
 from advisor.machine.sentinel import read_sentinel
 from advisor.trial.errors import NonFiniteLoss
 from advisor.workload.contract import Workload, check_metric
+from advisor.workload.defaults import batch_len
 from advisor.workload.stream import first_items, is_stream, start_epoch
 
 _SENTINEL_ROUNDS = iter(range(1_000_000))
@@ -56,7 +57,7 @@ def evaluate(prepared: Any, workload: Any, val: Any) -> float:
             out = prepared.predict(x)
             if out is None:  # a pipeline's earlier stage: the outputs come out of the last one
                 continue
-            n = len(y)
+            n = batch_len(x, y)
             weighted += check_metric(workload, workload.metric(out, prepared.to_device(y))) * n
             total += n
     score = workload.metric_spec.score(weighted / total) if total else 0.0  # the study compares scores

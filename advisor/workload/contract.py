@@ -22,6 +22,7 @@ import functools
 import hashlib
 import itertools
 import math
+import numbers
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,8 +281,12 @@ def check_metric(workload: Workload, value: Any) -> float:
 
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, int, float)) and getattr(value, "shape", ()) == ():
+        value = float(value)  # a numpy (or other) real scalar: np.float32, np.int64
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise WorkloadError(f"{workload.where('metric')} must return a number, found {type(value).__name__}")
+        shape = getattr(value, "shape", None)
+        shown = f" of shape {tuple(shape)} (one number per batch is expected)" if shape else ""
+        raise WorkloadError(f"{workload.where('metric')} must return a number, found {type(value).__name__}{shown}")
     if not math.isfinite(value):
         raise WorkloadError(f"{workload.where('metric')} returned {value}, expected a finite number")
     return float(value)

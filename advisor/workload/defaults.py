@@ -38,6 +38,19 @@ def flat_scores(output: Any, target: Any) -> tuple[Any, Any]:
     return scores.movedim(1, -1).reshape(-1, scores.shape[1]), target.reshape(-1)
 
 
+def batch_len(x: Any, y: Any) -> int:
+    """How many samples a batch holds: the leading size of its target (the first tensor
+    in a dict or tuple of targets), else of its input; what a batch's metric is weighted
+    by (``len`` of a dict target would count its keys)."""
+    for part in (y, x):
+        while isinstance(part, (Mapping, list, tuple)) and len(part):
+            part = next(iter(part.values())) if isinstance(part, Mapping) else part[0]
+        shape = getattr(part, "shape", None)
+        if shape is not None and len(shape):
+            return int(shape[0])
+    return len(y)
+
+
 IGNORE_INDEX = -100  # targets equal to it count in neither loss nor metric (PyTorch's and transformers' default)
 
 

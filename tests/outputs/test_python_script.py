@@ -97,3 +97,79 @@ def test_python_export_refuses_a_failed_trial(study_url, tmp_path, capsys):
     assert main(["export", "--storage", study_url, "--trial", "8", "--format", "python", "-o", str(path)]) == 2
     assert "did not complete (oom)" in capsys.readouterr().err
     assert not path.exists()
+
+
+BLOCKS = '''import torch
+from torch import nn
+
+
+class Tagger(nn.Module):
+    """Tags each position of a token sequence; returns its scores as `logits` in a dict."""
+
+    def __init__(self, own_loss=False):
+        super().__init__()
+        self.embed, self.head, self.own_loss = nn.Embedding(16, 32), nn.Linear(32, 4), own_loss
+
+    def forward(self, input_ids, labels=None):
+        logits = self.head(self.embed(input_ids))
+        out = {"logits": logits}
+        if self.own_loss:
+            out["loss"] = nn.functional.cross_entropy(logits.reshape(-1, 4), labels.reshape(-1), ignore_index=-100)
+        return out
+'''
+
+TAGGER = '''import torch
+from torch.utils.data import Dataset
+
+from blocks import Tagger  # a module beside model.py
+
+BASELINE = {{"batch_size": 16}}
+{loss}
+
+class Tokens(Dataset):
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randint(0, 16, (n, 12), generator=g)
+        self.y = self.x % 4
+        self.y[:, :2] = -100  # positions that count in neither the loss nor the metric
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {{"input_ids": self.x[i]{labels}}}, self.y[i]
+
+
+def model():
+    return Tagger(own_loss={own_loss})
+
+
+def datasets():
+    return Tokens(256, 0), Tokens(64, 1)
+'''
+
+
+@pytest.mark.parametrize("own_loss", [False, True], ids=["default-loss-on-logits", "LOSS-output.loss"])
+def test_python_export_runs_the_trials_loss_and_metric_and_model_pys_own_imports(study_url, tmp_path, capsys,
+                                                                               own_loss):
+    """The script trains and scores as the trials did: the default loss and metric read a dict
+    output's `logits` per position and leave out -100 targets, `LOSS = "output.loss"` uses the
+    model's own loss, and model.py imports a module beside it (found from anywhere)."""
+    import optuna
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "blocks.py").write_text(BLOCKS)
+    (project / "model.py").write_text(TAGGER.format(
+        loss='LOSS = "output.loss"' if own_loss else "", own_loss=own_loss,
+        labels=', "labels": self.y[i]' if own_loss else ""))
+    study = optuna.load_study(study_name=optuna.get_all_study_names(study_url)[0], storage=study_url)
+    study.set_user_attr("workload_path", str(project / "model.py"))
+    study.set_user_attr("settings", {"train_samples": 256, "seed": 0, "device": "cpu", "workload": "train"})
+    path = tmp_path / "elsewhere" / "tagger.py"
+    path.parent.mkdir()
+    _export(study_url, 1, path, capsys)
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    score = float(run.stdout.split("validation metric ")[1].split()[0])
+    assert 0.0 <= score <= 1.0 and "(64 samples)" in run.stdout  # weighted by samples, not by a dict's keys
