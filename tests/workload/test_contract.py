@@ -99,6 +99,9 @@ VIOLATIONS = [
     ("loss-inf", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return o.sum() + float('inf')\n", "returned inf"),
     ("baseline-batch-over-train", GOOD_DATA + GOOD_MODEL + "BASELINE = {'batch_size': 128}\n",
      "BASELINE batch_size 128 is larger than the training set (64 samples from datasets()); expected at most 64"),
+    ("baseline-knob-pointless", GOOD_DATA + MLP + "BASELINE = {'batch_size': 16, 'channels_last': True}\n",
+     "BASELINE: channels_last=true: the model has no 2-D convolutions, so the memory format changes nothing; "
+     "set it to its default (false) or leave it out"),
     ("validation-items-wrong", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
      "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
      "    return TensorDataset(torch.randn(64, 4), y), TensorDataset(torch.randn(16, 5), y[:16])\n",

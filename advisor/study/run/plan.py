@@ -24,6 +24,7 @@ from advisor.study.options.option import must_match
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.storage import stores
 from advisor.study.storage.guard import shown_url
+from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import Workload, load_workload
 from advisor.workload.preflight import preflight
@@ -90,7 +91,7 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     if not options.ignore_doctor:  # what failed `advisor doctor` on this machine
         filtered = drop_failed(filtered, hardware, facts, failures(fingerprint(hardware), workload.sha256))
     baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
-    reason = refusal(baseline, options.workload, hardware.device)
+    reason = refusal(baseline, options.workload, hardware.device) or baseline_refusal(baseline, hardware, facts)
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
     study_name = stores.check_study_name(options.study_name or f"{workload.name}-{space.name}")
@@ -104,6 +105,23 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     url = stores.storage_url(options.storage)
     stores.check_storage(url)  # checked now; opened (and a SQLite file created) when the study runs
     return StudyPlan(options, workload, facts, hardware, filtered, baseline, settings, study_name, url)
+
+
+def baseline_refusal(baseline: TrialConfig, hw: Hardware, facts: dict[str, Any]) -> str | None:
+    """Why a knob BASELINE sets cannot run on ``hw`` or can do nothing for this model (what
+    the search drops from the space, ``filter_space``), or None: the baseline is the trial
+    every other is measured against, so it must run as set."""
+    default = TrialConfig().to_dict()
+    facts = facts | {"device": hw.device}
+    for key, value in baseline.to_dict().items():
+        technique = TECHNIQUES.get(key)
+        if technique is None or value == default[key]:
+            continue
+        why = technique.unavailable(value, hw) or technique.pointless(value, facts)
+        if why:
+            return (f"{key}={json.dumps(value)}: {why}; set it to its default ({json.dumps(default[key])}) "
+                    "or leave it out")
+    return None
 
 
 def drop_failed(space: SearchSpace, hw: Hardware, facts: dict[str, Any], failed: list[Verdict]) -> SearchSpace:
