@@ -74,3 +74,7 @@ class TrialFailed(AdvisorError):
     every repeat of ``advisor measure`` fails."""
 
     exit_code = 1
+
+
+class BaselineFailed(TrialFailed):
+    """The study's baseline trial failed: nothing can be measured against it."""

@@ -52,3 +52,41 @@ def test_technique_refusing_the_model_is_recorded(ray_session, workdir, capsys):
     assert [t.user_attrs["failure_class"] for t in refused] == ["unsupported"]
     assert "2-D convolutions" in refused[0].user_attrs["failure_message"]
     assert "Pareto front" in out and "1 failed (1 unsupported)" in out
+
+
+DIVERGES = '''import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+BASELINE = {"batch_size": 64}
+
+
+def model():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def datasets():
+    x = torch.randn(512, 8, generator=torch.Generator().manual_seed(0))
+    y = x[:, :3].argmax(1)
+    return TensorDataset(x[:400], y[:400]), TensorDataset(x[400:], y[400:])
+
+
+def loss(output, target):
+    value = nn.functional.cross_entropy(output, target)
+    return value if len(target) <= 2 else value * float("nan")  # finite on the preflight's two samples only
+'''
+
+
+def test_a_failed_baseline_leaves_no_study_and_the_fixed_file_runs_with_the_same_command(ray_session, workdir,
+                                                                                       capsys):
+    path = workdir / "model.py"
+    path.write_text(DIVERGES)
+    args = ["tune", str(path), "--trials", "1", "--no-confirm", *FAST]
+    assert main(args) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the baseline trial (bs=64 fp32) failed [error]: loss became nan" in err
+    assert "The study held nothing else, so it was not kept: fix model.py and run the same command again" in err
+    assert optuna.get_all_study_names(f"sqlite:///{workdir / 'advisor.db'}") == []
+    path.write_text(DIVERGES.replace('value * float("nan")', "value"))
+    assert main(args) == 0  # the same command, on the fixed file: a new study, not "a different workload_sha256"
+    assert load(workdir / "advisor.db", "model-default").trials[0].state.name == "COMPLETE"

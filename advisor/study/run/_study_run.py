@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from advisor.core.errors import TrialFailed, WorkloadError
+from advisor.core.errors import BaselineFailed, TrialFailed, WorkloadError
 from advisor.core.events import Note, Started, TimeLimit, TimeoutSet
 from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.stop import Stop
@@ -162,7 +162,7 @@ class StudyRun:
         if self.options.skip_preflight and failed.failure_class == "error":
             raise WorkloadError(f"{self.plan.workload.path}: {message} (preflight was skipped; this is "
                                 "most likely a model.py contract problem)")
-        raise TrialFailed(message)
+        raise BaselineFailed(message)
 
     def _metric_noise(self, watch: BaselineWatch, base: TrialRecord) -> None:
         """The baseline trained with more seeds (once per study, by one driver)."""

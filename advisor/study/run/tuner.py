@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from advisor.core.errors import BaselineFailed, WorkloadError
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.stop import Stop
 from advisor.runner.executor import Executor
@@ -76,7 +77,13 @@ class Tuner:
         executor = self.start_executor()
         context = RunContext.open(self.plan, executor, self._stop, self.emit)
         self._study_run = StudyRun(context)
-        self._study_run.run()
+        try:
+            self._study_run.run()
+        except (BaselineFailed, WorkloadError) as exc:  # the baseline failed (with --skip-preflight: model.py did)
+            if _forget_unmeasured(context):
+                raise type(exc)(f"{exc}. The study held nothing else, so it was not kept: fix model.py and run "
+                                "the same command again") from None
+            raise
         return StudyOutcome(context.study, self._stop.reason or self._study_run.stop_reason)
 
     def stop(self, reason: str) -> None:
@@ -94,6 +101,20 @@ class Tuner:
     def stop_reason(self) -> str | None:
         """Why no more trials start (the budget, the time, the user), or None."""
         return self._study_run.stop_reason if self._study_run is not None else self._stop.reason
+
+
+def _forget_unmeasured(context: RunContext) -> bool:
+    """Delete the study when its baseline failed and it holds nothing measured (no trial
+    completed or probed) and no other driver is on it: a failed first run leaves nothing
+    behind that would refuse the same command once model.py is fixed. True if deleted."""
+    import optuna
+
+    study = context.study
+    measured = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    if any(t.state in measured for t in study.get_trials(deepcopy=False)) or context.drivers.others():
+        return False
+    optuna.delete_study(study_name=study.study_name, storage=context.storage)
+    return True
 
 
 def trial_env(plan: StudyPlan) -> dict[str, str]:
