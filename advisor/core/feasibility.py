@@ -77,17 +77,23 @@ class Verdict:
     def decided(self) -> bool:
         return self.kind != UNDECIDED
 
-    def text(self, fmt: Callable[[float], str] = lambda x: f"{x:+.4g}") -> str:
+    def text(self, fmt: Callable[[float], str] = lambda x: f"{x:+.4g}", higher_is_better: bool = True) -> str:
         """'undecided: -1.4 pt, 95% bounds -4.1 pt to +1.3 pt straddle -1.0 pt; ...', with
-        ``fmt`` writing a difference in the metric's terms (``MetricSpec.delta_text``)."""
+        ``fmt`` writing a difference of scores in the metric's terms (``MetricSpec.delta_text``);
+        for a metric where lower is better the bounds are the metric's own, in its order
+        ('feasible: -0.2 mse, its 95% upper bound +0.05 mse below +0.1 mse')."""
         d, edge = fmt(self.difference), fmt(-self.allowed)
         if not self.noise_known:
             return f"{self.kind}: {fmt(self.difference)} against {edge} allowed; the metric's noise is not known"
+        # the score's lower bound is the metric's lower bound where higher is better, its upper one where not
+        low, high, above, below = (("lower", "upper", "above", "below") if higher_is_better
+                                   else ("upper", "lower", "below", "above"))
         if self.kind == FEASIBLE:
-            return f"{FEASIBLE}: {d}, its 95% lower bound {fmt(self.low)} above {edge}"
+            return f"{FEASIBLE}: {d}, its 95% {low} bound {fmt(self.low)} {above} {edge}"
         if self.kind == INFEASIBLE:
-            return f"{INFEASIBLE}: {d}, its 95% upper bound {fmt(self.high)} below {edge}"
-        return (f"{UNDECIDED}: {d}, its 95% bounds {fmt(self.low)} to {fmt(self.high)} straddle {edge}: within "
+            return f"{INFEASIBLE}: {d}, its 95% {high} bound {fmt(self.high)} {below} {edge}"
+        first, last = (self.low, self.high) if higher_is_better else (self.high, self.low)
+        return (f"{UNDECIDED}: {d}, its 95% bounds {fmt(first)} to {fmt(last)} straddle {edge}: within "
                 f"the noise with {self.seeds} seed(s) against the baseline's {self.baseline_seeds}")
 
 

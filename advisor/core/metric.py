@@ -92,6 +92,10 @@ class MetricSpec:
             return f"{round(100 * value, 1) + 0.0:+.1f} pt"
         return f"{float(f'{value:.3g}') + 0.0:+.3g}" + (f" {self.unit}" if self.unit else "")
 
+    def amount_text(self, amount: float) -> str:
+        """The size of a difference, without a sign ('1.5 pt', '0.233 units^2')."""
+        return self.delta_text(self.sign * abs(amount)).lstrip("+")
+
     def noise_text(self, epsilon: float) -> str:
         """A noise half-width (a magnitude)."""
         if self.fraction:

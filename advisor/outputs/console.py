@@ -266,7 +266,7 @@ def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: Me
     verdict = vs.verdict if vs is not None else None
     if constraints.get(METRIC_DROP, 0) > 0 and verdict is not None and verdict.noise_known:
         likely = "likely " if not verdict.decided else ""
-        why.append(f"{metric.name} {likely}worse than --max-metric-drop allows ({verdict.text(metric.delta_text)})")
+        why.append(f"{metric.name} {likely}worse than --max-metric-drop allows ({verdict.text(metric.delta_text, metric.higher_is_better)})")
     elif constraints.get(METRIC_DROP, 0) > 0:
         text = f"{metric.name} worse than --max-metric-drop allows"
         if vs is not None and vs.metric_delta is not None and vs.epsilon > 0:

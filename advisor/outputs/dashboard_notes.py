@@ -113,7 +113,7 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
     elif not record.baseline and vs.throughput_ratio is not None:
         lines.append("- **ratios**: unconfirmed: one trial against the baseline as measured by then "
                      "(`advisor confirm` measures the front in pairs)")
-    verdict = vs.verdict.text(metric.delta_text) if vs.verdict is not None else None
+    verdict = vs.verdict.text(metric.delta_text, metric.higher_is_better) if vs.verdict is not None else None
     if verdict is not None and not record.baseline and not any(verdict in tag for tag in tags):
         lines.append(f"- **{metric.name}**: {verdict}")  # (an infeasible trial's tag has it already)
     if record.baseline and study.metric_noise is not None:

@@ -131,3 +131,27 @@ def test_resolution_and_the_seeds_that_would_decide():
     assert t95(2 * n - 4) * 0.01 * (2 / (n - 1)) ** 0.5 > 0.01  # the fewest that do
     assert seeds_to_resolve([0.5, 0.9, 0.1], 0.001) is None  # beyond any sensible count
     assert seeds_to_resolve([0.9, 0.9], 0.01) == 1
+
+
+def test_a_lower_is_better_metric_reads_in_its_own_terms_and_order():
+    """An MSE: scores are its negation, and the text gives the metric's own differences,
+    bounds and their order ('upper bound ... below' where higher is worse)."""
+    from advisor.core.metric import MetricSpec
+
+    mse = MetricSpec(name="mse", higher_is_better=False, fraction=False, unit="units^2")
+    base = [-2.00, -2.02, -1.98]  # scores: MSE 2.00, 2.02, 1.98
+    undecided = verdict([-2.05], base, 0.01)  # MSE 2.05: 0.05 worse, with a noise of +-0.02 a seed
+    text = undecided.text(mse.delta_text, mse.higher_is_better)
+    low, high = -undecided.high, -undecided.low  # the MSE difference's bounds
+    assert text.startswith(f"undecided: +0.05 units^2, its 95% bounds {mse.delta_text(undecided.high)} to "
+                           f"{mse.delta_text(undecided.low)} straddle +0.01 units^2")
+    assert low < 0.01 < high and mse.delta_text(undecided.high).startswith("-")
+    better = verdict([-1.5, -1.52, -1.48], base, 0.01)  # MSE 1.5: feasible, its upper bound below +0.01
+    assert better.text(mse.delta_text, mse.higher_is_better).startswith("feasible: -0.5 units^2, its 95% upper "
+                                                                       "bound -0.")
+    assert " below +0.01 units^2" in better.text(mse.delta_text, mse.higher_is_better)
+    worse = verdict([-3.0, -3.02, -2.98], base, 0.01)
+    assert "its 95% lower bound +0.9" in worse.text(mse.delta_text, mse.higher_is_better)
+    assert " above +0.01 units^2" in worse.text(mse.delta_text, mse.higher_is_better)
+    assert mse.amount_text(-0.233) == mse.amount_text(0.233) == "0.233 units^2"
+    assert MetricSpec().amount_text(-0.015) == "1.5 pt"

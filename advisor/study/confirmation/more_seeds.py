@@ -74,7 +74,7 @@ def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executo
         stored = read_study(study)
         judged = stored.verdict(next(r for r in stored.records if r.number == record.number))
         spec = stored.metric
-        verdict_text = judged.text(spec.delta_text) if judged is not None else "no verdict"
+        verdict_text = judged.text(spec.delta_text, spec.higher_is_better) if judged is not None else "no verdict"
         on_event(Note(f"trial {record.number}: {spec.name} over seeds {used}: "
                       f"{', '.join(spec.value_text(v) for v in values)} (mean "
                       f"{spec.value_text(statistics.fmean(values))}); {verdict_text}"))

@@ -182,8 +182,8 @@ class StudyRun:
             self.emit(Note(
                 f"this training budget cannot judge --max-metric-drop {self.options.drop_text}: with the seeds' "
                 f"spread, one trial's {spec.name} is called feasible only when its 95% bound clears the allowed "
-                f"drop, i.e. {spec.delta_text(half - allowed).lstrip('+')} better than the baseline's mean, and "
-                f"infeasible only when {spec.delta_text(half + allowed).lstrip('+')} worse; in between a trial is "
+                f"drop, i.e. {spec.amount_text(half - allowed)} better than the baseline's mean, and "
+                f"infeasible only when {spec.amount_text(half + allowed)} worse; in between a trial is "
                 "'undecided' (ranked on its measured value, marked as such). "
                 + (f"About {need} seeds a side (--metric-seeds {need}) would decide it, or a longer "
                    "--train-samples whose seeds agree more closely" if need is not None else
