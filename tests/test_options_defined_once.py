@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import os
 
 import pytest
 
@@ -200,3 +201,24 @@ def test_older_names_still_work_hidden_and_said_deprecated(monkeypatch, capsys):
         _older({"acuracy": "all"}, given)
     with pytest.warns(DeprecationWarning), pytest.raises(advisor.StudyError, match="^train= must be one of"):
         advisor.tune("m.py", accuracy="some")  # the older keyword reaches the option, checked before anything runs
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["--train-samples", "256", "--budget", "90s", "--max-metric-drop", "1%", "--memory-cap", "2GiB", "--no-confirm",
+     "--seed", "3", "--space", "cpu", "--timing-tolerance", "0.1", "--metric-seeds", "5", "--train", "all"],
+    ["--workload", "inference", "--max-latency-ms", "2.5", "--max-metric-drop", "0.02", "--pairs", "4",
+     "--confirm-top", "2", "--sampler", "tpe", "--skip-preflight", "--train-samples", "64", "--ignore-doctor"],
+])
+def test_the_resume_line_gives_back_every_option_that_was_set(argv, monkeypatch):
+    """`advisor tune`'s resume hint is the command again: parsed, its flags make the same
+    options, so the study's must-match checks and its trials' settings agree."""
+    from advisor.cli._options import tune_options
+    from advisor.cli.main import parser
+
+    for name in [n for n in os.environ if n.startswith("ADVISOR_")]:
+        monkeypatch.delenv(name)
+    first = tune_options(parser().parse_args(["tune", "m.py", "--trials", "7", "--study", "s", *argv]))
+    again = tune_options(parser().parse_args(["tune", "m.py", "--trials", "7", "--study", "s",
+                                              *first.resume_flags()]))
+    assert again == first

@@ -3,6 +3,7 @@ final summary (the Pareto front against the baseline, counts, timing, next comma
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -248,9 +249,8 @@ class TuneOutput:
         c.print(f"next:   advisor export{storage_flag} --study {study.name} --pick balanced -o best.yaml", markup=False)
         c.print(f"        advisor tui{storage_flag} --study {study.name}   (the interactive explorer)", markup=False)
         o = plan.options
-        again = "".join([f" --workload {o.workload}" if o.workload != "train" else "",
-                         f" --space {o.space}" if o.space else "", f" --study {o.study_name}" if o.study_name else "",
-                         storage_flag])
+        again = "".join([f" --study {o.study_name}" if o.study_name else "", storage_flag,
+                         *(f" {shlex.quote(a)}" for a in o.resume_flags())])  # what resuming must be given again
         left = o.trials - tally["trials"]  # a study stopped short: resuming runs the rest
         more = f"--trials {o.trials}   (resume: run the {left} left)" if left > 0 else \
             f"--trials {o.trials + 20}   (resume: run 20 more)"

@@ -95,7 +95,7 @@ def test_it_resumes(ray_session, old_study, capsys, quiet_optuna):
             "--study", "compat", "--trials", "5", "--no-tui"]
     if torch.cuda.is_available():  # its trials would run on the GPU: not comparable, refused
         assert main(args) == 2
-        assert "different settings" in capsys.readouterr().err
+        assert "another setup: settings: device \"cpu\" then, \"cuda\" now" in capsys.readouterr().err
         return
     before = optuna.load_study(study_name="compat", storage=old_study).trials
     assert main(args) == 0

@@ -5,6 +5,7 @@ resumed study must match it. Problems name the option as the caller wrote it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from advisor.core.results import WORKLOADS, check_workload_kind
 from advisor.core.stored import MAX_METRIC_DROP
 from advisor.core.units import parse_duration, parse_size
 from advisor.search.samplers import check_sampler
-from advisor.study.options.option import Naming, build, naming, option
+from advisor.study.options.option import Naming, build, naming, option, options_of
 
 TRAIN_MODES = ("selective", "all")  # --train: the configurations that could reach the front, or every one
 # --log-to: the experiment trackers a study logs its trials to (advisor.outputs.trackers), each
@@ -145,6 +146,9 @@ def check_confirm_options(options: ConfirmOptions, name: Naming | None = None) -
         raise StudyError(f"{name('confirm_target')} must be a fraction between 0 and 1 (0.03: +-3%), "
                          f"found {options.target}")
     return options
+
+
+_NOT_RESUMED = ("trials", "storage", "study_name")  # the resume line says these its own way
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,28 @@ class TuneOptions:
     def drop_text(self) -> str:
         """The limit as the user wrote it: '0.01' or '1%'."""
         return f"{100 * self.max_metric_drop:g}%" if self.max_drop_relative else f"{self.max_metric_drop:g}"
+
+    def resume_flags(self) -> list[str]:
+        """The command line's flags that set these options where they differ from the
+        defaults, as typed ('--train-samples', '256'): what `advisor tune` must be given again
+        to resume the study (a must-match option, the trials' settings, the space) or to run
+        it as it ran. Not --trials (the resume line's own), nor where the study is stored."""
+        out: list[str] = []
+        found = options_of(TuneOptions)
+        for f in dataclasses.fields(self):
+            o, value = found.get(f.name), getattr(self, f.name)
+            relative = f.name == "max_metric_drop" and self.max_drop_relative  # '1%' is not the default 0.01
+            if o is None or o.flag is None or (value == f.default and not relative) or f.name in _NOT_RESUMED:
+                continue
+            if f.name == "max_metric_drop":
+                out += [o.flag, self.drop_text]
+            elif f.name == "log_to":
+                out += [o.flag, ",".join(value)]
+            elif isinstance(value, bool):
+                out.append(o.flag if value else f"--no-{o.flag.removeprefix('--')}")
+            else:
+                out += [o.flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return out
 
     @property
     def space_name(self) -> str:

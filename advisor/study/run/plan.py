@@ -174,6 +174,19 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
     return study
 
 
+def _differs(key: str, then: Any, now: Any) -> str:
+    """'settings: train_samples 256 then, 2550 now' (at most 4 of a record's fields)."""
+    def shown(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, default=str)
+        return text if len(text) <= 40 else text[:16] + "..."
+
+    if isinstance(then, dict) and isinstance(now, dict):
+        keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
+        parts = [f"{k} {shown(then.get(k))} then, {shown(now.get(k))} now" for k in keys[:4]]
+        return f"{key}: " + ", ".join(parts) + (f" (and {len(keys) - 4} more)" if len(keys) > 4 else "")
+    return f"{key}: {shown(then)} then, {shown(now)} now"
+
+
 def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any], on_event: Listener) -> None:
     old = StudyAttrs(study).all()
     method: list[str] = []
@@ -186,8 +199,8 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
-            f"study {plan.study_name!r} in {shown_url(plan.storage_url)} was run with a different {', '.join(diffs)}; "
-            "its trials would not be comparable. Use --study NEW_NAME for a new study "
+            f"study {plan.study_name!r} in {shown_url(plan.storage_url)} was run with another setup: "
+            f"{'; '.join(_differs(k, old[k], attrs[k]) for k in diffs)}; its trials would not be comparable. Use --study NEW_NAME for a new study "
             "(or run the original setup again to resume it" +
             ("; advisor doctor's verdicts drop options from its space here: --ignore-doctor keeps them)"
              if doctor else ")"))
