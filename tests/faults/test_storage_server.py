@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -247,3 +248,28 @@ def test_a_finished_study_holds_no_idle_connections_to_the_server(pg_server, pg_
     fold_log(storage)
     assert backends() == before
     assert len(optuna.load_study(study_name="pool", storage=storage).trials) == 3  # opened again on the next use
+
+
+OPEN_AT_ONCE = """
+import os, sys, time
+from pathlib import Path
+while not Path(sys.argv[2]).exists():  # all start together
+    time.sleep(0.005)
+from advisor.study.storage.stores import open_storage
+open_storage(sys.argv[1])
+"""
+
+
+def test_drivers_opening_a_new_database_at_once_all_open_it(pg_server, quiet_optuna):  # noqa: F811
+    """Two drivers started together on a new PostgreSQL database both create Optuna's tables;
+    the one that loses the race (a duplicate pg_type row, a relation that already exists)
+    opens it again and finds them, instead of exiting with the server's error."""
+    for round_ in range(3):
+        url = pg_server.create_database()
+        go = Path(tempfile.mkdtemp()) / f"go{round_}"
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, url, str(go)], stderr=subprocess.PIPE,
+                                  text=True) for _ in range(4)]
+        time.sleep(2.0)  # every process has imported what it needs and waits
+        go.touch()
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, [e[-1500:] for e in errors if e]

@@ -310,6 +310,20 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line(exc)}"
 
 
+SCHEMA_TRIES = 3  # opening a new database while another process creates Optuna's tables in it
+
+
+def schema_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is two processes creating Optuna's tables in a new database at once
+    (two drivers started together on one PostgreSQL study): the second's CREATE TABLE fails
+    on what the first just made ('duplicate key value violates unique constraint
+    "pg_type_typname_nsp_index"', 'relation ... already exists'); opening it again finds
+    the tables made."""
+    text = str(exc)
+    return type(exc).__name__ in ("IntegrityError", "ProgrammingError", "OperationalError") and (
+        "pg_type_typname_nsp_index" in text or "already exists" in text)
+
+
 def open_guarded(url: str, wait_s: float | None = None, write_ahead: bool = False) -> optuna.storages.RDBStorage:
     """An RDBStorage on ``url`` whose calls wait up to ``wait_s`` (default
     ``$ADVISOR_STORAGE_WAIT`` or 60 s) for an unreachable database, then raise
@@ -323,7 +337,15 @@ def open_guarded(url: str, wait_s: float | None = None, write_ahead: bool = Fals
         kwargs["pool_pre_ping"] = True
         if url.startswith("postgresql"):
             kwargs["connect_args"] = {"connect_timeout": 10}
-    storage = _storage_class()(url, wait_s=wait_s_from_env() if wait_s is None else wait_s, engine_kwargs=kwargs)
+    make = _storage_class()
+    for attempt in range(SCHEMA_TRIES):
+        try:
+            storage = make(url, wait_s=wait_s_from_env() if wait_s is None else wait_s, engine_kwargs=kwargs)
+            break
+        except Exception as exc:  # noqa: BLE001 - only the schema race is tried again
+            if attempt == SCHEMA_TRIES - 1 or not schema_race(exc):
+                raise
+            time.sleep(0.5 * (attempt + 1))
     if write_ahead and url.startswith("sqlite"):
         _write_ahead(storage.engine)
     return storage
