@@ -64,6 +64,9 @@ class TrialSettings:
     device: str = "cpu"
     workload: str = "train"  # or "inference": forward passes only, no training
     part: str = "full"  # which of ``PARTS`` the trial runs
+    # the batch every trial's validation runs in (the baseline's): a metric that does not average
+    # over batches (macro-F1) then reads the same whatever a trial's batch_size; None: the trial's own
+    eval_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         self.part = OLDER_PARTS.get(self.part, self.part)

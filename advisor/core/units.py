@@ -76,6 +76,11 @@ def parse_duration(text: str) -> float:
     return 3600 * hours + 60 * minutes + seconds
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """'1 proposal', '2 proposals' ('1 configuration needed', with ``words`` for the plural)."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
 def duration_text(seconds: float) -> str:
     """'45 s', '3 min 20 s', '2 h 05 min'."""
     seconds = max(0.0, float(seconds))

@@ -25,7 +25,7 @@ from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.objectives import METRIC_DROP, Versus
 from advisor.core.results import TrialResult
 from advisor.core.stored import EARLY_STOP, METRIC_REUSED, TRAINING_SKIPPED, StoredStudy, TrialRecord, read_study
-from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate
+from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate, plural
 from advisor.outputs.json_output import print_json
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
 from advisor.study.storage.stores import DEFAULT_STORAGE
@@ -116,7 +116,8 @@ class TuneOutput:
         for line in dropped_lines(plan.space):
             self.say(f"          {line}")
         self.say(f"study     {plan.study_name} in {plan.storage_url} ({plan.options.trials} trials, "
-                 f"{plan.settings.train_samples} training samples each)")
+                 + (f"{plan.settings.train_samples} training samples each)" if plan.options.workload == "train"
+                    else "inference: no training)"))
         self.total = plan.options.trials
         self.metric = plan.workload.metric_spec
 
@@ -222,7 +223,7 @@ class TuneOutput:
                 + (f" ({by_class})" if by_class else "") + f", {tally['infeasible']} infeasible"
                 + (f"; {tally['duplicates']} duplicate proposals answered from earlier trials"
                    if tally["duplicates"] else "")
-                + (f"; {not_combinable} proposals skipped without running "
+                + (f"; {plural(not_combinable, 'proposal')} skipped without running "
                    "(knob values that cannot be combined)" if not_combinable else "")
                 + (f"; {tally['skipped_oom']} skipped as known to run out of memory (trials saved)"
                    if tally["skipped_oom"] else "")
@@ -233,8 +234,9 @@ class TuneOutput:
                 markup=False)
         if tally["probes"]:
             c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} training runs "
-                    f"({tally['early_stops']} stopped early by the metric gate); {tally['probed_only']} "
-                    f"configurations needed no training run (dominated beyond noise by a feasible one), "
+                    f"({tally['early_stops']} stopped early by the metric gate); "
+                    f"{plural(tally['probed_only'], 'configuration')} needed no training run (dominated beyond noise "
+                    "by a feasible one), "
                     f"{tally['accuracy_reused']} reused one (same training numerics)", markup=False)
         for line in failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)

@@ -66,7 +66,8 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
             "workload_kind": u.get("workload", "train"),  # apply(..., workload=this)
             "train_samples": u.get("settings", {}).get("train_samples"),
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        },
+        } | ({"eval_batch_size": u["settings"]["eval_batch_size"]}  # the trials' validation batch (newer studies)
+             if (u.get("settings") or {}).get("eval_batch_size") else {}),
         "measured": measured,
         # the configuration the ratios are to (advisor measure runs it beside this one)
         "baseline": study.baseline.config.to_dict() if study.baseline and study.baseline.config else None,

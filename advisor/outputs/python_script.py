@@ -31,6 +31,7 @@ from advisor.workload.defaults import OUTPUT_LOSS, batch_len, default_loss, defa
 
 WORKLOAD = {workload!r}  # your model.py (the advisor contract)
 TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation (counted in full batches)
+EVAL_BATCH = {eval_batch}  # the batch the trials' validation ran in (the baseline's; None: the config's own)
 CONFIG = {config}
 
 
@@ -55,7 +56,8 @@ def main():
     prepared.model.eval()
     total, score = 0, 0.0
     with torch.inference_mode():
-        for x, y in prepared.loader(val_set, per_rank=False, collate_fn=getattr(w, "collate", None)):
+        batch = None if prepared.pipeline is not None else EVAL_BATCH  # a pipeline's stages take their own batch
+        for x, y in prepared.loader(val_set, per_rank=False, collate_fn=getattr(w, "collate", None), batch_size=batch):
             out = prepared.predict(x)  # None on a pipeline's earlier stages: outputs come out of the last
             if out is not None:
                 n = batch_len(x, y)  # samples in the batch (a dict target's len() would count its keys)
@@ -123,6 +125,7 @@ def python_script(document: dict[str, Any], name: str = "this_file.py") -> str:
         title=f"Trial {source['trial']} of study {source['study']!r}, exported by advisor {source['exported']}.",
         measured=_measured_line(document), run=launch_command(config, name),
         workload=source.get("workload") or "model.py", train_samples=samples,
+        eval_batch=source.get("eval_batch_size"),
         config=pprint.pformat(config.to_dict(), sort_dicts=False, width=100), workload_kind=kind,
         train="" if kind == "inference" else _TRAIN)
     return script + "\n" + plain_pytorch(config)

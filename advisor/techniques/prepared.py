@@ -147,21 +147,23 @@ class Prepared:
         return total
 
     def loader(self, dataset: Any, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-               per_rank: bool = True, collate_fn: Any = None) -> Any:
+               per_rank: bool = True, collate_fn: Any = None, batch_size: int | None = None) -> Any:
         """A DataLoader with the configured batch size and data knobs. With several
         data-parallel ranks (``dp_world``) and ``per_rank``, each loads its shard
         (DistributedSampler) and its share of the global batch; ranks of one tensor-parallel
         group or pipeline load the same batches. ``collate_fn``: the DataLoader's (torch's
         default collate if None). A stream (an IterableDataset, ``advisor.workload.stream``)
         keeps its own order (``shuffle`` does not apply), is split among the data-parallel
-        ranks item by item, and among DataLoader workers unless it shards itself."""
+        ranks item by item, and among DataLoader workers unless it shards itself. ``batch_size``:
+        instead of the configuration's (the whole batch: with ``per_rank``, split among the ranks)."""
         import torch
         from torch.utils.data import DataLoader, DistributedSampler
 
         from advisor.workload.stream import is_stream, shards_by_worker, stream_shard
 
         split_ranks = per_rank and self.dp_world > 1
-        batch = self.config.batch_size // self.dp_world if split_ranks else self.config.batch_size
+        whole = batch_size or self.config.batch_size
+        batch = max(1, whole // self.dp_world) if split_ranks else whole
         if is_stream(dataset):
             workers = self.loader_options.get("num_workers", 0)
             dataset = stream_shard(dataset, rank=self.dp_rank if split_ranks else 0,

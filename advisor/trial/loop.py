@@ -196,11 +196,11 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
             prepared.module.load_state_dict(saved)
         t = time.perf_counter()
         prepared.finish()
-        score = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val, settings.eval_batch_size)
         phases["eval"] = time.perf_counter() - t
     else:
         t = time.perf_counter()
-        score = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val, settings.eval_batch_size)
         phases["eval"] = time.perf_counter() - t
         _extra_timing(prepared, timer, step, phases)
         peak = memory_peak()
@@ -288,7 +288,7 @@ def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any
     score = None
     if settings.part != "probe":
         t = time.perf_counter()
-        score = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val, settings.eval_batch_size)
         phases["eval"] = time.perf_counter() - t
     return {"score": score, "train_samples": 0, "first_step_s": first_step_s, "final_loss": None,
             "peak_memory_bytes": memory_peak(), "latency": latency}

@@ -42,18 +42,23 @@ def snapshot(module: Any) -> dict[str, Any]:
     return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
 
 
-def evaluate(prepared: Any, workload: Any, val: Any) -> float:
+def evaluate(prepared: Any, workload: Any, val: Any, batch_size: int | None = None) -> float:
+    """The metric on the whole validation set, as the study's score: each batch's metric
+    weighted by its samples, in batches of ``batch_size`` (the study's, the baseline's: the
+    same for every trial) or the configuration's own (None, and always under pipeline
+    parallelism, whose stages were built for it)."""
     import torch
 
+    batch_size = None if prepared.pipeline is not None else batch_size
     prepared.model.eval()
     total, weighted = 0, 0.0
     if workload.validate is not None:  # a Lightning module's validation epoch
         with torch.inference_mode():
-            value = workload.validate(prepared.predict, prepared.loader(val, per_rank=False,
+            value = workload.validate(prepared.predict, prepared.loader(val, per_rank=False, batch_size=batch_size,
                                                                         collate_fn=workload.collate))
         return workload.metric_spec.score(check_metric(workload, value))
     with torch.inference_mode():
-        for x, y in prepared.loader(val, per_rank=False, collate_fn=workload.collate):
+        for x, y in prepared.loader(val, per_rank=False, collate_fn=workload.collate, batch_size=batch_size):
             out = prepared.predict(x)
             if out is None:  # a pipeline's earlier stage: the outputs come out of the last one
                 continue

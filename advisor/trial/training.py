@@ -11,6 +11,7 @@ stops together.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
@@ -72,7 +73,8 @@ def training_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
         if i in at_step or diverged:
             t_curve = time.perf_counter()
             mean_loss = float(chunk) / chunk_steps
-            metric = _metric_or_none(prepared, workload, val, evaluate)
+            scored = functools.partial(evaluate, batch_size=settings.eval_batch_size)
+            metric = _metric_or_none(prepared, workload, val, scored)
             index = at_step.get(i, len(curve))
             curve.append({"samples": i * bs, "loss": mean_loss, "metric": metric})
             reason = (gate.verdict(index, metric, mean_loss, behind_before, workload.metric_spec) if gate is not None
@@ -94,7 +96,7 @@ def training_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
     else:
         if prepared.finishers:
             prepared.finish()
-        score = evaluate(prepared, workload, val)
+        score = evaluate(prepared, workload, val, settings.eval_batch_size)
     phases["eval"] = time.perf_counter() - t
     if score is None:  # the metric itself is not finite (a diverged model)
         raise NonFiniteLoss(f"{early_stop['reason'] if early_stop else 'diverged'} at {done * bs} samples, "

@@ -43,7 +43,8 @@ def loss(output, target):
 
 
 def metric(output, target) -> float:
-    """As METRIC describes it; averaged over the validation set, weighted by batch size."""
+    """As METRIC describes it, for one batch; averaged over the validation set (in batches of
+    BASELINE's size for every trial), each batch weighted by its samples."""
     return (output.argmax(dim=-1) == target).float().mean().item()
 
 

@@ -136,3 +136,10 @@ def test_the_baselines_cold_start_is_not_counted_for_the_warm_trials_after_it(mo
     assert one_probe_s(nonsense, two_stage=True) == 3.0
     monkeypatch.setenv("ADVISOR_COLD_TRIALS", "1")  # every trial starts an interpreter: the baseline's start is typical
     assert one_probe_s(base, two_stage=True) == pytest.approx(3.0)
+
+
+def test_counts_read_as_people_say_them():
+    from advisor.core.units import plural
+
+    assert [plural(n, "proposal") for n in (0, 1, 2)] == ["0 proposals", "1 proposal", "2 proposals"]
+    assert plural(1, "configuration") == "1 configuration" and plural(3, "entry", "entries") == "3 entries"

@@ -101,7 +101,7 @@ def plan_study(options: TuneOptions) -> StudyPlan:
         train_samples = options.train_samples or default_train_samples(facts["train_size"])
     fixed = {} if options.timing_tolerance is None else {"timing_tolerance": options.timing_tolerance}
     settings = TrialSettings(train_samples=train_samples, seed=options.seed, device=hardware.device,
-                             workload=options.workload, **fixed)
+                             workload=options.workload, eval_batch_size=baseline.batch_size, **fixed)
     url = stores.storage_url(options.storage)
     stores.check_storage(url)  # checked now; opened (and a SQLite file created) when the study runs
     return StudyPlan(options, workload, facts, hardware, filtered, baseline, settings, study_name, url)
@@ -191,10 +191,13 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
     old = StudyAttrs(study).all()
     method: list[str] = []
     if isinstance(old.get("settings"), dict):  # studies from older versions lack newer fields
-        stored = TrialSettings.from_dict({"train_samples": 0, **old["settings"]}).to_dict()
+        raw = old["settings"]
+        stored = TrialSettings.from_dict({"train_samples": 0, **raw}).to_dict()
         # how a timing stops is the version's, not the study's: the figure is the same median
         method = [k for k in TIMING_METHOD if stored.get(k) != attrs["settings"][k] or k not in old["settings"]]
         old["settings"] = stored | {k: attrs["settings"][k] for k in TIMING_METHOD}
+        if "eval_batch_size" not in raw:  # an older version's study: each trial's batch evaluated it
+            old["settings"]["eval_batch_size"] = attrs["settings"]["eval_batch_size"]  # (the same for averaging metrics)
     diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
