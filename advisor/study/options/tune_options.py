@@ -148,6 +148,14 @@ def check_confirm_options(options: ConfirmOptions, name: Naming | None = None) -
     return options
 
 
+def duration_flag(seconds: float) -> str:
+    """A duration as --budget takes it, the way people type it: '30m', '1h30m', '90s', '2h'."""
+    if seconds != int(seconds) or seconds < 60 or int(seconds) % 60:
+        return f"{seconds:g}s"
+    hours, minutes = divmod(int(seconds) // 60, 60)
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes or not hours else "")
+
+
 _NOT_RESUMED = ("trials", "storage", "study_name")  # the resume line says these its own way
 
 
@@ -297,6 +305,8 @@ class TuneOptions:
                 out += [o.flag, self.drop_text]
             elif f.name == "log_to":
                 out += [o.flag, ",".join(value)]
+            elif f.name == "budget":
+                out += [o.flag, duration_flag(value)]
             elif isinstance(value, bool):
                 out.append(o.flag if value else f"--no-{o.flag.removeprefix('--')}")
             else:
