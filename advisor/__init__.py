@@ -29,6 +29,7 @@ _PUBLIC = {
     "TrialConfig": "advisor.core.config",
     "TrialResult": "advisor.core.results",
     "AdvisorError": "advisor.core.errors",
+    "BaselineFailed": "advisor.core.errors",
     "ConfigError": "advisor.core.errors",
     "SchedulerError": "advisor.core.errors",
     "SpaceError": "advisor.core.errors",
@@ -40,9 +41,9 @@ _PUBLIC = {
 }
 
 __all__ = [
-    "AdvisorError", "ConfigError", "Prepared", "SchedulerError", "SpaceError", "StorageError", "StudyError",
-    "TrialConfig", "TrialFailed", "TrialResult", "TuneResult", "UnsupportedError", "WorkloadError", "__version__",
-    "apply", "load_config", "tune",
+    "AdvisorError", "BaselineFailed", "ConfigError", "Prepared", "SchedulerError", "SpaceError", "StorageError",
+    "StudyError", "TrialConfig", "TrialFailed", "TrialResult", "TuneResult", "UnsupportedError", "WorkloadError",
+    "__version__", "apply", "load_config", "tune",
 ]
 
 
