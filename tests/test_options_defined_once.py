@@ -227,8 +227,7 @@ def test_the_resume_line_gives_back_every_option_that_was_set(argv, monkeypatch)
 
 
 def test_a_budget_is_given_back_as_people_type_it():
-    from advisor.core.units import parse_duration
-    from advisor.study.options.tune_options import duration_flag
+    from advisor.core.units import duration_flag, parse_duration
 
     assert [duration_flag(s) for s in (1800, 5400, 90, 7200, 60, 61)] == ["30m", "1h30m", "90s", "2h", "1m", "61s"]
     assert all(parse_duration(duration_flag(s)) == s for s in (1800, 5400, 90, 7200, 60, 61, 0.5, 10860))

@@ -81,6 +81,14 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
+def duration_flag(seconds: float) -> str:
+    """A duration as --budget takes it, the way people type it: '30m', '1h30m', '90s', '2h'."""
+    if seconds != int(seconds) or seconds < 60 or int(seconds) % 60:
+        return f"{seconds:g}s"
+    hours, minutes = divmod(int(seconds) // 60, 60)
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes or not hours else "")
+
+
 def duration_text(seconds: float) -> str:
     """'45 s', '3 min 20 s', '2 h 05 min'."""
     seconds = max(0.0, float(seconds))

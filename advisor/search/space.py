@@ -255,6 +255,15 @@ def _order_by_dependencies(knobs: list[Knob]) -> list[Knob]:
     return ordered
 
 
+def value_refusal(knob: str, value: Any, hw: Hardware, facts: dict[str, Any]) -> str | None:
+    """Why a technique knob's ``value`` cannot run on ``hw``, for the workload, or can do
+    nothing for this model (``facts`` from the preflight, with ``device`` and ``workload``);
+    None when it may. The rule ``filter_space`` drops options by, and BASELINE is checked by."""
+    technique = TECHNIQUES[knob]
+    return (technique.unavailable(value, hw) or technique.wrong_workload(value, facts.get("workload", "train"))
+            or technique.pointless(value, facts))
+
+
 def filter_space(space: SearchSpace, hw: Hardware, facts: dict[str, Any] | None = None) -> SearchSpace:
     """Drop the options ``hw`` cannot run, and those the workload (``facts`` from the
     preflight) rules out: batch sizes over the training set, a technique's pointless values.
@@ -287,9 +296,7 @@ def filter_space(space: SearchSpace, hw: Hardware, facts: dict[str, Any] | None 
                 reason = (f"larger than the {data} set ({max_batch_size} samples)"
                           if max_batch_size is not None and value > max_batch_size else None)
             else:
-                technique = TECHNIQUES[knob.name]
-                reason = (technique.unavailable(value, hw) or technique.wrong_workload(value, workload)
-                          or technique.pointless(value, facts))
+                reason = value_refusal(knob.name, value, hw, facts)
             if reason:
                 dropped.append(Dropped(knob.name, value, reason))
             else:

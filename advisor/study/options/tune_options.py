@@ -18,7 +18,7 @@ from advisor.core.objectives import Limits
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.results import WORKLOADS, check_workload_kind
 from advisor.core.stored import MAX_METRIC_DROP
-from advisor.core.units import parse_duration, parse_size
+from advisor.core.units import duration_flag, parse_duration, parse_size
 from advisor.search.samplers import check_sampler
 from advisor.study.options.option import Naming, build, naming, option, options_of
 
@@ -146,14 +146,6 @@ def check_confirm_options(options: ConfirmOptions, name: Naming | None = None) -
         raise StudyError(f"{name('confirm_target')} must be a fraction between 0 and 1 (0.03: +-3%), "
                          f"found {options.target}")
     return options
-
-
-def duration_flag(seconds: float) -> str:
-    """A duration as --budget takes it, the way people type it: '30m', '1h30m', '90s', '2h'."""
-    if seconds != int(seconds) or seconds < 60 or int(seconds) % 60:
-        return f"{seconds:g}s"
-    hours, minutes = divmod(int(seconds) // 60, 60)
-    return (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes or not hours else "")
 
 
 _NOT_RESUMED = ("trials", "storage", "study_name")  # the resume line says these its own way

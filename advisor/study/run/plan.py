@@ -19,7 +19,7 @@ from advisor.machine.doctor_store import DROP_PREFIX, Verdict, failures
 from advisor.machine.hardware import Hardware, detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
 from advisor.search.samplers import make_sampler
-from advisor.search.space import Dropped, SearchSpace, filter_space, load_space
+from advisor.search.space import Dropped, SearchSpace, filter_space, load_space, value_refusal
 from advisor.study.options.option import must_match
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.storage import stores
@@ -114,10 +114,9 @@ def baseline_refusal(baseline: TrialConfig, hw: Hardware, facts: dict[str, Any])
     default = TrialConfig().to_dict()
     facts = facts | {"device": hw.device}
     for key, value in baseline.to_dict().items():
-        technique = TECHNIQUES.get(key)
-        if technique is None or value == default[key]:
+        if key not in TECHNIQUES or value == default[key]:
             continue
-        why = technique.unavailable(value, hw) or technique.pointless(value, facts)
+        why = value_refusal(key, value, hw, facts)
         if why:
             return (f"{key}={json.dumps(value)}: {why}; set it to its default ({json.dumps(default[key])}) "
                     "or leave it out")
@@ -219,14 +218,15 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
         # how a timing stops is the version's, not the study's: the figure is the same median
         method = [k for k in TIMING_METHOD if stored.get(k) != attrs["settings"][k] or k not in old["settings"]]
         old["settings"] = stored | {k: attrs["settings"][k] for k in TIMING_METHOD}
-        if "eval_batch_size" not in raw:  # an older version's study: each trial's batch evaluated it
-            old["settings"]["eval_batch_size"] = attrs["settings"]["eval_batch_size"]  # (the same for averaging metrics)
+        if "eval_batch_size" not in raw:  # an older version's study: each trial's batch evaluated it (the same
+            old["settings"]["eval_batch_size"] = attrs["settings"]["eval_batch_size"]  # for averaging metrics)
     diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
             f"study {plan.study_name!r} in {shown_url(plan.storage_url)} was run with another setup: "
-            f"{'; '.join(_differs(k, old[k], attrs[k]) for k in diffs)}; its trials would not be comparable. Use --study NEW_NAME for a new study "
+            f"{'; '.join(_differs(k, old[k], attrs[k]) for k in diffs)}; its trials would not be comparable. "
+            "Use --study NEW_NAME for a new study "
             "(or run the original setup again to resume it" +
             ("; advisor doctor's verdicts drop options from its space here: --ignore-doctor keeps them)"
              if doctor else ")"))
