@@ -67,7 +67,7 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     hints = {"tp_plan": tp_plan, "pipeline_split": pipeline_split, "example_inputs": example_inputs}
     prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload, hints=hints)
     if any(t.device != device for t in (*model.parameters(), *model.buffers())):
-        model.to(device)  # (only when it must move: a model of fake tensors, being estimated, cannot be swapped)
+        move(model, device)
     if workload == "inference":
         model.eval()
     if needs_linear(config):  # torchao and the 2:4 kernels take nn.Linear only: GPT-2's Conv1D become ones
@@ -77,3 +77,30 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     for key, technique in TECHNIQUES.items():  # ordered: threads, precision, ..., compile
         technique.apply(values[key], prepared)
     return prepared
+
+
+def move(model: Any, device: Any) -> None:
+    """``model.to(device)``, also for a model built on fake tensors (the memory estimate's):
+    ``Module.to`` swaps a fake parameter in place (``torch.utils.swap_tensors``), which the
+    weak reference fake mode keeps to it forbids ("Couldn't swap Linear.weight"; every
+    estimate on CUDA was unavailable so, issue 27). A fake model's parameters and buffers
+    are replaced by moved ones instead, tied ones staying tied."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not any(isinstance(t, FakeTensor) for t in (*model.parameters(), *model.buffers())):
+        model.to(device)
+        return
+    moved: dict[int, Any] = {}
+    for module in model.modules():
+        for key, param in module._parameters.items():
+            if param is not None and param.device != device:
+                if id(param) not in moved:
+                    moved[id(param)] = torch.nn.Parameter(param.detach().to(device), requires_grad=param.requires_grad)
+                module._parameters[key] = moved[id(param)]
+        for key, buffer in module._buffers.items():
+            if buffer is not None and buffer.device != device:
+                module._buffers[key] = moved.setdefault(id(buffer), buffer.to(device))
+        if isinstance(getattr(module, "_device", None), torch.device):  # a LightningModule's .device
+            module._device = device
+

@@ -194,3 +194,46 @@ def test_a_forked_child_gets_a_thread_pool_of_its_own_before_its_first_backward(
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[0, 0, 0, 0, 0]", done.stderr[-2000:]
+
+
+def test_a_model_on_fake_tensors_moves_to_another_device_whole():
+    """apply() moves the model to the trial's device; built on fake tensors (the estimate),
+    ``Module.to`` cannot (it swaps each parameter in place, which fake mode's weak reference
+    forbids: every estimate on CUDA was unavailable, issue 27). The meta device stands in
+    for CUDA here; parameters, buffers, ties and requires_grad all move."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from advisor.techniques.prepare import move
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 4))
+        model[2].weight = model[0].weight
+        model[1].weight.requires_grad_(False)
+        with pytest.raises(RuntimeError, match="swap"):
+            model.to("meta")  # what apply() did
+        move(model, torch.device("meta"))
+    assert {t.device.type for t in (*model.parameters(), *model.buffers())} == {"meta"}
+    assert model[2].weight is model[0].weight and not model[1].weight.requires_grad
+    assert isinstance(model[0].weight, torch.nn.Parameter)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("example, knobs", [
+    ("digits_cnn.py", {"batch_size": 64}),
+    ("char_lm.py", {"batch_size": 16, "precision": "bf16"}),
+], ids=["cnn", "lm-bf16"])
+def test_on_cuda_the_estimate_is_the_peak_the_same_steps_reach(example, knobs):
+    """The model moves to the GPU on fake tensors, and its estimate is the real tensors' peak."""
+    import dataclasses
+
+    cuda = dataclasses.replace(PROBE, device="cuda")
+
+    def on_cuda(**kw):
+        return TrialPayload.of(load_workload(EXAMPLES / example), TrialConfig(**kw), cuda, estimate=True)
+
+    estimate = estimate_here(on_cuda(**knobs))
+    real = estimate_here(on_cuda(**knobs), fake=False)
+    assert estimate["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=0.05)
+    assert estimate["by_kind"]["parameters"] == real["by_kind"]["parameters"] > 0
