@@ -90,7 +90,7 @@ class Quantization(Technique):
                                                                    int4_packing_format=_tinygemm_format()),
                 "fp8": lambda: fp8_inference_config(prepared.config),
             }[value]()
-            tq.quantize_(module, config, filter_fn=_quantizable(value))
+            tq.quantize_(module, config, filter_fn=_quantizable(value, prepared.config.fp8_scaling))
 
     def snippet(self, value: Any) -> str | None:
         text = self._snippet(value)
@@ -115,6 +115,13 @@ class Quantization(Technique):
         names = {"int8_dynamic": "Int8DynamicActivationInt8WeightConfig()", "int8_weight_only": "Int8WeightOnlyConfig()",
                  "int4_weight_only": f"Int4WeightOnlyConfig(group_size={INT4_GROUP})",
                  "fp8": "Float8DynamicActivationFloat8WeightConfig()"}
+        if value == "fp8":
+            return (f"{imports}, {names[value].split('(')[0]}\n"
+                    "# the layers torchao 0.18's fp8 kernels take (advisor's filter): sizes divisible by 16,\n"
+                    "# and under one scale per tensor no 128x128 weight (read as 128x128 blocks, then refused)\n"
+                    "quantize_(model, Float8DynamicActivationFloat8WeightConfig(),\n"
+                    "          filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and m.in_features % 16 == 0\n"
+                    "          and m.out_features % 16 == 0 and (m.in_features, m.out_features) != (128, 128))")
         if value in names:
             return f"{imports}, {names[value].split('(')[0]}\nquantize_(model, {names[value]})"
         return None
@@ -146,8 +153,12 @@ def quantized_layers(module: Any) -> int:
     return count
 
 
-def _quantizable(value: str) -> Any:
-    """torchao's kernels need some divisibility of the Linear's input size; skip the rest."""
+def _quantizable(value: str, fp8_scaling: str = "tensorwise") -> Any:
+    """torchao's kernels need some divisibility of the Linear's input size; skip the rest.
+    fp8 with one scale per tensor also skips a 128x128 weight: torchao 0.18 reads its scale's
+    block (the whole weight, 128x128) as 128x128 block scaling, and its matmul then refuses
+    the per-tensor input (``AssertionError: input_tensor must be 1x128 scaled``, on an H200,
+    issue 27): the layer stays in the precision it has."""
     import torch
 
     def ok(module: Any, fqn: str) -> bool:
@@ -156,7 +167,8 @@ def _quantizable(value: str) -> Any:
         if value == "int4_weight_only":
             return module.in_features % INT4_GROUP == 0
         if value == "fp8":
-            return module.in_features % 16 == 0 and module.out_features % 16 == 0
+            square_128 = fp8_scaling == "tensorwise" and (module.in_features, module.out_features) == (128, 128)
+            return module.in_features % 16 == 0 and module.out_features % 16 == 0 and not square_128
         return True
 
     return ok

@@ -112,6 +112,30 @@ def _capability_below(cap):
     return not torch.cuda.is_available() or torch.cuda.get_device_capability() < cap
 
 
+def test_fp8_per_tensor_leaves_a_128x128_weight_as_it_is():
+    """torchao 0.18 reads a per-tensor scale of a 128x128 weight as 128x128 blocks, then its
+    matmul refuses the input (found on an H200): such a layer is not given to it."""
+    from advisor.techniques.quantization import _quantizable
+
+    tensorwise, rowwise = _quantizable("fp8", "tensorwise"), _quantizable("fp8", "rowwise")
+    square, wide, odd = torch.nn.Linear(128, 128), torch.nn.Linear(128, 256), torch.nn.Linear(100, 128)
+    assert not tensorwise(square, "l") and tensorwise(wide, "l") and rowwise(square, "l")
+    assert not tensorwise(odd, "l") and not rowwise(odd, "l")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(_capability_below((8, 9)), reason="fp8 needs compute capability >= 8.9")
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+def test_cuda_fp8_inference_with_a_128x128_layer(scaling):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128), torch.nn.ReLU(),
+                                torch.nn.Linear(128, 16))
+    prepared = apply(model, {"quantization": "fp8", "fp8_scaling": scaling, "precision": "bf16_full"}, "cuda",
+                     workload="inference")
+    assert quantized_layers(prepared.module) == (3 if scaling == "rowwise" else 2)
+    with torch.inference_mode():
+        assert torch.isfinite(prepared.predict(torch.randn(32, 64)).float()).all()
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("value", [
     pytest.param("fp8", marks=pytest.mark.skipif(_capability_below((8, 9)), reason="fp8 needs compute capability >= 8.9")),
