@@ -9,6 +9,8 @@ boundaries (Ray, the fork server, a rank's JSON file) unchanged.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -105,28 +107,41 @@ class TrialPayload:
     # the study's timing tolerance from its own noise (``advisor.core.settle.tolerance_from``);
     # None: the settings' ``timing_tolerance``
     timing_tolerance: float | None = None
+    # the process that made the payload (the study's, or a user's notebook): "host:pid". It waits
+    # while the trial runs, so a CUDA context it holds is not another job's (advisor.machine.device_idle)
+    driver: str | None = None
 
     @classmethod
     def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings,
            gate: dict[str, Any] | None = None, estimate: bool = False, memory_cap: int | None = None,
            interference_limit: float | None = None, timing_tolerance: float | None = None) -> TrialPayload:
-        """From a loaded workload (anything with ``path``, ``source`` and ``sha256``)."""
+        """From a loaded workload (anything with ``path``, ``source`` and ``sha256``), made
+        by this process (its ``driver``)."""
         return cls(str(workload.path), workload.source, workload.sha256, config, settings, gate, estimate, memory_cap,
-                   interference_limit, timing_tolerance)
+                   interference_limit, timing_tolerance, this_process())
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload_path": self.workload_path, "workload_source": self.workload_source,
                 "workload_sha256": self.workload_sha256, "config": self.config.to_dict(),
                 "settings": self.settings.to_dict(), "gate": self.gate, "estimate": self.estimate,
                 "memory_cap": self.memory_cap, "interference_limit": self.interference_limit,
-                "timing_tolerance": self.timing_tolerance}
+                "timing_tolerance": self.timing_tolerance, "driver": self.driver}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialPayload:
         return cls(data["workload_path"], data["workload_source"], data["workload_sha256"],
                    TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]), data.get("gate"),
                    bool(data.get("estimate", False)), data.get("memory_cap"), data.get("interference_limit"),
-                   data.get("timing_tolerance"))
+                   data.get("timing_tolerance"), data.get("driver"))
+
+    def driver_pid_here(self) -> int | None:
+        """The driver's pid when it runs on this machine, else None."""
+        host, _, pid = (self.driver or "").rpartition(":")
+        return int(pid) if pid.isdigit() and host == socket.gethostname() else None
+
+
+def this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass

@@ -3,6 +3,11 @@ trial's process that has not yet exited (or another job) still holding memory or
 on the device would pollute this trial's memory and speed figures, so the trial waits for
 it to go, and if it does not, the trial is not run (failure class ``device_busy``, not
 counted: the configuration may run again). Checked through NVML, without touching CUDA.
+
+Ours, never waited for: the trial's process, its parent, and the study's own process (the
+payload's driver: ``advisor tune``, or a notebook that called ``advisor.tune()`` with a
+model on the GPU). Each waits while the trial runs; what they hold on the device is
+recorded (``ours``), since the trial has that much less memory.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ class IdleCheck:
     waited_s: float = 0.0
     used_bytes: int | None = None
     foreign: list[dict[str, Any]] = field(default_factory=list)  # pid, used_bytes of other processes
+    ours: list[dict[str, Any]] = field(default_factory=list)  # pid, used_bytes of our processes holding it
     note: str = ""
 
     @property
@@ -53,6 +59,7 @@ def wait_until_idle(device: int | str, timeout_s: float = 30.0, poll_s: float = 
         nvml: the ``pynvml`` module (tests pass a stand-in); imported when None.
     """
     own = set(own_pids if own_pids is not None else (os.getpid(), os.getppid()))
+    own.discard(None)  # type: ignore[arg-type]  # (a driver on another machine)
     try:
         if nvml is None:
             import pynvml as nvml
@@ -67,12 +74,14 @@ def wait_until_idle(device: int | str, timeout_s: float = 30.0, poll_s: float = 
         else:
             handle = nvml.nvmlDeviceGetHandleByIndex(device)
         while True:
-            foreign = [{"pid": int(p.pid), "used_bytes": p.usedGpuMemory}
-                       for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle) if int(p.pid) not in own]
+            holders = [{"pid": int(p.pid), "used_bytes": p.usedGpuMemory}
+                       for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+            foreign = [h for h in holders if h["pid"] not in own]
             used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
             waited = time.monotonic() - started
             if not foreign:
-                return IdleCheck("idle" if waited < poll_s else "released", waited, used)
+                return IdleCheck("idle" if waited < poll_s else "released", waited, used,
+                                 ours=[h for h in holders if h["pid"] in own])
             if waited >= timeout_s:
                 return IdleCheck("busy", waited, used, foreign,
                                  note=f"{len(foreign)} other process(es) still hold the GPU after {waited:.0f} s "

@@ -31,7 +31,7 @@ def run_trial(payload: TrialPayload) -> TrialResult:
         loaded = load_first(payload, started)
     # a failure to load is the trial's result (run_in_this_process gives it back)
     estimate, too_big = _estimate(payload, loaded) if not isinstance(loaded, TrialResult) else (None, None)
-    idle = None if too_big else _devices_idle(payload.settings.device, config.devices if parallel else 1)
+    idle = None if too_big else _devices_idle(payload, config.devices if parallel else 1)
     if too_big:
         result = TrialResult.failed("oom", too_big, skipped=True)
     elif idle is not None and not all(c.ok for c in idle):
@@ -72,10 +72,14 @@ def _estimate(payload: TrialPayload, loaded: Loaded | None) -> tuple[dict | None
     return estimate, over_limit(estimate, payload.settings.device, payload.memory_cap)
 
 
-def _devices_idle(device: str, count: int) -> list[IdleCheck] | None:
-    """On CUDA: wait until each of this trial's GPUs is free of other processes (NVML)."""
-    if device != "cuda":
+def _devices_idle(payload: TrialPayload, count: int) -> list[IdleCheck] | None:
+    """On CUDA: wait until each of this trial's GPUs is free of other processes (NVML);
+    the study's own process, waiting for this trial, is not another."""
+    if payload.settings.device != "cuda":
         return None
+    import os
+
     from advisor.machine.device_idle import nvml_index, wait_until_idle
 
-    return [wait_until_idle(nvml_index(i)) for i in range(count)]
+    ours = tuple(p for p in (os.getpid(), os.getppid(), payload.driver_pid_here()) if p is not None)
+    return [wait_until_idle(nvml_index(i), own_pids=ours) for i in range(count)]

@@ -101,7 +101,7 @@ def test_nvml_index_follows_cuda_visible_devices():
 
 def test_busy_gpu_fails_the_trial_as_device_busy_not_counted(monkeypatch):
     busy = IdleCheck("busy", 30.0, 2**30, [{"pid": 999, "used_bytes": 2**30}], note="1 other process(es) ...")
-    monkeypatch.setattr("advisor.machine.device_idle.wait_until_idle", lambda device: busy)
+    monkeypatch.setattr("advisor.machine.device_idle.wait_until_idle", lambda device, own_pids=None: busy)
     payload = TrialPayload("model.py", "", "0" * 64, TrialConfig(batch_size=64),
                            TrialSettings(train_samples=10, device="cuda"))
     result = entry.run_trial(payload)  # never builds a model
@@ -114,7 +114,33 @@ def test_busy_gpu_fails_the_trial_as_device_busy_not_counted(monkeypatch):
 
 
 def test_cpu_trials_are_not_checked():
-    assert entry._devices_idle("cpu", 2) is None
+    payload = TrialPayload("model.py", "", "0" * 64, TrialConfig(), TrialSettings(train_samples=10, device="cpu"))
+    assert entry._devices_idle(payload, 2) is None
+
+
+def test_the_study_s_own_process_holding_the_gpu_is_not_waited_for(monkeypatch):
+    """A driver that initialised CUDA (pytest on the H200 after its first CUDA test; a
+    notebook with its model on the GPU) waits while its trial runs: every trial was
+    device_busy after 30 s. Its pid, on this host, is ours and its memory recorded; a
+    driver on another host names no pid here."""
+    import os
+
+    from advisor.core.results import this_process
+
+    driver = os.getppid() + 1000  # the driver is no parent of the trial's process (Ray, the fork server)
+    nvml = FakeNvml([[(driver, 2**30)]])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(nvml, "nvmlDeviceGetHandleByIndex", lambda index: "gpu0", raising=False)
+    settings = TrialSettings(train_samples=10, device="cuda")
+    payload = TrialPayload("model.py", "", "0" * 64, TrialConfig(), settings,
+                           driver=this_process().rpartition(":")[0] + f":{driver}")
+    [check] = entry._devices_idle(payload, 1)
+    assert check.status == "idle" and check.ours == [{"pid": driver, "used_bytes": 2**30}]
+    elsewhere = TrialPayload("model.py", "", "0" * 64, TrialConfig(), settings, driver=f"another-host:{driver}")
+    assert elsewhere.driver_pid_here() is None
+    assert TrialPayload.from_dict(payload.to_dict()).driver == payload.driver
+    made = TrialPayload.of(SimpleNamespace(path="m.py", source="", sha256="0" * 64), TrialConfig(), settings)
+    assert made.driver_pid_here() == os.getpid()
 
 
 @pytest.mark.ray
