@@ -175,9 +175,12 @@ def test_estimate_errors_and_the_table_rows():
          "memory_ratio": {"center": 0.8, "low": 0.8, "high": 0.8, "n": 3}},
         {"model": "gpt2_small", "workload": "train", "variant": "precision=fp16", "refused": None,
          "failures": ["error: boom\nmore"]},
-        {"model": "gpt2_small", "workload": "train", "variant": "precision=tf32", "refused": "no GPU"}]}
+        {"model": "gpt2_small", "workload": "train", "variant": "precision=tf32", "refused": "no GPU"},
+        {"model": "conv_net", "workload": "train", "variant": "baseline", "runs": [], "failures": []},
+        {"model": "conv_net", "workload": "train", "variant": "precision=bf16", "refused": None, "failures": [],
+         "runs": []}]}  # the part's limit came before conv_net's round (the H200's GPT-2 rows)
     lines = table.rows(doc)
-    assert len(lines) == 3
+    assert len(lines) == 4 and "not run: the part's limit came before its model" in lines[3]
     assert "2.50x (2.40-2.60, 3 pairs)" in lines[0] and "NVIDIA H100" in lines[0]
     assert "failed: error: boom |" in lines[1] and "refused: no GPU" in lines[2]
     assert table.ratio({"center": 1.2, "low": 0.0, "high": None, "n": 1}) == "1.20x (1 pair)"

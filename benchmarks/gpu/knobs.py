@@ -260,7 +260,7 @@ def show(doc: dict) -> None:
             print(f"{name} refused: {row['refused'][:90]}")
         elif row["variant"] == "baseline":
             thr = [r["throughput"] for r in row["runs"]]
-            shown = f"{min(thr):,.1f}-{max(thr):,.1f} samples/s" if thr else f"FAILED {row['failures'][:1]}"
+            shown = f"{min(thr):,.1f}-{max(thr):,.1f} samples/s" if thr else _failed(row)
             print(f"{name} {shown}")
         elif row.get("throughput_ratio"):
             t, m = row["throughput_ratio"], row["memory_ratio"]
@@ -268,7 +268,13 @@ def show(doc: dict) -> None:
             span += "" if row.get("closing_baseline", True) else " vs the opening baseline only"
             print(f"{name} {t['center']:.2f}x {span}  memory {m['center']:.2f}x")
         else:
-            print(f"{name} FAILED {row['failures'][:1]}")
+            print(f"{name} {_failed(row)}")
+
+
+def _failed(row: dict) -> str:
+    """A row with no figure: failed (its first failure), or never run (the part's limit
+    came before its round)."""
+    return f"FAILED {row['failures'][:1]}" if row["failures"] else "not run (the limit came first)"
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ def rows(doc: dict) -> list[str]:
     gpu = doc["torch"].get("gpu") or "no GPU"
     torch = doc["torch"]["torch"]
     out = []
+    started = {r["model"] for r in doc["rows"] if r["variant"] == "baseline" and (r.get("runs") or r.get("failures"))}
     for row in doc["rows"]:
         if row["variant"] == "baseline":
             continue
@@ -36,6 +37,8 @@ def rows(doc: dict) -> list[str]:
             alone = "" if row.get("closing_baseline", True) else " †"  # paired with its round's opening baseline only
             out.append(f"| {where} | {row['variant']} | {ratio(row['throughput_ratio'])}{alone} | "
                        f"{ratio(row['memory_ratio'])} | {gpu} | {torch} |")
+        elif not row.get("failures") and row["model"] not in started:
+            out.append(f"| {where} | {row['variant']} | not run: the part's limit came before its model | | {gpu} | {torch} |")
         else:
             why = (row["failures"] or ["no pair: a baseline run failed"])[0].splitlines()[0][:120]
             out.append(f"| {where} | {row['variant']} | failed: {why} | | {gpu} | {torch} |")
