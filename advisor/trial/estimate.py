@@ -212,8 +212,11 @@ def _what_to_run(config: TrialConfig) -> tuple[TrialConfig, int, list[int], str]
     estimate, and how (in words)."""
     # compile estimated eagerly; channels_last changes strides, not sizes (and a fake tensor
     # cannot be swapped for its channels-last copy)
-    eager = config.replace(compile=False, compile_mode="default", compile_optimizer=False, channels_last=False)
-    note = ", eager" if config.compile else ""
+    # fp16 as bf16: the same sizes, and fp16's loss scaler reads its overflow flag as a value
+    # each step (``.item()``), which fake tensors have none of
+    eager = config.replace(compile=False, compile_mode="default", compile_optimizer=False, channels_last=False,
+                           precision="bf16" if config.precision == "fp16" else config.precision)
+    note = (", eager" if config.compile else "") + (", fp16 as bf16" if config.precision == "fp16" else "")
     if config.parallelism == "ddp":
         single = eager.replace(parallelism="single", devices=1, batch_size=config.batch_size // config.devices,
                                **_DDP_ONLY)

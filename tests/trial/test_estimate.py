@@ -49,6 +49,14 @@ def test_the_estimate_is_the_peak_the_same_steps_reach_on_real_tensors(example, 
     assert estimate["by_kind"]["activations"] > 0
 
 
+def test_fp16_is_estimated_as_bf16_whose_sizes_it_has():
+    """fp16's loss scaler reads its overflow flag each step, which fake tensors cannot give:
+    the estimate was unavailable for fp16, on a GPU its main precision."""
+    fp16 = estimate_here(payload("char_lm.py", batch_size=16, precision="fp16"))
+    bf16 = estimate_here(payload("char_lm.py", batch_size=16, precision="bf16"))
+    assert fp16["peak_bytes"] == bf16["peak_bytes"] and "fp16 as bf16" in fp16["how"]
+
+
 def test_each_strategy_is_estimated_as_its_ranks_run_it():
     single = estimate_here(payload("char_lm.py", batch_size=32))
     fsdp = estimate_here(payload("char_lm.py", batch_size=32, parallelism="fsdp", devices=2))
