@@ -9,7 +9,7 @@
 #   doctor     `advisor doctor` on its built-in model, every GPU option          (LIMIT_DOCTOR=210)
 #   tune       `advisor tune` of GPT-2 small (context 512) with confirmation,
 #              `advisor measure` of its pick, and the memory plans against the
-#              measured peaks of its trials                                      (LIMIT_TUNE=300)
+#              measured peaks of its trials                                      (LIMIT_TUNE=320)
 #   knobs      each GPU knob against its model's fp32 baseline, paired           (LIMIT_KNOBS=200)
 #   inference  the inference knobs (int8 / int4 / fp8, 2:4, compile), paired     (LIMIT_INFERENCE=150)
 #   compile    each compile mode (CUDA graphs included), paired                  (LIMIT_COMPILE=240)
@@ -86,10 +86,12 @@ part_doctor_gpt2() {
 
 part_tune() {
   local db="sqlite:///$W/study.db" model=benchmarks/gpu/models/gpt2_small.py
-  # sized from the first H100 run (2026-11-26): a GPT-2 probe ~10 s, its fp32 training
-  # ~90 samples/s, a compiled probe ~45 s
-  bounded "$(( LIMIT - 120 ))" advisor tune "$model" --space gpu --study gpt2-check --storage "$db" \
-    --trials "${TUNE_TRIALS:-5}" --train-samples "${TUNE_SAMPLES:-1024}" --metric-seeds 1 \
+  # sized from the H100 and H200 runs: the baseline's first probe ~36 s (the process's start,
+  # the memory plan), a later one ~7-10 s, fp32 training ~90 samples/s; with --space gpu
+  # (compile: a ~45 s probe) neither reached the confirmation, so three precisions here
+  bounded "$(( LIMIT - 120 ))" advisor tune "$model" --space benchmarks/gpu/spaces/gpt2_check.yaml \
+    --study gpt2-check --storage "$db" \
+    --trials "${TUNE_TRIALS:-3}" --train-samples "${TUNE_SAMPLES:-1024}" --metric-seeds 1 \
     --pairs 2 --confirm-top 1 --confirm-target 0.05 --trial-timeout 120 --no-tui --json > "$W/tune.json"
   bounded 20 advisor export --storage "$db" --study gpt2-check --pick fastest -o "$W/pick.yaml"
   [ -f "$W/pick.yaml" ] && bounded 80 advisor measure "$model" --config "$W/pick.yaml" \
@@ -118,7 +120,7 @@ for part in "$@"; do
   var="LIMIT_$(echo "${part//-/_}" | tr a-z A-Z)"
   case $part in
     smoke) LIMIT=${!var:-150} ;; inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
-    doctor) LIMIT=${!var:-210} ;; tune) LIMIT=${!var:-300} ;; *) LIMIT=${!var:-240} ;;
+    doctor) LIMIT=${!var:-210} ;; tune) LIMIT=${!var:-320} ;; *) LIMIT=${!var:-240} ;;
   esac
   W=$(mktemp -d "/tmp/advisor-check-$part.XXXX")
   say "part $part, at most $LIMIT s, commit ${ADVISOR_CHECK_COMMIT:-?}"
