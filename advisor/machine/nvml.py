@@ -140,6 +140,31 @@ class NvmlSampler:
         return summary
 
 
+    def util_over(self, windows: list[tuple[float, float]]) -> float | None:
+        """The GPU's mean utilisation (NVML: the share of time a kernel ran) over the readings
+        taken inside ``windows`` (the timed steps, without the build and the warm-up); None
+        with fewer than 3 such readings."""
+        inside = [s["gpu_util"] for s in self.samples
+                  if "gpu_util" in s and any(a <= s["t"] <= b for a, b in windows)]
+        return statistics.fmean(inside) if len(inside) >= 3 else None
+
+
+STARVED_BELOW = 60.0  # percent: a baseline whose GPU is busier than this is not host-bound
+
+
+def starved_text(telemetry: dict[str, Any] | None) -> str | None:
+    """What to tell a user whose baseline kept its GPU busy less than ``STARVED_BELOW``
+    percent of its timed steps, or None. (On an H200 a check model that fed 1,024
+    TensorDataset rows a step kept its GPU 11-35% busy, and bf16 gained 1.05x.)"""
+    util = (telemetry or {}).get("gpu_util_timed")
+    if util is None or util >= STARVED_BELOW:
+        return None
+    return (f"the GPU was busy only {util:.0f}% of the baseline's timed steps (NVML): each step waits on the host "
+            "(loading and collating the batch, Python, a synchronisation), so knobs that make the GPU's arithmetic "
+            "faster (precision, fp8, compile) can gain little until that wait shrinks; num_workers and pin_memory "
+            "act on the loading, a larger batch_size spreads it")
+
+
 def _at(points: list[tuple[float, float]], t: float) -> float:
     """The counter's value at ``t``, interpolated between the readings around it."""
     for (t0, v0), (t1, v1) in zip(points, points[1:]):

@@ -97,6 +97,9 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     telemetry = sampler.stop() if sampler else {}
     if device.type == "cuda":  # the devices Ray gave this trial's task
         telemetry["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    util = sampler.util_over(timer.windows) if sampler else None
+    if util is not None:  # the GPU's busy share over the timed steps alone (a host-bound step shows here)
+        telemetry["gpu_util_timed"] = util
     energy = sampler.energy_over(timer.windows) if sampler else None
     if energy is not None:  # the GPU's mean power over the timed steps, from its energy counter
         telemetry["energy"] = energy

@@ -156,3 +156,46 @@ def test_nothing_readable_ends_sampling_with_a_note():
     summary = _sample_with(_NothingNvml())
     assert set(summary) == {"note"}
     assert summary["note"].startswith("NVML sampling failed") and "clocks" in summary["note"]
+
+
+def test_utilisation_over_the_timed_windows_leaves_out_the_rest():
+    """The build and the warm-up (GPU idle or busy compiling) do not count: only readings
+    taken inside the timed stretches, and three of them at least."""
+    from advisor.machine.nvml import starved_text
+
+    sampler = NvmlSampler(0)
+    sampler.samples = [{"gpu_util": u, "t": t} for t, u in
+                       [(0.0, 0.0), (0.5, 0.0), (1.0, 30.0), (1.1, 40.0), (1.2, 50.0), (1.5, 100.0), (2.0, 20.0)]]
+    assert sampler.util_over([(0.9, 1.25), (1.9, 2.1)]) == pytest.approx(35.0)  # 30, 40, 50, 20
+    assert sampler.util_over([(1.9, 2.1)]) is None  # one reading says too little
+    assert starved_text({"gpu_util_timed": 35.0}).startswith("the GPU was busy only 35% of the baseline's timed")
+    assert starved_text({"gpu_util_timed": 90.0}) is None and starved_text({"gpu_util_mean": 10.0}) is None
+    assert starved_text(None) is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_host_bound_loop_reads_as_starved_and_a_matmul_loop_does_not():
+    """Runs on a REAL CUDA GPU: NVML's utilisation over a timed window tells a loop that
+    waits on the host (a sleep between small kernels) from one that keeps the GPU busy."""
+    from advisor.machine.nvml import STARVED_BELOW
+
+    def window(busy: bool) -> float | None:
+        sampler = NvmlSampler(0, interval_s=0.02).start()
+        a = torch.randn(4096, 4096, device="cuda")
+        start = time.perf_counter()
+        while time.perf_counter() < start + 1.5:
+            if busy:
+                a = (a @ a).clamp_(-1, 1)
+            else:
+                a.add_(1.0)
+                torch.cuda.synchronize()
+                time.sleep(0.01)
+        torch.cuda.synchronize()
+        span = [(start + 0.5, time.perf_counter())]  # NVML averages over its last period: skip the start
+        sampler.stop()
+        return sampler.util_over(span)
+
+    busy, idle = window(True), window(False)
+    assert busy is not None and idle is not None
+    assert busy > STARVED_BELOW > idle

@@ -37,6 +37,7 @@ from advisor.core.feasibility import resolution, seeds_to_resolve
 from advisor.core.stop import Stop
 from advisor.core.stored import WALL, TrialRecord
 from advisor.core.study_attrs import StudyAttrs
+from advisor.machine.nvml import starved_text
 from advisor.search.strategy import Proposal
 from advisor.study.confirmation.baseline_watch import BaselineWatch
 from advisor.study.confirmation.confirm import Confirmer
@@ -106,6 +107,9 @@ class StudyRun:
                     if self.options.workload == "train":  # inference: no seed changes the metric
                         self._metric_noise(watch, base)
                     self._say_how_long(base, budget_end)
+                    starved = starved_text(base.get("telemetry"))
+                    if starved:
+                        self.emit(Note(starved))
                     self._search(base, watch, self.parts.watched(watch))
                 if base is not None and self.options.workload == "train" and not self.stop.halted:
                     self._cancel_all(self.stop_reason or "the study stopped")
