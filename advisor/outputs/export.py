@@ -65,6 +65,7 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
             "workload_sha256": u.get("workload_sha256"),
             "workload_kind": u.get("workload", "train"),  # apply(..., workload=this)
             "train_samples": u.get("settings", {}).get("train_samples"),
+            "seed": (u.get("settings") or {}).get("seed", 0),  # the trials' (initial weights, shuffle)
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         } | ({"eval_batch_size": u["settings"]["eval_batch_size"]}  # the trials' validation batch (newer studies)
              if (u.get("settings") or {}).get("eval_batch_size") else {}),

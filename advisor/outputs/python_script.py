@@ -32,6 +32,7 @@ from advisor.workload.defaults import OUTPUT_LOSS, batch_len, default_loss, defa
 WORKLOAD = {workload!r}  # your model.py (the advisor contract)
 TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation (counted in full batches)
 EVAL_BATCH = {eval_batch}  # the batch the trials' validation ran in (the baseline's; None: the config's own)
+SEED = {seed}  # the trials' seed: the model's initial weights and the training set's shuffle
 CONFIG = {config}
 
 
@@ -49,8 +50,9 @@ def main():
     w = load(WORKLOAD)
     # model.py's own word on splitting the model (tensor / pipeline parallelism), where it has one
     splits = {{name: getattr(w, name)() for name in ("tp_plan", "pipeline_split") if hasattr(w, name)}}
+    train_set, val_set = w.datasets()  # read first, then seeded, as the trials do
+    torch.manual_seed(SEED)
     prepared = advisor.apply(w.model(), CONFIG, workload={workload_kind!r}, **splits)
-    train_set, val_set = w.datasets()
 {train}
     metric = getattr(w, "metric", None) or default_metric  # top-1 accuracy over the scores, as in the trials
     prepared.model.eval()
@@ -85,7 +87,7 @@ _TRAIN = '''\
     optimizer = make_optimizer(prepared.module.parameters())
     # full batches, as the trials trained; model.py's collate() where it has one. A training
     # set that is a stream (an IterableDataset) keeps its own order, split among the ranks
-    loader = prepared.loader(train_set, shuffle=True, drop_last=True, collate_fn=getattr(w, "collate", None))
+    loader = prepared.loader(train_set, shuffle=True, seed=SEED, drop_last=True, collate_fn=getattr(w, "collate", None))
     steps, step, epoch = max(1, round(TRAIN_SAMPLES / CONFIG["batch_size"])), 0, 0
     while step < steps:  # epoch after epoch (a stream is read again from its start) until TRAIN_SAMPLES
         if hasattr(loader.sampler, "set_epoch"):
@@ -125,7 +127,7 @@ def python_script(document: dict[str, Any], name: str = "this_file.py") -> str:
         title=f"Trial {source['trial']} of study {source['study']!r}, exported by advisor {source['exported']}.",
         measured=_measured_line(document), run=launch_command(config, name),
         workload=source.get("workload") or "model.py", train_samples=samples,
-        eval_batch=source.get("eval_batch_size"),
+        eval_batch=source.get("eval_batch_size"), seed=source.get("seed", 0),
         config=pprint.pformat(config.to_dict(), sort_dicts=False, width=100), workload_kind=kind,
         train="" if kind == "inference" else _TRAIN)
     return script + "\n" + plain_pytorch(config)

@@ -55,6 +55,8 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     now = json.loads(Path("now.json").read_text())
     for document in (before, now):
         document["source"].pop("exported")
+    # added since (the GPU pass): the trials' seed, which the exported script seeds with
+    assert now["source"].pop("seed") == 0
     # added since (the figures-you-can-trust issue): the baseline's configuration, and
     # whether the ratios were confirmed in pairs (this study predates confirmation)
     assert now.pop("baseline")["batch_size"] == 32  # the baseline trial's configuration

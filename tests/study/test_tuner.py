@@ -144,3 +144,25 @@ def test_gpu_request_on_cpu_cluster_is_refused_up_front(ray_session):
 
     with pytest.raises(SchedulerError, match="no node of the Ray cluster has one"):
         RayExecutor("cuda").start()
+
+
+def test_the_exported_script_scores_what_its_trial_scored(eager_study, workdir, capsys):
+    """`advisor export --format python` rebuilds the trial: the same seed for the initial
+    weights and the shuffle, the same training samples and evaluation batch, so its
+    validation metric is the trial's (to a sample: the trial ran under Ray, with its own
+    thread count)."""
+    import subprocess
+    import sys
+
+    in_workdir(eager_study, workdir)
+    study = load(workdir / "advisor.db", "digits_mlp-eager")
+    trained = [t for t in study.trials if t.state.name == "COMPLETE" and t.user_attrs.get("accuracy") is not None
+               and "duplicate_of" not in t.user_attrs]
+    for trial in (trained[0], trained[-1]):
+        assert main(["export", "--trial", str(trial.number), "--format", "python", "-o", f"t{trial.number}.py"]) == 0
+        run = subprocess.run([sys.executable, f"t{trial.number}.py"], capture_output=True, text=True, timeout=300,
+                             cwd=workdir)
+        assert run.returncode == 0, run.stderr[-3000:]
+        score = float(run.stdout.split("validation metric ")[1].split()[0])
+        samples = int(run.stdout.split("(")[1].split()[0])
+        assert score == pytest.approx(trial.user_attrs["accuracy"], abs=1.01 / samples), (trial.number, run.stdout)
