@@ -113,6 +113,7 @@ import advisor
 
 WORKLOAD = {workload!r}  # your Lightning file
 TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation
+SEED = {seed}  # the trials' seed (initial weights; Lightning's own loaders shuffle from it too)
 CONFIG = {config}
 TRAINER = {trainer}  # the Trainer arguments of this config
 DATALOADER = {loader}  # set these in your DataModule's DataLoaders
@@ -127,6 +128,7 @@ def load(path):
 
 def main():
     w = load(WORKLOAD)
+    L.seed_everything(SEED, verbose=False)
     lit = {make_module}
     data = {make_data}
     data.batch_size = DATALOADER["batch_size"]  # if your DataModule reads self.batch_size
@@ -160,7 +162,7 @@ def lightning_script(document: dict[str, Any], measured: str, name: str) -> str:
         title=f"Trial {source['trial']} of study {source['study']!r} (a Lightning file), exported by advisor "
               f"{source['exported']}.",
         measured=measured, name=name, workload=source.get("workload") or "model.py",
-        train_samples=source.get("train_samples") or 1,
+        train_samples=source.get("train_samples") or 1, seed=source.get("seed", 0),
         config=pprint.pformat(config.to_dict(), sort_dicts=False, width=100),
         trainer=pprint.pformat(trainer, sort_dicts=False, width=100),
         loader=pprint.pformat(args["dataloader"], sort_dicts=False, width=100),
