@@ -84,6 +84,7 @@ class TuneOutput:
         self.progress: Any = None
         self.task: Any = None
         self.total = 0
+        self.study_line = ""  # the setup's last line, said when the study is open
         self.metric = DEFAULT_METRIC  # the study's metric, once planned
         self.started = time.monotonic()
         self.trial_wall = 0.0
@@ -115,14 +116,19 @@ class TuneOutput:
         self.say(f"space     {plan.space.name}: {plan.space.size()} configurations on this machine")
         for line in dropped_lines(plan.space):
             self.say(f"          {line}")
-        self.say(f"study     {plan.study_name} in {plan.storage_url} ({plan.options.trials} trials, "
-                 + (f"{plan.settings.train_samples} training samples each)" if plan.options.workload == "train"
-                    else "inference: no training)"))
+        # said once the study is open (``Started``): a study that cannot be resumed is refused
+        # before a line says it runs
+        self.study_line = (f"study     {plan.study_name} in {plan.storage_url} ({plural(plan.options.trials, 'trial')}, "
+                           + (f"{plan.settings.train_samples} training samples each)"
+                              if plan.options.workload == "train" else "inference: no training)"))
         self.total = plan.options.trials
         self.metric = plan.workload.metric_spec
 
     def event(self, event: Event) -> None:
         if isinstance(event, Started):
+            if self.study_line:
+                self.say(self.study_line)
+                self.study_line = ""
             self.ray_startup = event.startup_s
             self.say(f"ray       started in {event.startup_s:.1f} s; {event.slots} trial(s) at a time, "
                      f"each with {event.resources}")

@@ -108,7 +108,9 @@ def test_resume_completes_total_and_fails_stale_running(eager_study, workdir, ca
 def test_resume_with_other_settings_is_refused(eager_study, workdir, capsys):
     in_workdir(eager_study, workdir)  # stored with --train-samples 300
     assert main([*EAGER[:-2], "--train-samples", "400"]) == 2
-    assert "another setup: settings: train_samples 300 then, 400 now" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "another setup: settings: train_samples 300 then, 400 now" in said.err
+    assert "space     eager" in said.out and "study     " not in said.out  # no line says a refused study runs
 
 
 def test_export_round_trip(eager_study, workdir, capsys):
