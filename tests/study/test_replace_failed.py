@@ -26,20 +26,24 @@ def _plan(tmp_path, extra=""):
                                   storage=f"sqlite:///{tmp_path / 's.db'}"))
 
 
-@pytest.mark.parametrize("left", ["failed", "measured", "driver"])
+@pytest.mark.parametrize("left", ["failed", "failed-and-waiting", "measured", "driver", "running"])
 def test_a_study_of_only_a_failed_baseline_is_replaced_when_model_py_changed(tmp_path, quiet_optuna, left):
     first = _plan(tmp_path)
     study = open_study(first, open_storage(first.storage_url))
     trial = study.ask()
     if left == "measured":
         study.tell(trial, [100.0, 1e6, 0.9])
-    else:
+    elif left != "running":
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    if left == "failed-and-waiting":  # a proposal queued before the baseline failed: nothing measured
+        study.enqueue_trial({})
+    if left == "running":  # asked by a driver that has not told it (another, possibly alive)
+        study.ask()
     if left == "driver":  # another driver beat on it a second ago
         StudyAttrs(study).set_heartbeat("host:1:ab", {"host": "host", "pid": 1, "at": time.time(), "hardware": "h"})
     fixed = _plan(tmp_path, "\n# fixed\n")  # another sha256: not resumable as it stands
     notes: list[str] = []
-    if left != "failed":
+    if not left.startswith("failed"):
         with pytest.raises(StudyError, match="was run with another setup: workload_sha256"):
             open_study(fixed, open_storage(fixed.storage_url))
         return

@@ -225,3 +225,15 @@ def join_study(study: Any, storage: Any, plan: StudyPlan, on_event: Listener) ->
         on_event(Note(f"{len(live)} other driver(s) run this study ({', '.join(p.id for p in live)}): "
                       f"its {plan.options.trials} trials are shared out"))
     return drivers
+
+
+def nothing_measured(study: Any, drivers: Drivers) -> bool:
+    """Whether ``study`` holds nothing measured: failed trials (at least one) and perhaps
+    proposals left waiting, none complete, probed or running; and no other driver is alive
+    on it (``Drivers.alive``: on this host its process exists, elsewhere its heartbeat is
+    younger than ``GRACE_S``). Such a study, left by a
+    failed baseline, is not kept: the fixed model.py runs with the same command (the run
+    that failed deletes it; a study an earlier version kept is replaced on open)."""
+    states = {t.state.name for t in study.get_trials(deepcopy=False)}
+    return "FAIL" in states and states <= {"FAIL", "WAITING"} and not drivers.others()
+

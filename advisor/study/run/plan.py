@@ -165,7 +165,9 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
         try:
             _check_resumable(plan, study, attrs, on_event)
         except StudyError:
-            if not _holds_nothing(study):
+            from advisor.study.run._drivers import Drivers, nothing_measured
+
+            if not nothing_measured(study, Drivers(study)):
                 raise
             # an earlier run's baseline failed and nothing else ran (a version that kept such
             # studies): replaced, so that the fixed model.py runs with the same command
@@ -181,19 +183,6 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(["throughput", "peak_memory_bytes", plan.workload.metric_spec.objective_name])
     return study
-
-
-def _holds_nothing(study: optuna.Study, quiet_s: float = 60.0) -> bool:
-    """Whether ``study`` holds failed trials only (at least one; none measured, none
-    running or waiting) and no driver has beaten on it for ``quiet_s`` seconds."""
-    import time
-
-    trials = study.get_trials(deepcopy=False)
-    if not trials or any(t.state.name != "FAIL" for t in trials):
-        return False
-    beats = StudyAttrs(study).heartbeats().values()
-    return not any(isinstance(b, dict) and not b.get("stopped") and time.time() - float(b.get("at") or 0) < quiet_s
-                   for b in beats)
 
 
 def _differs(key: str, then: Any, now: Any) -> str:

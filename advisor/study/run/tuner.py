@@ -104,16 +104,16 @@ class Tuner:
 
 
 def _forget_unmeasured(context: RunContext) -> bool:
-    """Delete the study when its baseline failed and it holds nothing measured (no trial
-    completed or probed) and no other driver is on it: a failed first run leaves nothing
-    behind that would refuse the same command once model.py is fixed. True if deleted."""
+    """Delete the study when its baseline failed and it holds nothing measured
+    (``nothing_measured``): a failed first run leaves nothing behind that would refuse the
+    same command once model.py is fixed. True if deleted."""
     import optuna
 
-    study = context.study
-    measured = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    if any(t.state in measured for t in study.get_trials(deepcopy=False)) or context.drivers.others():
+    from advisor.study.run._drivers import nothing_measured
+
+    if not nothing_measured(context.study, context.drivers):
         return False
-    optuna.delete_study(study_name=study.study_name, storage=context.storage)
+    optuna.delete_study(study_name=context.study.study_name, storage=context.storage)
     return True
 
 
