@@ -61,6 +61,18 @@ def test_unusable_storage_is_refused_before_any_trial(case, workdir, capsys):
     assert _snapshot(workdir) == before  # nothing created or changed
 
 
+@pytest.mark.parametrize("case", ["not a URL", "missing directory"])
+def test_a_bad_storage_from_the_environment_says_so(case, workdir, capsys, monkeypatch):
+    """No flag named it: the error says the storage is $ADVISOR_STORAGE's."""
+    make, text = CASES[case]
+    monkeypatch.setenv("ADVISOR_STORAGE", make(workdir))
+    assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--trials", "2"]) == 2
+    err = capsys.readouterr().err
+    assert text in err and "(the storage is $ADVISOR_STORAGE's)" in err
+    assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--trials", "2", "--storage", "nowhere.db"]) == 2
+    assert "$ADVISOR_STORAGE" not in capsys.readouterr().err  # the flag's own value
+
+
 def test_locked_sqlite_is_refused(workdir, capsys):
     """Another process holds the write lock (as a second `advisor tune` writing would)."""
     import optuna

@@ -40,6 +40,22 @@ def _journal_path(url: str) -> Path | None:
 
 
 def check_storage(url: str, must_exist: bool = False) -> None:
+    """Report a bad URL, an unusable path or an unreachable database, writing nothing; a
+    storage that came from ``$ADVISOR_STORAGE`` is said to have (no flag named it).
+
+    A SQLite or journal file is only checked (its directory exists and is writable);
+    another database URL is connected to once. An RDB storage's ``$ADVISOR_STORAGE_WAIT``
+    is checked too.
+    """
+    try:
+        _check_storage(url, must_exist)
+    except StudyError as exc:
+        if url and os.environ.get("ADVISOR_STORAGE") == url:
+            raise StudyError(f"{exc} (the storage is $ADVISOR_STORAGE's)") from None
+        raise
+
+
+def _check_storage(url: str, must_exist: bool) -> None:
     """Report a bad URL, an unusable path or an unreachable database, writing nothing.
 
     A SQLite or journal file is only checked (its directory exists and is writable);
