@@ -37,7 +37,6 @@ from advisor.study.storage.guard import shown_url
 if TYPE_CHECKING:
     from advisor.core.results import TrialPayload, TrialResult
     from advisor.runner.executor import Executor, Handle
-    from advisor.study.run.plan import StudyPlan
 
 PREFIX = DRIVER_PREFIX  # study attribute: + a driver's id -> its record (advisor.core.study_attrs)
 BEAT_S = 5.0  # how often a driver renews its heartbeat
@@ -207,10 +206,11 @@ def hardware_id(fingerprint: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def join_study(study: Any, storage: Any, plan: StudyPlan, on_event: Listener) -> Drivers:
+def join_study(study: Any, storage: Any, plan: Any, on_event: Listener) -> Drivers:
     """This driver joins ``study``: refused (StudyError, nothing written) while a live
     driver measures it on other hardware; then announced, and the trials that gone
-    drivers left running marked failed."""
+    drivers left running marked failed. ``plan``: the study's ``StudyPlan`` (not imported
+    here: plan.py asks this module whether a study holds anything measured)."""
     drivers = Drivers(study, hardware_id(fingerprint(plan.hardware)))
     peers = drivers.peers()
     for p in drivers.mismatched(peers):
@@ -231,9 +231,9 @@ def nothing_measured(study: Any, drivers: Drivers) -> bool:
     """Whether ``study`` holds nothing measured: failed trials (at least one) and perhaps
     proposals left waiting, none complete, probed or running; and no other driver is alive
     on it (``Drivers.alive``: on this host its process exists, elsewhere its heartbeat is
-    younger than ``GRACE_S``). Such a study, left by a
-    failed baseline, is not kept: the fixed model.py runs with the same command (the run
-    that failed deletes it; a study an earlier version kept is replaced on open)."""
+    younger than ``GRACE_S``). Such a study, left by a failed baseline, is not kept: the
+    fixed model.py runs with the same command (the run that failed deletes it; a study an
+    earlier version kept is replaced on open)."""
     states = {t.state.name for t in study.get_trials(deepcopy=False)}
     return "FAIL" in states and states <= {"FAIL", "WAITING"} and not drivers.others()
 
