@@ -84,4 +84,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"config    {args.config}: {origin} ({result.config.describe()})", markup=False)
     console.print(f"baseline  {result.baseline.describe()}", markup=False)
     console.print(comparison_table(result))
+    noisy = result.too_noisy()
+    if noisy:
+        console.print(f"note      {noisy}", markup=False)
     return 0

@@ -75,7 +75,7 @@ class Interval:
 
     def text(self) -> str:
         """'1.52x (1.46-1.58), 8 pairs' ('..., 12 pairs in 2 sittings')."""
-        span = f"{self.low:.2f}-{self.high:.2f}" if math.isfinite(self.high) else "unbounded"
+        span = f"{ratio_end(self.low)}-{ratio_end(self.high)}" if math.isfinite(self.high) else "unbounded"
         where = f" in {self.sittings} sittings" if self.sittings > 1 else ""
         return f"{self.center:.2f}x ({span}), {self.n} pair{'s' if self.n != 1 else ''}{where}"
 
@@ -88,6 +88,11 @@ class Interval:
         high = data["high"]
         return cls(float(data["center"]), float(data["low"]), math.inf if high is None else float(high),
                    int(data["n"]), int(data.get("sittings") or 1))
+
+
+def ratio_end(ratio: float) -> str:
+    """An interval's end as a ratio: '1.46', or '<0.01' / '>100' past what two places say."""
+    return "<0.01" if ratio < 0.005 else ">100" if ratio > 100 else f"{ratio:.2f}"
 
 
 def logs_of(ratios: Sequence[float]) -> list[float]:

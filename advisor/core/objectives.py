@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from advisor.core.feasibility import Verdict
+from advisor.core.intervals import ratio_end
 from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import within_noise
@@ -164,7 +165,7 @@ def _ratio_text(value: float | None, span: tuple[float, float] | None, pairs: in
         return "-"
     if not confirmed:
         return f"{value:.2f}x unconfirmed"
-    inside = f"{span[0]:.2f}-{span[1]:.2f}" if span and math.isfinite(span[1]) else "unbounded"
+    inside = f"{ratio_end(span[0])}-{ratio_end(span[1])}" if span and math.isfinite(span[1]) else "unbounded"
     return f"{value:.2f}x ({inside})" + ("" if short else f", {pairs} pair{'s' if pairs != 1 else ''}")
 
 

@@ -73,9 +73,20 @@ class Remeasured:
             out["difference"] = now - stored
         return out
 
+    def too_noisy(self) -> str | None:
+        """What to say when today's throughput interval is too wide to tell the config from
+        the baseline (wider than +-50%, or with its ends either side of 1.0 by more than a
+        quarter), or None."""
+        now = self.confirmation.throughput
+        if now is None or now.n < 2 or (now.halfwidth <= 0.5 and not (now.low < 0.8 and now.high > 1.25)):
+            return None
+        return (f"the throughput interval, {now.text()}, is too wide to tell the config from the baseline: the "
+                "timings moved too much between these runs (another load on the machine, clocks, the runs the "
+                "noise sentinel discarded). Measure again with more --pairs, or when the machine is quieter")
+
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "baseline": self.baseline.to_dict(),
-                "source": self.document.get("source"), "notes": self.notes,
+                "source": self.document.get("source"), "notes": self.notes, "too_noisy": self.too_noisy(),
                 "confirmation": self.confirmation.to_dict(),
                 "full_run": result_dict(self.full_run) if self.full_run is not None else None,
                 "figures": {"throughput_ratio": self.ratio("throughput_ratio"),

@@ -47,6 +47,8 @@ def test_interval_edge_cases():
     same = interval([2.0, 2.0, 2.0])
     assert same.low == same.high == pytest.approx(2.0) and same.halfwidth == pytest.approx(0.0)
     assert same.text() == "2.00x (2.00-2.00), 3 pairs"
+    wild = Interval(0.23, 0.0004, 141599316.01, 2)  # two pairs on a machine under load (advisor measure)
+    assert wild.text() == "0.23x (<0.01->100), 2 pairs"
     assert t975(1) == pytest.approx(12.706, abs=1e-3) and t975(100) == pytest.approx(1.984, abs=0.002)
     with pytest.raises(ValueError):
         t975(0)

@@ -92,3 +92,21 @@ def test_missing_files_and_bad_repeats_exit_2(exported, tmp_path, capsys):
     assert "--pairs must be at least 1" in capsys.readouterr().err
     assert main(["measure", MLP, "--config", str(exported), "--pairs", "2", "--repeats", "3"]) == 2
     assert "disagree" in capsys.readouterr().err
+
+
+def test_an_interval_too_wide_to_decide_says_so():
+    """Two pairs on a machine under load gave 0.23x (0.00-141599316.01): the table said it
+    and nothing more. Now a note says it cannot tell, why, and what to do."""
+    from advisor.core.config import TrialConfig
+    from advisor.core.pairs import Confirmation, Pair
+    from advisor.outputs.remeasure import Remeasured
+
+    def measured(*ratios):
+        c = Confirmation(0, pairs=[Pair(0.5, 1000.0, 1000.0 * r, 1e6, 1e6, sitting=1) for r in ratios])
+        return Remeasured(TrialConfig(precision="bf16"), TrialConfig(), {}, confirmation=c)
+
+    wild = measured(1.12, 0.05)
+    assert "too wide to tell the config from the baseline" in wild.too_noisy()
+    assert "more --pairs" in wild.too_noisy() and wild.to_dict()["too_noisy"] == wild.too_noisy()
+    assert measured(1.50, 1.52, 1.49).too_noisy() is None  # tight: nothing to say
+    assert measured(1.12).too_noisy() is None  # one pair: unbounded, which the table says
