@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from advisor.core.config import TrialConfig
+from advisor.core.config import DOMAINS, TrialConfig
 from advisor.core.errors import ConfigError
 
 FORMAT_VERSION = 1
@@ -80,4 +80,6 @@ def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
         if version != FORMAT_VERSION:
             raise ConfigError(f"{path}: advisor_config is {version!r}; this advisor reads version {FORMAT_VERSION}")
         document, data = data, data.get("config")
+    elif isinstance(data, dict) and isinstance(data.get("config"), dict) and not set(data) & set(DOMAINS):
+        document, data = data, data["config"]  # an export's shape without its version line (trimmed, or by hand)
     return TrialConfig.from_dict(data, where=f"{path}: config"), document

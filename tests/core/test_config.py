@@ -158,6 +158,17 @@ def test_load_bare_mapping(tmp_path):
     assert load_config(path) == TrialConfig(batch_size=32, precision="bf16")
 
 
+def test_load_an_export_without_its_version_line(tmp_path):
+    """An export's shape, its `advisor_config:` line cut (trimmed, or written by hand): its
+    config is read; a mapping that mixes knobs with `config:` is still bad input."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("config:\n  precision: bf16\n  batch_size: 64\nsource: {trial: 3}\n")
+    assert load_config(path) == TrialConfig(batch_size=64, precision="bf16")
+    path.write_text("batch_size: 32\nconfig:\n  precision: bf16\n")
+    with pytest.raises(ConfigError, match="config.config: unknown key"):
+        load_config(path)
+
+
 def test_public_load_config(tmp_path):
     path = tmp_path / "cfg.json"
     path.write_text('{"compile": true, "compile_mode": "max-autotune-no-cudagraphs"}')
