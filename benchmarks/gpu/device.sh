@@ -109,7 +109,9 @@ part_inference() {
 }
 
 part_compile() {
-  bounded "$(( LIMIT - 10 ))" "$PY" benchmarks/gpu/knobs.py compile --out "$W" --budget-s "$(( LIMIT / 2 ))" --pairs 3
+  # a run at most 100 s: one slow autotune cannot spend the part
+  bounded "$(( LIMIT - 10 ))" "$PY" benchmarks/gpu/knobs.py compile --out "$W" --budget-s "$(( LIMIT / 2 ))" --pairs 3 \
+    --trial-timeout 100
 }
 
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/gpu/device.sh PART [PART ...]" >&2; exit 2; }
