@@ -85,7 +85,7 @@ def wait_until_idle(device: int | str, timeout_s: float = 30.0, poll_s: float = 
             if waited >= timeout_s:
                 return IdleCheck("busy", waited, used, foreign,
                                  note=f"{len(foreign)} other process(es) still hold the GPU after {waited:.0f} s "
-                                      f"(pids {', '.join(str(f['pid']) for f in foreign)})")
+                                      f"(pids {', '.join(_named(f['pid']) for f in foreign)})")
             time.sleep(poll_s)
     except Exception as exc:
         return IdleCheck("unchecked", time.monotonic() - started, note=f"NVML query failed: {exc}")
@@ -94,3 +94,14 @@ def wait_until_idle(device: int | str, timeout_s: float = 30.0, poll_s: float = 
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _named(pid: int) -> str:
+    """'4242 python3': a pid with its command's name, where this machine's /proc has it
+    (NVML gives host pids: in a container another process's may not be visible)."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return f"{pid} {fh.read().strip()}"
+    except OSError:
+        return str(pid)
+

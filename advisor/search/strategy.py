@@ -34,6 +34,7 @@ from advisor.search.space import SearchSpace
 from advisor.techniques.rules import refusal
 
 DUPLICATES_IN_A_ROW = 50  # the sampler has nothing new to offer: stop
+BUSY_IN_A_ROW = 3  # trials not measured because another process held the GPU: stop (resumable)
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Strategy:
         self._seeds_due = sampler == "default"
         self._combine_due = sampler == "default" and not combined
         self._duplicates_in_a_row = 0
+        self._busy_in_a_row = 0
         self.gave_up: str | None = None  # why the strategy stopped proposing for good
 
     # ---- what to run next -----------------------------------------------------------------
@@ -174,6 +176,12 @@ class Strategy:
         self._known_oom.learn([record])
         if (learned := self._known_failures.add(record)) is not None and not quiet:
             self.emit(Note(learned))
+        self._busy_in_a_row = self._busy_in_a_row + 1 if record.failure_class == "device_busy" else 0
+        if self._busy_in_a_row >= BUSY_IN_A_ROW and self.gave_up is None:  # each waited 30 s, measured nothing
+            held = (record.failure_message or "").split(": not measured")[0]
+            self.gave_up = (f"{BUSY_IN_A_ROW} trials in a row found the GPU held by another process ({held}); "
+                            "nothing was measured meanwhile. Run the same command again once it is free: the study "
+                            "resumes")
 
     @property
     def seeds_done(self) -> bool:

@@ -163,3 +163,13 @@ def test_after_crash_and_oom_the_next_trials_are_clean(ray_session, workdir, cap
     for t in completed:  # peaks of ~1.5 MiB move in allocator steps of a few hundred KiB between
         # batch sizes and runs (benchmarks/fidelity.py); a crashed or OOM-killed worker's leftovers would add tens of MiB
         assert abs(t.values[1] - base.values[1]) < max(0.15 * base.values[1], 2**20), (t.number, t.values[1], base.values[1])
+
+
+def test_a_busy_gpu_names_the_processes_that_hold_it():
+    import os
+
+    nvml = FakeNvml([[(os.getpid(), 2**30)]])  # this test's own process, as a stranger holding the GPU
+    check = wait_until_idle(3, poll_s=0.05, timeout_s=0.1, own_pids=(111,), nvml=nvml)
+    with open(f"/proc/{os.getpid()}/comm") as fh:
+        name = fh.read().strip()
+    assert f"(pids {os.getpid()} {name})" in check.note

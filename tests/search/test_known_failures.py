@@ -253,3 +253,24 @@ def test_the_strategy_skips_what_failed_alike_twice_and_does_not_count_it(study,
     note = (f"learned: precision=bf16 failed in trials {trials} with the same error: {first}; "
             "configurations with it are skipped from now on (not counted)")
     assert notes == [note]
+
+
+def test_a_gpu_held_by_another_process_trial_after_trial_ends_the_search():
+    """Each trial waited 30 s for a foreign process to leave the GPU, measured nothing and
+    did not count: the search went on proposing forever. Three in a row end it, saying who
+    holds the GPU and that the same command resumes; anything else between resets the count."""
+    strategy = Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=20,
+                        limits=Limits(0.01))
+    busy = "1 other process(es) still hold the GPU after 30 s (pids 4242): not measured, so that no figure is polluted"
+
+    def learn(number, cls):
+        strategy.learn(TrialRecord(number, "failed" if cls else "complete", TrialConfig(batch_size=64),
+                                   failure_class=cls, failure_message=busy if cls else None), None)
+
+    for number, cls in enumerate(["device_busy", "device_busy", None, "device_busy", "device_busy"]):
+        learn(number, cls)
+    assert strategy.gave_up is None
+    learn(5, "device_busy")
+    assert strategy.gave_up is not None and "(pids 4242)" in strategy.gave_up
+    assert "3 trials in a row found the GPU held by another process" in strategy.gave_up
+    assert "the study resumes" in strategy.gave_up and "not measured" not in strategy.gave_up
