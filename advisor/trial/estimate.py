@@ -57,7 +57,8 @@ def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S, loaded:
     with tempfile.TemporaryDirectory(prefix="advisor-estimate-") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
-        if can_fork():
+        forked = can_fork()
+        if forked:
             child = _forked(directory, loaded)
         else:
             with open(directory / OUTPUT, "wb") as output:
@@ -75,6 +76,7 @@ def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S, loaded:
         except (OSError, ValueError):
             return {"unavailable": _ended_without(child.poll(), directory / OUTPUT)}
     found["seconds"] = time.perf_counter() - started
+    found["process"] = "forked" if forked else "fresh interpreter"  # what its seconds paid for
     return found
 
 
