@@ -31,7 +31,8 @@ def from_study(path: str, name: str) -> list[dict]:
         estimate = record.get("memory_estimate") or {}
         rows.append({"trial": record.number, "config": record.description, "state": record.state,
                      "estimate_bytes": estimate.get("peak_bytes"), "unavailable": estimate.get("unavailable"),
-                     "estimate_s": estimate.get("seconds"), "estimate_process": estimate.get("process"), "measured_bytes": record.get("peak_memory_bytes"),
+                     "estimate_s": estimate.get("seconds"), "estimate_process": estimate.get("process"),
+                     "measured_bytes": record.get("peak_memory_bytes"),
                      "reserved_peak_bytes": (record.get("telemetry") or {}).get("reserved_peak_bytes")})
     return rows
 
@@ -43,7 +44,8 @@ def from_knobs(path: str) -> list[dict]:
         for run in row.get("runs", []):
             estimate = run.get("estimate") or {}
             rows.append({"model": row["model"], "config": row["variant"], "estimate_bytes": estimate.get("peak_bytes"),
-                         "unavailable": estimate.get("unavailable"), "estimate_s": estimate.get("seconds"), "estimate_process": estimate.get("process"),
+                         "unavailable": estimate.get("unavailable"), "estimate_s": estimate.get("seconds"),
+                         "estimate_process": estimate.get("process"),
                          "measured_bytes": run.get("peak_memory_bytes"),
                          "reserved_peak_bytes": run.get("reserved_peak_bytes")})
     return rows
