@@ -5,14 +5,14 @@
 #
 # run in the repository's root there, with .gpu/ carried (benchmarks/gpu/prepare.py made it
 # here). PARTs, in the order given, each within its own time limit (seconds, overridable):
-#   smoke      the environment, `advisor hardware`, every CUDA-marked test      (LIMIT_SMOKE=150)
+#   smoke      the environment, `advisor hardware`, every CUDA-marked test      (LIMIT_SMOKE=160)
 #   doctor     `advisor doctor` on its built-in model, every GPU option          (LIMIT_DOCTOR=210)
 #   tune       `advisor tune` of GPT-2 small (context 512) with confirmation,
 #              `advisor measure` of its pick, and the memory plans against the
-#              measured peaks of its trials                                      (LIMIT_TUNE=320)
+#              measured peaks of its trials                                      (LIMIT_TUNE=300)
 #   knobs      each GPU knob against its model's fp32 baseline, paired           (LIMIT_KNOBS=200)
 #   inference  the inference knobs (int8 / int4 / fp8, 2:4, compile), paired     (LIMIT_INFERENCE=150)
-#   compile    each compile mode (CUDA graphs included), paired                  (LIMIT_COMPILE=240)
+#   compile    each compile mode (CUDA graphs included), paired                  (LIMIT_COMPILE=200)
 #   doctor-gpt2  `advisor doctor` on GPT-2 small                                 (LIMIT_DOCTOR_GPT2=240)
 #
 # Results go under $OUT (the device tool's folder that comes back; ./gpu-out elsewhere): one
@@ -121,8 +121,9 @@ for part in "$@"; do
   declare -F "$fn" > /dev/null || { say "unknown part $part"; continue; }
   var="LIMIT_$(echo "${part//-/_}" | tr a-z A-Z)"
   case $part in
-    smoke) LIMIT=${!var:-150} ;; inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
-    doctor) LIMIT=${!var:-210} ;; tune) LIMIT=${!var:-320} ;; *) LIMIT=${!var:-240} ;;
+    smoke) LIMIT=${!var:-160} ;; inference) LIMIT=${!var:-150} ;; knobs) LIMIT=${!var:-200} ;;
+    doctor) LIMIT=${!var:-210} ;; tune) LIMIT=${!var:-300} ;; compile) LIMIT=${!var:-200} ;;
+    *) LIMIT=${!var:-240} ;;
   esac
   W=$(mktemp -d "/tmp/advisor-check-$part.XXXX")
   say "part $part, at most $LIMIT s, commit ${ADVISOR_CHECK_COMMIT:-?}"
