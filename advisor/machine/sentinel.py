@@ -1,8 +1,9 @@
 """The noise sentinel: a fixed, tiny calibration kernel timed in every trial process just
 before and just after its measured region.
 
-The kernel never changes (a float32 matmul of fixed size, on a fixed number of CPU threads
-or on the trial's GPU), so its time says how fast *the machine* was during the trial,
+The kernel never changes (a float32 matmul of fixed size, in plain float32 arithmetic
+whatever TF32 setting the trial made, on a fixed number of CPU threads or on the trial's
+GPU), so its time says how fast *the machine* was during the trial,
 whatever the configuration does. A trial whose sentinel is far off the study's median ran
 on a disturbed machine (another process, a throttled GPU) and is run again; the study
 judges that (``advisor.study.confirmation.baseline_watch``, with ``advisor.core.noise``), this
@@ -45,6 +46,11 @@ def read_sentinel(device: Any) -> dict[str, Any]:
     threads = torch.get_num_threads()
     if not cuda:
         torch.set_num_threads(sentinel_threads())
+    # plain float32 arithmetic, whatever the trial set: under its precision=tf32 the same
+    # matmuls ran 3.9x faster on an H200, and the study took that for the machine drifting
+    tf32, precision = torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     try:
         size, inner = (GPU_SIZE, GPU_INNER) if cuda else (CPU_SIZE, CPU_INNER)
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -64,6 +70,8 @@ def read_sentinel(device: Any) -> dict[str, Any]:
                 times.append(time.perf_counter() - t)
     finally:
         torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     reading: dict[str, Any] = {"s": statistics.median(times)}
     if cuda:
         reading["slowdown_reasons"] = _slowdown_reasons(device)
