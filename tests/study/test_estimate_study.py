@@ -136,6 +136,11 @@ def test_the_baselines_cold_start_is_not_counted_for_the_warm_trials_after_it(mo
     assert one_probe_s(nonsense, two_stage=True) == 3.0
     monkeypatch.setenv("ADVISOR_COLD_TRIALS", "1")  # every trial starts an interpreter: the baseline's start is typical
     assert one_probe_s(base, two_stage=True) == pytest.approx(3.0)
+    monkeypatch.delenv("ADVISOR_COLD_TRIALS")
+    # GPT-2 on an H200: a 36 s baseline probe, 9.1 s of it the start and 14.6 s its memory plan, which a later
+    # probe makes only when its memory is at stake
+    gpt2 = baseline(probe_wall_s=36.1, phase_s={"process_start": 9.1, "estimate": 14.6})
+    assert one_probe_s(gpt2, two_stage=True) == pytest.approx(12.4)
 
 
 def test_counts_read_as_people_say_them():

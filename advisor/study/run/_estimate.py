@@ -85,12 +85,16 @@ def one_probe_s(base: TrialRecord, two_stage: bool) -> float:
     wall, or its whole run's without two-stage evaluation; 0.0 when not stored. The
     baseline is the study's first trial: its process start included the fork server's own
     (torch and model.py's imports, seconds where a later trial's fork takes milliseconds),
-    which is left out unless every trial starts cold (``ADVISOR_COLD_TRIALS=1``)."""
+    which is left out unless every trial starts cold (``ADVISOR_COLD_TRIALS=1``); so is its
+    memory plan, which a later trial makes only when its memory is at stake (14.6 s of the
+    36 s baseline probe of GPT-2 on an H200, where the later probes took 7-11 s)."""
     from advisor.trial.forkserver import cold
 
     wall = float(base.get(PROBE_WALL) or 0.0) if two_stage else float(base.get(WALL) or 0.0)
-    started = float((base.get("phase_s") or {}).get("process_start") or 0.0)
-    return wall if cold() or not 0 < started < wall else wall - started
+    phases = base.get("phase_s") or {}
+    started = 0.0 if cold() else float(phases.get("process_start") or 0.0)
+    once = started + float(phases.get("estimate") or 0.0)
+    return wall - once if 0 < once < wall else wall
 
 
 def confirmation_s(top: int, pairs: int, one_probe: float) -> float:
