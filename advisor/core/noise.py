@@ -31,6 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.core.interference import summary_of
+
 DISTURBED_AT = 1.3  # a sentinel reading 30% off the study's median: a disturbed machine
 WINDOW = 15  # the median is over the last WINDOW readings (a lasting change moves it)
 MIN_READINGS = 3  # no verdict before the study has this many readings
@@ -48,6 +50,35 @@ def reading_of(telemetry: dict[str, Any] | None) -> float | None:
         return None
     values = [v for v in (sentinel.get("before_s"), sentinel.get("after_s")) if isinstance(v, (int, float)) and v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+BUSY_SCORE = 0.25  # timed blocks that lost a quarter of their time to other work (median): a busy machine
+
+
+def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
+    """Why one run shows a disturbed machine by its own readings, with nothing of the study
+    to compare it with (the study's first run: its baseline): its sentinel read more than
+    ``DISTURBED_AT`` apart before and after its timed steps (the machine changed while it
+    ran), or its timed blocks lost a median of over ``BUSY_SCORE`` of their time waiting for
+    a CPU or stolen (unless its own threads and workers outnumber its CPUs: then it waits of
+    its own doing); None otherwise, and when not measured. (A baseline run beside another
+    busy process read 655 samples/s, 190x slower than the same configuration a minute later:
+    its sentinel read 1,792 ms before and 10.6 ms after, and every block lost half its time.)"""
+    sentinel = (telemetry or {}).get("sentinel")
+    if isinstance(sentinel, dict):
+        before, after = sentinel.get("before_s"), sentinel.get("after_s")
+        if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before > 0 and after > 0:
+            factor = off_by(before, after)
+            if factor > DISTURBED_AT:
+                return (f"the noise sentinel read {1e3 * before:.1f} ms before its timed steps and "
+                        f"{1e3 * after:.1f} ms after ({factor:.1f}x apart, the limit is {DISTURBED_AT:.2f}x): "
+                        "the machine changed while it ran")
+    summary = summary_of(telemetry) or {}
+    scores = [x for x in summary.get("scores") or [] if isinstance(x, (int, float))]
+    if scores and not summary.get("self_contended") and statistics.median(scores) > BUSY_SCORE:
+        return (f"its timed blocks lost a median {100 * statistics.median(scores):.0f}% of their time to other "
+                f"work (waiting for a CPU, or stolen; over {100 * BUSY_SCORE:.0f}% is a busy machine)")
+    return None
 
 
 def off_by(value: float, reference: float) -> float:

@@ -225,7 +225,8 @@ class StepTimer:
                 "limit_from": "study" if self.limit is not None else "trial",
                 "scores": [round(s, 4) if s is not None else None for s in scores], "why": why,
                 "nivcsw": total.get("nivcsw"), "threads": total.get("threads"),
-                "cpu_per_wall": round(total["cpu_s"] / wall, 3) if wall and "cpu_s" in total else None}
+                "cpu_per_wall": round(total["cpu_s"] / wall, 3) if wall and "cpu_s" in total else None,
+                "self_contended": self._self_contended()}  # its blocks wait for a CPU of its own doing
 
 
 class _TimedStep:

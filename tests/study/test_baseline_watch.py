@@ -145,3 +145,46 @@ def test_a_tolerance_asked_for_is_kept_whatever_the_spread():
     assert w.timing_tolerance is None
     w.remeasure("a test", counted=1, last_trial=0, timeout=10)
     assert executor.payloads[-1].timing_tolerance is None and executor.payloads[-1].settings.timing_tolerance == 0.2
+
+
+def _base_run(before: float, after: float, scores: list[float], throughput: float):
+    from advisor.core.stored import TrialRecord
+
+    return TrialRecord(0, "complete", TrialConfig(), attrs={"baseline": True, "telemetry": {
+        "sentinel": {"before_s": before, "after_s": after},
+        "interference": {"blocks": len(scores), "clean": len(scores), "dropped": 0, "too_few_clean": False,
+                         "limit": None, "limit_from": "trial", "scores": scores}}})
+
+
+def test_a_baseline_whose_own_readings_show_a_busy_machine_is_measured_again_before_any_ratio():
+    """A user's first study beside a busy process: the baseline read 655 samples/s, 190x
+    slower than the same configuration a minute later, and every unconfirmed ratio was
+    inflated so. Its own readings showed it (the sentinel 1,792 ms before, 10.6 ms after;
+    every block lost half its time); nothing of the study could. The watch measures the
+    baseline again at once, and trial 0 is no reference."""
+    from advisor.core.noise import disturbed_alone
+
+    quiet = _base_run(0.00386, 0.00376, [0.0076, 0.0065, 0.0257, 0.0169, 0.0028], 124_000.0)  # the same, quiet
+    busy = _base_run(1.7916, 0.010586, [0.5085, 0.5087, 0.5059, 0.5232, 0.0, 0.5127], 655.0)
+    steady_busy = _base_run(0.0037, 0.0038, [0.4983, 0.5086, 0.5086, 0.5093, 0.5079], 553.0)
+    assert disturbed_alone(quiet.get("telemetry")) is None
+    assert "1791.6 ms before its timed steps and 10.6 ms after (169.2x apart" in disturbed_alone(busy.get("telemetry"))
+    assert "lost a median 51% of their time" in disturbed_alone(steady_busy.get("telemetry"))
+    own_doing = steady_busy.get("telemetry") | {"interference": steady_busy.get("telemetry")["interference"]
+                                                 | {"self_contended": True}}
+    assert disturbed_alone(own_doing) is None  # threads=4 on 2 CPUs waits quietly too
+    assert disturbed_alone({}) is None
+
+    for record, measured_again in ((quiet, False), (busy, True)):
+        study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+        executor, notes = _RecordingExecutor(), []
+        w = BaselineWatch(study, SimpleNamespace(path="m.py", source="", sha256=""), TrialSettings(train_samples=10),
+                          TrialConfig(), executor, Stop(), lambda e: notes.append(e.text))
+        w.references = [655.0 if measured_again else 124_000.0]
+        w.check_first_run(record, counted=1, last_trial=0, timeout=10)
+        assert bool(executor.payloads) == measured_again
+        if measured_again:
+            assert w.base_throughput == 1000.0  # the new measurement alone: trial 0 left out
+            assert w.attrs.baseline_disturbed() and "its first run was disturbed" in notes[-1]
+            w.check_first_run(record, counted=1, last_trial=0, timeout=10)  # once only
+            assert len(executor.payloads) == 1

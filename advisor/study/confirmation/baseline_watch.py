@@ -29,7 +29,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note
 from advisor.core.feasibility import verdict
 from advisor.core.interference import InterferencePool, disturbance, rerun_reason, summary_of
-from advisor.core.noise import MetricNoise, SentinelJudge, reading_of, recent_reference
+from advisor.core.noise import MetricNoise, SentinelJudge, disturbed_alone, reading_of, recent_reference
 from advisor.core.objectives import Limits, Versus, ratio
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.settle import tolerance_from
@@ -195,6 +195,21 @@ class BaselineWatch:
         return None, cleanest(self.runs.pop(number), why)
 
     # ---- the baseline, measured again -------------------------------------------------
+    def check_first_run(self, base: TrialRecord, counted: int, last_trial: int, timeout: float) -> None:
+        """The baseline's first run, judged by its own readings (the study has nothing to
+        compare it with yet: ``disturbed_alone``). A disturbed one is no reference: the
+        baseline is measured again at once, before any ratio is drawn, and ratios are to
+        that measurement (trial 0 left out, as ``StoredStudy`` reads it)."""
+        if self.measurements or self.base_disturbed:
+            return
+        why = disturbed_alone(base.get("telemetry"))
+        if why is None:
+            return
+        self.attrs.set_baseline_disturbed(f"its first run: {why}")
+        self.base_disturbed = True
+        self.references = []
+        self.remeasure(f"its first run was disturbed: {why}", counted, last_trial, timeout)
+
     def remeasure_reason(self, counted: int, seeds_done: bool) -> str | None:
         """Why the baseline should be measured again now, or None."""
         if self.judge.drifted(self.base_reading):

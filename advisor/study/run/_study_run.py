@@ -104,6 +104,7 @@ class StudyRun:
                     watch = BaselineWatch(study, self.plan.workload, self.plan.settings, self.plan.baseline,
                                           self.measuring, self.stop, self.emit,
                                           fixed_tolerance=self.options.timing_tolerance is not None)
+                    watch.check_first_run(base, self.parts.done, self.ledger.last_number, self._timeout(base))
                     if self.options.workload == "train":  # inference: no seed changes the metric
                         self._metric_noise(watch, base)
                     self._say_how_long(base, budget_end)
