@@ -55,6 +55,11 @@ class Quantization(Technique):
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value != "none" and facts.get("linear_layers") == 0:
             return "torchao quantizes nn.Linear layers (and transformers Conv1D, made nn.Linear) and the model has none"
+        if value != "none" and facts.get("linear_layers") and facts.get("own_weight_linear_layers") == 0:
+            left_out = facts.get("parametrized_layers") or []
+            return (f"its Linear layers{' ' + ', '.join(left_out[:4]) if left_out else ''}"
+                    f"{' ...' if len(left_out) > 4 else ''} have parametrized weights (weight_norm, spectral_norm or "
+                    "another parametrization), which torchao cannot swap or quantize")
         return None
 
     def apply(self, value: Any, prepared: Prepared) -> None:
@@ -158,11 +163,10 @@ def _quantizable(value: str, fp8_scaling: str = "tensorwise") -> Any:
     fp8 with one scale per tensor also skips a 128x128 weight: torchao 0.18 reads its scale's
     block (the whole weight, 128x128) as 128x128 block scaling, and its matmul then refuses
     the per-tensor input (``AssertionError: input_tensor must be 1x128 scaled``, on an H200,
-    issue 27): the layer stays in the precision it has."""
-    import torch
-
+    issue 27): the layer stays in the precision it has. So does a Linear whose weight a
+    parametrization computes (``_swappable``)."""
     def ok(module: Any, fqn: str) -> bool:
-        if not isinstance(module, torch.nn.Linear) or not plain_tensor(module.weight):
+        if not _swappable(module) or not plain_tensor(module.weight):
             return False
         if value == "int4_weight_only":
             return module.in_features % INT4_GROUP == 0
@@ -238,7 +242,18 @@ def _contiguous_inputs(module: Any) -> None:
 
 
 def _fp8_friendly(module: Any, fqn: str) -> bool:
-    return module.in_features % 16 == 0 and module.out_features % 16 == 0
+    return _swappable(module) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+
+def _swappable(module: Any) -> bool:
+    """An nn.Linear whose weight is its own parameter: a weight_norm'd or spectral_norm'd
+    layer computes its weight, and torchao's swaps then fail ("cannot assign
+    'torch.FloatTensor' as parameter 'weight'"): such a layer keeps its precision."""
+    import torch
+
+    from advisor.workload.structure import own_weight
+
+    return isinstance(module, torch.nn.Linear) and own_weight(module)
 
 
 def _fake_quant_configs() -> tuple[Any, Any]:
@@ -264,7 +279,8 @@ def _qat_prepare(module: Any) -> None:
     carried = masks(module)
     make_permanent(module)
     act, weight = _fake_quant_configs()
-    quantize_(module, QATConfig(activation_config=act, weight_config=weight, step="prepare"))
+    quantize_(module, QATConfig(activation_config=act, weight_config=weight, step="prepare"),
+              filter_fn=lambda m, fqn: _swappable(m))
     layers = dict(module.named_modules())
     for name, mask in carried.items():
         prune.custom_from_mask(layers[name], "weight", mask=mask)
@@ -275,4 +291,4 @@ def _qat_convert(module: Any) -> None:
     from torchao.quantization.qat import QATConfig
 
     quantize_(module, QATConfig(step="convert"))
-    quantize_(module, Int8DynamicActivationInt8WeightConfig())
+    quantize_(module, Int8DynamicActivationInt8WeightConfig(), filter_fn=lambda m, fqn: _swappable(m))

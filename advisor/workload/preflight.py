@@ -21,7 +21,7 @@ from advisor.workload.contract import (
 from advisor.workload.downloads import PREFLIGHT_HINT
 from advisor.workload.splits import split_facts, user_splits
 from advisor.workload.stream import count_up_to, first_items, is_stream, shards_by_worker
-from advisor.workload.structure import blocks, is_conv1d, linear_like, parametrized, prunable
+from advisor.workload.structure import blocks, is_conv1d, linear_like, own_weight, parametrized, prunable
 from advisor.workload.user_code import preflight_limit, time_limit, user_code
 
 
@@ -94,6 +94,8 @@ def _preflight(workload: Workload) -> dict[str, Any]:
         "has_conv2d": any(isinstance(m, torch.nn.Conv2d) for m in model.modules()),
         "has_batchnorm": any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()),
         "linear_layers": sum(linear_like(m) for m in model.modules()),  # transformers' Conv1D too (GPT-2)
+        # ... with a weight of their own (not weight_norm's / spectral_norm's): what torchao can quantize
+        "own_weight_linear_layers": sum(linear_like(m) and own_weight(m) for m in model.modules()),
         "conv1d_layers": sum(is_conv1d(m) for m in model.modules()),
         "prunable_layers": len(prunable(model)),
         "parametrized_layers": parametrized(model),

@@ -110,6 +110,12 @@ def parametrized(module: Any) -> list[str]:
     return [n for n, m in module.named_modules() if _weighted_layer(m) and not _plain_weight(m)]
 
 
+def own_weight(layer: Any) -> bool:
+    """Whether ``layer``'s weight is its own parameter (or one torch's pruning split), not
+    computed by a parametrization: what torchao's quantization and fp8 swaps can take."""
+    return _plain_weight(layer)
+
+
 def _plain_weight(layer: Any) -> bool:
     """A weight of the layer's own: a parameter, or one torch's pruning already split into
     ``weight_orig`` and ``weight_mask`` (pruned by advisor, which prunes it again or makes

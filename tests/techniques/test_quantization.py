@@ -214,3 +214,28 @@ def test_fp8_training_all_gathers_in_fp8_under_fsdp():
 
     assert config_for("fsdp").enable_fsdp_float8_all_gather and config_for("fsdp").pad_inner_dim
     assert not config_for("ddp").enable_fsdp_float8_all_gather
+
+
+def test_layers_with_parametrized_weights_keep_their_precision():
+    """weight_norm / spectral_norm compute a layer's weight: torchao's swaps failed on them
+    ("cannot assign 'torch.FloatTensor' as parameter 'weight'", a reviewer's QAT trial).
+    The plain layers are quantized, the parametrized ones left; a model with none plain
+    is told before its trials run."""
+    from torch.nn.utils.parametrizations import spectral_norm, weight_norm
+
+    from advisor.techniques.quantization import Quantization
+
+    def model():
+        return torch.nn.Sequential(weight_norm(torch.nn.Linear(16, 64)), torch.nn.ReLU(),
+                                   spectral_norm(torch.nn.Linear(64, 64)), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+
+    x, y = torch.randn(32, 16), torch.randint(0, 2, (32,))
+    qat = apply(model(), {"quantization": "qat_int8", "batch_size": 32}, "cpu")
+    qat.train_step(x, y, torch.nn.functional.cross_entropy, torch.optim.AdamW(qat.module.parameters()))
+    qat.finish()
+    assert quantized_layers(qat.module) == 1 and torch.isfinite(qat.predict(x)).all()
+    dynamic = apply(model(), {"quantization": "int8_dynamic"}, "cpu", workload="inference")
+    assert quantized_layers(dynamic.module) == 1 and torch.isfinite(dynamic.predict(x)).all()
+    facts = {"linear_layers": 2, "own_weight_linear_layers": 0, "parametrized_layers": ["0", "2"]}
+    assert "its Linear layers 0, 2 have parametrized weights" in Quantization().pointless("qat_int8", facts)
+    assert Quantization().pointless("qat_int8", facts | {"own_weight_linear_layers": 1}) is None
