@@ -60,6 +60,9 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     _check_baseline_batch(workload, train)
     inputs, target = _batch(workload, train, "training", default_collate)
     val_inputs, val_target = _batch(workload, val, "validation", default_collate)
+    for data, role in ((train, "training"), (val, "validation")):
+        if workload.collate is None and not is_stream(data):
+            _one_shape(workload, data, role)
     if workload.start_trial is not None:
         workload.start_trial(batch_size=len(target), accumulation=1, rank=0, world=1, precision="fp32",
                              train_samples=len(target))
@@ -122,6 +125,45 @@ def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tu
         raise WorkloadError(f"{workload.where('collate')} must return (input, target), found {type(batch).__name__}"
                             + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
     return batch[0], batch[1]
+
+
+SHAPES_CHECKED = 64  # the items whose shapes the preflight compares (a map-style dataset's first)
+
+
+def _one_shape(workload: Workload, data: Any, role: str) -> None:
+    """Torch's default collate stacks a batch's items: they must have one shape. Two items
+    alike say too little (a reviewer's items differed from the third on, and the baseline
+    trial failed on torch's bare "stack expects each tensor to be equal size"). The first
+    ``SHAPES_CHECKED`` items' tensor shapes are compared with the first's."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    def shapes(item: Any) -> list[Any]:
+        leaves, spec = tree_flatten(item)
+        return [str(spec)] + [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
+
+    try:
+        count = min(SHAPES_CHECKED, len(data))
+    except TypeError:  # no len(): the sampler would refuse it first
+        return
+    items = first_items(data, count, f"{workload.where('datasets')}: the {role} set")
+    first = shapes(items[0])
+    for i, item in enumerate(items[1:], start=1):
+        found = shapes(item)
+        if found != first:
+            raise WorkloadError(
+                f"{workload.where('datasets')}: {role} items differ in shape: item 0 is {_shown(items[0])}, item {i} "
+                f"is {_shown(item)}; a batch stacks its items, so give every item one shape (pad or crop it), or "
+                "define collate(items) in model.py that batches them (padding, for example)")
+
+
+def _shown(item: Any) -> str:
+    """An item's tensors by their shapes: '([8], 1)'."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    described = tree_map(lambda x: list(x.shape) if isinstance(x, torch.Tensor) else x, item)
+    return str(described)[:200]
 
 
 def _check_baseline_batch(workload: Workload, train: Any) -> None:

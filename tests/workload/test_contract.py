@@ -52,6 +52,9 @@ VIOLATIONS = [
      "must be an (input, target) pair"),
     ("inconsistent-shapes", "import torch\n" + GOOD_MODEL +
      "def datasets():\n    d = [(torch.zeros(4), 0), (torch.zeros(5), 1)]\n    return d, d\n", "inconsistent shapes"),
+    ("shapes-differ-later", "import torch\n" + GOOD_MODEL +  # the first two alike: a batch of 64 still fails
+     "def datasets():\n    d = [(torch.zeros(4 if i < 5 else 5), 0) for i in range(40)]\n    return d, d\n",
+     "training items differ in shape: item 0 is ([4], 0), item 5 is ([5], 0)"),
     ("forward-raises", GOOD_DATA + "def model():\n    return torch.nn.Linear(3, 2)\n",
      "the model's forward, on a batch of 2 training samples, raised RuntimeError"),
     ("loss-not-scalar", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return o.sum(1)\n", "must return a scalar tensor"),
