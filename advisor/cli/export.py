@@ -5,6 +5,7 @@ terms)."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -62,12 +63,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"wrote trial {record.number} of study {study.name!r} to {args.output}")
     if fmt in _RUN:
-        print(f"{_RUN[fmt][0]}  {_RUN[fmt][1].format(path=args.output, stem=Path(args.output).stem)}")
+        print(f"{_RUN[fmt][0]}  {_RUN[fmt][1].format(path=shlex.quote(args.output), stem=Path(args.output).stem)}")
     elif fmt == "python":
         from advisor.outputs.python_script import launch_command
 
         assert record.config is not None
-        print(f"run it:    {'python ' + args.output if 'lightning' in document else launch_command(record.config, args.output)}")
+        run = "python " + shlex.quote(args.output) if "lightning" in document else launch_command(record.config,
+                                                                                                  args.output)
+        print(f"run it:    {run}")
     else:
         print(f"apply it:  prepared = advisor.apply(model, advisor.load_config({args.output!r}))")
     return 0

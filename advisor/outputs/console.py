@@ -252,7 +252,7 @@ class TuneOutput:
                 f"{timing['ray_startup_s']:.1f} s; other (preflight, seed replicas, baseline re-measurements, worker "
                 f"spawn, imports, data loading, storage) {overhead:.1f} s", markup=False)
         url = plan.storage_url
-        storage_flag = "" if url == DEFAULT_STORAGE else f" --storage {url}"
+        storage_flag = "" if url == DEFAULT_STORAGE else f" --storage {shlex.quote(url)}"  # lines to paste in a shell
         c.print(f"stored: study {study.name!r} in {url}", markup=False)
         c.print(f"next:   advisor export{storage_flag} --study {study.name} --pick balanced -o best.yaml", markup=False)
         c.print(f"        advisor tui{storage_flag} --study {study.name}   (the interactive explorer)", markup=False)
@@ -262,7 +262,7 @@ class TuneOutput:
         left = o.trials - tally["trials"]  # a study stopped short: resuming runs the rest
         more = f"--trials {o.trials}   (resume: run the {left} left)" if left > 0 else \
             f"--trials {o.trials + 20}   (resume: run 20 more)"
-        c.print(f"        advisor tune {o.workload_path}{again} {more}", markup=False)
+        c.print(f"        advisor tune {shlex.quote(o.workload_path)}{again} {more}", markup=False)
 
 
 def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: MetricSpec = DEFAULT_METRIC,

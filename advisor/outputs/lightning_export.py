@@ -8,6 +8,7 @@ checkpointing, compile, threads) — and a runnable script that does both.
 from __future__ import annotations
 
 import pprint
+import shlex
 from typing import Any
 
 from advisor.core.config import TrialConfig
@@ -101,7 +102,7 @@ _SCRIPT = '''\
 """{title}
 
 {measured}
-Run it:  python {name}   (Lightning starts one process per device itself)
+Run it:  python {shell_name}   (Lightning starts one process per device itself)
 """
 
 import importlib.util
@@ -161,7 +162,7 @@ def lightning_script(document: dict[str, Any], measured: str, name: str) -> str:
     script = _SCRIPT.format(
         title=f"Trial {source['trial']} of study {source['study']!r} (a Lightning file), exported by advisor "
               f"{source['exported']}.",
-        measured=measured, name=name, workload=source.get("workload") or "model.py",
+        measured=measured, name=name, shell_name=shlex.quote(name), workload=source.get("workload") or "model.py",
         train_samples=source.get("train_samples") or 1, seed=source.get("seed", 0),
         config=pprint.pformat(config.to_dict(), sort_dicts=False, width=100),
         trainer=pprint.pformat(trainer, sort_dicts=False, width=100),

@@ -135,9 +135,11 @@ def python_script(document: dict[str, Any], name: str = "this_file.py") -> str:
 
 def launch_command(config: TrialConfig, name: str) -> str:
     """How to run a script with this config: python, or torchrun with one process per rank."""
+    import shlex
+
     if config.parallelism == "single":
-        return f"python {name}"
-    return f"torchrun --nproc-per-node={config.devices} {name}   (one process per rank)"
+        return f"python {shlex.quote(name)}"
+    return f"torchrun --nproc-per-node={config.devices} {shlex.quote(name)}   (one process per rank)"
 
 
 def _measured_line(document: dict[str, Any]) -> str:

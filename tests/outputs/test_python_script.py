@@ -173,3 +173,14 @@ def test_python_export_runs_the_trials_loss_and_metric_and_model_pys_own_imports
     assert run.returncode == 0, run.stderr[-3000:]
     score = float(run.stdout.split("validation metric ")[1].split()[0])
     assert 0.0 <= score <= 1.0 and "(64 samples)" in run.stdout  # weighted by samples, not by a dict's keys
+
+
+def test_a_file_name_with_a_space_is_quoted_where_a_shell_reads_it(study_url, tmp_path, capsys):
+    """A reviewer pasted the printed `run it:` line for `-o "x v10.py"`: the shell split it."""
+    import shlex
+
+    path = tmp_path / "x v10.py"
+    out = _export(study_url, 1, path, capsys)
+    line = next(x for x in out.splitlines() if x.startswith("run it:"))
+    assert shlex.split(line.split(":", 1)[1]) == ["python", str(path)]
+    assert "Run it:  python 'x v10.py'" in path.read_text()  # the script's own name, beside it
