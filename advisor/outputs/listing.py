@@ -9,14 +9,18 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.core.config import TrialConfig
 from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Versus
-from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
+from advisor.core.stored import MAX_METRIC_DROP, SEED_CONFIG, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 
 # the states of TrialRecord, in the order they are listed
 STATES = ("complete", "probed", "failed", "skipped", "duplicate", "running", "waiting")
+# a state as a reader sees it: a waiting trial is a one-knob seed or combination the study
+# queued and had no budget left for (it runs first when the study resumes)
+SHOWN = {"waiting": "queued (runs on resume)"}
 
 
 def _local(when: float | None) -> _dt.datetime | None:
@@ -86,7 +90,7 @@ def studies_table(lines: list[StudyLine], where: str) -> Any:
         workload = a.get("workload", "train")
         model = str(a.get("workload_path") or "-") + ("" if workload == "train" else f" ({workload})")
         _row(table, [line.study.name, model, str(a.get("space_name") or "-"), str(len(line.study.records)),
-                     ", ".join(f"{n} {state}" for state, n in line.states.items()) or "none yet",
+                     ", ".join(f"{n} {SHOWN.get(state, state)}" for state, n in line.states.items()) or "none yet",
                      _short(line.started), _short(line.last_finished),
                      f"{line.metric.name} ({line.metric.direction_word})"])
     return table
@@ -152,10 +156,12 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     rows = []
     for line in lines:
         r, measured = line.record, line.measured
-        state = r.state + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
+        state = SHOWN.get(r.state, r.state) + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
         if r.state == "complete" and not r.feasible:
             state += " (infeasible)"
-        cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, r.description,
+        queued = r.get(SEED_CONFIG) if r.state == "waiting" and r.config is None else None
+        description = TrialConfig.from_dict(queued).describe() if isinstance(queued, dict) else r.description
+        cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, description,
                  fmt_rate(measured[0]) if measured else "-", fmt_bytes(measured[1]) if measured else "-",
                  metric.value_text(r.figures.score) if r.figures is not None else "-"]
         if has_base:

@@ -209,3 +209,23 @@ def test_a_storage_of_other_programs_studies_only_says_so(workdir, capsys):
     assert code == 2
     assert ("holds no advisor study yet (it holds other Optuna studies, not advisor's: theirs): run `advisor tune "
             "model.py` first") in err
+
+
+def test_a_queued_seed_is_shown_as_queued_with_its_configuration(two_studies, capsys):
+    """A study that ran out of --trials with a one-knob seed still queued listed a bare
+    'waiting' row without a configuration (a reviewer took it for a phantom trial)."""
+    import optuna
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.stored import SEED_CONFIG
+
+    study = optuna.load_study(study_name="digits_cnn-cpu", storage=two_studies)
+    study.enqueue_trial({}, user_attrs={SEED_CONFIG: TrialConfig(batch_size=128).to_dict()})
+    code, out, err = run(["trials", "digits_cnn-cpu", "--storage", two_studies], capsys)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if "queued" in line)
+    assert "queued (runs on resume)" in row and "bs=128 fp32" in row
+    code, out, _ = run(["studies", "--storage", two_studies], capsys)
+    assert "1 queued (runs on resume)" in out and "waiting" not in out
+    code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
+    assert [t["state"] for t in json.loads(out)["trials"]][-1] == "waiting"  # the JSON keeps Optuna's word
