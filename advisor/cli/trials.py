@@ -11,12 +11,15 @@ HELP = "List the trials of a stored study: state, configuration, speed, memory, 
 EPILOG = """examples:
   advisor trials digits_cnn-default            # its trials, from ./advisor.db
   advisor trials                               # the only study in the storage
-  advisor trials compat --storage sqlite:///runs.db --json"""
+  advisor trials compat --storage sqlite:///runs.db --json
+  advisor trials --study compat --storage sqlite:///runs.db   # --study as the other commands take it"""
 
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("study", nargs="?", metavar="STUDY",
                    help="study name (default: the only one in the storage; `advisor studies` lists them)")
+    t.add_argument("--study", dest="study_flag", metavar="STUDY",
+                   help="the same, as export, report and tui take it")
     t.add_argument("--storage", help=STORAGE_HELP)
     t.add_argument("--json", action="store_true", help="print the trials as JSON")
 
@@ -28,8 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from advisor.study.storage import stores
     from advisor.study.storage.guard import shown_url
 
+    from advisor.core.errors import StudyError
+
+    if args.study and args.study_flag and args.study != args.study_flag:
+        raise StudyError(f"two studies named: {args.study!r} and --study {args.study_flag!r}; name one")
     storage, url = open_existing_storage(args.storage)
-    study = read_study(stores.load(storage, args.study, url))
+    study = read_study(stores.load(storage, args.study or args.study_flag, url))
     lines = trial_lines(study)
     if args.json:
         from advisor.outputs.json_output import print_json

@@ -56,7 +56,7 @@ def complete_in_bash(path, words: list[str]) -> list[str]:
     (["advisor", "tune", "model.py", "--workload", ""], ["train", "inference"]),
     (["advisor", "export", "--format", "p"], ["python"]),
     (["advisor", "completion", ""], ["bash", "zsh", "fish"]),
-    (["advisor", "trials", "--"], ["--help", "--storage", "--json"]),
+    (["advisor", "trials", "--"], ["--help", "--study", "--storage", "--json"]),
 ])
 def test_bash_completes_commands_options_and_choices(scripts, words, offered):
     assert complete_in_bash(scripts["bash"], words) == offered

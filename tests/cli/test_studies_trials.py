@@ -229,3 +229,11 @@ def test_a_queued_seed_is_shown_as_queued_with_its_configuration(two_studies, ca
     assert "1 queued (runs on resume)" in out and "waiting" not in out
     code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
     assert [t["state"] for t in json.loads(out)["trials"]][-1] == "waiting"  # the JSON keeps Optuna's word
+
+
+def test_trials_takes_study_as_the_other_commands_do(two_studies, capsys):
+    """`advisor trials --study NAME` was 'unrecognized arguments' (export, report and tui take it)."""
+    code, out, err = run(["trials", "--study", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
+    assert code == 0, err and json.loads(out)["study"] == "digits_cnn-cpu"
+    code, _, err = run(["trials", "compat", "--study", "digits_cnn-cpu", "--storage", two_studies], capsys)
+    assert code == 2 and "two studies named" in err
