@@ -7,6 +7,7 @@ does to a model, is each technique's business (``advisor.techniques``).
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -219,7 +220,9 @@ def validate_values(data: Any, where: str) -> list[str]:
     for key, value in data.items():
         domain = DOMAINS.get(key)
         if domain is None:
-            problems.append(f"{where}.{key}: unknown key (known: {', '.join(DOMAINS)})")
+            close = difflib.get_close_matches(str(key), list(DOMAINS), n=1)
+            guess = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(f"{where}.{key}: unknown key ({guess}known: {', '.join(DOMAINS)})")
             continue
         error = domain.check(value)
         if error:

@@ -98,9 +98,12 @@ def load_workload(path: str | Path, source: str | None = None) -> Workload:
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as exc:
+        line = (exc.text or "").rstrip("\n")
+        caret = (f"\n    {line.strip()}\n    {' ' * max(0, (exc.offset or 1) - 1 - (len(line) - len(line.lstrip())))}^"
+                 if line.strip() else "")
         raise WorkloadError(
             f"{path}:{exc.lineno}: not valid Python: {exc.msg} (expected a model.py with model() and datasets())"
-        ) from None
+            + caret) from None
     module = ModuleType(f"_advisor_workload_{path.stem}_{next(_counter)}")
     module.__file__ = str(path)
     if str(path.parent) not in sys.path:
@@ -171,6 +174,9 @@ def build_model(workload: Workload) -> Any:
     import torch
 
     model = call(workload, "model")
+    if isinstance(model, type) and issubclass(model, torch.nn.Module):
+        raise WorkloadError(f"{workload.where('model')} must return a torch.nn.Module, found the class "
+                            f"{model.__name__} itself: return {model.__name__}(...), an instance")
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(f"{workload.where('model')} must return a torch.nn.Module, found {type(model).__name__}")
     if not any(p.requires_grad for p in model.parameters()):

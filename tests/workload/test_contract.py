@@ -31,6 +31,11 @@ def model():
 # (id, model.py text, what the message must say)
 VIOLATIONS = [
     ("syntax", "def model(:\n", "not valid Python"),
+    ("syntax-shows-its-line", "import torch\ndef model():\n    return torch.nn.Linear(4 2)\n",
+     "model.py:3: not valid Python: invalid syntax. Perhaps you forgot a comma? (expected a model.py with model() "
+     "and datasets())\n    return torch.nn.Linear(4 2)\n                           ^"),
+    ("model-returns-its-class", GOOD_DATA + "class Net(torch.nn.Linear):\n    pass\ndef model():\n    return Net\n",
+     "found the class Net itself: return Net(...), an instance"),
     ("not-python", "\x00\x01binary garbage ]]]\n", "not valid Python"),
     ("import-error", "import not_a_module_anywhere\n", "ModuleNotFoundError"),
     ("raises-on-import", "raise RuntimeError('boom at import')\n", "boom at import"),
