@@ -139,7 +139,6 @@ class NvmlSampler:
             summary["unavailable"] = dict(self.unavailable)
         return summary
 
-
     def util_over(self, windows: list[tuple[float, float]]) -> float | None:
         """The GPU's mean utilisation (NVML: the share of time a kernel ran) over the readings
         taken inside ``windows`` (the timed steps, without the build and the warm-up); None
