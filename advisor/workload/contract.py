@@ -109,8 +109,16 @@ def load_workload(path: str | Path, source: str | None = None) -> Workload:
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
     limit = import_limit()
-    with user_code(f"{path}: importing it", importing=True), time_limit(limit, f"{path}: importing it"):
-        exec(code, module.__dict__)
+    # importable by its name, as an imported module is: torch.compile imports the module of
+    # each function it inlines to read its globals (a Block's forward calling F.relu, inside
+    # an nn.Sequential, failed with "No module named '_advisor_workload_conv_net_0'")
+    sys.modules[module.__name__] = module
+    try:
+        with user_code(f"{path}: importing it", importing=True), time_limit(limit, f"{path}: importing it"):
+            exec(code, module.__dict__)
+    except BaseException:
+        sys.modules.pop(module.__name__, None)
+        raise
     return _bind(path, source, module)
 
 

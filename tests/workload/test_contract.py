@@ -257,3 +257,31 @@ def test_a_real_ctrl_c_in_model_py_is_an_interrupt_not_a_contract_error(tmp_path
             load_workload(path)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_torch_compile_inlines_a_layer_whose_forward_reads_model_pys_globals(tmp_path):
+    """torch.compile imports the module of each function it inlines to read its globals: a
+    Block whose forward calls F.relu, inside an nn.Sequential, failed every compiled trial
+    with "No module named '_advisor_workload_conv_net_0'" (the GPU check's conv net). The
+    loaded model.py is importable by its name; dynamo's eager backend traces without compiling."""
+    import importlib
+    import sys
+
+    import torch
+
+    path = write_model(tmp_path, (
+        "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+        "class Block(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        return F.relu(self.lin(x))\n"
+        "def model():\n    return nn.Sequential(Block(), nn.Linear(4, 2))\n"
+        "def datasets():\n    d = [(torch.zeros(4), 0)] * 8\n    return d, d\n"))
+    workload = load_workload(path)
+    assert importlib.import_module(workload.module.__name__) is workload.module
+    torch._dynamo.reset()
+    out = torch.compile(workload.model(), backend="eager")(torch.randn(3, 4))
+    assert out.shape == (3, 2)
+    broken = write_model(tmp_path, "raise RuntimeError('at import')\n", name="broken.py")
+    with pytest.raises(WorkloadError):
+        load_workload(broken)
+    assert not [name for name in sys.modules if name.startswith("_advisor_workload_broken_")]  # not kept
