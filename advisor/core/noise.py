@@ -75,8 +75,9 @@ def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
                         "the machine changed while it ran")
     summary = summary_of(telemetry) or {}
     scores = [x for x in summary.get("scores") or [] if isinstance(x, (int, float))]
-    if scores and not summary.get("self_contended") and statistics.median(scores) > BUSY_SCORE:
-        return (f"its timed blocks lost a median {100 * statistics.median(scores):.0f}% of their time to other "
+    median = statistics.median(scores) if scores else 0.0
+    if median > BUSY_SCORE and not summary.get("self_contended"):
+        return (f"its timed blocks lost a median {100 * median:.0f}% of their time to other "
                 f"work (waiting for a CPU, or stolen; over {100 * BUSY_SCORE:.0f}% is a busy machine)")
     return None
 

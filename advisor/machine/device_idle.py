@@ -59,7 +59,6 @@ def wait_until_idle(device: int | str, timeout_s: float = 30.0, poll_s: float = 
         nvml: the ``pynvml`` module (tests pass a stand-in); imported when None.
     """
     own = set(own_pids if own_pids is not None else (os.getpid(), os.getppid()))
-    own.discard(None)  # type: ignore[arg-type]  # (a driver on another machine)
     try:
         if nvml is None:
             import pynvml as nvml

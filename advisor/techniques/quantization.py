@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import UnsupportedError
 from advisor.techniques._base import Technique, plain_tensor
 from advisor.techniques.conv1d import swap_snippet
+from advisor.workload.structure import own_weight
 
 if TYPE_CHECKING:
     from advisor.machine.hardware import Hardware
@@ -250,8 +251,6 @@ def _swappable(module: Any) -> bool:
     layer computes its weight, and torchao's swaps then fail ("cannot assign
     'torch.FloatTensor' as parameter 'weight'"): such a layer keeps its precision."""
     import torch
-
-    from advisor.workload.structure import own_weight
 
     return isinstance(module, torch.nn.Linear) and own_weight(module)
 
