@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from advisor.core.errors import ConfigError
@@ -60,43 +60,10 @@ class Fraction:
 
 Domain = Choice | Integer | Fraction
 
-# Every knob's valid values, by TrialConfig field. A new knob gets a field below, a domain
-# here and a technique module (advisor/techniques/).
-DOMAINS: dict[str, Domain] = {
-    "batch_size": Integer(1),
-    "precision": Choice(("fp32", "tf32", "bf16", "fp16", "bf16_full")),
-    "threads": Integer(1, optional=True, none_means="torch's default"),
-    "channels_last": Choice((False, True)),
-    "compile": Choice((False, True)),
-    "compile_mode": Choice(("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
-    "parallelism": Choice(("single", "ddp", "fsdp", "tp", "pp", "fsdp_tp")),
-    "devices": Integer(1),
-    "tp_size": Integer(1),
-    "pp_schedule": Choice(("1f1b", "gpipe", "interleaved_1f1b")),
-    "pp_microbatches": Integer(1, optional=True, none_means="one per pipeline stage"),
-    "pp_balance": Choice(("params", "time")),
-    "comm_hook": Choice(("none", "fp16", "bf16")),
-    "bucket_mb": Integer(1),
-    "pruning": Choice(("none", "l1_unstructured", "ln_structured", "semi_structured_2_4")),
-    "prune_amount": Fraction(),
-    "quantization": Choice(("none", "qat_int8", "fp8_training", "int8_dynamic", "int8_weight_only",
-                            "int4_weight_only", "fp8")),
-    "activation_checkpointing": Choice((False, True)),
-    "grad_accumulation": Integer(1),
-    "num_workers": Integer(0),
-    "pin_memory": Choice((False, True)),
-    "fused_optimizer": Choice((False, True)),
-    "ddp_static_graph": Choice((False, True)),
-    "ddp_bucket_view": Choice((False, True)),
-    "sync_batchnorm": Choice((False, True)),
-    "fsdp_mixed_precision": Choice(("none", "bf16")),
-    "fsdp_reshard": Choice((True, False)),
-    "cudnn_benchmark": Choice((False, True)),
-    "expandable_segments": Choice((False, True)),
-    "sdpa_backend": Choice(("default", "math", "flash", "efficient", "cudnn")),
-    "fp8_scaling": Choice(("tensorwise", "rowwise")),
-    "compile_optimizer": Choice((False, True)),
-}
+
+def knob(default: Any, domain: Domain) -> Any:
+    """A TrialConfig field: its default and its domain (``DOMAINS`` is read from these)."""
+    return field(default=default, metadata={"domain": domain})
 
 
 @dataclass(frozen=True)
@@ -106,45 +73,49 @@ class TrialConfig:
     ``batch_size`` is the global batch of one optimizer step: with ``data_ranks()`` replicas
     of the model and ``grad_accumulation`` micro-steps each replica runs ``batch_size /
     (data_ranks() * grad_accumulation)`` samples per forward pass. Configs stored by older
-    versions (fewer fields) load with the defaults for the new fields.
+    versions (fewer fields) load with the defaults for the new fields. Each field is a
+    knob: its default and its domain, the values it can take at all (a new knob is one line
+    here, its technique module and its place in ``advisor.techniques.registry.APPLY_ORDER``).
 
     Example:
         >>> TrialConfig(batch_size=128, precision="bf16").to_dict()["precision"]
         'bf16'
     """
 
-    batch_size: int = 64
-    precision: str = "fp32"
-    threads: int | None = None
-    channels_last: bool = False
-    compile: bool = False
-    compile_mode: str = "default"
-    parallelism: str = "single"
-    devices: int = 1
-    tp_size: int = 1
-    pp_schedule: str = "1f1b"
-    pp_microbatches: int | None = None
-    pp_balance: str = "params"
-    comm_hook: str = "none"
-    bucket_mb: int = 25
-    pruning: str = "none"
-    prune_amount: float = 0.5
-    quantization: str = "none"
-    activation_checkpointing: bool = False
-    grad_accumulation: int = 1
-    num_workers: int = 0
-    pin_memory: bool = False
-    fused_optimizer: bool = False
-    ddp_static_graph: bool = False
-    ddp_bucket_view: bool = False
-    sync_batchnorm: bool = False
-    fsdp_mixed_precision: str = "none"
-    fsdp_reshard: bool = True
-    cudnn_benchmark: bool = False
-    expandable_segments: bool = False
-    sdpa_backend: str = "default"
-    fp8_scaling: str = "tensorwise"
-    compile_optimizer: bool = False
+    batch_size: int = knob(64, Integer(1))
+    precision: str = knob("fp32", Choice(("fp32", "tf32", "bf16", "fp16", "bf16_full")))
+    threads: int | None = knob(None, Integer(1, optional=True, none_means="torch's default"))
+    channels_last: bool = knob(False, Choice((False, True)))
+    compile: bool = knob(False, Choice((False, True)))
+    compile_mode: str = knob("default", Choice(("default", "reduce-overhead", "max-autotune-no-cudagraphs",
+                                                "max-autotune")))
+    parallelism: str = knob("single", Choice(("single", "ddp", "fsdp", "tp", "pp", "fsdp_tp")))
+    devices: int = knob(1, Integer(1))
+    tp_size: int = knob(1, Integer(1))
+    pp_schedule: str = knob("1f1b", Choice(("1f1b", "gpipe", "interleaved_1f1b")))
+    pp_microbatches: int | None = knob(None, Integer(1, optional=True, none_means="one per pipeline stage"))
+    pp_balance: str = knob("params", Choice(("params", "time")))
+    comm_hook: str = knob("none", Choice(("none", "fp16", "bf16")))
+    bucket_mb: int = knob(25, Integer(1))
+    pruning: str = knob("none", Choice(("none", "l1_unstructured", "ln_structured", "semi_structured_2_4")))
+    prune_amount: float = knob(0.5, Fraction())
+    quantization: str = knob("none", Choice(("none", "qat_int8", "fp8_training", "int8_dynamic", "int8_weight_only",
+                                             "int4_weight_only", "fp8")))
+    activation_checkpointing: bool = knob(False, Choice((False, True)))
+    grad_accumulation: int = knob(1, Integer(1))
+    num_workers: int = knob(0, Integer(0))
+    pin_memory: bool = knob(False, Choice((False, True)))
+    fused_optimizer: bool = knob(False, Choice((False, True)))
+    ddp_static_graph: bool = knob(False, Choice((False, True)))
+    ddp_bucket_view: bool = knob(False, Choice((False, True)))
+    sync_batchnorm: bool = knob(False, Choice((False, True)))
+    fsdp_mixed_precision: str = knob("none", Choice(("none", "bf16")))
+    fsdp_reshard: bool = knob(True, Choice((True, False)))
+    cudnn_benchmark: bool = knob(False, Choice((False, True)))
+    expandable_segments: bool = knob(False, Choice((False, True)))
+    sdpa_backend: str = knob("default", Choice(("default", "math", "flash", "efficient", "cudnn")))
+    fp8_scaling: str = knob("tensorwise", Choice(("tensorwise", "rowwise")))
+    compile_optimizer: bool = knob(False, Choice((False, True)))
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -210,6 +181,10 @@ class TrialConfig:
         if self.compile and self.compile_mode != "default":
             parts.append(f"compile_mode={self.compile_mode}")
         return " ".join(parts)
+
+
+# Every knob's valid values, by TrialConfig field, in field order.
+DOMAINS: dict[str, Domain] = {f.name: f.metadata["domain"] for f in fields(TrialConfig)}
 
 
 def validate_values(data: Any, where: str) -> list[str]:

@@ -12,12 +12,13 @@ if TYPE_CHECKING:
 
 
 class Technique:
-    """Base of every knob. Subclasses set ``key`` (a TrialConfig field), ``description``
-    and ``order``; the valid values are the field's domain (``advisor.core.config.DOMAINS``)."""
+    """Base of every knob. Subclasses set ``key`` (a TrialConfig field) and
+    ``description``; the valid values are the field's domain (``advisor.core.config.DOMAINS``),
+    and the knob's place in ``apply`` is its place in ``registry.APPLY_ORDER``."""
 
     key: ClassVar[str]
     description: ClassVar[str]
-    order: ClassVar[int] = 50  # apply order: lower first (compile comes last)
+    read_by: ClassVar[str | None] = None  # a companion: the knob whose apply reads this one's value
     train_only: ClassVar[tuple[Any, ...]] = ()      # values that mean something only in training
     inference_only: ClassVar[tuple[Any, ...]] = ()  # values that need the inference workload
 

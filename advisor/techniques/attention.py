@@ -36,7 +36,6 @@ def precision_conflict(backend: str, precision: str, device: str) -> str | None:
 class SdpaBackend(Technique):
     key = "sdpa_backend"
     description = "scaled_dot_product_attention's kernel: torch's choice, math, flash, memory-efficient or cuDNN"
-    order = 3
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value in ("default", "math"):

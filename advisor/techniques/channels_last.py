@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 class ChannelsLast(Technique):
     key = "channels_last"
     description = "NHWC memory format for the model and its 4-D inputs"
-    order = 30
 
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value and facts.get("has_conv2d") is False:

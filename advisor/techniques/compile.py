@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 class Compile(Technique):
     key = "compile"
     description = "torch.compile the model (compile time is recorded apart from throughput)"
-    order = 90
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if not value:
@@ -70,8 +69,8 @@ def _has_mha(module: Any) -> bool:
 
 class CompileMode(Technique):
     key = "compile_mode"
+    read_by = "compile"
     description = "torch.compile mode (used only when compile is true)"
-    order = 89
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value in ("reduce-overhead", "max-autotune") and hw.device != "cuda":

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 class CudnnBenchmark(Technique):
     key = "cudnn_benchmark"
     description = "cuDNN autotuning of convolution algorithms (torch.backends.cudnn.benchmark)"
-    order = 2
 
     def applies(self, hw: Hardware) -> str | None:
         return None if hw.device == "cuda" else "cuDNN runs on NVIDIA GPUs; this node runs trials on its CPU"
@@ -45,7 +44,6 @@ class CudnnBenchmark(Technique):
 class ExpandableSegments(Technique):
     key = "expandable_segments"
     description = "CUDA caching allocator with expandable segments (less fragmentation: larger batches fit)"
-    order = 1
 
     def applies(self, hw: Hardware) -> str | None:
         return None if hw.device == "cuda" else "the CUDA caching allocator is a GPU setting; this node runs trials on its CPU"

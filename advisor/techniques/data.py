@@ -26,7 +26,6 @@ def _fork_workers() -> bool:
 class NumWorkers(Technique):
     key = "num_workers"
     description = "DataLoader worker processes (0 loads in the training process)"
-    order = 60
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [0, 1, 2, 4]
@@ -59,7 +58,6 @@ class NumWorkers(Technique):
 class PinMemory(Technique):
     key = "pin_memory"
     description = "page-locked host memory for batches (faster, asynchronous copies to the GPU)"
-    order = 61
 
     def applies(self, hw: Hardware) -> str | None:
         if hw.device != "cuda":

@@ -21,7 +21,6 @@ class ActivationCheckpointing(Technique):
     key = "activation_checkpointing"
     description = "recompute each block's activations in backward instead of storing them"
     train_only = (True,)
-    order = 50
 
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value and facts.get("top_level_blocks", 2) < 2:
@@ -116,7 +115,6 @@ def _norm_stats_frozen(block: Any) -> Iterator[None]:
 class GradAccumulation(Technique):
     key = "grad_accumulation"
     description = "micro-steps per optimizer step (the global batch_size is split between them)"
-    order = 51
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [1, 2, 4, 8]

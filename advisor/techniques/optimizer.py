@@ -33,7 +33,6 @@ class FusedOptimizer(Technique):
     key = "fused_optimizer"
     description = "the optimizer's fused implementation (one kernel for all parameters), same hyperparameters"
     train_only = (True,)
-    order = 88  # its setup runs at the first step, after every knob has changed the parameters
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if not value:
@@ -84,7 +83,6 @@ class CompileOptimizer(Technique):
     description = ("torch.compile the optimizer's step too: with compile, the whole training step is compiled "
                    "(forward and its backward by compile, the update here)")
     train_only = (True,)
-    order = 87
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         from advisor.techniques.compile import Compile

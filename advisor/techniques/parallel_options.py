@@ -26,10 +26,10 @@ STRATEGY_OF: dict[str, tuple[tuple[str, ...], Any]] = {
 
 class DdpStaticGraph(Technique):
     key = "ddp_static_graph"
+    read_by = "parallelism"
     description = ("DDP static_graph: the same parameters are used every step, so DDP skips searching for unused "
                    "ones and can overlap more communication (and allows reentrant checkpointing)")
     train_only = (True,)
-    order = 83
 
     def snippet(self, value: Any) -> str | None:
         return "model = DistributedDataParallel(model, static_graph=True)" if value else None
@@ -37,9 +37,9 @@ class DdpStaticGraph(Technique):
 
 class DdpBucketView(Technique):
     key = "ddp_bucket_view"
+    read_by = "parallelism"
     description = "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (one copy fewer)"
     train_only = (True,)
-    order = 84
 
     def snippet(self, value: Any) -> str | None:
         return "model = DistributedDataParallel(model, gradient_as_bucket_view=True)" if value else None
@@ -47,9 +47,9 @@ class DdpBucketView(Technique):
 
 class SyncBatchnorm(Technique):
     key = "sync_batchnorm"
+    read_by = "parallelism"
     description = "SyncBatchNorm under DDP: batch statistics over every rank's batch, not each rank's alone"
     train_only = (True,)
-    order = 78  # before the model is wrapped
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value and hw.device != "cuda":
@@ -67,10 +67,10 @@ class SyncBatchnorm(Technique):
 
 class FsdpMixedPrecision(Technique):
     key = "fsdp_mixed_precision"
+    read_by = "parallelism"
     description = ("FSDP2 MixedPrecisionPolicy: parameters all-gathered and computed in bf16, gradients reduced "
                    "in fp32 (the sharded fp32 weights stay the optimizer's)")
     train_only = ("bf16",)
-    order = 85
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         from advisor.techniques.precision import Precision
@@ -88,9 +88,9 @@ class FsdpMixedPrecision(Technique):
 
 class FsdpReshard(Technique):
     key = "fsdp_reshard"
+    read_by = "parallelism"
     description = ("FSDP2 reshard_after_forward: free the gathered parameters after forward (false keeps them "
                    "for backward: less communication, more memory)")
-    order = 86
 
     def snippet(self, value: Any) -> str | None:
         return None if value else "fully_shard(block, reshard_after_forward=False)  # each block and the model"
@@ -110,9 +110,9 @@ _NAMES = {"ddp": "DDP", "fsdp": "FSDP", "fsdp_tp": "FSDP on a 2-D mesh (fsdp_tp)
 
 class TpSize(Technique):
     key = "tp_size"
+    read_by = "parallelism"
     description = ("ranks in each tensor-parallel group of a 2-D mesh (parallelism fsdp_tp): FSDP2 runs across the "
                    "devices / tp_size groups, tensor parallelism inside each")
-    order = 71  # read by parallelism (80), as are the pipeline's knobs
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         from advisor.techniques.parallelism import trial_devices
@@ -143,10 +143,10 @@ class TpSize(Technique):
 
 class PpSchedule(Technique):
     key = "pp_schedule"
+    read_by = "parallelism"
     description = ("pipeline schedule: gpipe (every micro-batch forward, then every backward), 1f1b (one forward, "
                    "one backward: fewer activations held), interleaved_1f1b (two stages per rank: a smaller bubble)")
     train_only = ("gpipe", "interleaved_1f1b")
-    order = 72
 
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         units = facts.get("pipeline_units", 4)
@@ -162,8 +162,8 @@ class PpSchedule(Technique):
 
 class PpMicrobatches(Technique):
     key = "pp_microbatches"
+    read_by = "parallelism"
     description = "micro-batches the pipeline splits each batch into (null: one per stage)"
-    order = 73
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [None, 2, 4, 8]
@@ -179,10 +179,10 @@ class PpMicrobatches(Technique):
 
 class PpBalance(Technique):
     key = "pp_balance"
+    read_by = "parallelism"
     description = ("how the pipeline's stages are balanced: by the parameter count of the layers each holds, or by "
                    "their forward time measured on the first rank")
     train_only = ("time",)
-    order = 74
 
     def snippet(self, value: Any) -> str | None:
         return ("# the stages advisor chose are in the trial's telemetry.model.pipeline.cuts: cut there\n"

@@ -45,7 +45,6 @@ class Parallelism(Technique):
     description = ("single device; data parallel: DDP or FSDP2 (fully_shard) over `devices` ranks; model parallel: "
                    "tensor (tp), pipeline (pp), or FSDP2 over tensor-parallel groups (fsdp_tp)")
     train_only = ("ddp", "fsdp", "tp", "pp", "fsdp_tp")
-    order = 80
 
     def applies(self, hw: Hardware) -> str | None:
         if trial_devices(hw) < 2:
@@ -204,8 +203,8 @@ def fsdp_units(module: Any) -> list[Any]:
 
 class Devices(Technique):
     key = "devices"
+    read_by = "parallelism"
     description = "ranks of a DDP / FSDP trial: GPUs, or CPU processes sharing the cores"
-    order = 79
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         n, values = trial_devices(hw), []
@@ -234,9 +233,9 @@ class Devices(Technique):
 
 class CommHook(Technique):
     key = "comm_hook"
+    read_by = "parallelism"
     description = "DDP gradient compression before all-reduce (none, fp16, bf16)"
     train_only = ("fp16", "bf16")
-    order = 81
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value == "bf16" and hw.device != "cuda":
@@ -252,8 +251,8 @@ class CommHook(Technique):
 
 class BucketMb(Technique):
     key = "bucket_mb"
+    read_by = "parallelism"
     description = "DDP gradient bucket size in MiB (bucket_cap_mb; torch's default is 25)"
-    order = 82
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [1, 5, 25, 100]

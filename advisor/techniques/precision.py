@@ -18,7 +18,6 @@ class Precision(Technique):
     key = "precision"
     description = "numeric precision of the training step"
     inference_only = ("bf16_full",)
-    order = 10
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value == "fp32":

@@ -29,7 +29,6 @@ AMPERE = (8, 0)
 class Pruning(Technique):
     key = "pruning"
     description = "weight pruning of Linear/Conv layers (output layer kept dense); 2:4 needs CUDA sm80+"
-    order = 40
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value != "semi_structured_2_4":
@@ -196,8 +195,8 @@ def _dense(t: Any) -> Any:
 
 class PruneAmount(Technique):
     key = "prune_amount"
+    read_by = "pruning"
     description = "fraction of weights (unstructured) or output channels (structured) pruned"
-    order = 41
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         return [0.25, 0.5, 0.75]

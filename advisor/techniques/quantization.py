@@ -32,7 +32,6 @@ class Quantization(Technique):
     description = "torchao quantization: QAT int8 / fp8 training; int8, int4, fp8 inference"
     train_only = ("qat_int8", "fp8_training")
     inference_only = ("int8_dynamic", "int8_weight_only", "int4_weight_only", "fp8")
-    order = 45  # after pruning (its masks are carried over), before checkpointing and DDP
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value == "none":
@@ -208,9 +207,9 @@ def fp8_inference_config(config: Any) -> Any:
 
 class Fp8Scaling(Technique):
     key = "fp8_scaling"
+    read_by = "quantization"
     description = ("fp8 scales: one per tensor (tensorwise, fastest) or one per row (rowwise, more accurate); "
                    "torchao's fp8 training recipe and fp8 inference granularity")
-    order = 44  # read by quantization (45)
 
     def unavailable(self, value: Any, hw: Hardware) -> str | None:
         if value == "tensorwise":

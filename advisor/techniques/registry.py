@@ -1,4 +1,12 @@
-"""Every technique, by knob name, in the order ``apply`` runs them."""
+"""Every technique, by knob name, in the one order ``apply`` runs them.
+
+``APPLY_ORDER`` is that order, read top to bottom (as torchtitan applies TP, then
+checkpointing, then compile, then FSDP in one function). A knob without an ``apply`` of
+its own (a *companion*: ``prune_amount``, ``devices``, ``compile_mode``, ...) sits beside
+the knob whose ``apply`` reads it. A new knob: its ``TrialConfig`` field (one line of
+``advisor/core/config.py``, with its domain), its module here, and its place below;
+``tests/techniques/test_registry.py`` fails while the three disagree.
+"""
 
 from __future__ import annotations
 
@@ -27,12 +35,23 @@ from advisor.techniques.pruning import PruneAmount, Pruning
 from advisor.techniques.quantization import Fp8Scaling, Quantization
 from advisor.techniques.threads import Threads
 
-_ALL: list[Technique] = [
-    Precision(), Threads(), ChannelsLast(), Compile(), CompileMode(),
-    Parallelism(), Devices(), CommHook(), BucketMb(), Pruning(), PruneAmount(), Quantization(),
-    ActivationCheckpointing(), GradAccumulation(), NumWorkers(), PinMemory(), FusedOptimizer(),
-    DdpStaticGraph(), DdpBucketView(), SyncBatchnorm(), FsdpMixedPrecision(), FsdpReshard(),
-    CudnnBenchmark(), ExpandableSegments(), SdpaBackend(), Fp8Scaling(), CompileOptimizer(),
-    TpSize(), PpSchedule(), PpMicrobatches(), PpBalance(),
-]
-TECHNIQUES: dict[str, Technique] = {t.key: t for t in sorted(_ALL, key=lambda t: t.order)}
+APPLY_ORDER: tuple[Technique, ...] = (
+    # 1. the process: set before the model, the allocator or a kernel is touched
+    Threads(), ExpandableSegments(), CudnnBenchmark(), SdpaBackend(),
+    # 2. the arithmetic and layout of the parameters (the model is on its device already)
+    Precision(), ChannelsLast(),
+    # 3. what the weights become: pruning's masks are carried over by quantization
+    Pruning(), PruneAmount(), Fp8Scaling(), Quantization(),
+    # 4. the step's memory: checkpointing wraps the (quantized) blocks, before any wrapper
+    ActivationCheckpointing(), GradAccumulation(),
+    # 5. the data the step is fed
+    NumWorkers(), PinMemory(),
+    # 6. the distributed wrapper: Parallelism.apply reads every companion of this group
+    TpSize(), PpSchedule(), PpMicrobatches(), PpBalance(), SyncBatchnorm(), Devices(), Parallelism(),
+    CommHook(), BucketMb(), DdpStaticGraph(), DdpBucketView(), FsdpMixedPrecision(), FsdpReshard(),
+    # 7. the optimizer, set up at the first step, after every knob above changed the parameters
+    CompileOptimizer(), FusedOptimizer(),
+    # 8. compile last: it traces the model as every knob above left it
+    CompileMode(), Compile(),
+)
+TECHNIQUES: dict[str, Technique] = {t.key: t for t in APPLY_ORDER}

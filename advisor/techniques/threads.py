@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 class Threads(Technique):
     key = "threads"
     description = "intra-op CPU threads (torch.set_num_threads); null keeps torch's default"
-    order = 0
 
     def candidate_values(self, hw: Hardware) -> list[Any]:
         values, n = [], 1
