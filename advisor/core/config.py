@@ -195,11 +195,16 @@ def validate_values(data: Any, where: str) -> list[str]:
     for key, value in data.items():
         domain = DOMAINS.get(key)
         if domain is None:
-            close = difflib.get_close_matches(str(key), list(DOMAINS), n=1)
-            guess = f"did you mean {close[0]!r}? " if close else ""
-            problems.append(f"{where}.{key}: unknown key ({guess}known: {', '.join(DOMAINS)})")
+            problems.append(f"{where}.{key}: unknown key ({unknown_knob_hint(key)})")
             continue
         error = domain.check(value)
         if error:
             problems.append(f"{where}.{key}: {error}")
     return problems
+
+
+def unknown_knob_hint(key: Any) -> str:
+    """What to say of a name that is no knob: the closest knob, if one is close, and all of them."""
+    close = difflib.get_close_matches(str(key), list(DOMAINS), n=1)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f"{guess}known: {', '.join(DOMAINS)}"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from advisor.core.config import TrialConfig, validate_values
+from advisor.core.config import DOMAINS, TrialConfig, unknown_knob_hint, validate_values
 from advisor.core.errors import SpaceError
 from advisor.techniques.registry import TECHNIQUES
 
@@ -162,7 +162,7 @@ def parse_space(data: Any, name: str, source: str) -> SearchSpace:
     known = TrialConfig.keys()
     for key, spec in data.items():
         if key not in known:
-            problems.append(f"{key}: unknown knob (known: {', '.join(known)})")
+            problems.append(f"{key}: unknown knob ({unknown_knob_hint(key)})")
             continue
         knob = _parse_knob(str(key), spec, problems)
         if knob is not None:
@@ -206,7 +206,8 @@ def _parse_knob(key: str, spec: Any, problems: list[str]) -> Knob | None:
         if not choices:
             problems.append(f"{key}.choices: is empty (give at least one value)")
             return None
-        bad = [p for c in choices for p in validate_values({key: c}, key)]
+        checks = (DOMAINS[key].check(c) for c in choices)
+        bad = [f"{key}.choices: {error}" for error in checks if error]
         problems.extend(bad)
         if len({repr(c) for c in choices}) != len(choices):
             problems.append(f"{key}.choices: has duplicate values {choices}")

@@ -113,7 +113,7 @@ compile_mode: {choices: [default], when: {nonsense: 1}}
         "empty choices": lambda p: p.startswith("channels_last.choices") and "empty" in p,
         "low > high": lambda p: p.startswith("batch_size") and "greater than" in p,
         "no power of two": lambda p: p.startswith("threads") and "no power of two" in p,
-        "wrong value": lambda p: p.startswith("precision") and "fp64" in p,
+        "wrong value": lambda p: p.startswith("precision.choices: expected one of") and "fp64" in p,
         "unknown when": lambda p: p.startswith("compile_mode.when") and "nonsense" in p,
     }
     missing = [label for label, match in expected.items() if not any(match(p) for p in problems)]
@@ -123,6 +123,15 @@ compile_mode: {choices: [default], when: {nonsense: 1}}
     assert path in str(err)
     assert all(p in str(err) for p in problems)
     assert isinstance(err, AdvisorError) and err.exit_code == 2
+
+
+def test_a_misspelt_knob_is_named_with_the_closest_one(tmp_path):
+    path = write(tmp_path, "precison: bf16\nbatch_size: {choices: [0, 32]}\n")
+    with pytest.raises(SpaceError) as info:
+        load_space(path)
+    assert info.value.problems == [
+        f"precison: unknown knob (did you mean 'precision'? known: {', '.join(TrialConfig.keys())})",
+        "batch_size.choices: expected a positive integer, found 0"]
 
 
 def test_missing_file(tmp_path):
