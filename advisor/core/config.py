@@ -125,12 +125,14 @@ class TrialConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "config") -> TrialConfig:
-        """Build and validate; every problem is reported at once in one ConfigError.
+    def from_dict(cls, data: Any, where: str = "config", source: str = "") -> TrialConfig:
+        """Build and validate; every problem is reported at once in one ConfigError, headed
+        by ``source`` (a file's path) when given, each problem naming ``where.knob``.
         Missing knobs take their defaults (configs written by older versions have fewer)."""
         problems = validate_values(data, where)
         if problems:
-            raise ConfigError(f"{where} is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+            head = f"{source}: {where}" if source else where
+            raise ConfigError(f"{head} is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
         return cls(**data)
 
     def replace(self, **changes: Any) -> TrialConfig:

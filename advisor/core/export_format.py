@@ -82,4 +82,4 @@ def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
         document, data = data, data.get("config")
     elif isinstance(data, dict) and isinstance(data.get("config"), dict) and not set(data) & set(DOMAINS):
         document, data = data, data["config"]  # an export's shape without its version line (trimmed, or by hand)
-    return TrialConfig.from_dict(data, where=f"{path}: config"), document
+    return TrialConfig.from_dict(data, where="config", source=str(path)), document

@@ -111,10 +111,10 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
     workload = load_workload(workload_path)
     stored_base = document.get("baseline")
     if isinstance(stored_base, dict):
-        baseline = TrialConfig.from_dict(stored_base, where=f"{config_path}: baseline")
+        baseline = TrialConfig.from_dict(stored_base, where="baseline", source=str(config_path))
         base_note = None
     else:
-        baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
+        baseline = TrialConfig.from_dict(workload.baseline, where="BASELINE", source=str(workload.path))
         base_note = (f"{config_path} names no baseline (written before exports recorded it): the baseline is "
                      f"{workload.path}'s BASELINE")
     for what, c in (("config", config), ("baseline", baseline)):

@@ -55,10 +55,11 @@ def test_from_dict_reports_every_problem_at_once():
         TrialConfig.from_dict({
             "batch_size": 0, "precision": "fp64", "threads": -1, "channels_last": "yes",
             "compile": 1, "compile_mode": "turbo", "learning_rate": 0.1,
-        }, where="best.yaml: config")
+        }, where="config", source="best.yaml")
     msg = str(info.value)
+    assert msg.startswith("best.yaml: config is invalid:\n") and msg.count("best.yaml") == 1  # the file named once
     for key in ("batch_size", "precision", "threads", "channels_last", "compile", "compile_mode", "learning_rate"):
-        assert f"best.yaml: config.{key}:" in msg, key
+        assert f"\n  - config.{key}:" in msg, key
     assert "unknown key" in msg and "fp64" in msg and "'turbo'" in msg
     assert isinstance(info.value, AdvisorError) and info.value.exit_code == 2
 
@@ -222,8 +223,9 @@ def test_load_reports_bad_values_with_file_and_key(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     msg = str(info.value)
-    assert f"{path}: config.precision" in msg and "'fp8'" in msg
-    assert f"{path}: config.batch_size" in msg
+    assert msg.startswith(f"{path}: config is invalid:\n") and msg.count(str(path)) == 1
+    assert "  - config.precision: " in msg and "'fp8'" in msg
+    assert "  - config.batch_size: " in msg
 
 
 def test_load_uses_safe_yaml(tmp_path):

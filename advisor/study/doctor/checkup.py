@@ -246,7 +246,7 @@ def user_subject(workload: Workload, hw: Hardware) -> Subject:
     from advisor.workload.preflight import preflight
 
     facts = preflight(workload)
-    base = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
+    base = TrialConfig.from_dict(workload.baseline, where="BASELINE", source=str(workload.path))
     reason = refusal(base, "train", hw.device)
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")

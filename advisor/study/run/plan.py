@@ -90,7 +90,7 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     filtered = filter_space(space, hardware, facts)
     if not options.ignore_doctor:  # what failed `advisor doctor` on this machine
         filtered = drop_failed(filtered, hardware, facts, failures(fingerprint(hardware), workload.sha256))
-    baseline = TrialConfig.from_dict(workload.baseline, where=f"{workload.path}: BASELINE")
+    baseline = TrialConfig.from_dict(workload.baseline, where="BASELINE", source=str(workload.path))
     reason = refusal(baseline, options.workload, hardware.device) or baseline_refusal(baseline, hardware, facts)
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
