@@ -7,6 +7,7 @@ before use (``RayExecutor.start()``) and shut down after.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -14,12 +15,34 @@ from typing import Any, Protocol
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.stop import Stop
 
+# How long a trial may take to start: a fresh Ray worker and the fork server in it import torch
+# and the model's libraries (seconds; more under load), as after a timed-out trial's worker was killed.
+START_ALLOWANCE_S = 60.0
+
 
 class Handle(Protocol):
-    """A submitted trial: its number and when it was submitted (``time.monotonic()``)."""
+    """A submitted trial: its number and when it was submitted (``time.monotonic()``).
+    A handle may also have ``started_file``: a path the trial's process creates as it
+    starts (``TrialPayload.started_file``), from which its timeout counts (``overran``)."""
 
     number: int
     submitted: float
+
+
+def overran(handle: Handle, timeout: float) -> bool:
+    """Has the trial run longer than ``timeout`` seconds? Counted from its process's start
+    where the handle can tell (its ``started_file``, on the trial's machine), so that the
+    start of a fresh worker is not charged to it; until it starts, from its submission
+    plus ``START_ALLOWANCE_S``. Without a ``started_file``, from its submission."""
+    since_submission = time.monotonic() - handle.submitted
+    started_file = getattr(handle, "started_file", None)
+    if not started_file:
+        return since_submission > timeout
+    try:
+        started = os.stat(started_file).st_mtime
+    except OSError:  # not started yet
+        return since_submission > timeout + START_ALLOWANCE_S
+    return time.time() - started > timeout
 
 
 class Executor(Protocol):
@@ -68,6 +91,6 @@ def run_one(executor: Executor, number: int, payload: TrialPayload, timeout: flo
         if reason is not None:
             executor.cancel(handle)
             return TrialResult.failed("cancelled", f"cancelled: {reason}")
-        if time.monotonic() - handle.submitted > timeout:
+        if overran(handle, timeout):
             executor.cancel(handle)
             return TrialResult.failed("timeout", f"the trial ran longer than {timeout:.0f} s")

@@ -13,6 +13,7 @@ A parallel trial with more ranks than a node has is placed on several
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -39,6 +40,7 @@ class Running:
     ref: Any
     submitted: float = field(default_factory=time.monotonic)
     refused: TrialResult | None = None  # answered without running (no node can host it)
+    started_file: str | None = None  # created by the trial's process as it starts (executor.overran)
 
 
 def default_state_dir() -> Path:
@@ -73,6 +75,7 @@ class RayExecutor:
         self.cluster_devices = 1  # the most ranks one trial can have over every node
         self.startup_s = 0.0
         self.started = False
+        self.one_node = False  # the cluster is one node
 
     def start(self) -> RayExecutor:
         t = time.perf_counter()
@@ -127,6 +130,7 @@ class RayExecutor:
     def _plan_resources(self, nodes: list[dict[str, Any]]) -> None:
         """Choose what one trial asks for; refuse up front what no node can give."""
         alive = [n["Resources"] for n in nodes if n.get("Alive")]
+        self.one_node = len(alive) == 1
         if self.device == "cuda":
             gpu_nodes = [r for r in alive if r.get("GPU", 0) >= 1]
             if not gpu_nodes:
@@ -182,7 +186,23 @@ class RayExecutor:
             return placement.place(number, payload, bundle)
         if self.device == "cuda" and config.devices > 1:
             resources = {"num_gpus": config.devices, "num_cpus": resources["num_cpus"] * config.devices}
-        return Running(number, _remote(resources, self.env).remote(payload))
+        started_file = self._started_file(number)
+        if started_file:
+            payload = dataclasses.replace(payload, started_file=started_file)
+        return Running(number, _remote(resources, self.env).remote(payload), started_file=started_file)
+
+    def _started_file(self, number: int) -> str | None:
+        """Where the trial's process says it started, when it runs on this machine (a local
+        instance of one node): its timeout then counts from its start, not from a fresh
+        worker's (``executor.overran``). A cluster's other nodes could not show the file."""
+        if self.address or not self.one_node:
+            return None
+        folder = self.state_dir / "started"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+        except OSError:
+            return None
+        return str(folder / f"{os.getpid()}-{number}-{secrets.token_hex(4)}")
 
     def wait(self, running: Sequence[Any], timeout: float) -> list[tuple[Any, TrialResult]]:
         """Return the trials that finished within ``timeout`` seconds, with their results."""
@@ -203,6 +223,7 @@ class RayExecutor:
         for r in running:
             if r.refused is None and r.ref is not None and r.ref in ready:
                 done.append((r, self._result(r.ref)))
+                _forget_start(r)
         return done
 
     def _capacity(self) -> int:
@@ -241,12 +262,20 @@ class RayExecutor:
             placement.cancel(running)
         elif running.ref is not None:
             ray.cancel(running.ref, force=True)
+        _forget_start(running)
 
     def shutdown(self) -> None:
         import ray
 
         if self.started_here and ray.is_initialized():
             ray.shutdown()
+
+
+def _forget_start(running: Any) -> None:
+    """Remove a finished or cancelled trial's ``started_file``."""
+    if getattr(running, "started_file", None):
+        with contextlib.suppress(OSError):
+            os.unlink(running.started_file)
 
 
 def _not_the_auth_notice(record: logging.LogRecord) -> bool:

@@ -5,9 +5,11 @@ with a failure class, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advisor.core.results import TrialPayload, TrialResult
@@ -22,6 +24,9 @@ def run_trial(payload: TrialPayload) -> TrialResult:
     is data-parallel. On CUDA, first wait until this trial's GPUs are free of other
     processes; a GPU still held is ``device_busy`` (not the configuration's doing)."""
     started = time.perf_counter()
+    if payload.started_file:  # this trial's timeout counts from now (advisor.runner.executor.overran)
+        with contextlib.suppress(OSError):
+            Path(payload.started_file).touch()
     config = payload.config
     parallel = config.parallelism != "single" and config.devices > 1
     loaded = None

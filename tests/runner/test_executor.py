@@ -115,3 +115,54 @@ def test_a_trial_wider_than_a_node_spans_nodes_and_takes_their_slots():
     eight = TrialConfig(parallelism="fsdp", devices=8)
     assert gpu.spans(eight) and gpu.slots_for(eight) == 8 and gpu.cluster_devices == 8
     assert not gpu.spans(TrialConfig(parallelism="ddp", devices=4))
+
+
+def test_the_timeout_counts_from_the_trials_start_where_the_handle_can_tell(tmp_path):
+    """A trial whose process has not started (its fresh Ray worker and fork server still
+    importing, as after a timed-out trial's worker was killed) is given START_ALLOWANCE_S
+    more; once started, it is timed from its start; a handle without a started_file, from
+    its submission."""
+    import os
+    from types import SimpleNamespace
+
+    from advisor.runner.executor import START_ALLOWANCE_S, overran
+
+    marker = tmp_path / "started"
+    handle = SimpleNamespace(number=3, submitted=time.monotonic() - 50, started_file=str(marker))
+    assert not overran(handle, timeout=10)  # 50 s since submission, not started: within 10 + allowance
+    handle.submitted = time.monotonic() - (10 + START_ALLOWANCE_S + 1)
+    assert overran(handle, timeout=10)  # never started within the allowance
+    marker.touch()
+    now = time.time()
+    os.utime(marker, (now - 4, now - 4))
+    assert not overran(handle, timeout=10)  # started 4 s ago: 4 of its 10 s, however long its start took
+    os.utime(marker, (now - 11, now - 11))
+    assert overran(handle, timeout=10)
+    plain = SimpleNamespace(number=4, submitted=time.monotonic() - 11)
+    assert overran(plain, timeout=10) and not overran(plain, timeout=12)
+
+
+@pytest.mark.ray
+def test_a_trial_on_this_machine_says_when_its_process_started(ray_session):
+    """On a one-node local Ray, the trial's process creates its handle's started_file as it
+    starts (through the worker's fork server), and the file is gone once the trial is done."""
+    import os
+
+    from advisor.workload.contract import load_workload
+
+    from conftest import EXAMPLES
+
+    executor = RayExecutor("cpu").start()  # joins the session's Ray: one node, this machine
+    payload = TrialPayload.of(load_workload(str(EXAMPLES / "digits_mlp.py")), TrialConfig(batch_size=32),
+                              TrialSettings(train_samples=64))
+    handle = executor.submit(0, payload)
+    assert handle.started_file and not os.path.exists(handle.started_file)
+    seen, done = False, []
+    deadline = time.monotonic() + 120
+    while not done and time.monotonic() < deadline:
+        seen = seen or os.path.exists(handle.started_file)
+        done = executor.wait([handle], timeout=0.05)
+    ((_, result),) = done
+    assert result.ok, result.failure_message
+    assert seen  # while it ran (it runs for seconds)
+    assert not os.path.exists(handle.started_file)

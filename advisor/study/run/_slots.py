@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from advisor.core.results import TrialPayload, TrialResult
-from advisor.runner.executor import Executor, Handle
+from advisor.runner.executor import Executor, Handle, overran
 from advisor.search.strategy import Proposal
 
 
@@ -65,7 +65,7 @@ class Slots:
             out.append(Done(handle.number, proposal, part, result, time.monotonic() - handle.submitted))
         now = time.monotonic()
         for number, (handle, proposal, part) in list(self.running.items()):
-            if now - handle.submitted > timeout:
+            if overran(handle, timeout):
                 self.executor.cancel(handle)
                 self.running.pop(number)
                 result = TrialResult.failed("timeout", f"the trial ran longer than the trial timeout ({timeout:.0f} s)")
