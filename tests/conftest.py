@@ -53,6 +53,16 @@ def own_advisor_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path_factory.mktemp("advisor-home")))
 
 
+@pytest.fixture(autouse=True)
+def piped_width(monkeypatch):
+    """Printed tables at a pipe's width (80 columns), whatever the caller's terminal says:
+    a COLUMNS in the environment (a developer's shell, pytest-xdist's workers) laid the
+    `advisor studies` / `trials` tables out narrower and split the cells tests read. The
+    tests of narrow and wide consoles set their own width."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """Run in a fresh directory so the default ./advisor.db lands there."""
