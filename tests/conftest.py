@@ -55,10 +55,10 @@ def own_advisor_home(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def piped_width(monkeypatch):
-    """Printed tables at a pipe's width (80 columns), whatever the caller's terminal says:
-    a COLUMNS in the environment (a developer's shell, pytest-xdist's workers) laid the
-    `advisor studies` / `trials` tables out narrower and split the cells tests read. The
-    tests of narrow and wide consoles set their own width."""
+    """Printed tables as on a pipe, whatever COLUMNS says: a COLUMNS in the environment (a
+    developer's shell, pytest-xdist's workers) laid the `advisor studies` / `trials`
+    tables out narrower and split the cells tests read. (Under `pytest -s` in a terminal,
+    its own width still applies.) The tests of narrow and wide consoles set their own."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
 

@@ -29,20 +29,38 @@ class Handle(Protocol):
     submitted: float
 
 
-def overran(handle: Handle, timeout: float) -> bool:
+RAN_LONGER, NOT_STARTED = "ran longer", "not started"
+
+
+def overran(handle: Handle, timeout: float) -> str | None:
     """Has the trial run longer than ``timeout`` seconds? Counted from its process's start
     where the handle can tell (its ``started_file``, on the trial's machine), so that the
     start of a fresh worker is not charged to it; until it starts, from its submission
-    plus ``START_ALLOWANCE_S``. Without a ``started_file``, from its submission."""
+    plus ``START_ALLOWANCE_S``. Without a ``started_file``, from its submission.
+
+    Returns:
+        None while within its time, else ``RAN_LONGER`` or ``NOT_STARTED`` (for
+        ``timeout_failure``).
+    """
     since_submission = time.monotonic() - handle.submitted
     started_file = getattr(handle, "started_file", None)
     if not started_file:
-        return since_submission > timeout
+        return RAN_LONGER if since_submission > timeout else None
     try:
         started = os.stat(started_file).st_mtime
     except OSError:  # not started yet
-        return since_submission > timeout + START_ALLOWANCE_S
-    return time.time() - started > timeout
+        return NOT_STARTED if since_submission > timeout + START_ALLOWANCE_S else None
+    return RAN_LONGER if time.time() - started > timeout else None
+
+
+def timeout_failure(why: str, timeout: float, limit: str) -> TrialResult:
+    """The ``timeout`` result of a trial that ``overran`` said ``why`` of; ``limit`` names
+    the limit in the caller's words ("the trial timeout (12 s)")."""
+    if why == NOT_STARTED:
+        return TrialResult.failed("timeout", f"the trial's process had not started {timeout + START_ALLOWANCE_S:.0f} s "
+                                             f"after it was submitted ({limit} from its start, plus "
+                                             f"{START_ALLOWANCE_S:.0f} s for its Ray worker and fork server to start)")
+    return TrialResult.failed("timeout", f"the trial ran longer than {limit}")
 
 
 class Executor(Protocol):
@@ -91,6 +109,7 @@ def run_one(executor: Executor, number: int, payload: TrialPayload, timeout: flo
         if reason is not None:
             executor.cancel(handle)
             return TrialResult.failed("cancelled", f"cancelled: {reason}")
-        if overran(handle, timeout):
+        why = overran(handle, timeout)
+        if why:
             executor.cancel(handle)
-            return TrialResult.failed("timeout", f"the trial ran longer than {timeout:.0f} s")
+            return timeout_failure(why, timeout, f"{timeout:.0f} s")

@@ -75,7 +75,7 @@ class RayExecutor:
         self.cluster_devices = 1  # the most ranks one trial can have over every node
         self.startup_s = 0.0
         self.started = False
-        self.one_node = False  # the cluster is one node
+        self.local_only = False  # the cluster is this machine alone: trials can say here when they start
 
     def start(self) -> RayExecutor:
         t = time.perf_counter()
@@ -88,7 +88,11 @@ class RayExecutor:
         elif not ray.is_initialized():
             self._start_local(ray)
         self.startup_s = time.perf_counter() - t
-        self._plan_resources(ray.nodes())
+        nodes = ray.nodes()
+        self._plan_resources(nodes)
+        alive = [n for n in nodes if n.get("Alive")]
+        self.local_only = (not self.address and len(alive) == 1
+                           and alive[0].get("NodeID") == ray.get_runtime_context().get_node_id())
         self.started = True
         return self
 
@@ -130,7 +134,6 @@ class RayExecutor:
     def _plan_resources(self, nodes: list[dict[str, Any]]) -> None:
         """Choose what one trial asks for; refuse up front what no node can give."""
         alive = [n["Resources"] for n in nodes if n.get("Alive")]
-        self.one_node = len(alive) == 1
         if self.device == "cuda":
             gpu_nodes = [r for r in alive if r.get("GPU", 0) >= 1]
             if not gpu_nodes:
@@ -192,14 +195,17 @@ class RayExecutor:
         return Running(number, _remote(resources, self.env).remote(payload), started_file=started_file)
 
     def _started_file(self, number: int) -> str | None:
-        """Where the trial's process says it started, when it runs on this machine (a local
-        instance of one node): its timeout then counts from its start, not from a fresh
+        """Where the trial's process says it started, when it runs on this machine (a Ray
+        of one node, this one): its timeout then counts from its start, not from a fresh
         worker's (``executor.overran``). A cluster's other nodes could not show the file."""
-        if self.address or not self.one_node:
+        if not self.local_only:
             return None
         folder = self.state_dir / "started"
         try:
+            self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             folder.mkdir(mode=0o700, exist_ok=True)
+            if folder.stat().st_uid != os.getuid():  # not ours: another user could say our trials started
+                return None
         except OSError:
             return None
         return str(folder / f"{os.getpid()}-{number}-{secrets.token_hex(4)}")
@@ -267,6 +273,9 @@ class RayExecutor:
     def shutdown(self) -> None:
         import ray
 
+        for left in (self.state_dir / "started").glob(f"{os.getpid()}-*"):  # a trial cancelled before it started
+            with contextlib.suppress(OSError):
+                left.unlink()
         if self.started_here and ray.is_initialized():
             ray.shutdown()
 

@@ -171,7 +171,7 @@ def parse_space(data: Any, name: str, source: str) -> SearchSpace:
     for knob in knobs:
         for other, value in knob.when:
             if other not in known:
-                problems.append(f"{knob.name}.when: unknown knob {other!r}")
+                problems.append(f"{knob.name}.when: unknown knob {other!r} ({unknown_knob_hint(other)})")
             elif other not in names:
                 problems.append(f"{knob.name}.when: {other!r} is not a knob of this space")
             elif other == knob.name:

@@ -1,7 +1,7 @@
 """Every technique, by knob name, in the one order ``apply`` runs them.
 
-``APPLY_ORDER`` is that order, read top to bottom (as torchtitan applies TP, then
-checkpointing, then compile, then FSDP in one function). A knob without an ``apply`` of
+``APPLY_ORDER`` is that order, read top to bottom in one place (as torchtitan applies
+its parallelisms, checkpointing and compile in one function). A knob without an ``apply`` of
 its own (a *companion*: ``prune_amount``, ``devices``, ``compile_mode``, ...) sits beside
 the knob whose ``apply`` reads it. A new knob: its ``TrialConfig`` field (one line of
 ``advisor/core/config.py``, with its domain), its module here, and its place below;
@@ -36,9 +36,9 @@ from advisor.techniques.quantization import Fp8Scaling, Quantization
 from advisor.techniques.threads import Threads
 
 APPLY_ORDER: tuple[Technique, ...] = (
-    # 1. the process: set before the model, the allocator or a kernel is touched
+    # 1. the process's settings, before any of the model's kernels runs (apply has moved the model to its device)
     Threads(), ExpandableSegments(), CudnnBenchmark(), SdpaBackend(),
-    # 2. the arithmetic and layout of the parameters (the model is on its device already)
+    # 2. the arithmetic and layout of the parameters
     Precision(), ChannelsLast(),
     # 3. what the weights become: pruning's masks are carried over by quantization
     Pruning(), PruneAmount(), Fp8Scaling(), Quantization(),

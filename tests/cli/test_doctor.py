@@ -156,6 +156,7 @@ def test_an_interrupted_doctor_reports_and_stores_what_ran(ray_session, home, ca
 
 BAD = [
     ("unknown-knob", ["--knob", "turbo"], "--knob 'turbo': unknown knob"),
+    ("misspelt-knob", ["--knob", "precison"], "--knob 'precison': unknown knob (did you mean 'precision'? known:"),
     ("timeout-zero", ["--trial-timeout", "0"], "--trial-timeout must be a positive number"),
     ("bad-flag", ["--fast"], "unrecognized arguments"),
     ("model-missing", ["no-such-model.py"], "no such file"),

@@ -237,7 +237,7 @@ def test_load_uses_safe_yaml(tmp_path):
 
 def test_an_unknown_knob_close_to_a_known_one_is_suggested():
     with pytest.raises(ConfigError, match=r"BASELINE.precison: unknown key \(did you mean 'precision'\? known:"):
-        TrialConfig.from_dict({"batch_size": 32, "precison": "bf16"}, where="model.py: BASELINE")
+        TrialConfig.from_dict({"batch_size": 32, "precison": "bf16"}, where="BASELINE", source="model.py")
     with pytest.raises(ConfigError) as info:
         TrialConfig.from_dict({"zzz": 1})
     assert "did you mean" not in str(info.value)  # nothing close: the list alone

@@ -125,19 +125,24 @@ def test_the_timeout_counts_from_the_trials_start_where_the_handle_can_tell(tmp_
     import os
     from types import SimpleNamespace
 
-    from advisor.runner.executor import START_ALLOWANCE_S, overran
+    from advisor.runner.executor import NOT_STARTED, RAN_LONGER, START_ALLOWANCE_S, overran, timeout_failure
 
     marker = tmp_path / "started"
     handle = SimpleNamespace(number=3, submitted=time.monotonic() - 50, started_file=str(marker))
     assert not overran(handle, timeout=10)  # 50 s since submission, not started: within 10 + allowance
     handle.submitted = time.monotonic() - (10 + START_ALLOWANCE_S + 1)
-    assert overran(handle, timeout=10)  # never started within the allowance
+    assert overran(handle, timeout=10) == NOT_STARTED  # never started within the allowance
+    result = timeout_failure(NOT_STARTED, 10, "the trial timeout (10 s)")
+    assert result.failure_class == "timeout" and result.failure_message == (
+        f"the trial's process had not started {10 + START_ALLOWANCE_S:.0f} s after it was submitted (the trial "
+        f"timeout (10 s) from its start, plus {START_ALLOWANCE_S:.0f} s for its Ray worker and fork server to start)")
+    assert timeout_failure(RAN_LONGER, 10, "10 s").failure_message == "the trial ran longer than 10 s"
     marker.touch()
     now = time.time()
     os.utime(marker, (now - 4, now - 4))
     assert not overran(handle, timeout=10)  # started 4 s ago: 4 of its 10 s, however long its start took
     os.utime(marker, (now - 11, now - 11))
-    assert overran(handle, timeout=10)
+    assert overran(handle, timeout=10) == RAN_LONGER
     plain = SimpleNamespace(number=4, submitted=time.monotonic() - 11)
     assert overran(plain, timeout=10) and not overran(plain, timeout=12)
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from advisor.core.results import TrialPayload, TrialResult
-from advisor.runner.executor import Executor, Handle, overran
+from advisor.runner.executor import Executor, Handle, overran, timeout_failure
 from advisor.search.strategy import Proposal
 
 
@@ -65,10 +65,11 @@ class Slots:
             out.append(Done(handle.number, proposal, part, result, time.monotonic() - handle.submitted))
         now = time.monotonic()
         for number, (handle, proposal, part) in list(self.running.items()):
-            if overran(handle, timeout):
+            why = overran(handle, timeout)
+            if why:
                 self.executor.cancel(handle)
                 self.running.pop(number)
-                result = TrialResult.failed("timeout", f"the trial ran longer than the trial timeout ({timeout:.0f} s)")
+                result = timeout_failure(why, timeout, f"the trial timeout ({timeout:.0f} s)")
                 out.append(Done(number, proposal, part, result, now - handle.submitted))
         return out
 
