@@ -6,7 +6,6 @@ machine's hardware fingerprint and dropped from the next ``advisor tune``."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 import time
@@ -49,6 +48,7 @@ def add_arguments(d: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
+    from advisor.core.config import unknown_knob_hint
     from advisor.machine.doctor_store import save_verdicts, store_path
     from advisor.machine.hardware import describe_fingerprint, detect, fingerprint
     from advisor.outputs.json_output import print_json
@@ -60,9 +60,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     unknown = [k for k in args.knob or [] if k not in TECHNIQUES]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(TECHNIQUES), n=1)
-        guess = f"did you mean {close[0]!r}? " if close else ""
-        raise StudyError(f"--knob {unknown[0]!r}: unknown knob ({guess}known: {', '.join(TECHNIQUES)})")
+        raise StudyError(f"--knob {unknown[0]!r}: unknown knob ({unknown_knob_hint(unknown[0], TECHNIQUES)})")
     if not args.trial_timeout > 0:
         raise StudyError(f"--trial-timeout must be a positive number of seconds, found {args.trial_timeout}")
     user = load_workload(args.model) if args.model else None  # model.py's errors: exit status 2, nothing run

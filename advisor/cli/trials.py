@@ -26,12 +26,11 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
+    from advisor.core.errors import StudyError
     from advisor.core.stored import read_study
     from advisor.outputs.listing import trial_lines, trials_table
     from advisor.study.storage import stores
     from advisor.study.storage.guard import shown_url
-
-    from advisor.core.errors import StudyError
 
     if args.study and args.study_flag and args.study != args.study_flag:
         raise StudyError(f"two studies named: {args.study!r} and --study {args.study_flag!r}; name one")

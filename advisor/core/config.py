@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -205,8 +206,10 @@ def validate_values(data: Any, where: str) -> list[str]:
     return problems
 
 
-def unknown_knob_hint(key: Any) -> str:
-    """What to say of a name that is no knob: the closest knob, if one is close, and all of them."""
-    close = difflib.get_close_matches(str(key), list(DOMAINS), n=1)
+def unknown_knob_hint(key: Any, known: Iterable[str] = DOMAINS) -> str:
+    """What to say of a name that is none of ``known`` (every knob by default): the closest
+    one, if one is close, and all of them."""
+    names = list(known)
+    close = difflib.get_close_matches(str(key), names, n=1)
     guess = f"did you mean {close[0]!r}? " if close else ""
-    return f"{guess}known: {', '.join(DOMAINS)}"
+    return f"{guess}known: {', '.join(names)}"

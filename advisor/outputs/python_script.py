@@ -5,6 +5,7 @@ user can keep the dependency or drop it."""
 from __future__ import annotations
 
 import pprint
+import shlex
 from typing import Any
 
 from advisor.core.config import TrialConfig
@@ -135,8 +136,6 @@ def python_script(document: dict[str, Any], name: str = "this_file.py") -> str:
 
 def launch_command(config: TrialConfig, name: str) -> str:
     """How to run a script with this config: python, or torchrun with one process per rank."""
-    import shlex
-
     if config.parallelism == "single":
         return f"python {shlex.quote(name)}"
     return f"torchrun --nproc-per-node={config.devices} {shlex.quote(name)}   (one process per rank)"

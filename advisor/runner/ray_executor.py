@@ -75,7 +75,7 @@ class RayExecutor:
         self.cluster_devices = 1  # the most ranks one trial can have over every node
         self.startup_s = 0.0
         self.started = False
-        self.local_only = False  # the cluster is this machine alone: trials can say here when they start
+        self.started_dir: Path | None = None  # where trials say they started (a Ray of this machine alone)
 
     def start(self) -> RayExecutor:
         t = time.perf_counter()
@@ -91,8 +91,8 @@ class RayExecutor:
         nodes = ray.nodes()
         self._plan_resources(nodes)
         alive = [n for n in nodes if n.get("Alive")]
-        self.local_only = (not self.address and len(alive) == 1
-                           and alive[0].get("NodeID") == ray.get_runtime_context().get_node_id())
+        if not self.address and len(alive) == 1 and alive[0].get("NodeID") == ray.get_runtime_context().get_node_id():
+            self.started_dir = self._private_dir("started")
         self.started = True
         return self
 
@@ -189,26 +189,23 @@ class RayExecutor:
             return placement.place(number, payload, bundle)
         if self.device == "cuda" and config.devices > 1:
             resources = {"num_gpus": config.devices, "num_cpus": resources["num_cpus"] * config.devices}
-        started_file = self._started_file(number)
-        if started_file:
+        started_file = None
+        if self.started_dir is not None:  # the trial says here when its process starts (executor.overran)
+            started_file = str(self.started_dir / f"{os.getpid()}-{number}-{secrets.token_hex(4)}")
             payload = dataclasses.replace(payload, started_file=started_file)
         return Running(number, _remote(resources, self.env).remote(payload), started_file=started_file)
 
-    def _started_file(self, number: int) -> str | None:
-        """Where the trial's process says it started, when it runs on this machine (a Ray
-        of one node, this one): its timeout then counts from its start, not from a fresh
-        worker's (``executor.overran``). A cluster's other nodes could not show the file."""
-        if not self.local_only:
-            return None
-        folder = self.state_dir / "started"
+    def _private_dir(self, name: str) -> Path | None:
+        """``name`` in the state directory, both made private to us; None when that cannot
+        be (or another user owns it: they could say our trials started). Used only where
+        the trials run on this machine: a cluster's other nodes could not show its files."""
+        folder = self.state_dir / name
         try:
             self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             folder.mkdir(mode=0o700, exist_ok=True)
-            if folder.stat().st_uid != os.getuid():  # not ours: another user could say our trials started
-                return None
+            return folder if folder.stat().st_uid == os.getuid() else None
         except OSError:
             return None
-        return str(folder / f"{os.getpid()}-{number}-{secrets.token_hex(4)}")
 
     def wait(self, running: Sequence[Any], timeout: float) -> list[tuple[Any, TrialResult]]:
         """Return the trials that finished within ``timeout`` seconds, with their results."""
@@ -273,8 +270,8 @@ class RayExecutor:
     def shutdown(self) -> None:
         import ray
 
-        for left in (self.state_dir / "started").glob(f"{os.getpid()}-*"):  # a trial cancelled before it started
-            with contextlib.suppress(OSError):
+        for left in self.started_dir.glob(f"{os.getpid()}-*") if self.started_dir is not None else ():
+            with contextlib.suppress(OSError):  # a trial cancelled before it started
                 left.unlink()
         if self.started_here and ray.is_initialized():
             ray.shutdown()

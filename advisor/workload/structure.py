@@ -99,7 +99,7 @@ def prunable(module: Any) -> list[tuple[str, Any]]:
     attention = [n + "." for n, m in module.named_modules() if isinstance(m, nn.MultiheadAttention)]
     layers = [(n, m) for n, m in module.named_modules()
               if _weighted_layer(m) and not any(n.startswith(prefix) for prefix in attention)]
-    return [(n, m) for n, m in layers[:-1] if _plain_weight(m)]
+    return [(n, m) for n, m in layers[:-1] if own_weight(m)]
 
 
 def parametrized(module: Any) -> list[str]:
@@ -107,19 +107,14 @@ def parametrized(module: Any) -> list[str]:
     (``torch.nn.utils.parametrizations.weight_norm`` / ``spectral_norm``, the older
     ``weight_norm`` hook, any ``register_parametrization``): torch's pruning cannot
     reparametrize them, so ``prunable`` leaves them out."""
-    return [n for n, m in module.named_modules() if _weighted_layer(m) and not _plain_weight(m)]
+    return [n for n, m in module.named_modules() if _weighted_layer(m) and not own_weight(m)]
 
 
 def own_weight(layer: Any) -> bool:
-    """Whether ``layer``'s weight is its own parameter (or one torch's pruning split), not
-    computed by a parametrization: what torchao's quantization and fp8 swaps can take."""
-    return _plain_weight(layer)
-
-
-def _plain_weight(layer: Any) -> bool:
-    """A weight of the layer's own: a parameter, or one torch's pruning already split into
-    ``weight_orig`` and ``weight_mask`` (pruned by advisor, which prunes it again or makes
-    it permanent)."""
+    """A weight of the layer's own, not computed by a parametrization: a parameter, or one
+    torch's pruning already split into ``weight_orig`` and ``weight_mask`` (pruned by
+    advisor, which prunes it again or makes it permanent). What torch's pruning and
+    torchao's quantization and fp8 swaps can take."""
     params = layer._parameters
     return params.get("weight") is not None or (params.get("weight_orig") is not None
                                                  and "weight_mask" in layer._buffers)
