@@ -10,6 +10,14 @@ from pathlib import Path
 
 import pytest
 
+# Two tests at a time (README command 2 runs pytest-xdist's `-n 2` on this 2-core machine)
+# put two trials' OpenMP pools on the same cores. Their spinning waits (libgomp's default
+# is to spin before sleeping) then burn the time the other test's threads need (two test
+# files under -n 2: 106 s spinning, 85 s sleeping). Set before torch is imported here, and
+# inherited by every process the tests start (Ray, fork servers, trials, drivers). It
+# changes no result a test checks; the product leaves OpenMP to the user's environment.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -119,3 +127,13 @@ def kill_processes_of(state_dir: str) -> None:
                     os.kill(int(pid), signal.SIGKILL)
         except OSError:
             pass
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files that run studies on the session's Ray (a `ray` test in them) first, each
+    kept whole (its module fixtures set up once), the rest after: under README command 2's
+    `-n 2 --dist worksteal` the long studies start at once and the many short tests fill in
+    around them, so the run does not end on one worker still in a study. The same order in
+    every worker (xdist requires it); alone, the order changes nothing a test checks."""
+    studies = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("ray")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in studies)
