@@ -10,7 +10,7 @@ from typing import Any
 from advisor.core.errors import StudyError
 from advisor.core.metric import MetricSpec
 from advisor.core.picks import OLDER_PICKS, PICKS, pick
-from advisor.core.stored import SCORE, StoredStudy
+from advisor.core.stored import SCORE_OUT, StoredStudy
 from advisor.outputs.export import FORMATS, export_document, trial_by_number, write_export
 from advisor.outputs.summary import counts, front_rows
 
@@ -83,6 +83,6 @@ class TuneResult:
             mark = " (baseline)" if row["baseline"] else ""
             lines.append(f"  trial {row['trial']}{mark}: {row['throughput']:,.0f} samples/s"
                          + (f" ({ratio:.2f}x)" if ratio is not None else "")
-                         + f", {self.metric.name} {self.metric.value_text(row[SCORE])}")
+                         + f", {self.metric.name} {self.metric.value_text(row[SCORE_OUT])}")
         lines.append("  picks: " + ", ".join(f"{k} = trial {v}" for k, v in self.picks.items()))
         return "\n".join(lines)

@@ -1,13 +1,15 @@
 """The exported configuration file: data only (YAML or JSON, read with ``yaml.safe_load``)::
 
-    advisor_config: 1
+    advisor_config: 2
     config: {batch_size: 128, precision: bf16, compile: false, ...}
     source: {study: digits_cnn-default, trial: 7, workload: /path/model.py, ...}
-    measured: {throughput: 5123.0, peak_memory_bytes: 41943040, accuracy: 0.97, ...}
+    measured: {throughput: 5123.0, peak_memory_bytes: 41943040, score: 0.97, metric: {...}, ...}
     hardware: {cpu_model: ..., gpus: [...], torch_version: ...}
 
 Only ``config`` is needed to apply it; ``source``, ``measured`` and ``hardware`` say where
-it came from. A bare mapping of knob values is accepted too.
+it came from. A bare mapping of knob values is accepted too. Version 1 (before 2026-11-27)
+named the metric's keys after accuracy (``measured.accuracy``, ``vs_baseline.accuracy_delta``,
+...); they are read under version 2's names (``V1_NAMES``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import yaml
 from advisor.core.config import DOMAINS, TrialConfig
 from advisor.core.errors import ConfigError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: measured.score, vs_baseline.metric_* (were accuracy*: any metric, any direction)
+READS = (1, 2)  # the versions read_export accepts
 
 def serialise(document: dict[str, Any], fmt: str = "yaml") -> str:
     """An export document as YAML or JSON text."""
@@ -77,9 +80,27 @@ def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
     document: dict[str, Any] = {"config": data}
     if isinstance(data, dict) and "advisor_config" in data:
         version = data.get("advisor_config")
-        if version != FORMAT_VERSION:
-            raise ConfigError(f"{path}: advisor_config is {version!r}; this advisor reads version {FORMAT_VERSION}")
-        document, data = data, data.get("config")
+        if version not in READS:
+            raise ConfigError(f"{path}: advisor_config is {version!r}; this advisor reads versions "
+                              f"{', '.join(map(str, READS))}")
+        document, data = _current(data), data.get("config")
     elif isinstance(data, dict) and isinstance(data.get("config"), dict) and not set(data) & set(DOMAINS):
         document, data = data, data["config"]  # an export's shape without its version line (trimmed, or by hand)
     return TrialConfig.from_dict(data, where="config", source=str(path)), document
+
+
+def _current(document: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 document as version 2 reads: the metric's keys that said "accuracy"
+    (``measured.accuracy``, the score; ``vs_baseline``'s delta and noise) under their
+    version-2 names."""
+    measured = document.get("measured")
+    if document.get("advisor_config") != 1 or not isinstance(measured, dict):
+        return document
+    measured = {V1_NAMES.get(k, k): v for k, v in measured.items()}
+    if isinstance(measured.get("vs_baseline"), dict):
+        measured["vs_baseline"] = {V1_NAMES.get(k, k): v for k, v in measured["vs_baseline"].items()}
+    return {**document, "measured": measured}
+
+
+V1_NAMES = {"accuracy": "score", "accuracy_delta": "metric_delta", "accuracy_noise_epsilon": "metric_noise_epsilon",
+            "accuracy_within_noise": "metric_within_noise"}  # version 1's keys -> version 2's

@@ -109,11 +109,11 @@ class Versus:
 
     def to_dict(self) -> dict[str, Any]:
         return {"throughput_ratio": self.throughput_ratio, "memory_ratio": self.memory_ratio,
-                "accuracy_delta": self.metric_delta, "confirmed": self.confirmed,
+                "metric_delta": self.metric_delta, "confirmed": self.confirmed,
                 "throughput_interval": list(self.throughput_interval) if self.throughput_interval else None,
                 "memory_interval": list(self.memory_interval) if self.memory_interval else None,
-                "pairs": self.pairs, "accuracy_noise_epsilon": self.epsilon,
-                "accuracy_within_noise": self.metric_within_noise,
+                "pairs": self.pairs, "metric_noise_epsilon": self.epsilon,
+                "metric_within_noise": self.metric_within_noise,
                 "metric_verdict": self.verdict.kind if self.verdict is not None else None,
                 "metric_bounds": [self.verdict.low, self.verdict.high] if self.verdict is not None else None}
 

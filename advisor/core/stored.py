@@ -53,6 +53,9 @@ REUSE_DIFFERENCE = "accuracy_reuse_difference"  # how close the first steps of a
 # TrialResult.score is stored under this key (the name studies have always had); the other
 # stored keys that still say "accuracy" above are likewise kept, so older studies read the same
 SCORE = "accuracy"
+# what every document advisor writes for users calls it (--json, exports; issue 32): the
+# score of any metric, higher is better (advisor tune --json 2, report 3, measure 2, advisor_config 2)
+SCORE_OUT = "score"
 # the study's own attributes: their keys, re-exported (advisor.core.study_attrs writes them)
 
 

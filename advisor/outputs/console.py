@@ -239,11 +239,11 @@ class TuneOutput:
                    if tally.get("skipped_known_failure") else ""),
                 markup=False)
         if tally["probes"]:
-            c.print(f"two-stage: {tally['probes']} probes, {tally['accuracy_runs']} training runs "
+            c.print(f"two-stage: {tally['probes']} probes, {tally['training_runs']} training runs "
                     f"({tally['early_stops']} stopped early by the metric gate); "
                     f"{plural(tally['probed_only'], 'configuration')} needed no training run (dominated beyond noise "
                     "by a feasible one), "
-                    f"{tally['accuracy_reused']} reused one (same training numerics)", markup=False)
+                    f"{tally['metric_reused']} reused one (same training numerics)", markup=False)
         for line in failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)
         overhead = timing["wall_s"] - timing["trial_compute_s"] - timing["confirm_s"] - timing["ray_startup_s"]

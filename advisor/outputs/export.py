@@ -11,7 +11,7 @@ from typing import Any
 
 from advisor.core.errors import ConfigError, StudyError
 from advisor.core.export_format import FORMAT_VERSION, serialise, write_atomically
-from advisor.core.stored import SCORE, TRAINING_SKIPPED, StoredStudy, TrialRecord
+from advisor.core.stored import SCORE, SCORE_OUT, TRAINING_SKIPPED, StoredStudy, TrialRecord
 
 FORMATS = ("yaml", "json", "python", "hf", "accelerate", "torchrun")
 # a format in another tool's terms -> the export document's key for its section
@@ -40,14 +40,15 @@ def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
 def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     """The export file's content: the config, where it came from, what was measured."""
     assert record.config is not None
-    measured = {k: record.get(k) for k in ("throughput", "peak_memory_bytes", SCORE, "step_time_median_s",
-                                            "step_time_iqr_s", "compile_s")}
+    measured = {(SCORE_OUT if k == SCORE else k): record.get(k)
+                for k in ("throughput", "peak_memory_bytes", SCORE, "step_time_median_s", "step_time_iqr_s",
+                          "compile_s")}
     if record.get("energy_per_sample_j") is not None:  # a GPU's energy counter, over the timed steps
         measured["energy_per_sample_j"] = record.get("energy_per_sample_j")
     if record.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
         measured["latency"] = record.latency.to_dict() | {
             "summary": f"{record.latency.text()} (single forward calls, each synchronised; on this study's hardware)"}
-    if record.figures is not None:  # the metric as itself ("accuracy" above, SCORE, is its score: higher is better)
+    if record.figures is not None:  # the metric as itself ("score" above is its score: higher is better)
         measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.score)}
     if study.baseline is not None and record.figures is not None:
         measured["vs_baseline"] = study.versus_baseline(record).to_dict()

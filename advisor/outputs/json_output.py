@@ -14,17 +14,18 @@ from typing import Any
 FORMAT_KEY = "format"
 
 VERSIONS = {
-    "tune": 1,  # advisor tune --json: the summary (counts, timing, the front)
+    "tune": 2,  # advisor tune --json: the summary (counts, timing, the front; 2: a row's "accuracy" is "score")
     "confirm": 1,  # advisor confirm --json: the confirmations
     "hardware": 1,  # advisor hardware --json: the fingerprint and every option, offered or refused
     "doctor": 1,  # advisor doctor --json: each option's run on each model
     "spaces": 1,  # advisor spaces --json: the shipped presets
     "space": 1,  # advisor spaces NAME --json: one space filtered for this machine
-    "export": 1,  # advisor export --json: the export document (it keeps its own advisor_config version)
-    "measure": 1,  # advisor measure --json: the comparison
-    "report": 2,  # advisor report --json: the report's files and figures (2: the pick most-accurate is best-metric)
+    "export": 2,  # advisor export --json: the export document (and its own advisor_config 2: measured.score)
+    "measure": 2,  # advisor measure --json: the comparison (2: figures.score, was figures.accuracy)
+    "report": 3,  # advisor report --json: the report's files and figures (2: the pick most-accurate is
+    # best-metric; 3: a front row's "accuracy" is "score")
     "studies": 1,  # advisor studies --json: the studies in a storage
-    "trials": 1,  # advisor trials --json: the trials of one study
+    "trials": 2,  # advisor trials --json: the trials of one study (2: vs_baseline's metric_* keys)
 }
 
 

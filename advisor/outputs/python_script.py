@@ -158,10 +158,10 @@ def _measured_line(document: dict[str, Any]) -> str:
         return f" ({vs[key]:.2f}x the baseline, unconfirmed)"
 
     metric = MetricSpec.from_dict(m.get("metric"))
-    delta = f" ({metric.delta_text(vs['accuracy_delta'])})" if vs.get("accuracy_delta") is not None else ""
+    delta = f" ({metric.delta_text(vs['metric_delta'])})" if vs.get("metric_delta") is not None else ""
     return (f"Measured on {where}:\n  {fmt_rate(m['throughput'])} samples/s{ratio('throughput_ratio', 'throughput_interval')}, "
             f"{fmt_bytes(m['peak_memory_bytes'])} peak memory{ratio('memory_ratio', 'memory_interval')}, "
-            f"{metric.name} {metric.value_text(m['accuracy'])}{delta}."
+            f"{metric.name} {metric.value_text(m['score'])}{delta}."
             + (f"\n  Latency: {m['latency']['summary']}." if isinstance(m.get("latency"), dict)
                and m["latency"].get("summary") else ""))
 

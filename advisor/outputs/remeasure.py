@@ -18,7 +18,7 @@ from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings, check_workload_kind, default_train_samples
 from advisor.core.stop import Stop
-from advisor.core.stored import SCORE, result_dict
+from advisor.core.stored import SCORE_OUT
 from advisor.core.units import fmt_bytes, fmt_rate
 from advisor.machine.hardware import detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
@@ -66,7 +66,7 @@ class Remeasured:
 
     def metric_figures(self) -> dict[str, Any]:
         """The metric's score as exported and as the full run measured it now."""
-        stored = self.stored.get(SCORE)
+        stored = self.stored.get(SCORE_OUT)
         now = self.full_run.score if self.full_run is not None and self.full_run.ok else None
         out: dict[str, Any] = {"stored": stored, "now": now}
         if isinstance(stored, (int, float)) and now is not None:
@@ -88,9 +88,9 @@ class Remeasured:
         return {"config": self.config.to_dict(), "baseline": self.baseline.to_dict(),
                 "source": self.document.get("source"), "notes": self.notes, "too_noisy": self.too_noisy(),
                 "confirmation": self.confirmation.to_dict(),
-                "full_run": result_dict(self.full_run) if self.full_run is not None else None,
+                "full_run": self.full_run.to_dict() if self.full_run is not None else None,  # its "score", as documents say it
                 "figures": {"throughput_ratio": self.ratio("throughput_ratio"),
-                            "memory_ratio": self.ratio("memory_ratio"), SCORE: self.metric_figures()}}
+                            "memory_ratio": self.ratio("memory_ratio"), SCORE_OUT: self.metric_figures()}}
 
 
 def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAIRS, target: float = DEFAULT_TARGET,

@@ -189,7 +189,7 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
 def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) -> dict[str, Any]:
     """What ``advisor report --json`` prints: the files written and the report's figures
     as data (the front, the picks, each knob's effect, the counts). Metric values are the
-    metric itself (``metric_value``, ``metric_delta``); the front rows keep ``accuracy``,
+    metric itself (``metric_value``, ``metric_delta``); the front rows keep ``score``,
     the score the study compares (higher is better), as ``advisor tune --json`` does."""
     base = study.baseline
     assert base is not None  # write_report refused a study without one

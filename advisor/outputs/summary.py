@@ -17,7 +17,7 @@ from advisor.core.stored import (
     ESTIMATE,
     METRIC_REUSED,
     PROBE_DONE,
-    SCORE,
+    SCORE_OUT,
     TRAINING_RUN,
     StoredStudy,
     TrialRecord,
@@ -60,7 +60,7 @@ class FrontRow:
         row = {"trial": r.number, "baseline": r.baseline, "on_front": self.on_front,
                "config": r.config.to_dict() if r.config is not None else {},
                "throughput": self.figures.throughput, "peak_memory_bytes": self.figures.peak_memory_bytes,
-               SCORE: self.figures.score, "throughput_iqr_rel": relative_iqr(r)}
+               SCORE_OUT: self.figures.score, "throughput_iqr_rel": relative_iqr(r)}
         if self.versus.metric_delta is not None:  # the study has a baseline
             row.update(self.versus.to_dict())
         if r.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
@@ -86,8 +86,8 @@ def relative_iqr(record: TrialRecord) -> float | None:
 def counts(study: StoredStudy) -> dict[str, Any]:
     """Trials by outcome: run (counted), completed, failed by class, infeasible, the
     proposals answered without running (duplicates, skipped), and two-stage evaluation's
-    probes, training runs, probed-only trials, reused metrics and early stops (their keys
-    keep the names the JSON outputs have always had: accuracy_runs, accuracy_reused)."""
+    probes, training runs, probed-only trials, reused metrics and early stops
+    (``advisor tune --json`` 2 renamed accuracy_runs and accuracy_reused to these)."""
     ran = [r for r in study.records if r.counted]
     failed = Counter(r.failure_class or "unknown" for r in ran if r.state == "failed")
     skipped = [r for r in study.records if r.state == "skipped"]
@@ -101,9 +101,9 @@ def counts(study: StoredStudy) -> dict[str, Any]:
             "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible),
             # two-stage evaluation: probes run, training runs, and what spared or cut them
             "probes": sum(1 for r in study.records if r.get(PROBE_DONE)),
-            "accuracy_runs": sum(1 for r in study.records if r.get(TRAINING_RUN) is not None),
+            "training_runs": sum(1 for r in study.records if r.get(TRAINING_RUN) is not None),
             "probed_only": sum(1 for r in ran if r.state == "probed"),
-            "accuracy_reused": sum(1 for r in ran if r.get(METRIC_REUSED) is not None),
+            "metric_reused": sum(1 for r in ran if r.get(METRIC_REUSED) is not None),
             "early_stops": sum(1 for r in ran if r.get(EARLY_STOP))}
 
 

@@ -30,6 +30,17 @@ def old_study(workdir):
     return "sqlite:///old.db"
 
 
+def accuracy_keys(document, where: str = "") -> list[str]:
+    """The keys, at any depth, that still name the metric "accuracy" (issue 32: a study's
+    metric can be any metric; the documents say "score" and "metric")."""
+    if isinstance(document, dict):
+        return [f"{where}.{k}" for k in document if "accuracy" in str(k)] + [
+            hit for k, v in document.items() for hit in accuracy_keys(v, f"{where}.{k}")]
+    if isinstance(document, list):
+        return [hit for i, v in enumerate(document) for hit in accuracy_keys(v, f"{where}[{i}]")]
+    return []
+
+
 def printed(argv: list[str], capsys) -> dict:
     code = exit_status(argv)
     out, err = capsys.readouterr()
@@ -40,7 +51,7 @@ def printed(argv: list[str], capsys) -> dict:
 
 
 def test_every_kind_is_versioned_in_one_place():
-    assert format_tag("tune") == "advisor.tune/1"
+    assert format_tag("tune") == "advisor.tune/2"
     assert set(VERSIONS) == set().union(*JSON_COMMANDS.values())
     assert all(isinstance(v, int) and v >= 1 for v in VERSIONS.values())
 
@@ -71,8 +82,10 @@ def test_tune_summary_is_tagged(old_study, capsys):
     output = console.TuneOutput(json_mode=True)
     assert output.finish(SimpleNamespace(storage_url=old_study), StudyOutcome(study, None)) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["format"] == "advisor.tune/1" and document["study"] == "compat"
+    assert document["format"] == "advisor.tune/2" and document["study"] == "compat"
     assert document["front"][0]["trial"] == 0
+    assert document["front"][0]["score"] == pytest.approx(0.6417, abs=1e-4) and "metric_delta" in document["front"][0]
+    assert accuracy_keys(document) == []
 
 
 def test_hardware(capsys):
@@ -115,8 +128,9 @@ def test_export_document_is_tagged_and_still_loads(old_study, capsys, workdir):
     import advisor
 
     document = printed(["export", "--storage", old_study, "--trial", "0", "--json"], capsys)
-    assert document["format"] == "advisor.export/1" and document["advisor_config"] == 1
+    assert document["format"] == "advisor.export/2" and document["advisor_config"] == 2
     assert document["source"] == document["source"] | {"study": "compat", "trial": 0}
+    assert document["measured"]["score"] == document["measured"]["metric"]["value"] and accuracy_keys(document) == []
     (workdir / "best.json").write_text(json.dumps(document))
     assert advisor.load_config(workdir / "best.json").batch_size == 32
 
@@ -124,7 +138,7 @@ def test_export_document_is_tagged_and_still_loads(old_study, capsys, workdir):
 def test_report_prints_its_files_and_figures(old_study, capsys, workdir):
     pytest.importorskip("matplotlib")
     document = printed(["report", "--storage", old_study, "-o", "out", "--json"], capsys)
-    assert document["format"] == "advisor.report/2"
+    assert document["format"] == "advisor.report/3"
     assert document["report"] == "out/report.md" and (workdir / "out" / "report.md").is_file()
     assert all((workdir / p).is_file() for p in document["plots"])
     assert document["counts"]["trials"] == 4 and document["metric"]["name"] == "accuracy"
@@ -132,6 +146,7 @@ def test_report_prints_its_files_and_figures(old_study, capsys, workdir):
     assert front[0]["baseline"] is True and front[0]["metric_value"] == pytest.approx(0.6417, abs=1e-4)
     assert set(document["picks"]) == {"fastest", "smallest", "best-metric", "balanced"}
     assert {e["knob"] for e in document["knob_effects"]} == {"batch_size", "grad_accumulation"}
+    assert accuracy_keys(document) == []
 
 
 def test_the_helper_puts_the_tag_first_and_keeps_the_body():

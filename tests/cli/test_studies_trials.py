@@ -93,7 +93,7 @@ def test_a_narrow_table_wraps_between_words_and_never_cuts_one(two_studies, caps
 def test_trials_json(two_studies, capsys):
     code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
     document = json.loads(out)
-    assert code == 0 and document["format"] == "advisor.trials/1" and document["baseline"] == 0
+    assert code == 0 and document["format"] == "advisor.trials/2" and document["baseline"] == 0
     trials = document["trials"]
     assert [t["trial"] for t in trials] == list(range(12))
     assert trials[1]["config"]["precision"] == "bf16" and trials[1]["metric_value"] == pytest.approx(0.9639)

@@ -10,7 +10,7 @@ import yaml
 import advisor
 from advisor.core.config import TrialConfig, validate_values
 from advisor.core.errors import AdvisorError, ConfigError
-from advisor.core.export_format import FORMAT_VERSION, load_config
+from advisor.core.export_format import FORMAT_VERSION, load_config, read_export
 from advisor.outputs.export import write_export
 
 
@@ -19,7 +19,7 @@ def export_document(config: TrialConfig) -> dict:
         "advisor_config": FORMAT_VERSION,
         "config": config.to_dict(),
         "source": {"study": "digits_cnn-default", "trial": 7, "workload": "/x/model.py"},
-        "measured": {"throughput": 5123.0, "peak_memory": 41943040, "accuracy": 0.97},
+        "measured": {"throughput": 5123.0, "peak_memory": 41943040, "score": 0.97},
     }
 
 
@@ -199,11 +199,25 @@ def test_load_empty_file(tmp_path):
 
 def test_load_wrong_format_version(tmp_path):
     path = tmp_path / "future.yaml"
-    doc = export_document(TrialConfig()) | {"advisor_config": 2}
+    doc = export_document(TrialConfig()) | {"advisor_config": FORMAT_VERSION + 1}
     write_export(doc, path)
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert "advisor_config is 2" in str(info.value) and f"version {FORMAT_VERSION}" in str(info.value)
+    assert f"advisor_config is {FORMAT_VERSION + 1}; this advisor reads versions 1, 2" in str(info.value)
+
+
+def test_a_version_1_export_is_read_with_version_2s_names(tmp_path):
+    """Exports written before issue 32 named the metric's figures after accuracy; they
+    still load, and their figures read under the names a version-2 export has."""
+    path = tmp_path / "old.yaml"
+    path.write_text("advisor_config: 1\nconfig: {batch_size: 32}\n"
+                    "measured: {throughput: 10.0, accuracy: 0.9, vs_baseline: {throughput_ratio: 1.5, "
+                    "accuracy_delta: -0.01, accuracy_noise_epsilon: 0.02, accuracy_within_noise: true}}\n")
+    config, document = read_export(path)
+    assert config.batch_size == 32 and document["advisor_config"] == 1
+    assert document["measured"] == {"throughput": 10.0, "score": 0.9, "vs_baseline": {
+        "throughput_ratio": 1.5, "metric_delta": -0.01, "metric_noise_epsilon": 0.02, "metric_within_noise": True}}
+    assert "accuracy" in path.read_text()  # the file itself is left as it was
 
 
 def test_load_export_without_config_section(tmp_path):

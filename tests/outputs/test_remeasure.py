@@ -46,8 +46,8 @@ def test_measure_pairs_against_the_baseline_and_compares(ray_session, exported, 
     assert now["n"] == 2 and now["low"] <= now["center"] <= now["high"]
     assert thr["stored"] == pytest.approx(10240.0 / 6736.0) and thr["stored_confirmed"] is False
     assert thr["stored_within_now"] == (now["low"] <= thr["stored"] <= now["high"])
-    assert data["full_run"]["ok"] and data["full_run"]["accuracy"] is not None
-    assert data["figures"]["accuracy"]["difference"] == pytest.approx(data["full_run"]["accuracy"] - 0.9639)
+    assert data["full_run"]["ok"] and data["full_run"]["score"] is not None and "accuracy" not in data["full_run"]
+    assert data["figures"]["score"]["difference"] == pytest.approx(data["full_run"]["score"] - 0.9639)
     # the recorded study names another file (and hash) than the MLP measured now: said so
     assert any("is not the file the config was measured with" in n for n in data["notes"])
     assert captured.err.count("pair ") == 2 and "full run" in captured.err

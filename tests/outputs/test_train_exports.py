@@ -160,7 +160,7 @@ def test_torchrun_launch_sets_the_environment_each_process_sees(tmp_path, capsys
     lines = sorted(p.read_text() for p in tmp_path.glob("rank*"))
     assert lines == [f"rank {r} 2 3 expandable_segments:True" for r in (0, 1)]
     document = json.loads(_export(url, 2, "torchrun", capsys, "--json"))
-    assert document["format"] == "advisor.export/1" and document["torchrun"]["env"]["OMP_NUM_THREADS"] == "3"
+    assert document["format"] == "advisor.export/2" and document["torchrun"]["env"]["OMP_NUM_THREADS"] == "3"
     assert document["torchrun"]["command"][:4] == ["torchrun", "--standalone", "--nproc_per_node", "2"]
     assert {e["knob"] for e in document["torchrun"]["not_covered"]} == {"parallelism", "bucket_mb", "comm_hook"}
     single = _export(url, 1, "torchrun", capsys)

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from advisor.cli.main import main
+from advisor.core.export_format import V1_NAMES, read_export
 from advisor.core.stored import read_study, read_trial
 from advisor.study.storage.stores import open_storage
 from advisor.tui.data import StudyData
@@ -55,6 +56,13 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     now = json.loads(Path("now.json").read_text())
     for document in (before, now):
         document["source"].pop("exported")
+    # renamed since (issue 32: the metric is any metric): the version, and the keys that
+    # named it accuracy, as advisor_config 2 names them (a version-1 file reads the same)
+    assert before["advisor_config"] == 1 and now["advisor_config"] == 2
+    assert read_export(DATA / "export_before_layers.json")[1]["measured"]["score"] == before["measured"]["accuracy"]
+    before["advisor_config"] = 2
+    before["measured"] = {V1_NAMES.get(k, k): v for k, v in before["measured"].items()}
+    before["measured"]["vs_baseline"] = {V1_NAMES.get(k, k): v for k, v in before["measured"]["vs_baseline"].items()}
     # added since (the GPU pass): the trials' seed, which the exported script seeds with
     assert now["source"].pop("seed") == 0
     # added since (the figures-you-can-trust issue): the baseline's configuration, and
@@ -64,15 +72,15 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     assert vs.pop("confirmed") is False and vs.pop("pairs") == 0
     for key in ("throughput_interval", "memory_interval"):
         assert vs.pop(key) is None
-    assert vs.pop("accuracy_noise_epsilon") == 0 and vs.pop("accuracy_within_noise") is False
+    assert vs.pop("metric_noise_epsilon") == 0 and vs.pop("metric_within_noise") is False
     # added since (decisions that survive a second run): the metric's verdict; this study
     # measured no noise, so its point estimate decides and the bounds are that estimate
-    assert vs.pop("metric_verdict") == "feasible" and vs.pop("metric_bounds") == [vs["accuracy_delta"]] * 2
+    assert vs.pop("metric_verdict") == "feasible" and vs.pop("metric_bounds") == [vs["metric_delta"]] * 2
     # added since (meeting users where their code is): what the metric is, and its value as
     # itself; a study from before METRIC existed reads as accuracy
     metric = now["measured"].pop("metric")
     assert metric == {"name": "accuracy", "higher_is_better": True, "fraction": True, "unit": "",
-                      "value": now["measured"]["accuracy"]}
+                      "value": now["measured"]["score"]}
     # added since (the GPU pass): knobs the study predates, at their defaults, which change nothing
     from advisor.core.config import TrialConfig
 

@@ -46,8 +46,8 @@ def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
     noise = study.user_attrs["accuracy_noise"]
     assert len(noise["curves"]) == 1 and len(noise["curves"][0]) == 3  # the seed's learning curve, for the gate
     tally = counts(stored)
-    assert tally["probes"] == 8 and tally["accuracy_runs"] + tally["probed_only"] + tally["accuracy_reused"] == 8
-    assert f"two-stage: 8 probes, {tally['accuracy_runs']} training runs" in out and "metric gate" in out
+    assert tally["probes"] == 8 and tally["training_runs"] + tally["probed_only"] + tally["metric_reused"] == 8
+    assert f"two-stage: 8 probes, {tally['training_runs']} training runs" in out and "metric gate" in out
     assert "probe   0" in out  # each probe is shown as it comes in
 
 
