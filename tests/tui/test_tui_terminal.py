@@ -54,6 +54,6 @@ def test_tui_under_tmux(tmp_path):
         _wait_for(socket, "trial 2 exported")
         assert (tmp_path / "digits_cnn-cpu-trial2.yaml").exists(), sorted(p.name for p in tmp_path.iterdir())
         _tmux(socket, "send-keys", "-t", "explorer", "q")
-        screen = _wait_for(socket, "exported " + str(tmp_path / "digits_cnn-cpu-trial2.yaml"))  # printed on exit
+        _wait_for(socket, "exported " + str(tmp_path / "digits_cnn-cpu-trial2.yaml"))  # printed on exit
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
