@@ -37,7 +37,7 @@ def ray_session():
     executor = RayExecutor("cpu", state_dir=state)
     executor.start()
     yield ray
-    ray.shutdown()
+    executor.shutdown()  # Ray, and the temp folders its workers' fork servers leave (runner/leftovers.py)
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
 
 

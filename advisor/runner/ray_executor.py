@@ -27,7 +27,7 @@ from typing import Any
 from advisor.core.errors import SchedulerError
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.core.units import first_line
-from advisor.runner import placement
+from advisor.runner import leftovers, placement
 from advisor.runner.cluster import RAY_INIT, join_cluster
 from advisor.trial.forkserver import cold
 
@@ -93,6 +93,7 @@ class RayExecutor:
         alive = [n for n in nodes if n.get("Alive")]
         if not self.address and len(alive) == 1 and alive[0].get("NodeID") == ray.get_runtime_context().get_node_id():
             self.started_dir = self._private_dir("started")
+            leftovers.sweep(self.started_dir)  # the temp folders of an earlier run's workers
         self.started = True
         return self
 
@@ -275,6 +276,7 @@ class RayExecutor:
                 left.unlink()
         if self.started_here and ray.is_initialized():
             ray.shutdown()
+            leftovers.sweep(self.started_dir, wait_s=3.0)  # its workers' temp folders, once they have exited
 
 
 def _forget_start(running: Any) -> None:
@@ -334,7 +336,10 @@ def _cold_trial_task(payload: TrialPayload) -> TrialResult:
 def _warm_trial_task(payload: TrialPayload) -> TrialResult:
     from advisor.trial.forkserver import run_forked
 
-    return run_forked(payload)
+    result = run_forked(payload)
+    if payload.started_file:  # a Ray of this machine alone: say where this worker's fork server listens
+        leftovers.note_tempdir(Path(payload.started_file).parent)
+    return result
 
 
 def _describe(resources: list[dict[str, Any]]) -> str:

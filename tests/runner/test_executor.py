@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,10 @@ def test_a_trial_on_this_machine_says_when_its_process_started(ray_session):
     assert result.ok, result.failure_message
     assert seen  # while it ran (it runs for seconds)
     assert not os.path.exists(handle.started_file)
+    # its worker noted where its fork server listens (multiprocessing's pymp-* folder in the
+    # temp folder), for the executor to remove once the worker is gone (runner/leftovers.py)
+    notes = list(Path(handle.started_file).parent.glob("mp-*"))
+    assert notes, "the worker did not note its temp folder"
+    folders = [Path(n.read_text()) for n in notes]
+    assert all(f.name.startswith("pymp-") for f in folders)
+    assert any(f.is_dir() and list(f.glob("listener-*")) for f in folders)  # a live worker's, kept

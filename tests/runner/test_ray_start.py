@@ -75,3 +75,20 @@ def test_a_local_ray_ignores_ray_address():
     assert run.returncode == 0, run.stderr
     line = next(x for x in run.stdout.splitlines() if x.startswith("GCS"))
     assert line.endswith(" True") and "127.0.0.1:1 " not in line + " "
+
+
+def test_a_study_leaves_no_fork_server_folder_in_the_temp_folder(tmp_path):
+    """Each trial's Ray worker runs a fork server whose socket lies in a pymp-* folder of the
+    temp folder; Ray ends its workers with a signal, so the folders stayed behind, one or
+    more a study. The executor removes them once the workers are gone (runner/leftovers.py)."""
+    temp = tempfile.mkdtemp(prefix="advt-")  # short: the fork server's socket lives there
+    state = tempfile.mkdtemp(prefix="advr-")
+    try:
+        run = advisor(["tune", VALID, "--trials", "2", "--no-tui", "--train-samples", "64"], tmp_path,
+                      TMPDIR=temp, ADVISOR_RAY_DIR=state)
+        left = sorted(os.listdir(temp))
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [name for name in left if name.startswith("pymp-")] == [], left

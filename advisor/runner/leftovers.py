@@ -1,0 +1,78 @@
+"""What a trial's Ray worker leaves in the system's temp folder, removed once it is gone.
+
+A warm worker's fork server (``advisor.trial.forkserver``: Python's multiprocessing
+"forkserver") listens on a socket in a ``pymp-*`` folder that multiprocessing makes in
+the temp folder and removes when the worker's interpreter exits normally. Ray ends its
+workers with a signal, so each study left one or more of those folders behind in /tmp.
+
+Where the trials run on this machine (the executor's private ``started`` folder exists),
+the worker notes its folder there (``mp-<pid>``, holding the path); the executor removes
+the folders of workers that have exited when it starts and when it shuts down. A worker
+still alive (a Ray shared with other studies) keeps its folder until a later sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+PREFIX = "mp-"
+_NOTED: set[str] = set()  # the folders this process has noted itself in
+
+
+def note_tempdir(folder: Path) -> None:
+    """In a trial's Ray worker: note this process's multiprocessing temp folder in ``folder``
+    (once per folder), if it has one."""
+    import multiprocessing.process
+
+    tempdir = multiprocessing.process.current_process()._config.get("tempdir")
+    if not tempdir or str(folder) in _NOTED or not folder.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        (folder / f"{PREFIX}{os.getpid()}").write_text(str(tempdir))
+        _NOTED.add(str(folder))
+
+
+def sweep(folder: Path | None, wait_s: float = 0.0) -> int:
+    """Remove the noted temp folders of workers that have exited (waiting up to ``wait_s``
+    for those still running, as after ``ray.shutdown()``); returns how many were removed.
+    Only a folder named ``pymp-*``, a real directory owned by this user, is removed."""
+    if folder is None or not folder.is_dir():
+        return 0
+    deadline, removed = time.monotonic() + wait_s, 0
+    for note in sorted(folder.glob(f"{PREFIX}*")):
+        pid = note.name[len(PREFIX):]
+        if not pid.isdigit():
+            continue
+        while _alive(int(pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            target = Path(note.read_text().strip())
+            st = target.lstat()
+            if target.is_absolute() and target.name.startswith("pymp-") and target.is_dir() \
+                    and not target.is_symlink() and st.st_uid == os.getuid():
+                shutil.rmtree(target, ignore_errors=True)
+                removed += 1
+        with contextlib.suppress(OSError):
+            note.unlink()
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie counts as gone: it holds no folder)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc here: it answered the signal
