@@ -28,7 +28,8 @@ def note_tempdir(folder: Path) -> None:
     (once per folder), if it has one."""
     import multiprocessing.process
 
-    tempdir = multiprocessing.process.current_process()._config.get("tempdir")
+    # multiprocessing keeps it in the process's private config (util.get_temp_dir)
+    tempdir = getattr(multiprocessing.process.current_process(), "_config", {}).get("tempdir")
     if not tempdir or str(folder) in _NOTED or not folder.is_dir():
         return
     with contextlib.suppress(OSError):
