@@ -121,7 +121,7 @@ def _medians(results: list[dict]) -> dict:
         return {"throughput": None, "peak_memory_bytes": None, "accuracy": None, "rel_iqr": None, "n": 0}
     thr = [r["throughput"] for r in ok]
     return {"throughput": statistics.median(thr), "peak_memory_bytes": statistics.median(r["peak_memory_bytes"] for r in ok),
-            "accuracy": statistics.median(r["accuracy"] for r in ok),
+            "accuracy": statistics.median(r["score"] for r in ok),  # TrialResult.to_dict() calls it score
             "rel_iqr": statistics.median(r["telemetry"]["timing"]["rel_iqr"] for r in ok),
             "throughput_spread": (max(thr) - min(thr)) / statistics.median(thr), "n": len(ok)}
 

@@ -55,7 +55,7 @@ def _headline(found: dict) -> dict:
     out = {"pairs": c["throughput_ratio"]["n"]}
     for key in ("throughput_ratio", "memory_ratio"):
         out[key] = [c[key]["center"], c[key]["low"], c[key]["high"]]
-    out["accuracy"] = full.get("accuracy")
+    out["accuracy"] = full.get("score", full.get("accuracy"))  # measure --json 2 says score (1: accuracy)
     out["full_run_peak_bytes"] = full.get("peak_memory_bytes")
     return out
 

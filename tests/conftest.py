@@ -130,10 +130,11 @@ def kill_processes_of(state_dir: str) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files that run studies on the session's Ray (a `ray` test in them) first, each
-    kept whole (its module fixtures set up once), the rest after: under README command 2's
-    `-n 2 --dist worksteal` the long studies start at once and the many short tests fill in
-    around them, so the run does not end on one worker still in a study. The same order in
-    every worker (xdist requires it); alone, the order changes nothing a test checks."""
-    studies = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("ray")}
+    """The files that run studies on the session's Ray (a test in them uses `ray_session`)
+    first, each in its own order, the rest after: under README command 2's `-n 2 --dist
+    worksteal` most long studies start early and the many short tests fill in around them,
+    so the run rarely ends on one worker still in a study (a file whose tests are split
+    between the workers sets its module fixtures up on each). The same order in every
+    worker (xdist requires it); alone, the order changes nothing a test checks."""
+    studies = {item.nodeid.split("::")[0] for item in items if "ray_session" in getattr(item, "fixturenames", ())}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in studies)

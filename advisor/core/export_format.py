@@ -85,16 +85,17 @@ def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
                               f"{', '.join(map(str, READS))}")
         document, data = _current(data), data.get("config")
     elif isinstance(data, dict) and isinstance(data.get("config"), dict) and not set(data) & set(DOMAINS):
-        document, data = data, data["config"]  # an export's shape without its version line (trimmed, or by hand)
+        document, data = _current(data), data["config"]  # an export's shape without its version line (trimmed, or by hand)
     return TrialConfig.from_dict(data, where="config", source=str(path)), document
 
 
 def _current(document: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 document as version 2 reads: the metric's keys that said "accuracy"
+    """A version-1 document as version 2 reads it: the metric's keys that said "accuracy"
     (``measured.accuracy``, the score; ``vs_baseline``'s delta and noise) under their
     version-2 names."""
     measured = document.get("measured")
-    if document.get("advisor_config") != 1 or not isinstance(measured, dict):
+    # a document without its version line is read as version 1 (version 2's keys pass unchanged)
+    if document.get("advisor_config", 1) != 1 or not isinstance(measured, dict):
         return document
     measured = {V1_NAMES.get(k, k): v for k, v in measured.items()}
     if isinstance(measured.get("vs_baseline"), dict):

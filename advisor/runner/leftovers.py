@@ -24,16 +24,15 @@ _NOTED: set[str] = set()  # the folders this process has noted itself in
 
 
 def note_tempdir(folder: Path) -> None:
-    """In a trial's Ray worker: note this process's multiprocessing temp folder in ``folder``
-    (once per folder), if it has one."""
-    import multiprocessing.process
-
-    # multiprocessing keeps it in the process's private config (util.get_temp_dir)
-    tempdir = getattr(multiprocessing.process.current_process(), "_config", {}).get("tempdir")
-    if not tempdir or str(folder) in _NOTED or not folder.is_dir():
+    """In a trial's Ray worker, before its trial: note this process's multiprocessing temp
+    folder (made now if it is not yet: the fork server started for the trial listens in
+    it) in ``folder``, once per folder; a worker killed in its first trial is swept too."""
+    if str(folder) in _NOTED or not folder.is_dir():
         return
+    from multiprocessing import util
+
     with contextlib.suppress(OSError):
-        (folder / f"{PREFIX}{os.getpid()}").write_text(str(tempdir))
+        (folder / f"{PREFIX}{os.getpid()}").write_text(util.get_temp_dir())
         _NOTED.add(str(folder))
 
 
@@ -46,7 +45,7 @@ def sweep(folder: Path | None, wait_s: float = 0.0) -> int:
     deadline, removed = time.monotonic() + wait_s, 0
     for note in sorted(folder.glob(f"{PREFIX}*")):
         pid = note.name[len(PREFIX):]
-        if not pid.isdigit():
+        if not (pid.isascii() and pid.isdigit() and len(pid) < 10):
             continue
         while _alive(int(pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -55,8 +54,9 @@ def sweep(folder: Path | None, wait_s: float = 0.0) -> int:
         with contextlib.suppress(OSError):
             target = Path(note.read_text().strip())
             st = target.lstat()
+            # alive again: the pid was reused by a new worker, which noted its own folder meanwhile
             if target.is_absolute() and target.name.startswith("pymp-") and target.is_dir() \
-                    and not target.is_symlink() and st.st_uid == os.getuid():
+                    and not target.is_symlink() and st.st_uid == os.getuid() and not _alive(int(pid)):
                 shutil.rmtree(target, ignore_errors=True)
                 removed += 1
         with contextlib.suppress(OSError):

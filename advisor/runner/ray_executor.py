@@ -336,10 +336,9 @@ def _cold_trial_task(payload: TrialPayload) -> TrialResult:
 def _warm_trial_task(payload: TrialPayload) -> TrialResult:
     from advisor.trial.forkserver import run_forked
 
-    result = run_forked(payload)
     if payload.started_file:  # a Ray of this machine alone: say where this worker's fork server listens
         leftovers.note_tempdir(Path(payload.started_file).parent)
-    return result
+    return run_forked(payload)
 
 
 def _describe(resources: list[dict[str, Any]]) -> str:

@@ -218,6 +218,9 @@ def test_a_version_1_export_is_read_with_version_2s_names(tmp_path):
     assert document["measured"] == {"throughput": 10.0, "score": 0.9, "vs_baseline": {
         "throughput_ratio": 1.5, "metric_delta": -0.01, "metric_noise_epsilon": 0.02, "metric_within_noise": True}}
     assert "accuracy" in path.read_text()  # the file itself is left as it was
+    trimmed = tmp_path / "trimmed.yaml"  # its version line removed by hand: read as version 1
+    trimmed.write_text("config: {batch_size: 32}\nmeasured: {accuracy: 0.9}\n")
+    assert read_export(trimmed)[1]["measured"] == {"score": 0.9}
 
 
 def test_load_export_without_config_section(tmp_path):

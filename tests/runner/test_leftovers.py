@@ -49,28 +49,27 @@ def test_only_a_real_pymp_folder_is_ever_removed(tmp_path):
     link.symlink_to(real)
     for target in (other, link, "relative/pymp-x", temp / "pymp-missing"):
         _noted(notes, _gone_pid(), target)
-    (notes / "mp-notapid").write_text(str(real))
+    for odd in ("notapid", "²", "9" * 40):  # not a pid this machine can have: left alone, no error
+        (notes / f"mp-{odd}").write_text(str(real))
     assert leftovers.sweep(notes) == 0
     assert other.is_dir() and real.is_dir() and link.is_symlink()
-    assert [p.name for p in notes.iterdir()] == ["mp-notapid"]  # the notes of exited workers are dropped
+    assert sorted(p.name for p in notes.iterdir()) == sorted(f"mp-{odd}" for odd in ("notapid", "²", "9" * 40))
 
 
 def test_no_folder_no_sweep(tmp_path):
     assert leftovers.sweep(None) == 0 and leftovers.sweep(tmp_path / "missing") == 0
 
 
-def test_a_worker_notes_its_folder_once_and_only_when_it_has_one(tmp_path, monkeypatch):
-    import multiprocessing.process
+def test_a_worker_notes_its_folder_once_before_its_trial(tmp_path, monkeypatch):
+    """Noted before the trial runs (a worker killed in its first trial is swept too): the
+    folder multiprocessing's fork server will listen in, made now if it is not yet."""
+    from multiprocessing import util
 
-    config = multiprocessing.process.current_process()._config
     monkeypatch.setattr(leftovers, "_NOTED", set())
-    monkeypatch.delitem(config, "tempdir", raising=False)
-    leftovers.note_tempdir(tmp_path)
-    assert list(tmp_path.iterdir()) == []  # no multiprocessing temp folder in this process: nothing to note
-    monkeypatch.setitem(config, "tempdir", str(tmp_path / "pymp-abc"))
     leftovers.note_tempdir(tmp_path)
     note = tmp_path / f"mp-{os.getpid()}"
-    assert note.read_text() == str(tmp_path / "pymp-abc")
+    assert note.read_text() == util.get_temp_dir() and os.path.basename(util.get_temp_dir()).startswith("pymp-")
     note.unlink()
     leftovers.note_tempdir(tmp_path)
     assert not note.exists()  # once per folder
+    leftovers.note_tempdir(tmp_path / "missing")  # no folder (not this machine's Ray): nothing, no error
