@@ -25,6 +25,8 @@ from advisor.core.errors import ConfigError
 
 FORMAT_VERSION = 2  # 2: measured.score, vs_baseline.metric_* (were accuracy*: any metric, any direction)
 READS = (1, 2)  # the versions read_export accepts
+V1_NAMES = {"accuracy": "score", "accuracy_delta": "metric_delta", "accuracy_noise_epsilon": "metric_noise_epsilon",
+            "accuracy_within_noise": "metric_within_noise"}  # version 1's keys -> version 2's (_current)
 
 def serialise(document: dict[str, Any], fmt: str = "yaml") -> str:
     """An export document as YAML or JSON text."""
@@ -85,7 +87,8 @@ def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
                               f"{', '.join(map(str, READS))}")
         document, data = _current(data), data.get("config")
     elif isinstance(data, dict) and isinstance(data.get("config"), dict) and not set(data) & set(DOMAINS):
-        document, data = _current(data), data["config"]  # an export's shape without its version line (trimmed, or by hand)
+        # an export's shape without its version line (trimmed, or by hand)
+        document, data = _current(data), data["config"]
     return TrialConfig.from_dict(data, where="config", source=str(path)), document
 
 
@@ -101,7 +104,3 @@ def _current(document: dict[str, Any]) -> dict[str, Any]:
     if isinstance(measured.get("vs_baseline"), dict):
         measured["vs_baseline"] = {V1_NAMES.get(k, k): v for k, v in measured["vs_baseline"].items()}
     return {**document, "measured": measured}
-
-
-V1_NAMES = {"accuracy": "score", "accuracy_delta": "metric_delta", "accuracy_noise_epsilon": "metric_noise_epsilon",
-            "accuracy_within_noise": "metric_within_noise"}  # version 1's keys -> version 2's

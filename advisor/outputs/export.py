@@ -40,9 +40,9 @@ def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
 def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     """The export file's content: the config, where it came from, what was measured."""
     assert record.config is not None
-    measured = {(SCORE_OUT if k == SCORE else k): record.get(k)
-                for k in ("throughput", "peak_memory_bytes", SCORE, "step_time_median_s", "step_time_iqr_s",
-                          "compile_s")}
+    measured = {"throughput": record.get("throughput"), "peak_memory_bytes": record.get("peak_memory_bytes"),
+                SCORE_OUT: record.get(SCORE), **{k: record.get(k) for k in ("step_time_median_s", "step_time_iqr_s",
+                                                                            "compile_s")}}
     if record.get("energy_per_sample_j") is not None:  # a GPU's energy counter, over the timed steps
         measured["energy_per_sample_j"] = record.get("energy_per_sample_j")
     if record.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)

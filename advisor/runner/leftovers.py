@@ -44,19 +44,20 @@ def sweep(folder: Path | None, wait_s: float = 0.0) -> int:
         return 0
     deadline, removed = time.monotonic() + wait_s, 0
     for note in sorted(folder.glob(f"{PREFIX}*")):
-        pid = note.name[len(PREFIX):]
-        if not (pid.isascii() and pid.isdigit() and len(pid) < 10):
+        name = note.name[len(PREFIX):]
+        if not (name.isascii() and name.isdigit() and len(name) < 10):
             continue
-        while _alive(int(pid)) and time.monotonic() < deadline:
+        pid = int(name)
+        while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if _alive(int(pid)):
+        if _alive(pid):
             continue
         with contextlib.suppress(OSError):
             target = Path(note.read_text().strip())
             st = target.lstat()
             # alive again: the pid was reused by a new worker, which noted its own folder meanwhile
             if target.is_absolute() and target.name.startswith("pymp-") and target.is_dir() \
-                    and not target.is_symlink() and st.st_uid == os.getuid() and not _alive(int(pid)):
+                    and not target.is_symlink() and st.st_uid == os.getuid() and not _alive(pid):
                 shutil.rmtree(target, ignore_errors=True)
                 removed += 1
         with contextlib.suppress(OSError):
