@@ -38,6 +38,7 @@ from advisor.core.two_stage import ProbeMargins
 CONFIG, CONFIG_KEY, WALL = "config", "config_key", "wall_s"
 BASELINE, DUPLICATE_OF, SKIPPED = "baseline", "duplicate_of", "skipped"
 SEED_CONFIG, COMBINATION = "seed_config", "combination"  # set when the strategy enqueues a trial
+MODEL_PROPOSAL = "model_proposal"  # ... proposed by the model of the knobs' effects
 DRIVER = "driver"  # the id of the driver that started it (advisor.study.run._drivers)
 DISTURBED_RUNS = "disturbed_runs"  # measurements on a disturbed machine, run again (the noise sentinel)
 # two-stage evaluation (advisor.core.two_stage): the probe's figures are stored as soon as it

@@ -1,8 +1,9 @@
 """The default strategy's second step: combinations of the one-knob changes that paid off.
 
 After the seed trials (advisor/search/one_knob.py) each lever's effect alone is known. This step
-proposes the combinations with the most promise before the sampler takes over, predicted
-from those effects:
+proposes the ``COMBINATIONS`` combinations with the most promise, predicted from those
+effects, before the model of the knobs' effects (advisor/search/effects.py), which also
+learns how changes interact, and the sampler take over:
 
 - throughput and peak memory multiply: a combination's predicted ratio to the baseline is
   the product of its parts' ratios;
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures, Limits, hypervolume
-from advisor.search.one_knob import seed_count
 
 MAX_MOVES = 10  # the best moves by throughput gain kept when there are more (2^10 subsets)
 MARGIN = 0.05  # a move must change throughput or memory by more than this to count, until the noise is measured
@@ -47,10 +47,7 @@ class Move:
     lossy: bool  # faster or smaller, but infeasible alone
 
 
-def combination_count(trials: int) -> int:
-    """How many combination trials follow the seeds in a study of ``trials`` trials."""
-    return max(2, seed_count(trials) // 2)
-
+COMBINATIONS = 2  # combination trials after the seeds; the model of effects (``effects``) goes on from there
 
 def combination_configs(base: TrialConfig, base_figures: Figures,
                         measured: Sequence[tuple[TrialConfig, Figures | None]], limits: Limits, limit: int,

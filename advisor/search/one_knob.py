@@ -60,6 +60,25 @@ def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: st
     return (first + rest)[:limit]
 
 
+def neighbours(space: SearchSpace, config: TrialConfig, workload: str = "train",
+               device: str | None = None) -> list[TrialConfig]:
+    """Every configuration of ``space`` that is ``config`` with one active knob changed
+    (with the knobs the change brings into play), leaving out those that cannot run as
+    ``workload`` on ``device``."""
+    values = config.to_dict()
+    out = []
+    for knob in space.knobs:
+        if not knob.active(values):
+            continue
+        for value in knob.choices:
+            if value != values[knob.name]:
+                candidate = _with_dependents(config.replace(**{knob.name: value}), space.knobs, values, workload,
+                                             device)
+                if refusal(candidate, workload, device) is None:
+                    out.append(candidate)
+    return out
+
+
 def _with_dependents(config: TrialConfig, knobs: Any, before: dict[str, Any], workload: str,
                      device: str | None) -> TrialConfig:
     """``config`` with the knobs its change brought into play (each whose condition now

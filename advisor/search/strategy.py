@@ -5,9 +5,11 @@ each configuration to ``decide()``, stores what comes back and tells the strateg
 
 1. the baseline (the user's current setup) first, alone (the ledger enqueues it);
 2. with the ``default`` sampler, the baseline with one knob changed (``one_knob``), then,
-   once those are in, combinations of the changes that paid off (``combine``): both are
-   returned by ``to_queue()`` for the ledger to queue ahead of the sampler;
-3. then the Optuna sampler's proposals (TPE by default);
+   once those are in, combinations of the changes that paid off (``combine``), then, two
+   proposals in three, the best candidate under a model of the knobs' effects fitted to
+   every measurement so far (``effects``): all are returned by ``to_queue()`` for the
+   ledger to queue ahead of the sampler;
+3. the Optuna sampler's proposals (TPE by default; with ``default``, one in three);
 4. ``decide()`` answers a configuration already measured (or running) with the earlier
    trial (``Duplicate``); one that cannot work (knob values that cannot be combined, more
    devices than the cluster has, or not on the device trials run on: the CUDA flash
@@ -18,6 +20,8 @@ each configuration to ``decide()``, stores what comes back and tells the strateg
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,13 +30,15 @@ from advisor.core.events import Listener, Note, ignore
 from advisor.core.objectives import Figures, Limits
 from advisor.core.stored import StoredStudy, TrialRecord
 from advisor.core.two_stage import DEFAULT_MEMORY_MARGIN, DEFAULT_THROUGHPUT_MARGIN
-from advisor.search.combine import MARGIN, combination_configs, combination_count
+from advisor.search import effects
+from advisor.search.combine import COMBINATIONS, MARGIN, combination_configs
 from advisor.search.known_failures import KnownFailures
 from advisor.search.known_oom import KnownOom
-from advisor.search.one_knob import seed_configs, seed_count
+from advisor.search.one_knob import neighbours, seed_configs, seed_count
 from advisor.search.space import SearchSpace
 from advisor.techniques.rules import refusal
 
+MODEL_EVERY = 4  # after the combinations, the sampler proposes one in this many, the model of effects the others
 DUPLICATES_IN_A_ROW = 50  # the sampler has nothing new to offer: stop
 BUSY_IN_A_ROW = 3  # trials not measured because another process held the GPU: stop (resumable)
 
@@ -79,6 +85,7 @@ class Queued:
 
     seeds: list[TrialConfig] = field(default_factory=list)
     combinations: list[TrialConfig] = field(default_factory=list)
+    model: list[TrialConfig] = field(default_factory=list)  # from the model of the knobs' effects
     combined: bool = False  # the combination step is done for the study (whatever it queued)
 
 
@@ -111,6 +118,8 @@ class Strategy:
         self._space_size = space.size()
         self._seeds_due = sampler == "default"
         self._combine_due = sampler == "default" and not combined
+        self._model_due = sampler == "default"
+        self._turn, self._model_said = 0, False
         self._duplicates_in_a_row = 0
         self._busy_in_a_row = 0
         self.gave_up: str | None = None  # why the strategy stopped proposing for good
@@ -131,15 +140,27 @@ class Strategy:
             self._seeds_due = False
             seeds = seed_configs(self.space, self.baseline, seed_count(self.budget), self.workload, self.device)
             return Queued(seeds=[c for c in seeds if c.key() not in self._seen])  # nothing else changes
-        if not self._combine_due or waiting():
+        if not (self._combine_due or self._model_due) or waiting():
             return Queued()
-        if own_in_flight:
-            return None  # every seed's result first
-        self._combine_due = False
-        chosen = self._combinations(baseline, stored()) if baseline is not None and baseline.figures else []
-        if chosen:
-            self.emit(Note(f"next: {len(chosen)} combination(s) of the one-knob changes that paid off"))
-        return Queued(combinations=chosen, combined=True)
+        if self._combine_due:
+            if own_in_flight:
+                return None  # every seed's result first
+            self._combine_due = False
+            chosen = self._combinations(baseline, stored()) if baseline is not None and baseline.figures else []
+            if chosen:
+                self.emit(Note(f"next: {len(chosen)} combination(s) of the one-knob changes that paid off"))
+            return Queued(combinations=chosen, combined=True)
+        if not self._model_due or baseline is None or baseline.figures is None:
+            return Queued()
+        self._turn += 1
+        if self._turn % MODEL_EVERY == 0:
+            return Queued()  # the sampler's turn: what the model cannot see
+        config = self._from_model(baseline, stored())
+        if config is not None and not self._model_said:
+            self._model_said = True
+            self.emit(Note(f"next: proposals from a model of the knobs' effects ({MODEL_EVERY - 1} in "
+                           f"{MODEL_EVERY}; the sampler the rest)"))
+        return Queued(model=[config] if config is not None else [])
 
     def decide(self, config: TrialConfig) -> Decision:
         """Whether the sampler's ``config`` runs, is skipped, or repeats an earlier trial."""
@@ -203,30 +224,53 @@ class Strategy:
         rescaled to the baseline's reference as it stood when it ran (the combination step
         divides by trial 0's); probed-only trials count with their probe's figures."""
         assert base.figures is not None
-        first = base.figures.throughput
+        measured = [(c, f) for c, f, _ in self._measured(base, stored)]
+        return combination_configs(self.baseline, base.figures, measured, self.limits,
+                                   COMBINATIONS, self._allowed, self._margins(stored))
 
-        def figures(r: TrialRecord) -> Figures | None:
+    def _from_model(self, base: TrialRecord, stored: StoredStudy) -> TrialConfig | None:
+        """The model of the knobs' effects' next proposal (``advisor.search.effects``), or None."""
+        assert base.figures is not None
+        running = [p.config for p in self._seen.values() if isinstance(p, Proposal) and not p.baseline]
+        running += [r.config for r in self._seen.values()
+                    if isinstance(r, TrialRecord) and r.state == "running" and r.config is not None]
+        margins = self._margins(stored)
+        noise = (margins[0] / (2 * math.sqrt(2)), margins[1] / (2 * math.sqrt(2)))  # one measurement's log sd
+        rng = random.Random(f"effects {len(self._seen)}")  # the same study state, the same proposal
+        return effects.propose(self.space, self.baseline, base.figures, self._measured(base, stored), running,
+                               self.limits, noise, self._allowed, rng,
+                               lambda c: neighbours(self.space, c, self.workload, self.device))
+
+    def _measured(self, base: TrialRecord, stored: StoredStudy) -> list[tuple[TrialConfig, Figures, bool]]:
+        """Every counted trial but the baseline, with its figures, its throughput rescaled to
+        the baseline's reference as it stood when it ran (to trial 0's), and whether its
+        metric was measured; probed-only trials count with their probe's figures."""
+        assert base.figures is not None
+        first, held = base.figures.throughput, base.figures.score
+        out = []
+        for r in stored.records:
+            if not r.counted or r.config is None or r.baseline:
+                continue
             reference = stored.reference_throughput(r) or first
             if r.figures is not None:
-                return r.figures._replace(throughput=r.figures.throughput * first / reference)
-            if r.probe is None:
-                return None
-            # probed only (dominated, so it needed no training run): its speed and memory are
-            # measured and its metric taken as held, so it still combines (another seed that
-            # beat it, or a loaded machine, must not decide whether combinations follow); a
-            # combination's own training run measures the metric
-            return Figures(r.probe[0] * first / reference, r.probe[1], base.figures.score)
+                out.append((r.config, r.figures._replace(throughput=r.figures.throughput * first / reference), True))
+            elif r.probe is not None:
+                # probed only (dominated, so it needed no training run): its speed and memory are
+                # measured and its metric taken as held, so it still combines (another seed that
+                # beat it, or a loaded machine, must not decide whether combinations follow); a
+                # combination's own training run measures the metric
+                out.append((r.config, Figures(r.probe[0] * first / reference, r.probe[1], held), False))
+        return out
 
-        measured = [(r.config, figures(r)) for r in stored.records
-                    if r.counted and r.config is not None and not r.baseline]
-        # a move counts beyond the study's probe noise, once measured; a machine that drifted
-        # between the baseline's measurements inflates that spread, so it is never taken
-        # above the margins assumed before any measurement
+    @staticmethod
+    def _margins(stored: StoredStudy) -> tuple[float, float]:
+        """How much a change must move throughput and memory (relative) to count: the
+        study's probe noise once measured. A machine that drifted between the baseline's
+        measurements inflates that spread, so it is never taken above the margins assumed
+        before any measurement."""
         noise = stored.probe_margins
-        margins = ((min(noise.throughput, DEFAULT_THROUGHPUT_MARGIN), min(noise.memory, DEFAULT_MEMORY_MARGIN))
-                   if noise.measured else (MARGIN, MARGIN))
-        return combination_configs(self.baseline, base.figures, measured, self.limits,
-                                   combination_count(self.budget), self._allowed, margins)
+        return ((min(noise.throughput, DEFAULT_THROUGHPUT_MARGIN), min(noise.memory, DEFAULT_MEMORY_MARGIN))
+                if noise.measured else (MARGIN, MARGIN))
 
     def _allowed(self, config: TrialConfig) -> bool:
         return config.key() not in self._seen and self._why_not(config)[0] is None

@@ -78,26 +78,33 @@ def test_hypervolume_of_a_corner_point():
 
 
 @pytest.mark.ray
-def test_a_default_study_runs_the_combinations_after_the_seeds(ray_session, workdir):
+def test_a_default_study_runs_the_combinations_after_the_seeds_then_the_model(ray_session, workdir):
     """Real trials: the baseline, the one-knob seeds, then combinations of the seeds'
-    knobs (each changing two or more knobs, each once), then the sampler. Two of the seeds
+    knobs (each changing two or more knobs, each once), then the model of effects. Two of the seeds
     save memory by far more than the noise whatever the machine's speed (half the batch,
     two micro-batches: about 0.65x each), and no metric limit makes a move lossy: whether
     a combination follows never hangs on a timing (with the quick space it did: on some
-    machines only bf16 paid off, and one move has nothing to combine with). Six trials: the
-    baseline, the three seeds and two combinations (two moves at least give one)."""
+    machines only bf16 paid off, and one move has nothing to combine with). Seven trials: the
+    baseline, the three seeds, two combinations (two moves at least give one), and then the
+    model of the knobs' effects proposes."""
     space = workdir / "moves.yaml"
     space.write_text("batch_size: {choices: [64, 32]}\ngrad_accumulation: {choices: [1, 2]}\n"
                      "channels_last: {choices: [false, true]}\n")
-    assert main(["tune", str(EXAMPLES / "digits_cnn.py"), "--space", str(space), "--trials", "6", "--no-tui",
+    assert main(["tune", str(EXAMPLES / "digits_cnn.py"), "--space", str(space), "--trials", "7", "--no-tui",
                  "--train-samples", "256", "--seed", "3", "--max-metric-drop", "1"]) == 0
     trials = sorted(optuna.load_study(study_name="digits_cnn-moves", storage="sqlite:///advisor.db").trials,
                     key=lambda t: t.number)
     base = TrialConfig.from_dict(trials[0].user_attrs["config"]).to_dict()
-    seeds = [t for t in trials if "seed_config" in t.user_attrs and not t.user_attrs.get("combination")]
+    model = [t for t in trials if t.user_attrs.get("model_proposal")]
+    seeds = [t for t in trials if "seed_config" in t.user_attrs and not t.user_attrs.get("combination")
+             and t not in model]
     combos = [t for t in trials if t.user_attrs.get("combination")]
     assert combos, "the seeds of this study have moves to combine"
     assert max(t.number for t in seeds) < min(t.number for t in combos)  # after every seed
+    # then the model of the knobs' effects proposes (advisor/search/effects.py), something new
+    assert model and min(t.number for t in model) > max(t.number for t in combos)
+    measured = {TrialConfig.from_dict(t.user_attrs["config"]).key() for t in trials if t not in model}
+    assert all(TrialConfig.from_dict(t.user_attrs["config"]).key() not in measured for t in model)
     seed_knobs = {k for t in seeds for k, v in TrialConfig.from_dict(t.user_attrs["config"]).to_dict().items()
                   if base[k] != v}
     for t in combos:

@@ -34,6 +34,7 @@ from advisor.core.stored import (
     EARLY_STOP,
     INITIAL_LOSS,
     METRIC_REUSED,
+    MODEL_PROPOSAL,
     PROBE_DONE,
     PROBE_WALL,
     PROBED_AT,
@@ -181,6 +182,9 @@ class Ledger:
             for config in queued.combinations:
                 self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
                                          user_attrs={SEED_CONFIG: config.to_dict(), COMBINATION: True})
+            for config in queued.model:
+                self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
+                                         user_attrs={SEED_CONFIG: config.to_dict(), MODEL_PROPOSAL: True})
             trial = self.study.ask()
             seed = trial.user_attrs.get(SEED_CONFIG)
             decision = strategy.decide(space.sample(trial, base=TrialConfig.from_dict(seed) if seed else None))

@@ -1,0 +1,283 @@
+"""The default strategy's third step: proposals from a model of the knobs' effects.
+
+After the one-knob seeds and their combinations (``one_knob``, ``combine``), each further
+proposal of the default strategy comes, two times in three, from a model fitted to every
+configuration measured so far; the sampler (TPE) makes the rest, for what the model cannot
+see (``advisor.search.strategy``).
+
+**The model.** A configuration is the set of its *changes*: the (knob, value) pairs where
+it differs from the baseline. Its log-throughput ratio and log-peak-memory ratio to the
+baseline are each modelled as a sum of one effect per change plus one interaction per
+pair of changes, every effect with a Gaussian prior: mean 0 (or a known rule's, below),
+standard deviation ``MAIN_SD`` for a change and ``PAIR_SD`` for a pair. Measurements add
+Gaussian noise of the study's own probe noise. The posterior is computed in its dual form,
+a Gaussian process whose kernel counts the changes (and pairs) two configurations share,
+so an effect never measured keeps its prior and adds its uncertainty to every prediction
+that needs it. The interactions are learnt from the combinations measured.
+
+**Known rules as priors** (``PRIOR``): peak memory grows with the batch size (half its
+log-ratio: activations grow, weights and optimizer state do not) and shrinks with
+gradient accumulation (the micro-batch is the batch divided by it).
+
+**The metric** is not modelled: a change that held the metric wherever it was measured is
+predicted to hold it, at the worst change's measured loss; a change that lost too much
+of it everywhere it was measured ("lossy") rules a candidate out, unless some measured
+configuration with it was feasible (another change compensated).
+
+**The choice** (``propose``) is the candidate whose optimistic prediction (each ratio
+``KAPPA`` standard deviations towards better) adds the most hypervolume to the measured
+feasible trials and to the configurations still running (taken at their predicted means),
+as SMS-EGO does with a lower confidence bound. Candidates: every one-knob change of each
+configuration on the measured front (the baseline included), the union of the changes of
+each two of them, and ``RANDOM_CANDIDATES`` configurations drawn from the space.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from advisor.core.config import TrialConfig
+from advisor.core.errors import ConfigError
+from advisor.core.objectives import Figures, Limits, dominates, hypervolume
+
+if TYPE_CHECKING:
+    from advisor.search.space import SearchSpace
+
+MAIN_SD = 0.5  # prior spread of one change's effect, natural log (about x0.6 to x1.65)
+PAIR_SD = 0.25  # prior spread of an interaction of two changes
+KAPPA = 0.5  # standard deviations of optimism when a candidate is chosen
+MIN_NOISE_SD = 0.01  # the smallest measurement noise assumed, natural log
+RANDOM_CANDIDATES = 200
+MAX_FIT = 150  # measurements the model is fitted to, at most: the one-knob ones, the front, the latest
+MAX_PARENTS = 8  # front configurations whose neighbours and unions are candidates: the baseline, the
+# fastest, the smallest and the best-metric ones
+Change = tuple[str, str]  # a knob and its value (as JSON)
+
+# knob -> (log-throughput slope, log-memory slope) against the log of the value's ratio to the baseline's
+PRIOR: dict[str, tuple[float, float]] = {"batch_size": (0.0, 0.5), "grad_accumulation": (0.0, -0.5)}
+
+
+def changes_of(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> frozenset[Change]:
+    """The (knob, value) pairs of ``knobs`` where ``config`` differs from ``base``."""
+    c, b = config.to_dict(), base.to_dict()
+    return frozenset((k, json.dumps(c[k])) for k in knobs if c[k] != b[k])
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A configuration's predicted log-ratios to the baseline, with their standard deviations."""
+
+    log_speed: float
+    speed_sd: float
+    log_memory: float
+    memory_sd: float
+
+
+class EffectsModel:
+    """The Bayesian additive model with pairwise interactions, fitted to ``measured``:
+    (configuration, throughput ratio, memory ratio) to the baseline ``base``."""
+
+    def __init__(self, base: TrialConfig, knobs: Sequence[str], measured: Sequence[tuple[TrialConfig, float, float]],
+                 noise_sd: tuple[float, float]) -> None:
+        import numpy as np
+
+        self.base, self.knobs = base, tuple(knobs)
+        self._x = [changes_of(c, base, self.knobs) for c, _, _ in measured]
+        self._pairs = [_pairs(x) for x in self._x]
+        k = np.array([[self._k(a, pa, b, pb) for b, pb in zip(self._x, self._pairs)]
+                      for a, pa in zip(self._x, self._pairs)]).reshape(len(self._x), len(self._x))
+        self._alpha, self._inverse = [], []
+        for i, sd in enumerate(noise_sd):
+            y = np.array([math.log(speed if i == 0 else memory) - self._prior(x, i)
+                          for (_, speed, memory), x in zip(measured, self._x)])
+            inverse = np.linalg.inv(k + max(sd, MIN_NOISE_SD) ** 2 * np.eye(len(self._x)))
+            self._inverse.append(inverse)
+            self._alpha.append(inverse @ y)
+
+    def predict(self, config: TrialConfig) -> Prediction:
+        import numpy as np
+
+        x = changes_of(config, self.base, self.knobs)
+        px = _pairs(x)
+        ks = np.array([self._k(x, px, b, pb) for b, pb in zip(self._x, self._pairs)])
+        prior_var = MAIN_SD ** 2 * len(x) + PAIR_SD ** 2 * len(px)
+        out = []
+        for i in range(2):
+            mean = self._prior(x, i) + float(ks @ self._alpha[i]) if len(ks) else self._prior(x, i)
+            var = prior_var - float(ks @ self._inverse[i] @ ks) if len(ks) else prior_var
+            out.append((mean, math.sqrt(max(var, 0.0))))
+        return Prediction(out[0][0], out[0][1], out[1][0], out[1][1])
+
+    @staticmethod
+    def _k(a: frozenset[Change], pa: frozenset[Any], b: frozenset[Change], pb: frozenset[Any]) -> float:
+        return MAIN_SD ** 2 * len(a & b) + PAIR_SD ** 2 * len(pa & pb)
+
+    def _prior(self, x: frozenset[Change], i: int) -> float:
+        total = 0.0
+        base = self.base.to_dict()
+        for knob, value in x:
+            slopes = PRIOR.get(knob)
+            v, b = json.loads(value), base[knob]
+            if slopes and isinstance(v, int) and isinstance(b, int) and v > 0 and b > 0:
+                total += slopes[i] * math.log(v / b)
+        return total
+
+
+def _pairs(x: frozenset[Change]) -> frozenset[tuple[Change, Change]]:
+    ordered = sorted(x)
+    return frozenset((a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:])
+
+
+def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
+            measured: Sequence[tuple[TrialConfig, Figures, bool]], running: Sequence[TrialConfig], limits: Limits,
+            noise_sd: tuple[float, float], allowed: Callable[[TrialConfig], bool], rng: random.Random,
+            neighbours: Callable[[TrialConfig], list[TrialConfig]]) -> TrialConfig | None:
+    """The next configuration to measure, or None when no candidate is predicted to add
+    to the front.
+
+    Args:
+        measured: every configuration with its figures (the throughput rescaled to the
+            baseline's reference) and whether its metric was measured (a probed-only one's
+            score is the baseline's, not a measurement).
+        running: configurations proposed and not yet measured (taken at their predictions).
+        noise_sd: the probes' noise (throughput, memory), one measurement's log standard deviation.
+        allowed: whether a configuration may be proposed (not seen, not refused).
+        neighbours: a configuration's one-knob changes within the space.
+    """
+    t0, m0, s0 = base_figures
+    knobs = [k.name for k in space.knobs]
+    metric = _MetricRule(base, knobs, s0, limits.allowed(s0), measured)
+    feasible = [(c, f) for c, f, _ in measured if limits.feasible(f, s0)]
+    front = [(c, f) for c, f in feasible if not any(dominates(g, f) for _, g in feasible)]
+    rows = [(c, f.throughput / t0, f.peak_memory_bytes / m0) for c, f in _fitted(measured, front, base, knobs)
+            if f.throughput > 0 and f.peak_memory_bytes > 0]
+    model = EffectsModel(base, knobs, [(base, 1.0, 1.0), *rows], noise_sd)
+    pool = _candidates(space, base, [base, *_parents(front)], knobs, rng, neighbours)
+    pool = [c for c in pool if allowed(c) and metric.score(c) is not None]
+    if not pool:
+        return None
+
+    def figures(c: TrialConfig, optimism: float) -> Figures:
+        p = model.predict(c)
+        score = metric.score(c)
+        return Figures(t0 * math.exp(p.log_speed + optimism * p.speed_sd),
+                       m0 * math.exp(p.log_memory - optimism * p.memory_sd), s0 if score is None else score)
+
+    points = [f for _, f in feasible] + [Figures(*base_figures)] + [figures(c, 0.0) for c in running]
+    options = [(c, figures(c, KAPPA)) for c in pool]
+    options = [(c, f) for c, f in options if limits.feasible(f, s0)]
+    if not options:
+        return None
+    scale = _Scale([*points, *(f for _, f in options)])
+    now = [scale.loss(p) for p in points]
+    now = [p for p in now if not any(q != p and all(a <= b for a, b in zip(q, p)) for q in now)]
+    before = hypervolume(now)
+    gain, best = max((hypervolume([*now, scale.loss(f)]) - before, i) for i, (_, f) in enumerate(options))
+    return options[best][0] if gain > 0 else None
+
+
+def _fitted(measured: Sequence[tuple[TrialConfig, Figures, bool]], front: Sequence[tuple[TrialConfig, Figures]],
+            base: TrialConfig, knobs: Sequence[str]) -> list[tuple[TrialConfig, Figures]]:
+    """What the model is fitted to: every measurement, or in a long study ``MAX_FIT``: the
+    one-knob ones (each effect alone), the front, then the latest."""
+    rows = [(c, f) for c, f, _ in measured]
+    if len(rows) <= MAX_FIT:
+        return rows
+    on_front = {c.key() for c, _ in front}
+    chosen = [len(changes_of(c, base, knobs)) == 1 or c.key() in on_front for c, _ in rows]
+    first = [r for r, keep in zip(rows, chosen) if keep]
+    rest = [r for r, keep in zip(rows, chosen) if not keep]
+    return (first + rest[len(rest) - max(0, MAX_FIT - len(first)):])[:MAX_FIT]
+
+
+def _parents(front: Sequence[tuple[TrialConfig, Figures]]) -> list[TrialConfig]:
+    """Up to ``MAX_PARENTS - 1`` configurations of the front: the fastest, the smallest and
+    the best-metric ones, in turn."""
+    orders = [sorted(front, key=lambda r: -r[1].throughput), sorted(front, key=lambda r: r[1].peak_memory_bytes),
+              sorted(front, key=lambda r: -r[1].score)]
+    chosen: dict[str, TrialConfig] = {}
+    for rank in range(len(front)):
+        for order in orders:
+            if len(chosen) < MAX_PARENTS - 1:
+                chosen.setdefault(order[rank][0].key(), order[rank][0])
+    return list(chosen.values())
+
+
+class _Scale:
+    """Figures to the unit loss cube of ``advisor.core.objectives.hypervolume`` (log ratios for speed and memory)."""
+
+    def __init__(self, points: Sequence[Figures]) -> None:
+        logs = [(math.log(p.throughput), math.log(p.peak_memory_bytes), p.score) for p in points]
+        self.lo = [min(v[i] for v in logs) for i in range(3)]
+        self.hi = [max(v[i] for v in logs) for i in range(3)]
+        self.span = [(h - lo) or 1.0 for lo, h in zip(self.lo, self.hi)]
+
+    def loss(self, f: Figures) -> tuple[float, float, float]:
+        t, m, s = math.log(f.throughput), math.log(f.peak_memory_bytes), f.score
+        return ((self.hi[0] - t) / self.span[0], (m - self.lo[1]) / self.span[1], (self.hi[2] - s) / self.span[2])
+
+
+class _MetricRule:
+    """The metric a candidate is predicted at, from the changes measured (None: ruled out)."""
+
+    def __init__(self, base: TrialConfig, knobs: Sequence[str], s0: float, max_drop: float,
+                 measured: Sequence[tuple[TrialConfig, Figures, bool]]) -> None:
+        self.base, self.knobs, self.s0 = base, knobs, s0
+        self.alone: dict[Change, float] = {}  # the metric's change where the change was measured alone
+        held: set[Change] = set()
+        seen: set[Change] = set()
+        for config, f, scored in measured:
+            if not scored:
+                continue
+            x = changes_of(config, base, knobs)
+            seen |= x
+            if f.score >= s0 - max_drop:
+                held |= x
+            if len(x) == 1:
+                self.alone[next(iter(x))] = f.score - s0
+        self.lossy = seen - held
+
+    def score(self, config: TrialConfig) -> float | None:
+        x = changes_of(config, self.base, self.knobs)
+        if x & self.lossy:
+            return None
+        return self.s0 + min([0.0, *(self.alone.get(c, 0.0) for c in x)])
+
+
+def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConfig], knobs: Sequence[str],
+                rng: random.Random, neighbours: Callable[[TrialConfig], list[TrialConfig]]) -> list[TrialConfig]:
+    out: dict[str, TrialConfig] = {}
+    for c in front:
+        for n in neighbours(c):
+            out.setdefault(n.key(), n)
+    for i, a in enumerate(front):
+        for b in front[i + 1:]:
+            try:
+                merged = a.replace(**changes_dict(b, base, knobs))
+            except ConfigError:  # values that cannot go together
+                continue
+            out.setdefault(merged.key(), merged)
+    for _ in range(RANDOM_CANDIDATES):
+        c = random_config(space, base, rng)
+        out.setdefault(c.key(), c)
+    return list(out.values())
+
+
+def changes_dict(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> dict[str, Any]:
+    c, b = config.to_dict(), base.to_dict()
+    return {k: c[k] for k in knobs if c[k] != b[k]}
+
+
+def random_config(space: SearchSpace, base: TrialConfig, rng: random.Random) -> TrialConfig:
+    """A configuration of ``space`` drawn uniformly knob by knob, in the space's order (an
+    inactive knob keeps the baseline's value: it is no change)."""
+    values = base.to_dict()
+    for knob in space.knobs:
+        if knob.active(values):
+            values[knob.name] = rng.choice(knob.choices)
+    return TrialConfig.from_dict(values)

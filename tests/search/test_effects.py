@@ -1,0 +1,199 @@
+"""The model of the knobs' effects (advisor/search/effects.py): what it learns from known
+effects, how its uncertainty behaves, the metric rule, and the real Strategy and Ledger on
+a real Optuna study driven by a simulated machine whose true effects are known (no
+timing noise of this machine: the figures are computed, with a seeded noise of their own)."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import optuna
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Figures, Limits, dominates, hypervolume
+from advisor.core.results import TrialResult
+from advisor.search.effects import MAIN_SD, EffectsModel, _MetricRule, propose
+from advisor.search.one_knob import neighbours
+from advisor.search.space import parse_space
+from advisor.search.strategy import MODEL_EVERY, Strategy
+from advisor.study.run._ledger import Ledger
+
+BASE = TrialConfig(batch_size=64)
+KNOBS = ("batch_size", "precision", "channels_last", "grad_accumulation", "activation_checkpointing", "pruning")
+SPACE = parse_space({"batch_size": {"choices": [32, 64, 128, 256]}, "precision": {"choices": ["fp32", "bf16"]},
+                     "channels_last": {"choices": [False, True]}, "grad_accumulation": {"choices": [1, 2]},
+                     "activation_checkpointing": {"choices": [False, True]},
+                     "pruning": {"choices": ["none", "l1_unstructured"]}}, "simulated", "test")
+
+
+def truth(c: TrialConfig) -> Figures:
+    """The simulated machine: throughput and memory multiply, bf16 and channels_last
+    interact (1.3x more together), the largest batch loses the metric unless gradient
+    accumulation keeps its micro-batches small, pruning loses it always."""
+    speed, memory, score = 1000.0, 100.0, 0.90
+    r = c.batch_size / 64
+    speed, memory = speed * r ** 0.3, memory * r ** 0.8
+    if c.batch_size == 256 and c.grad_accumulation == 1:
+        score -= 0.05
+    if c.precision == "bf16":
+        speed, memory, score = speed * 1.6, memory * 0.7, score - 0.002
+    if c.channels_last:
+        speed *= 1.2 * (1.3 if c.precision == "bf16" else 1.0)
+    if c.grad_accumulation == 2:
+        speed, memory = speed * 0.9, memory * 0.6
+    if c.activation_checkpointing:
+        speed, memory = speed * 0.75, memory * 0.5
+    if c.pruning != "none":
+        speed, score = speed * 0.95, score - 0.03
+    return Figures(speed, memory, score)
+
+
+# ---- the model --------------------------------------------------------------------------
+def test_the_model_learns_each_effect_and_an_interaction_from_the_combinations_measured():
+    bf16, cl = BASE.replace(precision="bf16"), BASE.replace(channels_last=True)
+    both = BASE.replace(precision="bf16", channels_last=True)
+    measured = [(BASE, 1.0, 1.0), (bf16, 1.6, 0.7), (cl, 1.2, 1.0)]
+    alone = EffectsModel(BASE, KNOBS, measured, (0.01, 0.01))
+    p = alone.predict(both)  # never measured together: the effects add on a log scale, the interaction unknown
+    assert p.log_speed == pytest.approx(math.log(1.6 * 1.2), abs=0.01)
+    assert p.log_memory == pytest.approx(math.log(0.7), abs=0.01)
+    assert 0.2 < p.speed_sd < 0.3  # about the interaction's prior spread alone: both effects are known
+    learnt = EffectsModel(BASE, KNOBS, [*measured, (both, 1.6 * 1.2 * 1.3, 0.7)], (0.01, 0.01))
+    p = learnt.predict(both)
+    assert p.log_speed == pytest.approx(math.log(1.6 * 1.2 * 1.3), abs=0.02) and p.speed_sd < 0.02
+    # the interaction now carries over to a configuration with both and a third change
+    third = both.replace(grad_accumulation=2)
+    assert learnt.predict(third).log_speed == pytest.approx(math.log(1.6 * 1.2 * 1.3), abs=0.05)
+
+
+def test_a_change_never_measured_keeps_its_prior_and_the_whole_of_its_uncertainty():
+    model = EffectsModel(BASE, KNOBS, [(BASE, 1.0, 1.0), (BASE.replace(precision="bf16"), 1.6, 0.7)], (0.01, 0.01))
+    p = model.predict(BASE.replace(batch_size=128))
+    assert p.log_speed == pytest.approx(0.0) and p.log_memory == pytest.approx(0.5 * math.log(2))  # the batch rule
+    assert p.speed_sd == pytest.approx(MAIN_SD) and p.memory_sd == pytest.approx(MAIN_SD)
+    p = model.predict(BASE.replace(grad_accumulation=2))
+    assert p.log_memory == pytest.approx(-0.5 * math.log(2))  # a smaller micro-batch
+    assert model.predict(BASE).speed_sd == pytest.approx(0.0, abs=1e-6)  # the baseline: no change at all
+
+
+def test_noise_keeps_the_model_from_believing_one_measurement_exactly():
+    measured = [(BASE, 1.0, 1.0), (BASE.replace(precision="bf16"), 1.6, 0.7)]
+    quiet = EffectsModel(BASE, KNOBS, measured, (0.01, 0.01)).predict(BASE.replace(precision="bf16"))
+    noisy = EffectsModel(BASE, KNOBS, measured, (0.3, 0.3)).predict(BASE.replace(precision="bf16"))
+    assert quiet.log_speed == pytest.approx(math.log(1.6), abs=0.01)
+    assert 0 < noisy.log_speed < 0.8 * math.log(1.6) and noisy.speed_sd > 5 * quiet.speed_sd  # shrunk to the prior
+
+
+def test_the_metric_rule_rules_out_lossy_changes_unless_something_compensated():
+    big, acc = BASE.replace(batch_size=256), BASE.replace(grad_accumulation=2)
+    measured = [(big, Figures(1500, 150, 0.85), True), (acc, Figures(900, 60, 0.898), True),
+                (BASE.replace(pruning="l1_unstructured"), Figures(950, 100, 0.87), True),
+                (BASE.replace(precision="bf16"), Figures(1600, 70, 0.5), False)]  # probed only: no verdict
+    rule = _MetricRule(BASE, KNOBS, 0.90, 0.01, measured)
+    assert rule.score(big.replace(precision="bf16")) is None  # the larger batch lost it everywhere
+    assert rule.score(acc.replace(precision="bf16")) == pytest.approx(0.898)  # the worst measured change
+    assert rule.score(BASE.replace(channels_last=True)) == pytest.approx(0.90)  # unknown: held
+    compensated = [*measured, (big.replace(grad_accumulation=2), Figures(1400, 90, 0.9), True)]
+    assert _MetricRule(BASE, KNOBS, 0.90, 0.01, compensated).score(big.replace(grad_accumulation=2,
+                                                                               channels_last=True)) is not None
+
+
+def test_propose_adds_to_the_front_and_respects_what_is_allowed_and_the_memory_cap():
+    measured = [(c, truth(c), True) for c in neighbours(SPACE, BASE)]  # every change alone
+    args = dict(space=SPACE, base=BASE, base_figures=truth(BASE), measured=measured, running=[],
+                noise_sd=(0.02, 0.02), rng=random.Random(0), neighbours=lambda c: neighbours(SPACE, c))
+    seen = {BASE.key(), *(c.key() for c, _, _ in measured)}
+    first = propose(**args, limits=Limits(0.01), allowed=lambda c: c.key() not in seen)
+    assert first is not None and first.key() not in seen
+    assert sum(a != b for a, b in zip(first.to_dict().values(), BASE.to_dict().values())) >= 2  # a combination
+    assert not any(dominates(f, truth(first)) for _, f, _ in [*measured, (BASE, truth(BASE), True)])  # new front
+    capped = propose(**args, limits=Limits(0.01, memory_cap=40.0), allowed=lambda c: c.key() not in seen)
+    assert capped is not None and truth(capped).peak_memory_bytes <= 40  # two memory savers together
+    assert propose(**args, limits=Limits(0.01), allowed=lambda c: False) is None
+
+
+# ---- the real Strategy and Ledger on the simulated machine -----------------------------------
+def scorer():
+    """The true feasible front's hypervolume, in log-ratio loss space as the model's."""
+    cells = {c.key(): truth(c) for c in SPACE.configs() if truth(c).score >= 0.90 - 0.01}
+    logs = [(math.log(f[0]), math.log(f[1]), f[2]) for f in cells.values()]
+    lo, hi = [min(v[i] for v in logs) for i in range(3)], [max(v[i] for v in logs) for i in range(3)]
+    span = [(h - low) or 1.0 for low, h in zip(lo, hi)]
+
+    def loss(f):
+        return ((hi[0] - math.log(f[0])) / span[0], (math.log(f[1]) - lo[1]) / span[1], (hi[2] - f[2]) / span[2])
+
+    full = hypervolume([loss(f) for f in cells.values()])
+    return lambda keys: hypervolume([loss(cells[k]) for k in keys if k in cells]) / full
+
+
+def simulated_study(tmp_path, sampler: str, seed: int, budget: int = 20, noise: float = 0.03):
+    """A whole study of ``budget`` proposals on the simulated machine; the trials in order."""
+    rng = random.Random(seed)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / f'{sampler}-{seed}.db'}", study_name="sim",
+                                directions=["maximize", "minimize", "maximize"],
+                                sampler=optuna.samplers.RandomSampler(seed=seed) if sampler == "random"
+                                else optuna.samplers.TPESampler(seed=seed))
+    strategy = Strategy(SPACE, BASE, workload="train", sampler=sampler, budget=budget, limits=Limits(0.01))
+    ledger = Ledger(study, strategy, Limits(0.01))
+
+    def run(c: TrialConfig) -> TrialResult:
+        f = truth(c)
+        return TrialResult(ok=True, throughput=f.throughput * math.exp(rng.gauss(0, noise)),
+                           peak_memory_bytes=int(f.peak_memory_bytes * 1e6 * math.exp(rng.gauss(0, noise / 3))),
+                           score=f.score, step_time_median_s=0.01)
+
+    proposal = ledger.propose_baseline()
+    ledger.tell(proposal.number, run(proposal.config), 1.0)
+    for _ in range(budget - 1):
+        proposal = ledger.propose()
+        if proposal is None:
+            break
+        ledger.tell(proposal.number, run(proposal.config), 1.0)
+    return sorted(study.trials, key=lambda t: t.number)
+
+
+def test_a_simulated_study_finds_the_true_front_sooner_with_the_model(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    fraction = scorer()
+
+    def reached(trials):
+        return fraction([TrialConfig.from_dict(t.user_attrs["config"]).key() for t in trials
+                         if t.user_attrs.get("config")])
+
+    ours = [simulated_study(tmp_path, "default", seed) for seed in range(2)]
+    random_ = [simulated_study(tmp_path, "random", seed) for seed in range(2)]
+    for trials in ours:
+        model = [t for t in trials if t.user_attrs.get("model_proposal")]
+        first = min(t.number for t in model)
+        assert all(t.number < first for t in trials if t.user_attrs.get("combination"))  # after the combinations
+        after = [t for t in trials if t.number >= first]
+        assert len(model) >= (MODEL_EVERY - 1) * len(after) // MODEL_EVERY - 1  # the sampler has its share
+        assert len(model) < len(after)
+    assert min(reached(t) for t in ours) >= 0.93
+    assert statistics.median(reached(t) for t in ours) >= statistics.median(reached(t) for t in random_) + 0.15
+
+
+def test_a_long_study_fits_the_one_knob_trials_the_front_and_the_latest_and_grows_from_a_few_parents():
+    from advisor.search.effects import MAX_FIT, MAX_PARENTS, _fitted, _parents
+
+    singles = [(c, truth(c), True) for c in neighbours(SPACE, BASE)]
+    others = [(c, truth(c), True) for c in SPACE.configs() if sum(a != b for a, b in zip(
+        c.to_dict().values(), BASE.to_dict().values())) >= 2]
+    measured = (singles + others) * 2  # 240 measurements (each configuration twice)
+    front = [(c, f) for c, f, _ in others[:3]]
+    fitted = _fitted(measured, front, BASE, KNOBS)
+    assert len(fitted) == MAX_FIT
+    keys = [c.key() for c, _ in fitted]
+    assert {c.key() for c, _, _ in singles} <= set(keys) and {c.key() for c, _ in front} <= set(keys)
+    assert measured[-1][0].key() in keys  # the latest
+    assert _fitted(measured[:20], front, BASE, KNOBS) == [(c, f) for c, f, _ in measured[:20]]
+    wide = [(c, truth(c)) for c in SPACE.configs()]
+    parents = _parents(wide)
+    assert len(parents) == MAX_PARENTS - 1
+    fastest = max(wide, key=lambda r: r[1].throughput)[0]
+    smallest = min(wide, key=lambda r: r[1].peak_memory_bytes)[0]
+    assert parents[0] == fastest and parents[1] == smallest
