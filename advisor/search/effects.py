@@ -24,7 +24,8 @@ predicted to hold it, at the worst change's measured loss; a change that lost to
 of it everywhere it was measured ("lossy") rules a candidate out, unless some measured
 configuration with it was feasible (another change compensated).
 
-**The choice** (``propose``) is the candidate whose optimistic prediction (each ratio
+**The choice** (``propose``) is, among the candidates predicted feasible (a memory cap
+is judged on the mean prediction), the one whose optimistic prediction (each ratio
 ``KAPPA`` standard deviations towards better) adds the most hypervolume to the measured
 feasible trials and to the configurations still running (taken at their predicted means),
 as SMS-EGO does with a lower confidence bound. Candidates: every one-knob change of each
@@ -52,7 +53,7 @@ MAIN_SD = 0.5  # prior spread of one change's effect, natural log (about x0.6 to
 PAIR_SD = 0.25  # prior spread of an interaction of two changes
 KAPPA = 0.5  # standard deviations of optimism when a candidate is chosen
 MIN_NOISE_SD = 0.01  # the smallest measurement noise assumed, natural log
-RANDOM_CANDIDATES = 200
+RANDOM_CANDIDATES = 100
 MAX_FIT = 150  # measurements the model is fitted to, at most: the one-knob ones, the front, the latest
 MAX_PARENTS = 8  # front configurations whose neighbours and unions are candidates: the baseline, the
 # fastest, the smallest and the best-metric ones
@@ -64,8 +65,7 @@ PRIOR: dict[str, tuple[float, float]] = {"batch_size": (0.0, 0.5), "grad_accumul
 
 def changes_of(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> frozenset[Change]:
     """The (knob, value) pairs of ``knobs`` where ``config`` differs from ``base``."""
-    c, b = config.to_dict(), base.to_dict()
-    return frozenset((k, json.dumps(c[k])) for k in knobs if c[k] != b[k])
+    return frozenset((k, json.dumps(v)) for k in knobs if (v := getattr(config, k)) != getattr(base, k))
 
 
 @dataclass(frozen=True)
@@ -119,11 +119,12 @@ class EffectsModel:
 
     def _prior(self, x: frozenset[Change], i: int) -> float:
         total = 0.0
-        base = self.base.to_dict()
         for knob, value in x:
             slopes = PRIOR.get(knob)
-            v, b = json.loads(value), base[knob]
-            if slopes and isinstance(v, int) and isinstance(b, int) and v > 0 and b > 0:
+            if slopes is None:
+                continue
+            v, b = json.loads(value), getattr(self.base, knob)
+            if isinstance(v, int) and isinstance(b, int) and v > 0 and b > 0:
                 total += slopes[i] * math.log(v / b)
         return total
 
@@ -169,8 +170,8 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
                        m0 * math.exp(p.log_memory - optimism * p.memory_sd), s0 if score is None else score)
 
     points = [f for _, f in feasible] + [Figures(*base_figures)] + [figures(c, 0.0) for c in running]
-    options = [(c, figures(c, KAPPA)) for c in pool]
-    options = [(c, f) for c, f in options if limits.feasible(f, s0)]
+    # feasible as predicted (a memory cap on the mean prediction), scored optimistically
+    options = [(c, figures(c, KAPPA)) for c in pool if limits.feasible(figures(c, 0.0), s0)]
     if not options:
         return None
     scale = _Scale([*points, *(f for _, f in options)])
@@ -269,8 +270,7 @@ def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConf
 
 
 def changes_dict(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> dict[str, Any]:
-    c, b = config.to_dict(), base.to_dict()
-    return {k: c[k] for k in knobs if c[k] != b[k]}
+    return {k: v for k in knobs if (v := getattr(config, k)) != getattr(base, k)}
 
 
 def random_config(space: SearchSpace, base: TrialConfig, rng: random.Random) -> TrialConfig:

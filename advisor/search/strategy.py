@@ -120,6 +120,8 @@ class Strategy:
         self._combine_due = sampler == "default" and not combined
         self._model_due = sampler == "default"
         self._turn, self._model_said = 0, False
+        self._learned, self._model_idle_at = 0, None  # trials learnt; how many when the model last had nothing
+        self._neighbours: dict[str, list[TrialConfig]] = {}  # a configuration's one-knob changes, by key
         self._duplicates_in_a_row = 0
         self._busy_in_a_row = 0
         self.gave_up: str | None = None  # why the strategy stopped proposing for good
@@ -153,9 +155,10 @@ class Strategy:
         if not self._model_due or baseline is None or baseline.figures is None:
             return Queued()
         self._turn += 1
-        if self._turn % MODEL_EVERY == 0:
-            return Queued()  # the sampler's turn: what the model cannot see
+        if self._turn % MODEL_EVERY == 0 or self._model_idle_at == self._learned:
+            return Queued()  # the sampler's turn (what the model cannot see), or nothing new since the model had none
         config = self._from_model(baseline, stored())
+        self._model_idle_at = self._learned if config is None else None
         if config is not None and not self._model_said:
             self._model_said = True
             self.emit(Note(f"next: proposals from a model of the knobs' effects ({MODEL_EVERY - 1} in "
@@ -194,6 +197,7 @@ class Strategy:
             self._seen[key] = record
         elif key is not None and getattr(self._seen.get(key), "number", None) == record.number:
             self._seen.pop(key)  # cut short, or lost with its node: the configuration may run again
+        self._learned += 1
         self._known_oom.learn([record])
         if (learned := self._known_failures.add(record)) is not None and not quiet:
             self.emit(Note(learned))
@@ -238,8 +242,13 @@ class Strategy:
         noise = (margins[0] / (2 * math.sqrt(2)), margins[1] / (2 * math.sqrt(2)))  # one measurement's log sd
         rng = random.Random(f"effects {len(self._seen)}")  # the same study state, the same proposal
         return effects.propose(self.space, self.baseline, base.figures, self._measured(base, stored), running,
-                               self.limits, noise, self._allowed, rng,
-                               lambda c: neighbours(self.space, c, self.workload, self.device))
+                               self.limits, noise, self._allowed, rng, self._neighbours_of)
+
+    def _neighbours_of(self, config: TrialConfig) -> list[TrialConfig]:
+        key = config.key()
+        if key not in self._neighbours:
+            self._neighbours[key] = neighbours(self.space, config, self.workload, self.device)
+        return self._neighbours[key]
 
     def _measured(self, base: TrialRecord, stored: StoredStudy) -> list[tuple[TrialConfig, Figures, bool]]:
         """Every counted trial but the baseline, with its figures, its throughput rescaled to
