@@ -120,7 +120,8 @@ class Strategy:
         self._combine_due = sampler == "default" and not combined
         self._model_due = sampler == "default"
         self._turn, self._model_said = 0, False
-        self._learned, self._model_idle_at = 0, None  # trials learnt; how many when the model last had nothing
+        self._learned = 0  # trials learnt
+        self._model_idle_at: int | None = None  # how many were learnt when the model last had nothing to propose
         self._neighbours: dict[str, list[TrialConfig]] = {}  # a configuration's one-knob changes, by key
         self._duplicates_in_a_row = 0
         self._busy_in_a_row = 0
