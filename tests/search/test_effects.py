@@ -1,6 +1,6 @@
 """The model of the knobs' effects (advisor/search/effects.py): what it learns from known
 effects, how its uncertainty behaves, the metric rule, and the real Strategy and Ledger on
-a real Optuna study driven by a simulated machine whose true effects are known (no
+a real Optuna study (in memory) driven by a simulated machine whose true effects are known (no
 timing noise of this machine: the figures are computed, with a seeded noise of their own)."""
 
 from __future__ import annotations
@@ -130,10 +130,10 @@ def scorer():
     return lambda keys: hypervolume([loss(cells[k]) for k in keys if k in cells]) / full
 
 
-def simulated_study(tmp_path, sampler: str, seed: int, budget: int = 20, noise: float = 0.03):
+def simulated_study(sampler: str, seed: int, budget: int = 20, noise: float = 0.03):
     """A whole study of ``budget`` proposals on the simulated machine; the trials in order."""
     rng = random.Random(seed)
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / f'{sampler}-{seed}.db'}", study_name="sim",
+    study = optuna.create_study(study_name="sim",  # in memory: nothing here is about storage
                                 directions=["maximize", "minimize", "maximize"],
                                 sampler=optuna.samplers.RandomSampler(seed=seed) if sampler == "random"
                                 else optuna.samplers.TPESampler(seed=seed))
@@ -156,7 +156,7 @@ def simulated_study(tmp_path, sampler: str, seed: int, budget: int = 20, noise: 
     return sorted(study.trials, key=lambda t: t.number)
 
 
-def test_a_simulated_study_finds_the_true_front_sooner_with_the_model(tmp_path):
+def test_a_simulated_study_finds_the_true_front_sooner_with_the_model():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     fraction = scorer()
 
@@ -164,8 +164,8 @@ def test_a_simulated_study_finds_the_true_front_sooner_with_the_model(tmp_path):
         return fraction([TrialConfig.from_dict(t.user_attrs["config"]).key() for t in trials
                          if t.user_attrs.get("config")])
 
-    ours = [simulated_study(tmp_path, "default", seed) for seed in range(2)]
-    random_ = [simulated_study(tmp_path, "random", seed) for seed in range(2)]
+    ours = [simulated_study("default", seed) for seed in range(2)]
+    random_ = [simulated_study("random", seed) for seed in range(2)]
     for trials in ours:
         model = [t for t in trials if t.user_attrs.get("model_proposal")]
         first = min(t.number for t in model)
