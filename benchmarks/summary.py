@@ -54,6 +54,11 @@ def main() -> int:
                      "memory_spread": _entry(fidelity, fidelity["memory_spread"], "fidelity.memory_spread"),
                      "study_throughput_rank_correlation": fidelity["studies"]["throughput_rank_correlation"]},
     }
+    before_model = RESULTS / "search_efficiency_before_model.json"
+    if before_model.exists():  # the default strategy just before the model of effects, the same day
+        earlier = json.loads(before_model.read_text())
+        summary["search"]["hv_fraction_at_10pct_grid"]["before_model"] = {
+            "value": earlier["summary"]["default"]["hv_fraction_at_10pct_grid"], "commit": earlier["commit"]}
     held_out = RESULTS / "search_efficiency_mlp.json"
     if held_out.exists():  # the second grid, on which nothing was tuned
         other = json.loads(held_out.read_text())["summary"]
@@ -130,6 +135,12 @@ def main() -> int:
             | ({"before": long["explorer"]["before"]["median"]["event_ui_thread_s"]} if "before" in long["explorer"] else {}),
             "tui_filter_s": _entry(long, explorer["filter_s"], "long.tui_filter_s") | {"open_s": explorer["open_s"]},
         }
+        earlier_file = RESULTS / "long_study_before_model.json"
+        if earlier_file.exists():  # the driver just before the model of effects, the same day
+            earlier = json.loads(earlier_file.read_text())
+            summary["long_study"]["driver_ms_ratio_500_vs_100"]["before_model"] = {
+                "commit": earlier["commit"], "driver_ms_per_trial": {
+                    name: w["driver_ms_per_trial"] for name, w in earlier["driver"]["windows"].items()}}
     stopping_file, cost_file = RESULTS / "probe_stopping.json", RESULTS / "probe_cost.json"
     if stopping_file.exists():  # benchmarks/probe_stopping.py: the probes' stopping rule replayed
         stop = json.loads(stopping_file.read_text())

@@ -163,15 +163,18 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
     if not pool:
         return None
 
-    def figures(c: TrialConfig, optimism: float) -> Figures:
-        p = model.predict(c)
-        score = metric.score(c)
-        return Figures(t0 * math.exp(p.log_speed + optimism * p.speed_sd),
-                       m0 * math.exp(p.log_memory - optimism * p.memory_sd), s0 if score is None else score)
+    def figures(c: TrialConfig) -> tuple[Figures, Figures]:
+        """``c``'s predicted figures: the mean, and ``KAPPA`` standard deviations towards better."""
+        p, score = model.predict(c), metric.score(c)
+        s = s0 if score is None else score
+        return (Figures(t0 * math.exp(p.log_speed), m0 * math.exp(p.log_memory), s),
+                Figures(t0 * math.exp(p.log_speed + KAPPA * p.speed_sd),
+                        m0 * math.exp(p.log_memory - KAPPA * p.memory_sd), s))
 
-    points = [f for _, f in feasible] + [Figures(*base_figures)] + [figures(c, 0.0) for c in running]
+    points = [f for _, f in feasible] + [Figures(*base_figures)] + [figures(c)[0] for c in running]
     # feasible as predicted (a memory cap on the mean prediction), scored optimistically
-    options = [(c, figures(c, KAPPA)) for c in pool if limits.feasible(figures(c, 0.0), s0)]
+    predicted = [(c, *figures(c)) for c in pool]
+    options = [(c, optimistic) for c, mean, optimistic in predicted if limits.feasible(mean, s0)]
     if not options:
         return None
     scale = _Scale([*points, *(f for _, f in options)])
