@@ -30,7 +30,11 @@ is judged on the mean prediction), the one whose optimistic prediction (each rat
 feasible trials and to the configurations still running (taken at their predicted means),
 as SMS-EGO does with a lower confidence bound. Candidates: every one-knob change of each
 configuration on the measured front (the baseline included), the union of the changes of
-each two of them, and ``RANDOM_CANDIDATES`` configurations drawn from the space.
+each two of them, and ``RANDOM_CANDIDATES`` of them with changes measured elsewhere (and
+one knob drawn at random). A candidate brings at most ``MAX_NEW`` change never measured:
+an unmeasured change is uncertain by its whole prior, and a configuration of many of them
+would look best for its uncertainty alone (the first try of this model, in README
+command 1, proposed DDP, pruning, compile and four more changes at once).
 """
 
 from __future__ import annotations
@@ -50,10 +54,11 @@ if TYPE_CHECKING:
     from advisor.search.space import SearchSpace
 
 MAIN_SD = 0.5  # prior spread of one change's effect, natural log (about x0.6 to x1.65)
-PAIR_SD = 0.25  # prior spread of an interaction of two changes
+PAIR_SD = 0.15  # prior spread of an interaction of two changes
 KAPPA = 0.5  # standard deviations of optimism when a candidate is chosen
 MIN_NOISE_SD = 0.01  # the smallest measurement noise assumed, natural log
 RANDOM_CANDIDATES = 100
+MAX_NEW = 1  # changes never measured that one candidate may bring: one unknown at a time
 MAX_FIT = 150  # measurements the model is fitted to, at most: the one-knob ones, the front, the latest
 MAX_PARENTS = 8  # front configurations whose neighbours and unions are candidates: the baseline, the
 # fastest, the smallest and the best-metric ones
@@ -158,8 +163,10 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
     rows = [(c, f.throughput / t0, f.peak_memory_bytes / m0) for c, f in _fitted(measured, front, base, knobs)
             if f.throughput > 0 and f.peak_memory_bytes > 0]
     model = EffectsModel(base, knobs, [(base, 1.0, 1.0), *rows], noise_sd)
-    pool = _candidates(space, base, [base, *_parents(front)], knobs, rng, neighbours)
-    pool = [c for c in pool if allowed(c) and metric.score(c) is not None]
+    known = frozenset().union(*(changes_of(c, base, knobs) for c, _, _ in measured))
+    pool = _candidates(space, base, [base, *_parents(front)], known, knobs, rng, neighbours)
+    pool = [c for c in pool if len(changes_of(c, base, knobs) - known) <= MAX_NEW and allowed(c)
+            and metric.score(c) is not None]
     if not pool:
         return None
 
@@ -253,8 +260,12 @@ class _MetricRule:
         return self.s0 + min([0.0, *(self.alone.get(c, 0.0) for c in x)])
 
 
-def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConfig], knobs: Sequence[str],
-                rng: random.Random, neighbours: Callable[[TrialConfig], list[TrialConfig]]) -> list[TrialConfig]:
+def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConfig], known: frozenset[Change],
+                knobs: Sequence[str], rng: random.Random,
+                neighbours: Callable[[TrialConfig], list[TrialConfig]]) -> list[TrialConfig]:
+    """Each parent's one-knob changes, the union of each two parents' changes, and
+    ``RANDOM_CANDIDATES`` parents with one to three of the changes measured so far, half
+    of them with one knob of the space drawn at random as well."""
     out: dict[str, TrialConfig] = {}
     for c in front:
         for n in neighbours(c):
@@ -266,8 +277,15 @@ def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConf
             except ConfigError:  # values that cannot go together
                 continue
             out.setdefault(merged.key(), merged)
-    for _ in range(RANDOM_CANDIDATES):
-        c = random_config(space, base, rng)
+    moves = sorted(known)
+    for _ in range(RANDOM_CANDIDATES if moves else 0):
+        changes = dict((k, json.loads(v)) for k, v in rng.sample(moves, min(len(moves), rng.randint(1, 3))))
+        if rng.random() < 0.5:
+            changes.update(changes_dict(random_config(space, base, rng), base, [rng.choice(knobs)]))
+        try:
+            c = rng.choice(front).replace(**changes)
+        except ConfigError:
+            continue
         out.setdefault(c.key(), c)
     return list(out.values())
 

@@ -15,7 +15,7 @@ import pytest
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures, Limits, dominates, hypervolume
 from advisor.core.results import TrialResult
-from advisor.search.effects import MAIN_SD, EffectsModel, _MetricRule, propose
+from advisor.search.effects import MAIN_SD, PAIR_SD, EffectsModel, _MetricRule, propose
 from advisor.search.one_knob import neighbours
 from advisor.search.space import parse_space
 from advisor.search.strategy import MODEL_EVERY, Strategy
@@ -60,7 +60,7 @@ def test_the_model_learns_each_effect_and_an_interaction_from_the_combinations_m
     p = alone.predict(both)  # never measured together: the effects add on a log scale, the interaction unknown
     assert p.log_speed == pytest.approx(math.log(1.6 * 1.2), abs=0.01)
     assert p.log_memory == pytest.approx(math.log(0.7), abs=0.01)
-    assert 0.2 < p.speed_sd < 0.3  # about the interaction's prior spread alone: both effects are known
+    assert p.speed_sd == pytest.approx(PAIR_SD, rel=0.1)  # the interaction's prior spread: both effects are known
     learnt = EffectsModel(BASE, KNOBS, [*measured, (both, 1.6 * 1.2 * 1.3, 0.7)], (0.01, 0.01))
     p = learnt.predict(both)
     assert p.log_speed == pytest.approx(math.log(1.6 * 1.2 * 1.3), abs=0.02) and p.speed_sd < 0.02
