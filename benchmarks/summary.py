@@ -59,6 +59,15 @@ def main() -> int:
         earlier = json.loads(before_model.read_text())
         summary["search"]["hv_fraction_at_10pct_grid"]["before_model"] = {
             "value": earlier["summary"]["default"]["hv_fraction_at_10pct_grid"], "commit": earlier["commit"]}
+    simulated = RESULTS / "search_simulated.json"
+    if simulated.exists():  # benchmarks/search_simulated.py: a machine whose effects are known
+        sim = json.loads(simulated.read_text())
+        earlier_sim = RESULTS / "search_simulated_before_model.json"
+        summary["search"]["simulated_true_front_at_budget"] = {
+            "budget": sim["budget"], "by_sampler": {s: v["final"] for s, v in sim["summary"].items()},
+            "date": sim["date"], "commit": sim["commit"], "source": sim["command"]} | (
+            {"default_before_model": json.loads(earlier_sim.read_text())["summary"]["default"]["final"]}
+            if earlier_sim.exists() else {})
     held_out = RESULTS / "search_efficiency_mlp.json"
     if held_out.exists():  # the second grid, on which nothing was tuned
         other = json.loads(held_out.read_text())["summary"]

@@ -8,47 +8,20 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import sys
 
 import optuna
 import pytest
 
-from advisor.core.config import TrialConfig
-from advisor.core.objectives import Figures, Limits, dominates, hypervolume
-from advisor.core.results import TrialResult
+from advisor.core.objectives import Figures, Limits, dominates
 from advisor.search.effects import MAIN_SD, PAIR_SD, EffectsModel, _MetricRule, propose
 from advisor.search.one_knob import neighbours
-from advisor.search.space import parse_space
-from advisor.search.strategy import MODEL_EVERY, Strategy
-from advisor.study.run._ledger import Ledger
+from advisor.search.strategy import MODEL_EVERY
 
-BASE = TrialConfig(batch_size=64)
-KNOBS = ("batch_size", "precision", "channels_last", "grad_accumulation", "activation_checkpointing", "pruning")
-SPACE = parse_space({"batch_size": {"choices": [32, 64, 128, 256]}, "precision": {"choices": ["fp32", "bf16"]},
-                     "channels_last": {"choices": [False, True]}, "grad_accumulation": {"choices": [1, 2]},
-                     "activation_checkpointing": {"choices": [False, True]},
-                     "pruning": {"choices": ["none", "l1_unstructured"]}}, "simulated", "test")
+from conftest import REPO
 
-
-def truth(c: TrialConfig) -> Figures:
-    """The simulated machine: throughput and memory multiply, bf16 and channels_last
-    interact (1.3x more together), the largest batch loses the metric unless gradient
-    accumulation keeps its micro-batches small, pruning loses it always."""
-    speed, memory, score = 1000.0, 100.0, 0.90
-    r = c.batch_size / 64
-    speed, memory = speed * r ** 0.3, memory * r ** 0.8
-    if c.batch_size == 256 and c.grad_accumulation == 1:
-        score -= 0.05
-    if c.precision == "bf16":
-        speed, memory, score = speed * 1.6, memory * 0.7, score - 0.002
-    if c.channels_last:
-        speed *= 1.2 * (1.3 if c.precision == "bf16" else 1.0)
-    if c.grad_accumulation == 2:
-        speed, memory = speed * 0.9, memory * 0.6
-    if c.activation_checkpointing:
-        speed, memory = speed * 0.75, memory * 0.5
-    if c.pruning != "none":
-        speed, score = speed * 0.95, score - 0.03
-    return Figures(speed, memory, score)
+sys.path.insert(0, str(REPO / "benchmarks"))
+from search_simulated import BASE, KNOBS, SPACE, reached, simulated_study, truth  # noqa: E402
 
 
 # ---- the model --------------------------------------------------------------------------
@@ -115,55 +88,9 @@ def test_propose_adds_to_the_front_and_respects_what_is_allowed_and_the_memory_c
     assert propose(**args, limits=Limits(0.01), allowed=lambda c: False) is None
 
 
-# ---- the real Strategy and Ledger on the simulated machine -----------------------------------
-def scorer():
-    """The true feasible front's hypervolume, in log-ratio loss space as the model's."""
-    cells = {c.key(): truth(c) for c in SPACE.configs() if truth(c).score >= 0.90 - 0.01}
-    logs = [(math.log(f[0]), math.log(f[1]), f[2]) for f in cells.values()]
-    lo, hi = [min(v[i] for v in logs) for i in range(3)], [max(v[i] for v in logs) for i in range(3)]
-    span = [(h - low) or 1.0 for low, h in zip(lo, hi)]
-
-    def loss(f):
-        return ((hi[0] - math.log(f[0])) / span[0], (math.log(f[1]) - lo[1]) / span[1], (hi[2] - f[2]) / span[2])
-
-    full = hypervolume([loss(f) for f in cells.values()])
-    return lambda keys: hypervolume([loss(cells[k]) for k in keys if k in cells]) / full
-
-
-def simulated_study(sampler: str, seed: int, budget: int = 20, noise: float = 0.03):
-    """A whole study of ``budget`` proposals on the simulated machine; the trials in order."""
-    rng = random.Random(seed)
-    study = optuna.create_study(study_name="sim",  # in memory: nothing here is about storage
-                                directions=["maximize", "minimize", "maximize"],
-                                sampler=optuna.samplers.RandomSampler(seed=seed) if sampler == "random"
-                                else optuna.samplers.TPESampler(seed=seed))
-    strategy = Strategy(SPACE, BASE, workload="train", sampler=sampler, budget=budget, limits=Limits(0.01))
-    ledger = Ledger(study, strategy, Limits(0.01))
-
-    def run(c: TrialConfig) -> TrialResult:
-        f = truth(c)
-        return TrialResult(ok=True, throughput=f.throughput * math.exp(rng.gauss(0, noise)),
-                           peak_memory_bytes=int(f.peak_memory_bytes * 1e6 * math.exp(rng.gauss(0, noise / 3))),
-                           score=f.score, step_time_median_s=0.01)
-
-    proposal = ledger.propose_baseline()
-    ledger.tell(proposal.number, run(proposal.config), 1.0)
-    for _ in range(budget - 1):
-        proposal = ledger.propose()
-        if proposal is None:
-            break
-        ledger.tell(proposal.number, run(proposal.config), 1.0)
-    return sorted(study.trials, key=lambda t: t.number)
-
-
+# ---- the real Strategy and Ledger on the simulated machine (benchmarks/search_simulated.py) ---------
 def test_a_simulated_study_finds_the_true_front_sooner_with_the_model():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    fraction = scorer()
-
-    def reached(trials):
-        return fraction([TrialConfig.from_dict(t.user_attrs["config"]).key() for t in trials
-                         if t.user_attrs.get("config")])
-
     ours = [simulated_study("default", seed) for seed in range(2)]
     random_ = [simulated_study("random", seed) for seed in range(2)]
     for trials in ours:
@@ -173,8 +100,8 @@ def test_a_simulated_study_finds_the_true_front_sooner_with_the_model():
         after = [t for t in trials if t.number >= first]
         assert len(model) >= (MODEL_EVERY - 1) * len(after) // MODEL_EVERY - 1  # the sampler has its share
         assert len(model) < len(after)
-    assert min(reached(t) for t in ours) >= 0.93
-    assert statistics.median(reached(t) for t in ours) >= statistics.median(reached(t) for t in random_) + 0.15
+    assert min(reached(t)[-1] for t in ours) >= 0.93
+    assert statistics.median(reached(t)[-1] for t in ours) >= statistics.median(reached(t)[-1] for t in random_) + 0.15
 
 
 def test_a_long_study_fits_the_one_knob_trials_the_front_and_the_latest_and_grows_from_a_few_parents():
