@@ -5,11 +5,11 @@ each configuration to ``decide()``, stores what comes back and tells the strateg
 
 1. the baseline (the user's current setup) first, alone (the ledger enqueues it);
 2. with the ``default`` sampler, the baseline with one knob changed (``one_knob``), then,
-   once those are in, combinations of the changes that paid off (``combine``), then, two
-   proposals in three, the best candidate under a model of the knobs' effects fitted to
-   every measurement so far (``effects``): all are returned by ``to_queue()`` for the
-   ledger to queue ahead of the sampler;
-3. the Optuna sampler's proposals (TPE by default; with ``default``, one in three);
+   once those are in, two combinations of the changes that paid off (``combine``), then,
+   three proposals in four (``MODEL_EVERY``), the best candidate under a model of the
+   knobs' effects fitted to every measurement so far (``effects``): all are returned by
+   ``to_queue()`` for the ledger to queue ahead of the sampler;
+3. the Optuna sampler's proposals (TPE by default; with ``default``, one in four);
 4. ``decide()`` answers a configuration already measured (or running) with the earlier
    trial (``Duplicate``); one that cannot work (knob values that cannot be combined, more
    devices than the cluster has, or not on the device trials run on: the CUDA flash
