@@ -106,7 +106,7 @@ class TrialRecord:
 
     @property
     def seed(self) -> bool:
-        """Enqueued by the default strategy (a one-knob seed or a combination)."""
+        """Enqueued by the default strategy (a one-knob seed, a combination or a model proposal)."""
         return SEED_CONFIG in self.attrs
 
     def get(self, key: str, default: Any = None) -> Any:

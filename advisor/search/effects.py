@@ -1,7 +1,7 @@
 """The default strategy's third step: proposals from a model of the knobs' effects.
 
 After the one-knob seeds and their combinations (``one_knob``, ``combine``), each further
-proposal of the default strategy comes, two times in three, from a model fitted to every
+proposal of the default strategy comes, three times in four, from a model fitted to every
 configuration measured so far; the sampler (TPE) makes the rest, for what the model cannot
 see (``advisor.search.strategy``).
 
@@ -156,15 +156,18 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
         neighbours: a configuration's one-knob changes within the space.
     """
     t0, m0, s0 = base_figures
+    if not (t0 > 0 and m0 > 0):  # nothing to take ratios to (a CPU peak can read 0)
+        return None
+    measured = [(c, f, scored) for c, f, scored in measured if f.throughput > 0 and f.peak_memory_bytes > 0]
     knobs = [k.name for k in space.knobs]
     metric = _MetricRule(base, knobs, s0, limits.allowed(s0), measured)
     feasible = [(c, f) for c, f, _ in measured if limits.feasible(f, s0)]
     front = [(c, f) for c, f in feasible if not any(dominates(g, f) for _, g in feasible)]
-    rows = [(c, f.throughput / t0, f.peak_memory_bytes / m0) for c, f in _fitted(measured, front, base, knobs)
-            if f.throughput > 0 and f.peak_memory_bytes > 0]
+    rows = [(c, f.throughput / t0, f.peak_memory_bytes / m0) for c, f in _fitted(measured, front, base, knobs)]
     model = EffectsModel(base, knobs, [(base, 1.0, 1.0), *rows], noise_sd)
     known = frozenset().union(*(changes_of(c, base, knobs) for c, _, _ in measured))
-    pool = _candidates(space, base, [base, *_parents(front)], known, knobs, rng, neighbours)
+    pool = [as_sampled(space, c) for c in _candidates(space, base, [base, *_parents(front)], known, knobs, rng,
+                                                      neighbours)]
     pool = [c for c in pool if len(changes_of(c, base, knobs) - known) <= MAX_NEW and allowed(c)
             and metric.score(c) is not None]
     if not pool:
@@ -178,7 +181,8 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
                 Figures(t0 * math.exp(p.log_speed + KAPPA * p.speed_sd),
                         m0 * math.exp(p.log_memory - KAPPA * p.memory_sd), s))
 
-    points = [f for _, f in feasible] + [Figures(*base_figures)] + [figures(c)[0] for c in running]
+    points = [f for _, f in feasible] + [f for f in [Figures(*base_figures)] + [figures(c)[0] for c in running]
+                                         if limits.feasible(f, s0)]
     # feasible as predicted (a memory cap on the mean prediction), scored optimistically
     predicted = [(c, *figures(c)) for c in pool]
     options = [(c, optimistic) for c, mean, optimistic in predicted if limits.feasible(mean, s0)]
@@ -288,6 +292,15 @@ def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConf
             continue
         out.setdefault(c.key(), c)
     return list(out.values())
+
+
+def as_sampled(space: SearchSpace, config: TrialConfig) -> TrialConfig:
+    """``config`` as the study would run it: a knob whose condition does not hold takes its
+    default, as ``SearchSpace.sample`` sets it (a candidate that turned ``compile`` off must
+    not keep a ``compile_mode`` that then counts as a change but never runs)."""
+    values, default = config.to_dict(), TrialConfig().to_dict()
+    inactive = {k.name for k in space.knobs if not k.active(values)}
+    return config.replace(**{k: default[k] for k in inactive}) if inactive else config
 
 
 def changes_dict(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> dict[str, Any]:

@@ -143,9 +143,11 @@ class Strategy:
             self._seeds_due = False
             seeds = seed_configs(self.space, self.baseline, seed_count(self.budget), self.workload, self.device)
             return Queued(seeds=[c for c in seeds if c.key() not in self._seen])  # nothing else changes
-        if not (self._combine_due or self._model_due) or waiting():
+        if not (self._combine_due or self._model_due):
             return Queued()
         if self._combine_due:
+            if waiting():
+                return Queued()
             if own_in_flight:
                 return None  # every seed's result first
             self._combine_due = False
@@ -158,6 +160,8 @@ class Strategy:
         self._turn += 1
         if self._turn % MODEL_EVERY == 0 or self._model_idle_at == self._learned:
             return Queued()  # the sampler's turn (what the model cannot see), or nothing new since the model had none
+        if waiting():  # configurations queued before (another driver's, or a resumed study's) go first
+            return Queued()
         config = self._from_model(baseline, stored())
         self._model_idle_at = self._learned if config is None else None
         if config is not None and not self._model_said:
@@ -262,6 +266,8 @@ class Strategy:
             if not r.counted or r.config is None or r.baseline:
                 continue
             reference = stored.reference_throughput(r) or first
+            if r.state == "failed":  # its training run failed after the probe: not a result to learn from
+                continue
             if r.figures is not None:
                 out.append((r.config, r.figures._replace(throughput=r.figures.throughput * first / reference), True))
             elif r.probe is not None:

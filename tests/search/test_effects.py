@@ -124,3 +124,64 @@ def test_a_long_study_fits_the_one_knob_trials_the_front_and_the_latest_and_grow
     fastest = max(wide, key=lambda r: r[1].throughput)[0]
     smallest = min(wide, key=lambda r: r[1].peak_memory_bytes)[0]
     assert parents[0] == fastest and parents[1] == smallest
+
+
+def test_a_candidate_never_keeps_a_knob_that_its_change_switched_off():
+    """A parent with compile and a compile mode, compile turned off: the mode must go back
+    to its default, as the study would run it, not count as a change that never runs."""
+    from advisor.search.effects import as_sampled
+    from advisor.search.space import parse_space
+
+    space = parse_space({"compile": {"choices": [False, True]},
+                         "compile_mode": {"choices": ["default", "reduce-overhead"], "when": {"compile": True}},
+                         "batch_size": {"choices": [64, 128]}}, "t", "t")
+    fast = BASE.replace(compile=True, compile_mode="reduce-overhead")
+    assert as_sampled(space, fast.replace(compile=False)) == BASE
+    measured = [(c, Figures(1300.0 if c.compile else 1100.0, 160.0 if c.batch_size == 128 else 100.0, 0.9), True)
+                for c in (BASE.replace(compile=True), fast, BASE.replace(batch_size=128))]
+    every = {c.key() for c in space.configs()}
+    got = propose(space, BASE, Figures(1000.0, 100.0, 0.9), measured, [], Limits(0.01), (0.02, 0.02),
+                  lambda c: c.key() not in every, random.Random(0), lambda c: neighbours(space, c, device="cuda"))
+    assert got is None  # every real configuration is seen: nothing phantom is left to propose
+
+
+def test_figures_of_zero_are_left_out_and_a_zero_baseline_proposes_nothing():
+    measured = [(c, truth(c), True) for c in neighbours(SPACE, BASE)]
+    measured.append((BASE.replace(precision="bf16", channels_last=True), Figures(1500.0, 0.0, 0.9), True))
+    args = dict(space=SPACE, base=BASE, measured=measured, running=[], limits=Limits(0.01), noise_sd=(0.02, 0.02),
+                allowed=lambda c: True, rng=random.Random(0), neighbours=lambda c: neighbours(SPACE, c))
+    assert propose(base_figures=truth(BASE), **args) is not None
+    assert propose(base_figures=Figures(1000.0, 0.0, 0.9), **args) is None
+
+
+def test_a_model_proposal_cut_short_runs_again():
+    """A model proposal cut short (another process held the GPU: not counted) may run again;
+    it must not be skipped as already queued and handed to the sampler instead."""
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialResult
+    from advisor.search.strategy import Strategy
+    from advisor.study.run._ledger import Ledger
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"],
+                                sampler=optuna.samplers.TPESampler(seed=0))
+    ledger = Ledger(study, Strategy(SPACE, BASE, workload="train", sampler="default", budget=20,
+                                    limits=Limits(0.01)), Limits(0.01))
+
+    def run(c):
+        f = truth(c)
+        return TrialResult(ok=True, throughput=f.throughput, peak_memory_bytes=int(f.peak_memory_bytes * 1e6),
+                           score=f.score, step_time_median_s=0.01)
+
+    first = ledger.propose_baseline()
+    ledger.tell(first.number, run(first.config), 1.0)
+    busy = None
+    for _ in range(19):
+        p = ledger.propose()
+        if busy is None and study.trials[p.number].user_attrs.get("model_proposal"):
+            busy = p.config.key()
+            ledger.tell(p.number, TrialResult.failed("device_busy", "held by pid 4242: not measured"), 1.0)
+        else:
+            ledger.tell(p.number, run(p.config), 1.0)
+    configs = [TrialConfig.from_dict(t.user_attrs["config"]).key() for t in study.trials if "config" in t.user_attrs]
+    assert busy is not None and configs.count(busy) == 2

@@ -182,8 +182,8 @@ class Ledger:
             for config in queued.combinations:
                 self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
                                          user_attrs={SEED_CONFIG: config.to_dict(), COMBINATION: True})
-            for config in queued.model:
-                self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=True,
+            for config in queued.model:  # not skipped for an earlier trial cut short with it: it runs again
+                self.study.enqueue_trial(space.enqueue_params(config), skip_if_exists=False,
                                          user_attrs={SEED_CONFIG: config.to_dict(), MODEL_PROPOSAL: True})
             trial = self.study.ask()
             seed = trial.user_attrs.get(SEED_CONFIG)
