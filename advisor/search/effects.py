@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError
-from advisor.core.objectives import Figures, Limits, dominates, hypervolume
+from advisor.core.objectives import Figures, Limits, hypervolume, pareto_front
 
 if TYPE_CHECKING:
     from advisor.search.space import SearchSpace
@@ -70,7 +70,7 @@ PRIOR: dict[str, tuple[float, float]] = {"batch_size": (0.0, 0.5), "grad_accumul
 
 def changes_of(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> frozenset[Change]:
     """The (knob, value) pairs of ``knobs`` where ``config`` differs from ``base``."""
-    return frozenset((k, json.dumps(v)) for k in knobs if (v := getattr(config, k)) != getattr(base, k))
+    return frozenset((k, json.dumps(v)) for k, v in changes_dict(config, base, knobs).items())
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,8 @@ class Prediction:
 
 class EffectsModel:
     """The Bayesian additive model with pairwise interactions, fitted to ``measured``:
-    (configuration, throughput ratio, memory ratio) to the baseline ``base``."""
+    (configuration, throughput ratio, memory ratio) to the baseline ``base`` (which
+    ``propose`` always includes, so the fit is never empty)."""
 
     def __init__(self, base: TrialConfig, knobs: Sequence[str], measured: Sequence[tuple[TrialConfig, float, float]],
                  noise_sd: tuple[float, float]) -> None:
@@ -113,8 +114,8 @@ class EffectsModel:
         prior_var = MAIN_SD ** 2 * len(x) + PAIR_SD ** 2 * len(px)
         out = []
         for i in range(2):
-            mean = self._prior(x, i) + float(ks @ self._alpha[i]) if len(ks) else self._prior(x, i)
-            var = prior_var - float(ks @ self._inverse[i] @ ks) if len(ks) else prior_var
+            mean = self._prior(x, i) + float(ks @ self._alpha[i])
+            var = prior_var - float(ks @ self._inverse[i] @ ks)
             out.append((mean, math.sqrt(max(var, 0.0))))
         return Prediction(out[0][0], out[0][1], out[1][0], out[1][1])
 
@@ -162,11 +163,11 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
     knobs = [k.name for k in space.knobs]
     metric = _MetricRule(base, knobs, s0, limits.allowed(s0), measured)
     feasible = [(c, f) for c, f, _ in measured if limits.feasible(f, s0)]
-    front = [(c, f) for c, f in feasible if not any(dominates(g, f) for _, g in feasible)]
+    front = pareto_front(feasible, lambda r: r[1])
     rows = [(c, f.throughput / t0, f.peak_memory_bytes / m0) for c, f in _fitted(measured, front, base, knobs)]
     model = EffectsModel(base, knobs, [(base, 1.0, 1.0), *rows], noise_sd)
     known = frozenset().union(*(changes_of(c, base, knobs) for c, _, _ in measured))
-    pool = [as_sampled(space, c) for c in _candidates(space, base, [base, *_parents(front)], known, knobs, rng,
+    pool = [space.as_sampled(c) for c in _candidates(space, base, [base, *_parents(front)], known, knobs, rng,
                                                       neighbours)]
     pool = [c for c in pool if len(changes_of(c, base, knobs) - known) <= MAX_NEW and allowed(c)
             and metric.score(c) is not None]
@@ -189,8 +190,7 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
     if not options:
         return None
     scale = _Scale([*points, *(f for _, f in options)])
-    now = [scale.loss(p) for p in points]
-    now = [p for p in now if not any(q != p and all(a <= b for a, b in zip(q, p)) for q in now)]
+    now = [scale.loss(p) for p in pareto_front(points, lambda f: f)]
     before = hypervolume(now)
     gain, best = max((hypervolume([*now, scale.loss(f)]) - before, i) for i, (_, f) in enumerate(options))
     return options[best][0] if gain > 0 else None
@@ -284,8 +284,9 @@ def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConf
     moves = sorted(known)
     for _ in range(RANDOM_CANDIDATES if moves else 0):
         changes = dict((k, json.loads(v)) for k, v in rng.sample(moves, min(len(moves), rng.randint(1, 3))))
-        if rng.random() < 0.5:
-            changes.update(changes_dict(random_config(space, base, rng), base, [rng.choice(knobs)]))
+        if rng.random() < 0.5:  # and one knob at random (one whose condition fails is reset by as_sampled)
+            knob = rng.choice(space.knobs)
+            changes[knob.name] = rng.choice(knob.choices)
         try:
             c = rng.choice(front).replace(**changes)
         except ConfigError:
@@ -294,24 +295,6 @@ def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConf
     return list(out.values())
 
 
-def as_sampled(space: SearchSpace, config: TrialConfig) -> TrialConfig:
-    """``config`` as the study would run it: a knob whose condition does not hold takes its
-    default, as ``SearchSpace.sample`` sets it (a candidate that turned ``compile`` off must
-    not keep a ``compile_mode`` that then counts as a change but never runs)."""
-    values, default = config.to_dict(), TrialConfig().to_dict()
-    inactive = {k.name for k in space.knobs if not k.active(values)}
-    return config.replace(**{k: default[k] for k in inactive}) if inactive else config
-
-
 def changes_dict(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> dict[str, Any]:
     return {k: v for k in knobs if (v := getattr(config, k)) != getattr(base, k)}
 
-
-def random_config(space: SearchSpace, base: TrialConfig, rng: random.Random) -> TrialConfig:
-    """A configuration of ``space`` drawn uniformly knob by knob, in the space's order (an
-    inactive knob keeps the baseline's value: it is no change)."""
-    values = base.to_dict()
-    for knob in space.knobs:
-        if knob.active(values):
-            values[knob.name] = rng.choice(knob.choices)
-    return TrialConfig.from_dict(values)

@@ -49,12 +49,7 @@ def seed_configs(space: SearchSpace, base: TrialConfig, limit: int, workload: st
         choices = [v for v in knob.choices if v != values[name]]
         if name == "batch_size":
             choices.sort(key=lambda b: (b not in (2 * base.batch_size, base.batch_size // 2), b < base.batch_size, b))
-        options = []
-        for value in choices:  # validated when the space was loaded
-            candidate = _with_dependents(base.replace(**{name: value}), knobs.values(), values, workload, device)
-            if refusal(candidate, workload, device) is None:
-                options.append(candidate)
-        candidates.append(options)
+        candidates.append(_set(base, knob, choices, space, workload, device))
     first = [options[0] for options in candidates if options]
     rest = [c for options in candidates for c in options[1:]]
     return (first + rest)[:limit]
@@ -66,16 +61,20 @@ def neighbours(space: SearchSpace, config: TrialConfig, workload: str = "train",
     (with the knobs the change brings into play), leaving out those that cannot run as
     ``workload`` on ``device``."""
     values = config.to_dict()
+    return [c for knob in space.knobs if knob.active(values)
+            for c in _set(config, knob, [v for v in knob.choices if v != values[knob.name]], space, workload, device)]
+
+
+def _set(config: TrialConfig, knob: Any, choices: list[Any], space: SearchSpace, workload: str,
+         device: str | None) -> list[TrialConfig]:
+    """``config`` with ``knob`` at each of ``choices`` (validated when the space was loaded)
+    and the knobs that brings into play, leaving out what cannot run as ``workload`` on ``device``."""
+    values = config.to_dict()
     out = []
-    for knob in space.knobs:
-        if not knob.active(values):
-            continue
-        for value in knob.choices:
-            if value != values[knob.name]:
-                candidate = _with_dependents(config.replace(**{knob.name: value}), space.knobs, values, workload,
-                                             device)
-                if refusal(candidate, workload, device) is None:
-                    out.append(candidate)
+    for value in choices:
+        candidate = _with_dependents(config.replace(**{knob.name: value}), space.knobs, values, workload, device)
+        if refusal(candidate, workload, device) is None:
+            out.append(candidate)
     return out
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 _SPEC_KEYS = {"choices", "low", "high", "when"}
 _POW2_KNOBS = {"batch_size", "threads"}
+_DEFAULT = TrialConfig()
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,17 @@ class SearchSpace:
         values = (base or TrialConfig()).to_dict()
         suggest = self.enqueue_params(base) if base is not None else None
         for knob in self.knobs:
-            if not knob.active(values):
-                values[knob.name] = getattr(TrialConfig(), knob.name)
-            elif suggest is None or knob.name in suggest:
+            if not _switched_off(knob, values) and (suggest is None or knob.name in suggest):
                 values[knob.name] = trial.suggest_categorical(knob.name, list(knob.choices))
         return TrialConfig.from_dict(values)
+
+    def as_sampled(self, config: TrialConfig) -> TrialConfig:
+        """``config`` as ``sample`` hands it out: a knob whose condition does not hold takes
+        its default (a configuration that turned ``compile`` off keeps no ``compile_mode``)."""
+        values = config.to_dict()
+        for knob in self.knobs:
+            _switched_off(knob, values)
+        return config if values == config.to_dict() else TrialConfig.from_dict(values)
 
     def enqueue_params(self, base: TrialConfig) -> dict[str, Any]:
         """The knob values of ``base`` that lie in this space (for study.enqueue_trial)."""
@@ -124,6 +131,15 @@ class SearchSpace:
             if not skip:
                 total += math.prod(len(k.choices) for k in self.knobs if k.name not in parents and k.active(values))
         return total
+
+
+def _switched_off(knob: Knob, values: dict[str, Any]) -> bool:
+    """Whether ``knob``'s condition fails on ``values`` (in the space's order); if so it is
+    set to its default there."""
+    if knob.active(values):
+        return False
+    values[knob.name] = getattr(_DEFAULT, knob.name)
+    return True
 
 
 def load_space(name_or_path: str) -> SearchSpace:

@@ -265,9 +265,9 @@ class Strategy:
         for r in stored.records:
             if not r.counted or r.config is None or r.baseline:
                 continue
-            reference = stored.reference_throughput(r) or first
             if r.state == "failed":  # its training run failed after the probe: not a result to learn from
                 continue
+            reference = stored.reference_throughput(r) or first
             if r.figures is not None:
                 out.append((r.config, r.figures._replace(throughput=r.figures.throughput * first / reference), True))
             elif r.probe is not None:

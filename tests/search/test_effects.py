@@ -129,14 +129,13 @@ def test_a_long_study_fits_the_one_knob_trials_the_front_and_the_latest_and_grow
 def test_a_candidate_never_keeps_a_knob_that_its_change_switched_off():
     """A parent with compile and a compile mode, compile turned off: the mode must go back
     to its default, as the study would run it, not count as a change that never runs."""
-    from advisor.search.effects import as_sampled
     from advisor.search.space import parse_space
 
     space = parse_space({"compile": {"choices": [False, True]},
                          "compile_mode": {"choices": ["default", "reduce-overhead"], "when": {"compile": True}},
                          "batch_size": {"choices": [64, 128]}}, "t", "t")
     fast = BASE.replace(compile=True, compile_mode="reduce-overhead")
-    assert as_sampled(space, fast.replace(compile=False)) == BASE
+    assert space.as_sampled(fast.replace(compile=False)) == BASE
     measured = [(c, Figures(1300.0 if c.compile else 1100.0, 160.0 if c.batch_size == 128 else 100.0, 0.9), True)
                 for c in (BASE.replace(compile=True), fast, BASE.replace(batch_size=128))]
     every = {c.key() for c in space.configs()}
