@@ -59,7 +59,7 @@ def main():
     prepared.model.eval()
     total, score = 0, 0.0
     with torch.inference_mode():
-        batch = None if prepared.pipeline is not None else EVAL_BATCH  # a pipeline's stages take their own batch
+        batch = None if prepared.step.pipeline is not None else EVAL_BATCH  # a pipeline's stages take their own batch
         for x, y in prepared.loader(val_set, per_rank=False, collate_fn=getattr(w, "collate", None), batch_size=batch):
             out = prepared.predict(x)  # None on a pipeline's earlier stages: outputs come out of the last
             if out is not None:

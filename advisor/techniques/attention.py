@@ -63,7 +63,7 @@ class SdpaBackend(Technique):
         if value != "default":
             from torch.nn.attention import SDPBackend
 
-            prepared.sdpa_backends = [getattr(SDPBackend, BACKENDS[value])]
+            prepared.numerics.sdpa_backends = [getattr(SDPBackend, BACKENDS[value])]
 
     def snippet(self, value: Any) -> str | None:
         if value == "default":

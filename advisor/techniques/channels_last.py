@@ -27,8 +27,9 @@ class ChannelsLast(Technique):
             return
         if not any(isinstance(m, torch.nn.Conv2d) for m in prepared.module.modules()):
             raise UnsupportedError("channels_last needs a model with 2-D convolutions; this one has none")
-        prepared.module.to(memory_format=torch.channels_last)
-        prepared.memory_format = torch.channels_last
+        # Module.to takes memory_format at run time; torch's stubs do not list it
+        prepared.module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        prepared.numerics.memory_format = torch.channels_last
 
     def snippet(self, value: Any) -> str | None:
         if not value:

@@ -36,7 +36,7 @@ class Compile(Technique):
         mode = prepared.config.compile_mode
         mode = None if mode == "default" else mode
         dynamic = None  # torch's default: static first, dynamic shapes once a size changes
-        if prepared.amp_dtype is not None and _has_mha(prepared.module):
+        if prepared.numerics.amp_dtype is not None and _has_mha(prepared.module):
             # Two torch 2.13 failures of nn.MultiheadAttention compiled under autocast, found by
             # benchmarks/combinations.py. (1) The graph called the encoder layers' fused inference
             # kernel (the "fast path") with 16-bit activations and fp32 weights: "expected m1 and

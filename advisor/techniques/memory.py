@@ -35,7 +35,7 @@ class ActivationCheckpointing(Technique):
             raise UnsupportedError("activation checkpointing wraps the model's blocks (its repeated layers, else "
                                    f"its children with parameters); this model has {len(found)}")
         for block in found:
-            _checkpoint_forward(block, prepared.sdpa_backends)
+            _checkpoint_forward(block, prepared.numerics.sdpa_backends)
 
     def snippet(self, value: Any) -> str | None:
         if not value:
@@ -125,7 +125,7 @@ class GradAccumulation(Technique):
         return None
 
     def apply(self, value: Any, prepared: Prepared) -> None:
-        prepared.accumulation = value
+        prepared.step.accumulation = value
 
     def snippet(self, value: Any) -> str | None:
         if value == 1:

@@ -11,6 +11,7 @@ Under TP every rank of a group sees the whole batch (the group computes one mode
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
@@ -114,9 +115,9 @@ def device_mesh(device_type: str, shape: tuple[int, ...], names: tuple[str, ...]
 
 def apply_tp(prepared: Prepared) -> None:
     """``parallelism: tp``: one tensor-parallel group of every rank; each sees the whole batch."""
-    mesh = device_mesh(prepared.device.type, (prepared.world,), ("tp",))
-    tensor_parallel(prepared, prepared.world, mesh)
-    prepared.dp_rank, prepared.dp_world = 0, 1
+    mesh = device_mesh(prepared.device.type, (prepared.ranks.world,), ("tp",))
+    tensor_parallel(prepared, prepared.ranks.world, mesh)
+    prepared.ranks = replace(prepared.ranks, dp_rank=0, dp_world=1)
 
 
 def apply_fsdp_tp(prepared: Prepared, shard: Any) -> None:
@@ -125,10 +126,10 @@ def apply_fsdp_tp(prepared: Prepared, shard: Any) -> None:
     inside each group first, then FSDP2 across the groups (``shard``: parallelism's
     ``fully_shard`` of the blocks and the root, given the mesh's FSDP dimension)."""
     tp = prepared.config.tp_size
-    mesh = device_mesh(prepared.device.type, (prepared.world // tp, tp), ("dp", "tp"))
+    mesh = device_mesh(prepared.device.type, (prepared.ranks.world // tp, tp), ("dp", "tp"))
     tensor_parallel(prepared, tp, mesh["tp"])
     shard(prepared, mesh["dp"])
-    prepared.dp_rank, prepared.dp_world = mesh.get_local_rank("dp"), prepared.world // tp
+    prepared.ranks = replace(prepared.ranks, dp_rank=mesh.get_local_rank("dp"), dp_world=prepared.ranks.world // tp)
 
 
 def parallelize(module: Any, plan: TpPlan, mesh: Any) -> Any:

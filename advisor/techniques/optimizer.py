@@ -51,7 +51,7 @@ class FusedOptimizer(Technique):
 
     def apply(self, value: Any, prepared: Prepared) -> None:
         if value:
-            prepared.optimizer_setup.append(use_fused)
+            prepared.step.optimizer_setup.append(use_fused)
 
     def snippet(self, value: Any) -> str | None:
         if not value:
@@ -91,7 +91,7 @@ class CompileOptimizer(Technique):
 
     def apply(self, value: Any, prepared: Prepared) -> None:
         if value:
-            prepared.optimizer_setup.append(compile_step)
+            prepared.step.optimizer_setup.append(compile_step)
 
     def snippet(self, value: Any) -> str | None:
         if not value:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import UnsupportedError
 from advisor.techniques import model_parallel
 from advisor.techniques._base import Technique
+from advisor.techniques.prepared import Ranks
 from advisor.workload.structure import blocks, tied_parameters
 
 if TYPE_CHECKING:
@@ -82,8 +83,8 @@ class Parallelism(Technique):
 
             check_units(prepared)  # before any rank waits for the others
         dist = _join_process_group(prepared, devices)
-        prepared.rank, prepared.world = dist.get_rank(), dist.get_world_size()
-        prepared.dp_rank, prepared.dp_world = prepared.rank, prepared.world  # TP and PP narrow it
+        rank, world = dist.get_rank(), dist.get_world_size()
+        prepared.ranks = Ranks(rank, world, dp_rank=rank, dp_world=world)  # TP and PP narrow the data-parallel share
         if value == "ddp":
             _wrap_ddp(prepared)
         elif value == "fsdp":
@@ -154,7 +155,7 @@ def _wrap_ddp(prepared: Prepared) -> None:
         prepared.stats["ddp_comm_hook"] = hook.__name__
     prepared.model = ddp
     prepared.eval_model = prepared.module
-    prepared.no_sync = ddp.no_sync
+    prepared.step.no_sync = ddp.no_sync
 
 
 def _shard_fsdp(prepared: Prepared, mesh: Any = None) -> None:
@@ -163,8 +164,9 @@ def _shard_fsdp(prepared: Prepared, mesh: Any = None) -> None:
 
     from torch.distributed.fsdp import fully_shard
 
-    module, cfg = prepared.module, prepared.config
-    mesh = mesh or model_parallel.device_mesh(prepared.device.type, (prepared.world,), ("dp",))
+    module: Any = prepared.module  # an FSDPModule once sharded (set_requires_gradient_sync)
+    cfg = prepared.config
+    mesh = mesh or model_parallel.device_mesh(prepared.device.type, (prepared.ranks.world,), ("dp",))
     options: dict[str, Any] = {"reshard_after_forward": cfg.fsdp_reshard, "mesh": mesh}
     norms: list[Any] = []
     if cfg.fsdp_mixed_precision == "bf16":
@@ -189,7 +191,7 @@ def _shard_fsdp(prepared: Prepared, mesh: Any = None) -> None:
         finally:
             module.set_requires_gradient_sync(True)
 
-    prepared.no_sync = no_sync
+    prepared.step.no_sync = no_sync
 
 
 def fsdp_units(module: Any) -> list[Any]:

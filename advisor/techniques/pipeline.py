@@ -21,6 +21,7 @@ import itertools
 import statistics
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import UnsupportedError
@@ -47,10 +48,10 @@ def check_units(prepared: Prepared) -> list[str]:
 def apply_pp(prepared: Prepared) -> None:
     """Give ``prepared`` a pipeline over its ranks; the model is split now when an example
     batch is at hand (``hints["example_inputs"]``), else at the first step."""
-    prepared.pipeline = Pipeline(prepared, check_units(prepared), pipeline_stages(prepared.config))
-    prepared.dp_rank, prepared.dp_world = 0, 1  # the first stage takes the whole batch
+    prepared.step.pipeline = Pipeline(prepared, check_units(prepared), pipeline_stages(prepared.config))
+    prepared.ranks = replace(prepared.ranks, dp_rank=0, dp_world=1)  # the first stage takes the whole batch
     if prepared.hints.get("example_inputs") is not None:
-        prepared.pipeline.build(prepared.hints["example_inputs"])
+        prepared.step.pipeline.build(prepared.hints["example_inputs"])
 
 
 def _where_units(prepared: Prepared) -> str:
@@ -95,7 +96,7 @@ class Pipeline:
     def __init__(self, prepared: Prepared, units: list[str], stages: int) -> None:
         self.prepared, self.units, self.stages = prepared, units, stages
         self.microbatches = prepared.config.pp_microbatches or stages
-        self.is_last = prepared.rank == prepared.world - 1
+        self.is_last = prepared.ranks.rank == prepared.ranks.world - 1
         self.mb_size = 0
         self._train: Any = None
         self._eval: Any = None
@@ -119,7 +120,7 @@ class Pipeline:
         example = p.to_device(split(inputs, self.microbatches)[0])
         cuts = [self.units[i] for i in self._cuts(example)]
         model, training = p.module, p.module.training
-        indices = list(range(p.rank, self.stages, p.world))  # one stage per rank, or a loop's worth each
+        indices = list(range(p.ranks.rank, self.stages, p.ranks.world))  # one stage per rank, or a loop's worth each
         try:
             model.train()
             self._stages, module = self._trace(model, example, cuts, indices)
@@ -150,9 +151,9 @@ class Pipeline:
             raise UnsupportedError(f"the traced model splits into {pipe.num_stages} stages, not {self.stages}: the "
                                    f"cut points {cuts} are not each called once, in order")
         modules = [pipe.get_stage_module(i) for i in indices]
-        if self.prepared.amp_dtype is not None:
+        if self.prepared.numerics.amp_dtype is not None:
             for module in modules:
-                _send_as_traced(module, self.prepared.amp_dtype)
+                _send_as_traced(module, self.prepared.numerics.amp_dtype)
         return [pipe.build_stage(i, self.prepared.device) for i in indices], modules
 
     def _cuts(self, example: Any) -> list[int]:
@@ -162,9 +163,9 @@ class Pipeline:
             return balance(self._unit_params(), self.stages)
         import torch.distributed as dist
 
-        box = [balance(self._unit_times(example), self.stages) if self.prepared.rank == 0 else None]
+        box = [balance(self._unit_times(example), self.stages) if self.prepared.ranks.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
-        return list(box[0])
+        return list(box[0] or ())
 
     def _unit_params(self) -> list[float]:
         """Each unit's parameter count: the modules from its start to the next unit's, in
@@ -217,12 +218,12 @@ class Pipeline:
         if self._train is None or self._loss_fn is not loss_fn:
             self._train, self._loss_fn = self._schedule(self._stages, loss_fn), loss_fn
         losses: list[Any] = []
-        args, kwargs = _call_args(inputs) if self.prepared.rank == 0 else ((), {})
+        args, kwargs = _call_args(inputs) if self.prepared.ranks.rank == 0 else ((), {})
         target = target if self.is_last else None
         self._train.step(*args, target=target, losses=losses, **kwargs)
         value = (torch.stack([x.detach().float() for x in losses]).mean() if losses
                  else torch.zeros((), device=self.prepared.device))
-        dist.broadcast(value, src=self.prepared.world - 1)
+        dist.broadcast(value, src=self.prepared.ranks.world - 1)
         return value
 
     def from_last(self, value: float) -> float:
@@ -231,7 +232,7 @@ class Pipeline:
         import torch.distributed as dist
 
         box = torch.tensor([value], dtype=torch.float64, device=self.prepared.device)
-        dist.broadcast(box, src=self.prepared.world - 1)
+        dist.broadcast(box, src=self.prepared.ranks.world - 1)
         return float(box.item())
 
     def predict(self, inputs: Any) -> Any:
@@ -247,7 +248,8 @@ class Pipeline:
         if n > full:
             outs = [self.predict(part) for part in split(inputs, -(-n // full))]
             return None if outs[0] is None else _concat(outs)
-        args, kwargs = _call_args(_pad(inputs, full) if n < full else inputs) if self.prepared.rank == 0 else ((), {})
+        first = self.prepared.ranks.rank == 0
+        args, kwargs = _call_args(_pad(inputs, full) if n < full else inputs) if first else ((), {})
         out = self._eval.eval(*args, **kwargs)
         return _take(out, n) if self.is_last else None
 

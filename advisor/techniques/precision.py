@@ -47,13 +47,13 @@ class Precision(Technique):
             torch.backends.cuda.matmul.allow_tf32 = value == "tf32"
             torch.backends.cudnn.allow_tf32 = value == "tf32"
         if value == "bf16":
-            prepared.amp_dtype = torch.bfloat16
+            prepared.numerics.amp_dtype = torch.bfloat16
         elif value == "fp16":
-            prepared.amp_dtype = torch.float16
-            prepared.scaler = torch.amp.GradScaler(prepared.device.type)
+            prepared.numerics.amp_dtype = torch.float16
+            prepared.numerics.scaler = torch.amp.GradScaler(prepared.device.type)
         elif value == "bf16_full":
             prepared.module.to(torch.bfloat16)
-            prepared.input_dtype = torch.bfloat16
+            prepared.numerics.input_dtype = torch.bfloat16
 
     def snippet(self, value: Any) -> str | None:
         if value == "tf32":

@@ -6,11 +6,104 @@ by ``advisor.apply`` (advisor/techniques/prepare.py); each technique sets its pa
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Protocol
 
 from advisor.core.config import TrialConfig
 from advisor.workload.contract import forward
+
+if TYPE_CHECKING:  # torch is imported where it is used: floor-0 readers import this module cheaply
+    import torch
+    from torch.nn.attention import SDPBackend
+
+
+class Staged(Protocol):
+    """What ``Prepared`` and the trial call of a pipeline (``advisor.techniques.pipeline.Pipeline``)."""
+
+    is_last: bool  # this rank runs the last stage: the outputs come out here
+
+    def train_step(self, inputs: Any, target: Any, loss_fn: Callable[[Any, Any], Any]) -> Any: ...
+
+    def predict(self, inputs: Any) -> Any: ...
+
+    def from_last(self, value: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process sits: ``rank`` of ``world`` processes (0 of 1 without
+    parallelism), and which share of each batch it loads, ``dp_rank`` of ``dp_world`` (the
+    data-parallel replicas: every rank under DDP / FSDP, one under TP / PP). Set by
+    ``parallelism`` (then narrowed by TP and PP) with ``dataclasses.replace``."""
+
+    rank: int = 0
+    world: int = 1
+    dp_rank: int = 0
+    dp_world: int = 1
+
+
+@dataclass
+class Numerics:
+    """The arithmetic and layout of forward + loss.
+
+    Attributes:
+        amp_dtype: autocast dtype, or None for no autocast.
+        scaler: a GradScaler for fp16, else None.
+        input_dtype: floating-point inputs are cast to it (bf16_full), else None.
+        memory_format: ``torch.channels_last`` for 4-D inputs, else None.
+        sdpa_backends: the attention kernels ``autocast()`` allows, or None for torch's choice.
+        eval_with_no_grad: ``predict`` leaves ``torch.inference_mode`` for ``no_grad`` (fp8
+            training's layers: under inference mode and autocast, torchao 0.18's float8
+            tensors meet a dtype cast they do not implement).
+    """
+
+    amp_dtype: torch.dtype | None = None
+    scaler: torch.amp.GradScaler | None = None
+    input_dtype: torch.dtype | None = None
+    memory_format: torch.memory_format | None = None
+    sdpa_backends: list[SDPBackend] | None = None
+    eval_with_no_grad: bool = False
+
+
+@dataclass
+class StepPlan:
+    """How a training step runs, and what ends training.
+
+    Attributes:
+        accumulation: micro-steps per optimizer step.
+        no_sync: context manager that skips the gradient all-reduce (DDP/FSDP), else None.
+        pipeline: this rank's stages and schedule under pipeline parallelism, else None.
+        optimizer_setup: run once on each optimizer ``train_step`` is given, before its first
+            step (the fused implementation, the compiled step).
+        finishers: run by ``finish()`` after training (pruning made permanent, QAT convert).
+    """
+
+    accumulation: int = 1
+    no_sync: Callable[[], ContextManager[Any]] | None = None
+    pipeline: Staged | None = None
+    optimizer_setup: list[Callable[[torch.optim.Optimizer], None]] = field(default_factory=list)
+    finishers: list[Callable[[], None]] = field(default_factory=list)
+
+
+class _Alias:
+    """A flat attribute of ``Prepared`` kept for code written before the sub-records
+    (``prepared.rank``, ``prepared.amp_dtype``, ...): reads and writes go to the record."""
+
+    def __init__(self, record: str) -> None:
+        self.record = record
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(getattr(obj, self.record), self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        record = getattr(obj, self.record)
+        if self.record == "ranks":  # frozen: replaced whole
+            obj.ranks = replace(record, **{self.name: value})
+        else:
+            setattr(record, self.name, value)
 
 
 @dataclass
@@ -21,62 +114,47 @@ class Prepared:
         model: what to call (the compiled wrapper when compile is on).
         module: the underlying ``nn.Module`` (parameters, state_dict, optimizer).
         device: where the model lives; inputs are moved there by ``to_device``.
-        amp_dtype: autocast dtype, or None for no autocast.
-        scaler: a GradScaler for fp16, else None.
-        memory_format: ``torch.channels_last`` for 4-D inputs, else None.
+        config: the configuration applied.
         workload: "train" or "inference".
-        rank, world: this process's rank and the number of ranks (1 without parallelism).
-        dp_rank, dp_world: which share of each batch this rank loads, of how many (the
-            data-parallel replicas: every rank under DDP / FSDP, one under TP / PP).
         hints: what the model's own file says about splitting it (``tp_plan``,
             ``pipeline_split``) and an example batch (``example_inputs``) for a pipeline's trace.
-        pipeline: this rank's stages and schedule under pipeline parallelism, else None.
-        accumulation: micro-steps per optimizer step.
-        input_dtype: floating-point inputs are cast to it (bf16_full), else None.
-        no_sync: context manager that skips the gradient all-reduce (DDP/FSDP), else None.
+        ranks: this process among the ranks (``Ranks``).
+        numerics: autocast, scaling, input casts, memory format, attention kernels (``Numerics``).
+        step: micro-batches, the all-reduce skip, the pipeline, optimizer set-up, finishers
+            (``StepPlan``).
+        compiled: whether ``model`` is a compiled wrapper.
         eval_model: what ``predict`` calls when it differs from ``model`` (the module
             inside DDP: replicas are identical, evaluation needs no collective).
         loader_options: DataLoader keyword arguments from the data knobs.
-        finishers: run by ``finish()`` after training (pruning made permanent, QAT convert).
-        optimizer_setup: run once on each optimizer ``train_step`` is given, before its first
-            step (the fused implementation).
-        sdpa_backends: the attention kernels ``autocast()`` allows, or None for torch's choice.
-        eval_with_no_grad: ``predict`` leaves ``torch.inference_mode`` for ``no_grad`` (fp8
-            training's layers: under inference mode and autocast, torchao 0.18's float8
-            tensors meet a dtype cast they do not implement).
         stats: what techniques report about the model (e.g. quantized layers).
         conv1d_swapped: the transformers Conv1D layers replaced by equal nn.Linear ones
             (their weights now (out, in); ``advisor.techniques.conv1d.conv1d_layout`` turns
             a state dict back), for quantization and 2:4 sparsity, which take nn.Linear only.
+
+    The records' fields are also readable and writable under their own names on
+    ``Prepared`` (``prepared.rank``, ``prepared.amp_dtype``, ``prepared.accumulation``, ...).
     """
 
     model: Any
-    module: Any
-    device: Any
+    module: torch.nn.Module
+    device: torch.device
     config: TrialConfig
-    amp_dtype: Any = None
-    scaler: Any = None
-    memory_format: Any = None
-    compiled: bool = False
     workload: str = "train"
-    rank: int = 0
-    world: int = 1
-    dp_rank: int = 0
-    dp_world: int = 1
     hints: dict[str, Any] = field(default_factory=dict)
-    pipeline: Any = None
-    accumulation: int = 1
-    input_dtype: Any = None
-    no_sync: Any = None
-    eval_model: Any = None
+    ranks: Ranks = field(default_factory=Ranks)
+    numerics: Numerics = field(default_factory=Numerics)
+    step: StepPlan = field(default_factory=StepPlan)
+    compiled: bool = False
+    eval_model: torch.nn.Module | None = None
     loader_options: dict[str, Any] = field(default_factory=dict)
-    finishers: list[Callable[[], None]] = field(default_factory=list)
-    optimizer_setup: list[Callable[[Any], None]] = field(default_factory=list)
-    sdpa_backends: Any = None
-    eval_with_no_grad: bool = False
     stats: dict[str, Any] = field(default_factory=dict)
     conv1d_swapped: list[str] = field(default_factory=list)
     _set_up: set[int] = field(default_factory=set, repr=False)  # ids of the optimizers set up
+
+    rank, world, dp_rank, dp_world = (_Alias("ranks") for _ in range(4))
+    amp_dtype, scaler, input_dtype, memory_format, sdpa_backends, eval_with_no_grad = (
+        _Alias("numerics") for _ in range(6))
+    accumulation, no_sync, pipeline, optimizer_setup, finishers = (_Alias("step") for _ in range(5))
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
@@ -85,12 +163,12 @@ class Prepared:
         import torch
 
         with contextlib.ExitStack() as stack:
-            if self.amp_dtype is not None:
-                stack.enter_context(torch.autocast(self.device.type, dtype=self.amp_dtype))
-            if self.sdpa_backends is not None:
+            if self.numerics.amp_dtype is not None:
+                stack.enter_context(torch.autocast(self.device.type, dtype=self.numerics.amp_dtype))
+            if self.numerics.sdpa_backends is not None:
                 from torch.nn.attention import sdpa_kernel
 
-                stack.enter_context(sdpa_kernel(self.sdpa_backends))
+                stack.enter_context(sdpa_kernel(self.numerics.sdpa_backends))
             yield
 
     def to_device(self, batch: Any) -> Any:
@@ -99,10 +177,10 @@ class Prepared:
 
         if isinstance(batch, torch.Tensor):
             batch = batch.to(self.device, non_blocking=True)
-            if self.input_dtype is not None and batch.is_floating_point():
-                batch = batch.to(self.input_dtype)
-            if self.memory_format is not None and batch.dim() == 4:
-                batch = batch.contiguous(memory_format=self.memory_format)
+            if self.numerics.input_dtype is not None and batch.is_floating_point():
+                batch = batch.to(self.numerics.input_dtype)
+            if self.numerics.memory_format is not None and batch.dim() == 4:
+                batch = batch.contiguous(memory_format=self.numerics.memory_format)
             return batch
         if isinstance(batch, dict):
             return {k: self.to_device(v) for k, v in batch.items()}
@@ -113,35 +191,35 @@ class Prepared:
     def train_step(self, inputs: Any, target: Any, loss_fn: Callable[[Any, Any], Any], optimizer: Any) -> Any:
         """One optimisation step on a (per-rank) batch, in ``accumulation`` micro-steps
         (gradients all-reduced once, on the last); returns the (detached) mean loss."""
-        if self.optimizer_setup and id(optimizer) not in self._set_up:
-            for setup in self.optimizer_setup:
+        if self.step.optimizer_setup and id(optimizer) not in self._set_up:
+            for setup in self.step.optimizer_setup:
                 setup(optimizer)
             self._set_up.add(id(optimizer))
         optimizer.zero_grad(set_to_none=True)
-        if self.pipeline is not None:  # the schedule runs the micro-batches through the stages
+        if self.step.pipeline is not None:  # the schedule runs the micro-batches through the stages
             with self.autocast():
-                loss = self.pipeline.train_step(self.to_device(inputs), self.to_device(target), loss_fn)
+                loss = self.step.pipeline.train_step(self.to_device(inputs), self.to_device(target), loss_fn)
             optimizer.step()
             return loss
-        k = self.accumulation
+        k = self.step.accumulation
         parts = list(zip(split(inputs, k), split(target, k))) if k > 1 else [(inputs, target)]
         total = None
         for i, (x, y) in enumerate(parts):
             x, y = self.to_device(x), self.to_device(y)
             last = i == len(parts) - 1
-            sync = contextlib.nullcontext() if last or self.no_sync is None else self.no_sync()
+            sync = contextlib.nullcontext() if last or self.step.no_sync is None else self.step.no_sync()
             with sync:
                 with self.autocast():
                     loss = loss_fn(forward(self.model, x), y)
                 scaled = loss / len(parts) if len(parts) > 1 else loss
-                if self.scaler is not None:
-                    self.scaler.scale(scaled).backward()
+                if self.numerics.scaler is not None:
+                    self.numerics.scaler.scale(scaled).backward()
                 else:
                     scaled.backward()
             total = scaled.detach() if total is None else total + scaled.detach()
-        if self.scaler is not None:
-            self.scaler.step(optimizer)
-            self.scaler.update()
+        if self.numerics.scaler is not None:
+            self.numerics.scaler.step(optimizer)
+            self.numerics.scaler.update()
         else:
             optimizer.step()
         return total
@@ -161,27 +239,29 @@ class Prepared:
 
         from advisor.workload.stream import is_stream, shards_by_worker, stream_shard
 
-        split_ranks = per_rank and self.dp_world > 1
+        split_ranks = per_rank and self.ranks.dp_world > 1
         whole = batch_size or self.config.batch_size
-        batch = max(1, whole // self.dp_world) if split_ranks else whole
+        batch = max(1, whole // self.ranks.dp_world) if split_ranks else whole
         if is_stream(dataset):
             workers = self.loader_options.get("num_workers", 0)
-            dataset = stream_shard(dataset, rank=self.dp_rank if split_ranks else 0,
-                                   world=self.dp_world if split_ranks else 1, batch=batch,
+            dataset = stream_shard(dataset, rank=self.ranks.dp_rank if split_ranks else 0,
+                                   world=self.ranks.dp_world if split_ranks else 1, batch=batch,
                                    split_workers=workers > 1 and not shards_by_worker(dataset))
             generator = torch.Generator().manual_seed(seed)  # the workers' seeds
             return DataLoader(dataset, batch_size=batch, drop_last=drop_last, generator=generator,
                               collate_fn=collate_fn, **self.loader_options)
-        sampler = (DistributedSampler(dataset, num_replicas=self.dp_world, rank=self.dp_rank, shuffle=shuffle,
-                                      seed=seed, drop_last=drop_last) if split_ranks else None)
-        generator = torch.Generator().manual_seed(seed) if shuffle and sampler is None else None
+        ranks = self.ranks
+        sampler: DistributedSampler[Any] | None = (
+            DistributedSampler(dataset, num_replicas=ranks.dp_world, rank=ranks.dp_rank, shuffle=shuffle, seed=seed,
+                               drop_last=drop_last) if split_ranks else None)
+        order = torch.Generator().manual_seed(seed) if shuffle and sampler is None else None
         return DataLoader(dataset, batch_size=batch, shuffle=shuffle and sampler is None, sampler=sampler,
-                          drop_last=drop_last, generator=generator, collate_fn=collate_fn, **self.loader_options)
+                          drop_last=drop_last, generator=order, collate_fn=collate_fn, **self.loader_options)
 
     def finish(self) -> None:
         """End of training: run the techniques' finishing steps once (pruning made
         permanent, QAT converted to int8). Evaluate after this."""
-        finishers, self.finishers = self.finishers, []
+        finishers, self.step.finishers = self.step.finishers, []
         for fn in finishers:
             fn()
 
@@ -192,19 +272,19 @@ class Prepared:
         import torch
 
         with contextlib.ExitStack() as stack:
-            if self.eval_with_no_grad and torch.is_inference_mode_enabled():
+            if self.numerics.eval_with_no_grad and torch.is_inference_mode_enabled():
                 stack.enter_context(torch.inference_mode(False))
                 stack.enter_context(torch.no_grad())
             stack.enter_context(self.autocast())
-            if self.pipeline is not None:
-                return self.pipeline.predict(self.to_device(inputs))
+            if self.step.pipeline is not None:
+                return self.step.pipeline.predict(self.to_device(inputs))
             return forward(self.model if self.eval_model is None else self.eval_model, self.to_device(inputs))
 
     @property
     def reports(self) -> bool:
         """Whether this rank reports the model's outputs and metric: the only process, rank 0
         of several, or a pipeline's last stage (where the outputs come out)."""
-        return self.pipeline.is_last if self.pipeline is not None else self.rank == 0
+        return self.step.pipeline.is_last if self.step.pipeline is not None else self.ranks.rank == 0
 
     def synchronize(self) -> None:
         import torch

@@ -77,9 +77,9 @@ class Pruning(Technique):
             if sparse_kernels:
                 to_semi_structured(prepared)
             return
-        prepared.finishers.insert(0, lambda: make_permanent(prepared.module))  # before quantization converts
+        prepared.step.finishers.insert(0, lambda: make_permanent(prepared.module))  # before quantization converts
         if sparse_kernels:
-            prepared.finishers.insert(1, lambda: to_semi_structured(prepared))
+            prepared.step.finishers.insert(1, lambda: to_semi_structured(prepared))
 
     def snippet(self, value: Any) -> str | None:
         if value == "none":

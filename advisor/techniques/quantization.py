@@ -79,12 +79,12 @@ class Quantization(Technique):
         module = prepared.module
         if value == "qat_int8":
             _qat_prepare(module)
-            prepared.finishers.append(lambda: _qat_convert(module))
+            prepared.step.finishers.append(lambda: _qat_convert(module))
         elif value == "fp8_training":
             from torchao.float8 import convert_to_float8_training
 
             convert_to_float8_training(module, module_filter_fn=_fp8_friendly, config=float8_config(prepared))
-            prepared.eval_with_no_grad = True
+            prepared.numerics.eval_with_no_grad = True
             if prepared.config.fp8_scaling == "rowwise":
                 _contiguous_inputs(module)
         else:

@@ -64,7 +64,7 @@ def measure_latency(prepared: Any, batches: Iterator[Any], val: Any, collate: An
     from torch.utils.data import DataLoader
     at_batch = _timed_calls(prepared, (x for x, _ in batches), MAX_CALLS, MIN_CALLS, agree_more)
     bs = prepared.config.batch_size
-    if prepared.world > 1:
+    if prepared.ranks.world > 1:
         return Latency.measured(bs, at_batch, batch1_note="not measured with several ranks")
     try:
         ones = (x for x, _ in cycle(DataLoader(val, batch_size=1, collate_fn=collate)))

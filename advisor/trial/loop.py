@@ -70,8 +70,9 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     prepared = apply(model, config, device, workload=settings.workload, **model_hints(workload, model, config, train))
     del model  # a pipeline stage keeps only its own layers
     if workload.start_trial is not None:  # a Lightning module's trainer, for configure_optimizers
-        workload.start_trial(batch_size=config.batch_size, accumulation=prepared.accumulation, rank=prepared.rank,
-                             world=prepared.world, precision=config.precision, train_samples=settings.train_samples)
+        workload.start_trial(batch_size=config.batch_size, accumulation=prepared.step.accumulation,
+                             rank=prepared.ranks.rank, world=prepared.ranks.world, precision=config.precision,
+                             train_samples=settings.train_samples)
     phases["build"] = time.perf_counter() - t
     build_peak = memory.peak_bytes()  # the build's own peak (the fp32 model before bf16, int8, sharding)
     memory.restart_peak()  # the figure is the steady state's
@@ -190,7 +191,7 @@ def _train(prepared: Any, workload: Any, train: Any, val: Any, settings: Any, ti
     #    change the evaluated model: without finishing steps, evaluate first; with them
     #    (pruning, QAT: the model is converted after training) time first on a copy of
     #    the weights kept on the CPU, then restore, finish and evaluate.
-    if prepared.finishers:
+    if prepared.step.finishers:
         peak = memory_peak()  # the extra steps repeat the same step: same peak
         more = agree_more(prepared, not timer.done())  # every rank decides alike
         saved = snapshot(prepared.module) if more else None

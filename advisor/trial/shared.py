@@ -21,7 +21,7 @@ def sentinel(prepared: Any) -> dict[str, Any] | None:
     """The sentinel's reading (rank 0 times it; None on the other ranks). The other ranks
     wait by sleeping on the process group's store, not in a collective, whose waiting can
     take CPU from the kernel being timed."""
-    if prepared.world == 1:
+    if prepared.ranks.world == 1:
         return read_sentinel(prepared.device)
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
@@ -29,7 +29,7 @@ def sentinel(prepared: Any) -> dict[str, Any] | None:
     key = f"advisor-sentinel-{next(_SENTINEL_ROUNDS)}"
     dist.barrier()
     store = distributed_c10d._get_default_store()
-    if prepared.rank == 0:
+    if prepared.ranks.rank == 0:
         reading = read_sentinel(prepared.device)
         store.set(key, "done")
         return reading
@@ -49,7 +49,7 @@ def evaluate(prepared: Any, workload: Any, val: Any, batch_size: int | None = No
     parallelism, whose stages were built for it)."""
     import torch
 
-    batch_size = None if prepared.pipeline is not None else batch_size
+    batch_size = None if prepared.step.pipeline is not None else batch_size
     prepared.model.eval()
     total, weighted = 0, 0.0
     if workload.validate is not None:  # a Lightning module's validation epoch
@@ -66,7 +66,7 @@ def evaluate(prepared: Any, workload: Any, val: Any, batch_size: int | None = No
             weighted += check_metric(workload, workload.metric(out, prepared.to_device(y))) * n
             total += n
     score = workload.metric_spec.score(weighted / total) if total else 0.0  # the study compares scores
-    return score if prepared.pipeline is None else prepared.pipeline.from_last(score)
+    return score if prepared.step.pipeline is None else prepared.step.pipeline.from_last(score)
 
 
 def model_hints(workload: Workload, model: Any, config: Any, train: Any) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def model_hints(workload: Workload, model: Any, config: Any, train: Any) -> dict
 
 def agree_more(prepared: Any, more: bool) -> bool:
     """All ranks take another step if any rank's timer wants one (collectives stay paired)."""
-    if prepared.world == 1:
+    if prepared.ranks.world == 1:
         return more
     import torch
     import torch.distributed as dist

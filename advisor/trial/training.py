@@ -94,7 +94,7 @@ def training_run(prepared: Any, workload: Any, train: Any, val: Any, settings: A
     if early_stop is not None:
         score = curve[-1]["metric"]
     else:
-        if prepared.finishers:
+        if prepared.step.finishers:
             prepared.finish()
         score = evaluate(prepared, workload, val, settings.eval_batch_size)
     phases["eval"] = time.perf_counter() - t

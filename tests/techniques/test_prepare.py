@@ -255,3 +255,38 @@ def test_public_apply_is_the_function():
 def test_an_unknown_workload_kind_is_a_config_error():
     with pytest.raises(ConfigError, match="apply\\(\\): workload is 'serve', expected train or inference"):
         apply(mlp(), TrialConfig(), device="cpu", workload="serve")
+
+
+def test_prepared_keeps_its_parts_in_typed_records_and_the_flat_names_still_read_and_write_them():
+    """``Prepared``'s state sits in three records (ranks, numerics, step); code written
+    against the flat names (``prepared.rank``, ``prepared.amp_dtype``, ...) reads and
+    writes the same values."""
+    from dataclasses import FrozenInstanceError, fields
+
+    from advisor.techniques.prepared import Numerics, Ranks, StepPlan
+
+    p = apply(mlp(), TrialConfig(precision="fp16", grad_accumulation=2), device="cpu")
+    assert isinstance(p.ranks, Ranks) and isinstance(p.numerics, Numerics) and isinstance(p.step, StepPlan)
+    assert p.numerics.amp_dtype is torch.float16 and p.amp_dtype is torch.float16
+    assert p.numerics.scaler is not None and p.scaler is p.numerics.scaler
+    assert p.step.accumulation == 2 and p.accumulation == 2
+    assert (p.rank, p.world, p.dp_rank, p.dp_world) == (0, 1, 0, 1)
+    with pytest.raises(FrozenInstanceError):  # the ranks change whole, never one field behind another's back
+        p.ranks.rank = 3  # type: ignore[misc]
+    p.rank, p.world = 1, 2  # the flat names replace the frozen record
+    assert p.ranks == Ranks(rank=1, world=2, dp_rank=0, dp_world=1) and not p.reports
+    p.accumulation = 4
+    p.finishers.append(print)
+    assert p.step.accumulation == 4 and p.step.finishers == [print]
+    flat = {f.name for r in (Ranks, Numerics, StepPlan) for f in fields(r)}
+    assert all(isinstance(getattr(p, name), type(getattr(getattr(p, rec), name)))
+               for rec, cls in (("ranks", Ranks), ("numerics", Numerics), ("step", StepPlan))
+               for name in (f.name for f in fields(cls)))
+    assert flat.isdisjoint(f.name for f in fields(Prepared))  # one place each
+
+
+def test_each_prepared_has_records_of_its_own():
+    a = apply(mlp(), TrialConfig(), device="cpu")
+    b = apply(mlp(), TrialConfig(grad_accumulation=2, pruning="l1_unstructured"), device="cpu")
+    assert a.step is not b.step and a.step.finishers == [] and b.step.finishers
+    assert a.accumulation == 1 and b.accumulation == 2
