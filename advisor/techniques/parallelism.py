@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from advisor.core.errors import UnsupportedError
 from advisor.techniques import model_parallel
 from advisor.techniques._base import Technique
-from advisor.techniques.prepared import Ranks
+from advisor.techniques.records import Ranks
 from advisor.workload.structure import blocks, tied_parameters
 
 if TYPE_CHECKING:

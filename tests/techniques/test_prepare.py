@@ -263,7 +263,7 @@ def test_prepared_keeps_its_parts_in_typed_records_and_the_flat_names_still_read
     writes the same values."""
     from dataclasses import FrozenInstanceError, fields
 
-    from advisor.techniques.prepared import Numerics, Ranks, StepPlan
+    from advisor.techniques.records import Numerics, Ranks, StepPlan
 
     p = apply(mlp(), TrialConfig(precision="fp16", grad_accumulation=2), device="cpu")
     assert isinstance(p.ranks, Ranks) and isinstance(p.numerics, Numerics) and isinstance(p.step, StepPlan)
