@@ -16,13 +16,14 @@ confirm``. Pairs stored before sittings were recorded are sitting 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from advisor.core.intervals import FIRST_STAGE, Interval, interval, logs_of, pairs_needed, pooled_interval, sd, t975
 
 __all__ = ["DEFAULT_MAX_PAIRS", "DEFAULT_TARGET", "DEFAULT_TOP", "FIRST_STAGE", "LEVEL", "MIN_PAIRS", "STATUSES",
-           "Confirmation", "Interval", "Pair", "beaten", "interpolate", "interval", "t975"]
+           "Confirmation", "Interval", "Pair", "beaten", "interpolate", "interval", "settled", "t975"]
 
 DEFAULT_TARGET = 0.03  # stop once the interval is within +-3% of the ratio
 DEFAULT_MAX_PAIRS = 8
@@ -79,7 +80,7 @@ class Pair:
                    int(data.get("sitting") or 0), str(data.get("disturbed") or ""))
 
 
-STATUSES = ("running", "confirmed", "capped", "wide", "dominated", "failed")
+STATUSES = ("running", "confirmed", "capped", "wide", "settled", "dominated", "failed")
 
 
 @dataclass
@@ -90,9 +91,11 @@ class Confirmation:
     pairs Stein's rule asks for and both intervals are within the target), ``capped``
     (the pair cap, counted over all sittings, came first: the interval is wider than the
     target), ``wide`` (the sitting's pairs are done but the sittings disagree: the pooled
-    interval is wider than the target; another sitting narrows it), ``dominated`` (stopped
-    early: its interval shows a configuration it cannot beat), ``failed`` (a run of the
-    configuration failed; ``note`` says how).
+    interval is wider than the target; another sitting narrows it), ``settled`` (stopped
+    early in its sitting, after at least ``MIN_PAIRS`` pairs: its intervals lie clear of the
+    baseline's and of every other candidate's, so more pairs cannot reorder the picks;
+    ``settled()``), ``dominated`` (stopped early: its interval shows a configuration it
+    cannot beat), ``failed`` (a run of the configuration failed; ``note`` says how).
     """
 
     trial: int
@@ -138,8 +141,10 @@ class Confirmation:
     def settle(self, target: float, max_pairs: int, sitting: int | None = None) -> None:
         """Stop pairing once ``sitting`` (default: the latest) has the pairs Stein's rule
         asks for, or the pair cap (over all sittings) is reached; a stop decided earlier
-        (dominated, failed) stands."""
-        if self.status not in ("running", "confirmed", "capped", "wide"):
+        (dominated, failed) stands, and so does ``settled`` within the sitting that settled it."""
+        if self.status not in ("running", "confirmed", "capped", "wide", "settled"):
+            return
+        if self.status == "settled" and self._mine(sitting):
             return
         need = self.needed(target, sitting)
         if need is not None and len(self._mine(sitting)) >= need:
@@ -181,6 +186,30 @@ class Confirmation:
         return cls(int(data["trial"]), [Pair.from_dict(p) for p in data.get("pairs") or []],
                    status if status in STATUSES else "running", str(data.get("note") or ""))
 
+
+
+def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int = MIN_PAIRS) -> str | None:
+    """Why more pairs of ``mine`` cannot change a pick, or None (issue 31: confirmation
+    sized to the decision). Once its latest sitting has ``min_pairs`` pairs (Stein's first
+    stage: never fewer), its throughput interval and its memory interval must each lie
+    clear of the baseline's ratio 1 and of the interval of every other candidate still in
+    play (not failed, not dominated; one without an interval yet keeps it open). Its rank
+    on both figures is then decided, whether it is the fastest or the slowest: more pairs
+    would narrow its interval, not move a pick (fastest, smallest, and the ties between
+    them). The figures it shows are its pairs' interval, as for any other stop."""
+    thr, mem = mine.throughput, mine.memory
+    if thr is None or mem is None or len(mine._mine(None)) < min_pairs:
+        return None
+    rivals = [o for o in others if o is not mine and o.status not in ("failed", "dominated")]
+    for figure, own in (("throughput", thr), ("memory", mem)):
+        if own.low <= 1.0 <= own.high:
+            return None
+        for other in rivals:
+            theirs = getattr(other, figure)
+            if theirs is None or theirs.n < 2 or not (own.high < theirs.low or own.low > theirs.high):
+                return None
+    return (f"settled after {len(mine._mine(None))} pairs: its throughput and memory intervals lie clear of the "
+            "baseline and of every other candidate's, so more pairs cannot change a pick")
 
 
 def beaten(mine: Confirmation, other: Confirmation | None, metric_worse: bool) -> bool:

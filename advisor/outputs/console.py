@@ -161,7 +161,8 @@ class TuneOutput:
                        else "no pair yet")
             state = {"running": "", "confirmed": "  [confirmed]", "capped": "  [pair cap reached]",
                      "wide": "  [sittings disagree: wider than the target]",
-                     "dominated": f"  [stopped: {c.note}]", "failed": f"  [failed: {first_line(c.note, 120)}]"}
+                     "settled": f"  [{c.note}]", "dominated": f"  [stopped: {c.note}]",
+                     "failed": f"  [failed: {first_line(c.note, 120)}]"}
             self.say(f"confirm {c.trial:>3}  {event.wall_s:5.1f} s  {event.config.describe():<40s} {figures}"
                      f"{state.get(c.status, '')}{self._left()}")
 

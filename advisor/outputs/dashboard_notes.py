@@ -35,6 +35,7 @@ STATUS = {"running": "pairing not finished: more pairs were due when it stopped"
           "confirmed": "confirmed: both intervals within the target",
           "capped": "the pair cap came first: the intervals are wider than the target",
           "wide": "the sittings disagree: the pooled intervals are wider than the target",
+          "settled": "settled: the intervals decide the picks; more pairs would only narrow them",
           "dominated": "stopped early", "failed": "a paired run failed"}
 
 

@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from advisor.core.intervals import pairs_needed, pooled_interval, stein_interval
-from advisor.core.pairs import FIRST_STAGE, MIN_PAIRS, Confirmation, Interval, Pair, beaten, interval, t975
+from advisor.core.pairs import FIRST_STAGE, MIN_PAIRS, Confirmation, Interval, Pair, beaten, interval, settled, t975
 from advisor.study.confirmation.pairing import interpolate
 
 
@@ -107,6 +107,45 @@ def test_settle_caps_a_noisy_configuration_and_a_raised_cap_reopens_it():
     c.status = "dominated"
     c.settle(target=0.03, max_pairs=12)
     assert c.status == "dominated"  # a decided stop stands
+
+
+def spread(center: float, memory: float, n: int = MIN_PAIRS, sitting: int = 0) -> list[Pair]:
+    """``n`` pairs around ``center`` (+-2%) at memory ``memory`` (+-0.5%)."""
+    wiggle = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.02, 0.98]
+    return [pair(center * wiggle[i % 8], memory * (1 + (wiggle[i % 8] - 1) / 4), sitting=sitting) for i in range(n)]
+
+
+def test_a_candidate_whose_intervals_decide_the_picks_is_settled_winner_or_loser():
+    fast, slow = Confirmation(1, spread(1.5, 0.9)), Confirmation(2, spread(1.2, 0.7))
+    assert fast.throughput.high < 1.6 and slow.throughput.high < fast.throughput.low  # apart on both figures
+    for mine in (fast, slow):  # the fastest and the slower but smaller: each rank is decided
+        why = settled(mine, [fast, slow])
+        assert why and f"after {MIN_PAIRS} pairs" in why and "cannot change a pick" in why
+
+
+def test_nothing_is_settled_before_the_first_stage_or_while_an_interval_overlaps():
+    fast, slow = Confirmation(1, spread(1.5, 0.9)), Confirmation(2, spread(1.2, 0.7))
+    assert settled(Confirmation(1, fast.pairs[:MIN_PAIRS - 1]), [slow]) is None  # Stein's first stage first
+    close = Confirmation(3, spread(1.48, 0.7))  # as fast as `fast` within the intervals
+    assert settled(fast, [fast, close]) is None and settled(close, [fast, close]) is None
+    same_memory = Confirmation(4, spread(1.2, 0.9))  # apart on speed, not on memory: smallest undecided
+    assert settled(fast, [fast, same_memory]) is None
+    at_one = Confirmation(5, spread(1.0, 0.7))  # its speed cannot be told from the baseline's
+    assert settled(at_one, [at_one, fast]) is None
+    new = Confirmation(6, spread(2.0, 0.5, n=1))  # another candidate with no interval yet keeps it open
+    assert settled(fast, [fast, slow, new]) is None
+    for gone in ("failed", "dominated"):  # out of the picks: they do not hold it open
+        close.status = gone
+        assert settled(fast, [fast, slow, close])
+
+
+def test_a_settled_stop_stands_within_its_sitting_and_a_new_sitting_reopens_it():
+    c = Confirmation(1, spread(1.5, 0.9), "settled")
+    c.settle(target=0.01, max_pairs=8)
+    assert c.status == "settled" and c.done
+    c.settle(target=0.01, max_pairs=16, sitting=1)  # advisor confirm, later: pairs due in the new sitting
+    assert c.status == "running"
+    assert Confirmation.from_dict(Confirmation(1, spread(1.5, 0.9), "settled").to_dict()).status == "settled"
 
 
 def test_memory_interval_counts_too():

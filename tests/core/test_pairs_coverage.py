@@ -17,7 +17,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from coverage_sim import SCENARIOS, simulate  # noqa: E402
+from coverage_sim import PICK_SCENARIOS, SCENARIOS, simulate, simulate_pick  # noqa: E402
 
 REPLICATES = 2000
 FLOOR = 0.93  # issue 29's target for trust.coverage_simulated
@@ -48,3 +48,18 @@ def test_early_stopping_is_part_of_what_is_checked():
 def test_the_rule_before_steins_fails_the_same_check(name, old_coverage_below):
     got = simulate(SCENARIOS[name], REPLICATES, seed=list(SCENARIOS).index(name), rule="old")
     assert got["coverage"] < old_coverage_below < FLOOR, got
+
+
+@pytest.mark.parametrize("name", list(PICK_SCENARIOS))
+def test_stopping_a_candidate_once_the_picks_are_decided_keeps_the_coverage_and_saves_pairs(name):
+    """Two candidates confirmed together: one stops once its intervals lie clear of the
+    baseline's and the other's (``settled``). Its interval still covers the truth, and
+    where the candidates are far apart it runs fewer pairs than the rule alone."""
+    pair_sd, other, cap = PICK_SCENARIOS[name]
+    seed = 100 + list(PICK_SCENARIOS).index(name)
+    early = simulate_pick(pair_sd, other, cap, REPLICATES // 2, seed)
+    alone = simulate_pick(pair_sd, other, cap, REPLICATES // 2, seed, settle_early=False)
+    assert early["coverage"] >= FLOOR, early
+    assert early["mean_pairs"] <= alone["mean_pairs"]
+    if other <= 1.15:  # apart: the early stop is what saves pairs here
+        assert early["mean_pairs"] < 0.85 * alone["mean_pairs"], (early, alone)

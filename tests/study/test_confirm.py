@@ -69,7 +69,7 @@ def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
     for key in keys:
         c = Confirmation.from_dict(attrs[key])
         assert c.trial == int(key.split(":")[1]) and c.trial != stored.baseline.number
-        assert c.status in ("capped", "confirmed", "wide", "dominated", "failed")
+        assert c.status in ("capped", "confirmed", "wide", "settled", "dominated", "failed")
         if c.status != "failed":
             assert 1 <= len(c.pairs) <= 2
             for p in c.pairs:

@@ -19,7 +19,7 @@ from typing import Any
 from advisor.core.errors import StudyError, TrialFailed
 from advisor.core.events import Listener, Note, Paired, ignore
 from advisor.core.noise import SentinelJudge, reading_of
-from advisor.core.pairs import MIN_PAIRS, Confirmation, beaten
+from advisor.core.pairs import MIN_PAIRS, Confirmation, beaten, settled
 from advisor.core.picks import PICKS, pick
 from advisor.core.results import TrialSettings
 from advisor.core.stop import Stop
@@ -97,7 +97,7 @@ class Confirmer:
         earlier = [p.sitting for c in stored.confirmations.values() for p in c.pairs]
         sitting = max(earlier) + 1 if earlier else 0  # pairs measured now are a sitting of their own
         rounds = Rounds(self.executor, self.workload, self.settings, judge, self.options.target,
-                        self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._dominated,
+                        self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._stop_early,
                         sitting)
         chosen: dict[int, Candidate] = {}
         while not self.stop.halted:
@@ -123,6 +123,15 @@ class Confirmer:
         c = candidate.confirmation
         StudyAttrs(self.study).set_confirmation(c)
         self.emit(Paired(c.trial, candidate.config, c, wall_s))
+
+    def _stop_early(self, mine: Candidate, all_: list[Candidate]) -> tuple[str, str] | None:
+        """Why ``mine`` needs no more pairs: beaten beyond its interval ("dominated"), or
+        its intervals already decide the picks ("settled", ``advisor.core.pairs.settled``)."""
+        why = self._dominated(mine, all_)
+        if why:
+            return "dominated", why
+        why = settled(mine.confirmation, [c.confirmation for c in all_])
+        return ("settled", why) if why else None
 
     def _dominated(self, mine: Candidate, all_: list[Candidate]) -> str | None:
         """Why ``mine`` is beaten beyond its interval: the baseline or another candidate is

@@ -72,7 +72,9 @@ class Rounds:
         target, max_pairs: when a candidate's pairing stops (``Confirmation.settle``).
         on_pair: called after each round for each candidate that got a pair (or failed),
             with the round's wall time per candidate.
-        dominated: why a candidate is beaten beyond its interval, or None (optional).
+        stop_early: why a candidate needs no more pairs, as (status, why): "dominated" (beaten
+            beyond its interval) or "settled" (its intervals decide the picks); None to go on
+            (optional).
         sitting: the sitting the new pairs belong to (``advisor confirm`` on a stored
             study: one after the latest stored).
     """
@@ -80,12 +82,12 @@ class Rounds:
     def __init__(self, executor: Executor, workload: Any, settings: TrialSettings, judge: SentinelJudge,
                  target: float, max_pairs: int, trial_timeout: float, stop: Stop,
                  on_event: Listener, on_pair: Callable[[Candidate, float], None],
-                 dominated: Callable[[Candidate, list[Candidate]], str | None] | None = None,
+                 stop_early: Callable[[Candidate, list[Candidate]], tuple[str, str] | None] | None = None,
                  sitting: int = 0) -> None:
         self.executor, self.workload, self.settings = executor, workload, probe_settings(settings)
         self.judge, self.target, self.max_pairs = judge, target, max_pairs
         self.trial_timeout, self.stop, self.emit = trial_timeout, stop, on_event
-        self.on_pair, self.dominated, self.sitting = on_pair, dominated, sitting
+        self.on_pair, self.stop_early, self.sitting = on_pair, stop_early, sitting
         self._numbers = itertools.count(1_000_000)  # executor handle numbers, apart from trial numbers
         self._told: set[str] = set()  # candidates already told that the target is out of reach
 
@@ -124,9 +126,9 @@ class Rounds:
                     c.confirmation.settle(self.target, self.max_pairs, self.sitting)
                     self._say_if_out_of_reach(c)
             for c, _ in runs:
-                why = self.dominated(c, candidates) if self.dominated is not None and not c.confirmation.done else None
-                if why:
-                    c.confirmation.status, c.confirmation.note = "dominated", why
+                stop = None if self.stop_early is None or c.confirmation.done else self.stop_early(c, candidates)
+                if stop:
+                    c.confirmation.status, c.confirmation.note = stop
                 self.on_pair(c, (time.monotonic() - started) / len(runs))
 
     def _say_if_out_of_reach(self, c: Candidate) -> None:
