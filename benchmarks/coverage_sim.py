@@ -109,27 +109,28 @@ def simulate(s: Scenario, replicates: int, seed: int, rule: str = "stein") -> di
             "median_halfwidth": statistics.median(r[3] for r in runs)}
 
 
-# Two candidates confirmed together, as a study's front is: rounds A C1 C2 A (the order
+# Candidates confirmed together, as a study's front is: rounds A C1 C2 ... A (the order
 # reversed every other round), each candidate's pair against the baseline interpolated at
-# its moment; Stein's rule, and the early stop once a candidate's intervals lie clear of
-# the baseline's and the other's (``advisor.core.pairs.settled``). True ratios: throughput
-# 1.30 and ``other`` (1.15: often apart after 5 pairs; 1.25: rarely), memory 0.90 and 0.75.
+# its moment; Stein's rule, and the early stop once a candidate's place is decided
+# (``advisor.core.pairs.settled``). Each scenario: per-pair sd, the true throughput and
+# memory ratios of the candidates, the pair cap.
 PICK_SCENARIOS = {
-    "two candidates 1.30 / 1.15, per-pair sd 5%, cap 8": (0.05, 1.15, 8),
-    "two candidates 1.30 / 1.25, per-pair sd 5%, cap 8": (0.05, 1.25, 8),
-    "two candidates 1.30 / 1.15, per-pair sd 3%, cap 30": (0.03, 1.15, 30),
+    "two candidates 1.30 / 1.15, per-pair sd 5%, cap 8": (0.05, (1.30, 1.15), (0.90, 0.75), 8),
+    "two candidates 1.30 / 1.25, per-pair sd 5%, cap 8": (0.05, (1.30, 1.25), (0.90, 0.75), 8),
+    "two candidates 1.30 / 1.15, per-pair sd 3%, cap 30": (0.03, (1.30, 1.15), (0.90, 0.75), 30),
+    "a front of five (1.55 / 1.50 / 1.40 / 1.10 / 0.55), per-pair sd 5%, cap 8":
+        (0.05, (1.55, 1.50, 1.40, 1.10, 0.55), (6.2, 0.75, 0.74, 0.67, 0.61), 8),
 }
 
 
-def replicate_pick(pair_sd: float, other: float, cap: int, rng: random.Random,
-                   settle_early: bool) -> list[tuple[bool, int]]:
-    """Both candidates' (covered, pairs) after one confirmation on the simulated machine."""
+def replicate_pick(pair_sd: float, truths: tuple[float, ...], memories: tuple[float, ...], cap: int,
+                   rng: random.Random, settle_early: bool) -> list[tuple[bool, int]]:
+    """Each candidate's (covered, pairs) after one confirmation on the simulated machine."""
     from advisor.core.pairs import settled
 
-    truths, memories = (TRUE_RATIO, other), (MEMORY_RATIO, 0.75)
     walk_sd = 0.02
     run_sd = math.sqrt(max(0.0, pair_sd ** 2 - walk_sd ** 2 / 2) / 1.5)
-    cs, speed = [Confirmation(0), Confirmation(1)], 0.0
+    cs, speed = [Confirmation(i) for i in range(len(truths))], 0.0
     for round_number in range(cap):
         active = [i for i, c in enumerate(cs) if not c.done]
         if not active:
@@ -141,7 +142,7 @@ def replicate_pick(pair_sd: float, other: float, cap: int, rng: random.Random,
             runs.append(1000.0 * math.exp(speed + rng.gauss(0.0, run_sd)) * ratio)
         for k, i in enumerate(order, start=1):
             w = k / (len(order) + 1)
-            memory = 100.0 * memories[i] * math.exp(rng.gauss(0.0, 0.005))
+            memory = 100.0 * memories[i] * math.exp(rng.gauss(0.0, 0.01))
             cs[i].pairs.append(Pair(w, interpolate(runs[0], runs[-1], w), runs[k], 100.0, memory))
             cs[i].settle(0.03, cap)
         for i in order:
@@ -155,14 +156,15 @@ def replicate_pick(pair_sd: float, other: float, cap: int, rng: random.Random,
     return out
 
 
-def simulate_pick(pair_sd: float, other: float, cap: int, replicates: int, seed: int,
-                  settle_early: bool = True) -> dict:
-    """Coverage of each candidate's shown interval, and the pairs run, with the early stop
-    for a settled pick (``settle_early``) or without it, on the same seeds."""
+def simulate_pick(scenario: tuple, replicates: int, seed: int, settle_early: bool = True) -> dict:
+    """The lowest coverage of a candidate's shown interval, and the mean pairs a candidate
+    ran, with the early stop for a settled pick (``settle_early``) or without it, on the
+    same seeds."""
+    pair_sd, truths, memories, cap = scenario
     rng = random.Random(seed)
-    runs = [replicate_pick(pair_sd, other, cap, rng, settle_early) for _ in range(replicates)]
-    return {"coverage": min(sum(r[i][0] for r in runs) / replicates for i in (0, 1)),
-            "mean_pairs": statistics.fmean(r[0][1] + r[1][1] for r in runs) / 2}
+    runs = [replicate_pick(pair_sd, truths, memories, cap, rng, settle_early) for _ in range(replicates)]
+    return {"coverage": min(sum(r[i][0] for r in runs) / replicates for i in range(len(truths))),
+            "mean_pairs": statistics.fmean(p for r in runs for _, p in r)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,10 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                                       f"{100 * r['stopped_early']:.0f}% early, +-{100 * r['median_halfwidth']:.1f}%"
                                       for rule, r in row.items() if rule != "scenario"))
     picks = {}
-    for i, (name, (pair_sd, other, cap)) in enumerate(PICK_SCENARIOS.items()):
-        picks[name] = row = {"settled_early": simulate_pick(pair_sd, other, cap, args.replicates, args.seed + 100 + i),
-                             "to_the_rule_alone": simulate_pick(pair_sd, other, cap, args.replicates,
-                                                                args.seed + 100 + i, settle_early=False)}
+    for i, (name, scenario) in enumerate(PICK_SCENARIOS.items()):
+        picks[name] = row = {"settled_early": simulate_pick(scenario, args.replicates, args.seed + 100 + i),
+                             "to_the_rule_alone": simulate_pick(scenario, args.replicates, args.seed + 100 + i,
+                                                                settle_early=False)}
         print(f"{name}: " + "; ".join(f"{how} covers {r['coverage']:.3f}, {r['mean_pairs']:.1f} pairs"
                                       for how, r in row.items()))
     result = {"date": datetime.date.today().isoformat(), "commit": commit(),

@@ -189,27 +189,38 @@ class Confirmation:
 
 
 def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int = MIN_PAIRS) -> str | None:
-    """Why more pairs of ``mine`` cannot change a pick, or None (issue 31: confirmation
-    sized to the decision). Once its latest sitting has ``min_pairs`` pairs (Stein's first
-    stage: never fewer), its throughput interval and its memory interval must each lie
-    clear of the baseline's ratio 1 and of the interval of every other candidate still in
-    play (not failed, not dominated; one without an interval yet keeps it open). Its rank
-    on both figures is then decided, whether it is the fastest or the slowest: more pairs
-    would narrow its interval, not move a pick (fastest, smallest, and the ties between
-    them). The figures it shows are its pairs' interval, as for any other stop."""
+    """Why more pairs of ``mine`` cannot change the fastest or the smallest pick, or None
+    (issue 31: confirmation sized to the decision). Once its latest sitting has
+    ``min_pairs`` pairs (Stein's first stage: never fewer), its place must be decided on
+    both figures against the baseline (ratio 1) and every other candidate still in play
+    (not failed, not dominated; one without an interval yet keeps it open): its throughput
+    interval lies wholly above every other's (it is the fastest) or wholly below some
+    other's (it cannot be), and likewise its memory interval for the smallest. More pairs
+    would then narrow its interval, not move those picks. The balanced pick, which scales
+    the figures, can still move a little within the intervals; the best-metric pick does
+    not depend on pairs."""
     thr, mem = mine.throughput, mine.memory
     if thr is None or mem is None or len(mine._mine(None)) < min_pairs:
         return None
     rivals = [o for o in others if o is not mine and o.status not in ("failed", "dominated")]
-    for figure, own in (("throughput", thr), ("memory", mem)):
-        if own.low <= 1.0 <= own.high:
-            return None
-        for other in rivals:
+    spans: dict[str, list[tuple[float, float]]] = {"throughput": [(1.0, 1.0)], "memory": [(1.0, 1.0)]}
+    for other in rivals:
+        for figure in spans:
             theirs = getattr(other, figure)
-            if theirs is None or theirs.n < 2 or not (own.high < theirs.low or own.low > theirs.high):
+            if theirs is None or theirs.n < 2:
                 return None
-    return (f"settled after {len(mine._mine(None))} pairs: its throughput and memory intervals lie clear of the "
-            "baseline and of every other candidate's, so more pairs cannot change a pick")
+            spans[figure].append((theirs.low, theirs.high))
+    places = []
+    for figure, own, sign in (("throughput", thr, 1.0), ("memory", mem, -1.0)):  # memory: lower is better
+        low, high = sorted((sign * own.low, sign * own.high))
+        theirs = [sorted((sign * a, sign * b)) for a, b in spans[figure]]
+        if low > max(b for _, b in theirs):
+            places.append("the fastest" if figure == "throughput" else "the smallest")
+        elif high < max(a for a, _ in theirs):
+            places.append("not the fastest" if figure == "throughput" else "not the smallest")
+        else:
+            return None
+    return f"settled after {len(mine._mine(None))} pairs: {places[0]} and {places[1]} beyond the intervals"
 
 
 def beaten(mine: Confirmation, other: Confirmation | None, metric_worse: bool) -> bool:

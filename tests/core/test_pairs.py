@@ -118,9 +118,13 @@ def spread(center: float, memory: float, n: int = MIN_PAIRS, sitting: int = 0) -
 def test_a_candidate_whose_intervals_decide_the_picks_is_settled_winner_or_loser():
     fast, slow = Confirmation(1, spread(1.5, 0.9)), Confirmation(2, spread(1.2, 0.7))
     assert fast.throughput.high < 1.6 and slow.throughput.high < fast.throughput.low  # apart on both figures
-    for mine in (fast, slow):  # the fastest and the slower but smaller: each rank is decided
-        why = settled(mine, [fast, slow])
-        assert why and f"after {MIN_PAIRS} pairs" in why and "cannot change a pick" in why
+    # the fastest and the slower but smaller: each one's place is decided, winner or loser
+    assert settled(fast, [fast, slow]) == (f"settled after {MIN_PAIRS} pairs: the fastest and not the smallest "
+                                           "beyond the intervals")
+    assert settled(slow, [fast, slow]) == (f"settled after {MIN_PAIRS} pairs: not the fastest and the smallest "
+                                           "beyond the intervals")
+    middle = Confirmation(3, spread(1.3, 0.8))  # between the two on both figures: beaten on each, settled too
+    assert "not the fastest and not the smallest" in settled(middle, [fast, slow, middle])
 
 
 def test_nothing_is_settled_before_the_first_stage_or_while_an_interval_overlaps():
@@ -130,8 +134,9 @@ def test_nothing_is_settled_before_the_first_stage_or_while_an_interval_overlaps
     assert settled(fast, [fast, close]) is None and settled(close, [fast, close]) is None
     same_memory = Confirmation(4, spread(1.2, 0.9))  # apart on speed, not on memory: smallest undecided
     assert settled(fast, [fast, same_memory]) is None
-    at_one = Confirmation(5, spread(1.0, 0.7))  # its speed cannot be told from the baseline's
-    assert settled(at_one, [at_one, fast]) is None
+    at_one = Confirmation(5, spread(1.0, 0.7))  # alone, its speed cannot be told from the baseline's
+    assert settled(at_one, [at_one]) is None
+    assert settled(at_one, [at_one, fast]) is not None  # beside `fast` it is not the fastest whatever it is
     new = Confirmation(6, spread(2.0, 0.5, n=1))  # another candidate with no interval yet keeps it open
     assert settled(fast, [fast, slow, new]) is None
     for gone in ("failed", "dominated"):  # out of the picks: they do not hold it open
