@@ -35,8 +35,8 @@ def test_values_for_the_other_workload_are_left_out():
     assert any(c.quantization == "int8_dynamic" for c in inference)
 
 
-def test_seed_count_is_a_third_between_3_and_8():
-    assert [seed_count(n) for n in (1, 9, 12, 20, 40)] == [3, 3, 4, 6, 8]
+def test_seed_count_is_a_third_between_3_and_5():
+    assert [seed_count(n) for n in (1, 9, 12, 15, 20, 40)] == [3, 3, 4, 5, 5, 5]
 
 
 def test_a_default_study_runs_the_seeds_right_after_the_baseline(tmp_path):
