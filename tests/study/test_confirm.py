@@ -254,7 +254,8 @@ def test_missing_or_empty_storage_exits_2(workdir, capsys, quiet_optuna):
 def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
     """A real disturbance: two busy processes per CPU started while trial 1 builds its model:
     its timed blocks wait for a CPU far beyond the study's spread so far, too few stay
-    clean, and it runs again."""
+    clean, and it runs again; or, when the busy processes overlapped only a few timed blocks,
+    those blocks are dropped and the trial stands by the rule (enough clean ones)."""
     from advisor.core.events import Note
     from advisor.study.options.tune_options import TuneOptions
     from advisor.study.run.plan import plan_study
@@ -286,6 +287,19 @@ def test_a_disturbed_trial_runs_again(ray_session, workdir, capsys):
         # other users already keep the trial's threads waiting most of the time, two more busy
         # processes do not stand out, and nothing runs again
         pytest.skip(f"this machine's own interference hides the disturbance (the study's limits {limits})")
+    if not disturbed:
+        # the busy processes overlapped only a few timed blocks (they start at a model build and
+        # may spin mostly through untimed work): the trial that saw them dropped those blocks and
+        # kept enough clean ones, so by the rule it stands and does not run again
+        from advisor.core.interference import rerun_reason
+
+        hit = [r for r, s in zip(stored.records[1:], seen) if s]
+        dropped = [r for r in hit if (((r.get("telemetry") or {}).get("interference") or {}).get("dropped") or 0) > 0]
+        if not dropped:
+            pytest.skip(f"the disturbance scored over the limit but slowed no timed block ({interference})")
+        assert all(rerun_reason(r.get("telemetry")) is None for r in dropped), interference
+        assert sum(r.counted for r in stored.records) == 3
+        return
     # trials 1 and 2 start together (two slots): whichever builds its model first is disturbed
     assert disturbed and min(d.number for d in disturbed) in (1, 2), \
         [(r.number, r.attrs.get("disturbed_runs"), {k: v for k, v in ((r.get("telemetry") or {}).get("interference")
