@@ -24,6 +24,7 @@ import math
 import random
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -75,22 +76,36 @@ def old_settle(c: Confirmation, target: float, max_pairs: int, sitting: int) -> 
         c.status = "capped" if len(c.pairs) >= max_pairs else "running"
 
 
+class Machine:
+    """The simulated machine: its speed wanders by ``walk_sd`` (log) a run, and each run adds
+    noise sized so that one pair's log ratio has the standard deviation ``pair_sd`` (a
+    pair's variance is 1.5 runs' plus half the walk's)."""
+
+    def __init__(self, rng: random.Random, pair_sd: float, walk_sd: float) -> None:
+        self.rng, self.walk_sd, self.speed = rng, walk_sd, 0.0
+        self.run_sd = math.sqrt(max(0.0, pair_sd ** 2 - walk_sd ** 2 / 2) / 1.5)
+
+    def runs(self, ratios: Sequence[float]) -> list[float]:
+        """One run's throughput for each true ratio, in order (a round: A C ... A)."""
+        out = []
+        for ratio in ratios:
+            self.speed += self.rng.gauss(0.0, self.walk_sd)
+            out.append(1000.0 * math.exp(self.speed + self.rng.gauss(0.0, self.run_sd)) * ratio)
+        return out
+
+
 def replicate(s: Scenario, rng: random.Random, rule: str) -> tuple[bool, int, bool, float]:
     """One confirmation on the simulated machine: (covered, pairs, stopped before the cap,
     relative half-width)."""
-    run_sd = math.sqrt(max(0.0, s.pair_sd ** 2 - s.walk_sd ** 2 / 2) / 1.5)  # pair var = 1.5 run var + walk var / 2
-    c, speed, early = Confirmation(0), 0.0, False
+    machine, c, early = Machine(rng, s.pair_sd, s.walk_sd), Confirmation(0), False
     for sitting in range(s.sittings):
         log_ratio = math.log(TRUE_RATIO) + rng.gauss(0.0, s.between_sd)  # this sitting's ratio
-        speed += rng.gauss(0.0, 0.2)  # hours later: another speed altogether
+        machine.speed += rng.gauss(0.0, 0.2)  # hours later: another speed altogether
         cap = (sitting + 1) * s.max_pairs
         c.status = "running"
         c.settle(s.target, cap, sitting) if rule == "stein" else old_settle(c, s.target, cap, sitting)
         while not c.done:
-            runs = []
-            for ratio in (1.0, math.exp(log_ratio), 1.0):  # A C A, a fresh baseline run each round
-                speed += rng.gauss(0.0, s.walk_sd)
-                runs.append(1000.0 * math.exp(speed + rng.gauss(0.0, run_sd)) * ratio)
+            runs = machine.runs((1.0, math.exp(log_ratio), 1.0))  # A C A, a fresh baseline run each round
             memory = 100.0 * MEMORY_RATIO * math.exp(rng.gauss(0.0, 0.005))
             c.pairs.append(Pair(0.5, interpolate(runs[0], runs[2], 0.5), runs[1], 100.0, memory, sitting=sitting))
             c.settle(s.target, cap, sitting) if rule == "stein" else old_settle(c, s.target, cap, sitting)
@@ -128,18 +143,13 @@ def replicate_pick(pair_sd: float, truths: tuple[float, ...], memories: tuple[fl
     """Each candidate's (covered, pairs) after one confirmation on the simulated machine."""
     from advisor.core.pairs import settled
 
-    walk_sd = 0.02
-    run_sd = math.sqrt(max(0.0, pair_sd ** 2 - walk_sd ** 2 / 2) / 1.5)
-    cs, speed = [Confirmation(i) for i in range(len(truths))], 0.0
+    machine, cs = Machine(rng, pair_sd, walk_sd=0.02), [Confirmation(i) for i in range(len(truths))]
     for round_number in range(cap):
         active = [i for i, c in enumerate(cs) if not c.done]
         if not active:
             break
         order = active if round_number % 2 == 0 else active[::-1]
-        runs = []
-        for ratio in (1.0, *(truths[i] for i in order), 1.0):
-            speed += rng.gauss(0.0, walk_sd)
-            runs.append(1000.0 * math.exp(speed + rng.gauss(0.0, run_sd)) * ratio)
+        runs = machine.runs((1.0, *(truths[i] for i in order), 1.0))
         for k, i in enumerate(order, start=1):
             w = k / (len(order) + 1)
             memory = 100.0 * memories[i] * math.exp(rng.gauss(0.0, 0.01))

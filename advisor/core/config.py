@@ -158,10 +158,12 @@ class TrialConfig:
         """A canonical string: equal configs have equal keys (used to find duplicates)."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
-    def changed(self) -> dict[str, Any]:
-        """The knobs whose value differs from the default setup."""
-        default = TrialConfig().to_dict()
-        return {k: v for k, v in self.to_dict().items() if v != default[k]}
+    def changed(self, base: TrialConfig | None = None, knobs: Iterable[str] | None = None) -> dict[str, Any]:
+        """The knobs (of ``knobs``; default every one) whose value differs from ``base``
+        (default: the default setup), with this configuration's values."""
+        other = base if base is not None else _DEFAULT_SETUP
+        names = knobs if knobs is not None else DOMAINS
+        return {k: v for k in names if (v := getattr(self, k)) != getattr(other, k)}
 
     def describe(self) -> str:
         """A short one-line description: batch size and precision, then what differs
@@ -188,6 +190,7 @@ class TrialConfig:
 
 # Every knob's valid values, by TrialConfig field, in field order.
 DOMAINS: dict[str, Domain] = {f.name: f.metadata["domain"] for f in fields(TrialConfig)}
+_DEFAULT_SETUP = TrialConfig()
 
 
 def validate_values(data: Any, where: str) -> list[str]:

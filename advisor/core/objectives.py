@@ -208,8 +208,9 @@ REF = 1.1  # the reference point (REF, REF, REF)
 
 def hypervolume(points: Iterable[tuple[float, float, float]]) -> float:
     """The volume dominated by ``points`` inside [0, REF]^3 (slices along the first axis).
-    The default strategy ranks combinations by it (advisor/search/combine.py) and
-    benchmarks/search_efficiency.py scores strategies with it.
+    The default strategy ranks its combinations and the model's candidates by it
+    (``UnitLoss``, ``best_addition``) and benchmarks/search_efficiency.py scores strategies
+    with it.
 
     Example:
         >>> round(hypervolume([(0.0, 0.0, 0.0)]), 3)
@@ -231,3 +232,32 @@ def _hv2d(points: list[tuple[float, float]]) -> float:
             area += (REF - x) * (best_y - y)
             best_y = y
     return area
+
+
+class UnitLoss:
+    """Figures to the unit loss cube ``hypervolume`` measures: each objective scaled over
+    ``points`` so that 0 is their best (throughput high, memory low, score high) and 1 their
+    worst; with ``log``, throughput and memory on a log scale (ratios count alike anywhere)."""
+
+    def __init__(self, points: Sequence[Sequence[float]], log: bool = False) -> None:
+        self.log = log
+        values = [self._values(p) for p in points]
+        self.lo = [min(v[i] for v in values) for i in range(3)]
+        self.hi = [max(v[i] for v in values) for i in range(3)]
+        self.span = [(h - lo) or 1.0 for lo, h in zip(self.lo, self.hi)]
+
+    def _values(self, f: Sequence[float]) -> tuple[float, float, float]:  # a Figures, or its plain tuple
+        t, m, s = f
+        return (math.log(t), math.log(m), s) if self.log else (t, m, s)
+
+    def __call__(self, f: Sequence[float]) -> tuple[float, float, float]:
+        t, m, s = self._values(f)
+        return (self.hi[0] - t) / self.span[0], (m - self.lo[1]) / self.span[1], (self.hi[2] - s) / self.span[2]
+
+
+def best_addition(current: Sequence[tuple[float, float, float]],
+                  candidates: Sequence[tuple[float, float, float]]) -> tuple[float, int]:
+    """The candidate (scaled by ``UnitLoss``) that adds the most hypervolume to ``current``:
+    (that gain, its index); ties go to the later one."""
+    before = hypervolume(current)
+    return max((hypervolume([*current, c]) - before, i) for i, c in enumerate(candidates))

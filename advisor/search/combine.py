@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from advisor.core.config import TrialConfig
-from advisor.core.objectives import Figures, Limits, hypervolume
+from advisor.core.objectives import Figures, Limits, UnitLoss, best_addition
 
 MAX_MOVES = 10  # the best moves by throughput gain kept when there are more (2^10 subsets)
 MARGIN = 0.05  # a move must change throughput or memory by more than this to count, until the noise is measured
@@ -72,10 +72,9 @@ def moves(base: TrialConfig, base_figures: Figures, measured: Sequence[tuple[Tri
     """The one-knob changes among ``measured`` that improved throughput or memory beyond
     ``margins`` (relative), or the metric."""
     t0, m0, a0 = base_figures
-    reference = base.to_dict()
     found = []
     for config, figures in measured:
-        changed = [k for k, v in config.to_dict().items() if reference[k] != v]
+        changed = list(config.changed(base))
         if len(changed) != 1 or figures is None:
             continue
         t, m, a = figures
@@ -112,19 +111,11 @@ def choose(candidates: Sequence[tuple[TrialConfig, Figures]], measured: Sequence
     points = [f for f in measured if feasible(f)]
     if not pool or not points:
         return []
-    every = points + [f for _, f in pool]
-    lo = [min(p[i] for p in every) for i in range(3)]
-    hi = [max(p[i] for p in every) for i in range(3)]
-    span = [(h - low) or 1.0 for low, h in zip(lo, hi)]
-
-    def loss(f: Figures) -> tuple[float, float, float]:
-        return ((hi[0] - f[0]) / span[0], (f[1] - lo[1]) / span[1], (hi[2] - f[2]) / span[2])
-
+    loss = UnitLoss(points + [f for _, f in pool])
     chosen: list[TrialConfig] = []
     current = [loss(p) for p in points]
     while pool and len(chosen) < limit:
-        now = hypervolume(current)
-        gain, best = max((hypervolume([*current, loss(f)]) - now, i) for i, (_, f) in enumerate(pool))
+        gain, best = best_addition(current, [loss(f) for _, f in pool])
         if gain <= 0:
             break
         config, figures = pool.pop(best)

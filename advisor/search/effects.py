@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError
-from advisor.core.objectives import Figures, Limits, hypervolume, pareto_front
+from advisor.core.objectives import Figures, Limits, UnitLoss, best_addition, pareto_front
 
 if TYPE_CHECKING:
     from advisor.search.space import SearchSpace
@@ -70,7 +70,7 @@ PRIOR: dict[str, tuple[float, float]] = {"batch_size": (0.0, 0.5), "grad_accumul
 
 def changes_of(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> frozenset[Change]:
     """The (knob, value) pairs of ``knobs`` where ``config`` differs from ``base``."""
-    return frozenset((k, json.dumps(v)) for k, v in changes_dict(config, base, knobs).items())
+    return frozenset((k, json.dumps(v)) for k, v in config.changed(base, knobs).items())
 
 
 @dataclass(frozen=True)
@@ -189,10 +189,9 @@ def propose(space: SearchSpace, base: TrialConfig, base_figures: Figures,
     options = [(c, optimistic) for c, mean, optimistic in predicted if limits.feasible(mean, s0)]
     if not options:
         return None
-    scale = _Scale([*points, *(f for _, f in options)])
-    now = [scale.loss(p) for p in pareto_front(points, lambda f: f)]
-    before = hypervolume(now)
-    gain, best = max((hypervolume([*now, scale.loss(f)]) - before, i) for i, (_, f) in enumerate(options))
+    loss = UnitLoss([*points, *(f for _, f in options)], log=True)
+    now = [loss(p) for p in pareto_front(points, lambda f: f)]
+    gain, best = best_addition(now, [loss(f) for _, f in options])
     return options[best][0] if gain > 0 else None
 
 
@@ -221,20 +220,6 @@ def _parents(front: Sequence[tuple[TrialConfig, Figures]]) -> list[TrialConfig]:
             if len(chosen) < MAX_PARENTS - 1:
                 chosen.setdefault(order[rank][0].key(), order[rank][0])
     return list(chosen.values())
-
-
-class _Scale:
-    """Figures to the unit loss cube of ``advisor.core.objectives.hypervolume`` (log ratios for speed and memory)."""
-
-    def __init__(self, points: Sequence[Figures]) -> None:
-        logs = [(math.log(p.throughput), math.log(p.peak_memory_bytes), p.score) for p in points]
-        self.lo = [min(v[i] for v in logs) for i in range(3)]
-        self.hi = [max(v[i] for v in logs) for i in range(3)]
-        self.span = [(h - lo) or 1.0 for lo, h in zip(self.lo, self.hi)]
-
-    def loss(self, f: Figures) -> tuple[float, float, float]:
-        t, m, s = math.log(f.throughput), math.log(f.peak_memory_bytes), f.score
-        return ((self.hi[0] - t) / self.span[0], (m - self.lo[1]) / self.span[1], (self.hi[2] - s) / self.span[2])
 
 
 class _MetricRule:
@@ -277,7 +262,7 @@ def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConf
     for i, a in enumerate(front):
         for b in front[i + 1:]:
             try:
-                merged = a.replace(**changes_dict(b, base, knobs))
+                merged = a.replace(**b.changed(base, knobs))
             except ConfigError:  # values that cannot go together
                 continue
             out.setdefault(merged.key(), merged)
@@ -293,8 +278,3 @@ def _candidates(space: SearchSpace, base: TrialConfig, front: Sequence[TrialConf
             continue
         out.setdefault(c.key(), c)
     return list(out.values())
-
-
-def changes_dict(config: TrialConfig, base: TrialConfig, knobs: Sequence[str]) -> dict[str, Any]:
-    return {k: v for k in knobs if (v := getattr(config, k)) != getattr(base, k)}
-

@@ -95,7 +95,7 @@ class Alias:
 
     def __set__(self, obj: Any, value: Any) -> None:
         record = getattr(obj, self.record)
-        if self.record == "ranks":  # frozen: replaced whole
-            obj.ranks = replace(record, **{self.name: value})
+        if record.__dataclass_params__.frozen:  # replaced whole
+            setattr(obj, self.record, replace(record, **{self.name: value}))
         else:
             setattr(record, self.name, value)

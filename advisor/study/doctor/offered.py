@@ -44,10 +44,7 @@ class Option:
 
 def changes(config: TrialConfig | None, base: TrialConfig) -> dict[str, Any]:
     """The knobs ``config`` sets differently from ``base``."""
-    if config is None:
-        return {}
-    b = base.to_dict()
-    return {k: v for k, v in config.to_dict().items() if b[k] != v}
+    return {} if config is None else config.changed(base)
 
 
 def _presets() -> tuple[dict[str, Any], dict[str, list[Any]]]:
