@@ -110,7 +110,10 @@ class RayExecutor:
                                  "to a directory of yours") from None
         logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_the_auth_notice)
         try:  # Ray makes its temp dir world-writable (0777); inside our 0700 directory nobody else can reach it
-            ray.init(address="local", _temp_dir=str(self.state_dir / "ray"), **RAY_INIT)
+            # workers at the usual priority, not Ray's default niceness 15: trials are measurements,
+            # and at 15 any other program takes their CPU first (advisor/trial/process.py normal_priority)
+            ray.init(address="local", _temp_dir=str(self.state_dir / "ray"), _system_config={"worker_niceness": 0},
+                     **RAY_INIT)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 ray.shutdown()  # whatever it started before failing

@@ -29,7 +29,14 @@ from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.output import redirect_into, trial_drain, with_output
-from advisor.trial.process import adopt_environment, describe_exit, die_with_parent, mark_forked, rebuild_thread_pool
+from advisor.trial.process import (
+    adopt_environment,
+    describe_exit,
+    die_with_parent,
+    mark_forked,
+    normal_priority,
+    rebuild_thread_pool,
+)
 
 # Imported by the fork server whatever the workload imports (torch._dynamo: every torch
 # optimizer imports it on construction, ~1.5 s).
@@ -255,6 +262,7 @@ def _child(payload: TrialPayload, environ: dict[str, str], cwd: str, submitted: 
     redirect_into(output.fileno())
     output.close()
     die_with_parent()
+    niceness = normal_priority()  # a Ray worker's niceness is not the trial's
     rebuild_thread_pool()  # while this process has one thread (a forked one's first backward would race for it)
     mark_forked(forked)  # a spawned fallback (CUDA) must not fork ranks from itself
     adopt_environment(environ)
@@ -273,6 +281,8 @@ def _child(payload: TrialPayload, environ: dict[str, str], cwd: str, submitted: 
         result = run_trial(payload)
     result.phase_s["process_start"] = max(0.0, time.perf_counter() - submitted - result.phase_s.get("total", 0.0))
     result.telemetry["trial_process"] = "forked" if forked else "spawned"
+    if niceness > 0:
+        result.telemetry["niceness"] = niceness
     conn.send(result)
     conn.close()
     if rank:  # no interpreter teardown: gloo's can abort a finished rank (advisor/trial/ranks.py)

@@ -39,16 +39,18 @@ class Parts:
         watch: the baseline's watch; None while the baseline itself runs (its parts get no
             interference limit, none runs again, and no result is shown against a
             baseline). The search's parts are ``watched(watch)`` once the baseline is in.
-    Holds no state of its own (the ledger, the slots and the queue do)."""
+    Holds no state of its own (the ledger, the slots and the queue do), apart from the
+    hosts whose trials it has said run at a low CPU priority (shared with ``watched``)."""
 
     def __init__(self, plan: StudyPlan, ledger: Ledger, slots: Slots, queue: TrainingQueue | None,
-                 on_event: Listener, watch: BaselineWatch | None = None) -> None:
+                 on_event: Listener, watch: BaselineWatch | None = None, noted: set[str] | None = None) -> None:
         self.plan, self.ledger, self.slots, self.queue, self.emit = plan, ledger, slots, queue, on_event
         self.watch = watch
+        self._niced_hosts = noted if noted is not None else set()
 
     def watched(self, watch: BaselineWatch) -> Parts:
         """The same parts (ledger, slots, queue), judged and shown by ``watch``."""
-        return Parts(self.plan, self.ledger, self.slots, self.queue, self.emit, watch)
+        return Parts(self.plan, self.ledger, self.slots, self.queue, self.emit, watch, self._niced_hosts)
 
     @property
     def done(self) -> int:
@@ -113,6 +115,7 @@ class Parts:
         well waits in the queue for the decision on its training run)."""
         finished = []
         for came in self.slots.done(timeout):
+            self._note_priority(came)
             d = self._run_again(came)
             if d is None:
                 continue
@@ -125,6 +128,16 @@ class Parts:
                 continue
             finished.append(self._record(d))
         return finished
+
+    def _note_priority(self, d: Done) -> None:
+        """Say once per host when its trials ran below the usual CPU priority (a Ray node
+        started without RAY_worker_niceness=0 where the trial may not lower its niceness)."""
+        nice, host = d.result.telemetry.get("niceness"), d.result.host or "this machine"
+        if isinstance(nice, int) and nice > 0 and host not in self._niced_hosts:
+            self._niced_hosts.add(host)
+            self.emit(Note(f"trial {d.number} ran at niceness {nice} on {host} (Ray's worker_niceness): any other "
+                           "program there gets the CPU first and its timings suffer; start that node's Ray with "
+                           "RAY_worker_niceness=0 (docs/storage.md)"))
 
     def versus(self, result: TrialResult, when: float | None, probe: bool = False) -> Versus | None:
         """A result measured at ``when`` against the baseline, as the stored study will read
