@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-KEPT = ("gpu", "suite")  # sections written by hand from their own runs (benchmarks/gpu, README command 2)
+KEPT = ("gpu", "suite", "readme")  # written by hand from their own runs (benchmarks/gpu, README commands 2 and 1)
 TARGETS = {"search.hv_fraction_at_10pct_grid": ">= 0.95", "search.trials_ratio_vs_random": "<= 0.333",
            "overhead.fraction": "<= 0.25", "overhead.fixed_per_trial_s": "<= 2.0",
            "fidelity.throughput_cv": "<= 0.03", "fidelity.memory_spread": "<= 0.02",
@@ -185,7 +185,7 @@ def main() -> int:
                                   "example": par["example"], "device": par["device"], "strategies": {
             name: {k: row.get(k) for k in ("throughput_ratio", "memory_ratio", "accuracy_delta")}
             for name, row in par["strategies"].items()}}
-    # the sections no result file here computes (the GPU check's figures, the suite's time):
+    # the sections no result file here computes (the GPU check's figures, the suite's time, README command 1's):
     # kept as they were written, each with its own source
     path = RESULTS / "summary.json"
     kept = json.loads(path.read_text()) if path.exists() else {}
