@@ -135,12 +135,17 @@ PICK_SCENARIOS = {
     "two candidates 1.30 / 1.15, per-pair sd 3%, cap 30": (0.03, (1.30, 1.15), (0.90, 0.75), 30),
     "a front of five (1.55 / 1.50 / 1.40 / 1.10 / 0.55), per-pair sd 5%, cap 8":
         (0.05, (1.55, 1.50, 1.40, 1.10, 0.55), (6.2, 0.75, 0.74, 0.67, 0.61), 8),
+    # README command 1's front on 2026-11-27: three near-equal fastest, each paired to the cap
+    "three near-equal fastest (1.71 / 1.68 / 1.67 / 1.40 / 1.29 / 0.54), per-pair sd 5%, cap 8":
+        (0.05, (1.71, 1.68, 1.67, 1.40, 1.29, 0.54), (6.9, 0.94, 0.945, 0.83, 0.81, 0.69), 8),
 }
 
 
 def replicate_pick(pair_sd: float, truths: tuple[float, ...], memories: tuple[float, ...], cap: int,
-                   rng: random.Random, settle_early: bool) -> list[tuple[bool, int]]:
-    """Each candidate's (covered, pairs) after one confirmation on the simulated machine."""
+                   rng: random.Random, settle_early: bool) -> tuple[list[tuple[bool, int]], float]:
+    """Each candidate's (covered, pairs) after one confirmation on the simulated machine,
+    and the fastest pick's shortfall: the truly fastest's true ratio over the picked one's
+    (the highest shown centre), minus 1."""
     from advisor.core.pairs import settled
 
     machine, cs = Machine(rng, pair_sd, walk_sd=0.02), [Confirmation(i) for i in range(len(truths))]
@@ -156,14 +161,15 @@ def replicate_pick(pair_sd: float, truths: tuple[float, ...], memories: tuple[fl
             cs[i].pairs.append(Pair(w, interpolate(runs[0], runs[-1], w), runs[k], 100.0, memory))
             cs[i].settle(0.03, cap)
         for i in order:
-            if settle_early and not cs[i].done and settled(cs[i], cs):
+            if settle_early and not cs[i].done and settled(cs[i], cs, max_pairs=cap):
                 cs[i].status = "settled"
     out = []
     for i, c in enumerate(cs):
         shown = c.throughput
         assert shown is not None
         out.append((shown.low <= truths[i] <= shown.high, len(c.pairs)))
-    return out
+    picked = max(range(len(cs)), key=lambda i: cs[i].throughput.center)  # type: ignore[union-attr]
+    return out, max(truths) / truths[picked] - 1.0
 
 
 def simulate_pick(scenario: tuple, replicates: int, seed: int, settle_early: bool = True) -> dict:
@@ -172,9 +178,11 @@ def simulate_pick(scenario: tuple, replicates: int, seed: int, settle_early: boo
     same seeds."""
     pair_sd, truths, memories, cap = scenario
     rng = random.Random(seed)
-    runs = [replicate_pick(pair_sd, truths, memories, cap, rng, settle_early) for _ in range(replicates)]
+    done = [replicate_pick(pair_sd, truths, memories, cap, rng, settle_early) for _ in range(replicates)]
+    runs = [r for r, _ in done]
     return {"coverage": min(sum(r[i][0] for r in runs) / replicates for i in range(len(truths))),
-            "mean_pairs": statistics.fmean(p for r in runs for _, p in r)}
+            "mean_pairs": statistics.fmean(p for r in runs for _, p in r),
+            "fastest_pick_shortfall": statistics.fmean(short for _, short in done)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         picks[name] = row = {"settled_early": simulate_pick(scenario, args.replicates, args.seed + 100 + i),
                              "to_the_rule_alone": simulate_pick(scenario, args.replicates, args.seed + 100 + i,
                                                                 settle_early=False)}
-        print(f"{name}: " + "; ".join(f"{how} covers {r['coverage']:.3f}, {r['mean_pairs']:.1f} pairs"
+        print(f"{name}: " + "; ".join(f"{how} covers {r['coverage']:.3f}, {r['mean_pairs']:.1f} pairs, the fastest "
+                                      f"pick {100 * r['fastest_pick_shortfall']:.2f}% short"
                                       for how, r in row.items()))
     result = {"date": datetime.date.today().isoformat(), "commit": commit(),
               "command": "python benchmarks/coverage_sim.py" + (f" --replicates {args.replicates}"

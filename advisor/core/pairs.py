@@ -164,15 +164,23 @@ class Confirmation:
         room = max_pairs - (len(self.pairs) - len(mine))  # the pairs this sitting may have
         if need is None or need <= room:
             return None
-        at_cap = []
-        for figure in ("throughput_ratio", "memory_ratio"):
-            logs = logs_of([getattr(p, figure) for p in mine])
-            h = t975(FIRST_STAGE - 1) * sd(logs[:FIRST_STAGE]) / math.sqrt(room)
-            at_cap.append(math.sinh(h))
+        at_cap = [math.sinh(self.log_halfwidth_at_cap(figure, max_pairs) or 0.0)
+                  for figure in ("throughput_ratio", "memory_ratio")]
         return (f"+-{100 * target:.1f}% is out of reach: the spread of the first {FIRST_STAGE} pairs asks for "
                 f"{need} pairs in this sitting and the cap of {max_pairs} leaves {room}; pairing goes on to the "
                 f"cap, where the interval will be about +-{100 * max(at_cap):.1f}% "
                 f"(--pairs {max_pairs - room + need} would reach the target)")
+
+    def log_halfwidth_at_cap(self, figure: str, max_pairs: int) -> float | None:
+        """The half-width (natural log) that the latest sitting's interval of ``figure``
+        ("throughput_ratio" or "memory_ratio") is expected to have at the pair cap: Stein's,
+        from its first stage's spread. None before that stage is complete."""
+        mine = self._mine(None)
+        if len(mine) < FIRST_STAGE:
+            return None
+        room = max_pairs - (len(self.pairs) - len(mine))  # the pairs this sitting may have
+        logs = logs_of([getattr(p, figure) for p in mine])
+        return t975(FIRST_STAGE - 1) * sd(logs[:FIRST_STAGE]) / math.sqrt(max(1, room))
 
     def to_dict(self) -> dict[str, Any]:
         thr, mem = self.throughput, self.memory
@@ -188,7 +196,8 @@ class Confirmation:
 
 
 
-def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int = MIN_PAIRS) -> str | None:
+def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int = MIN_PAIRS,
+            max_pairs: int | None = None) -> str | None:
     """Why more pairs of ``mine`` cannot change the fastest or the smallest pick, or None
     (issue 31: confirmation sized to the decision). Once its latest sitting has
     ``min_pairs`` pairs (Stein's first stage: never fewer), its place must be decided on
@@ -198,29 +207,70 @@ def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int =
     other's (it cannot be), and likewise its memory interval for the smallest. More pairs
     would then narrow its interval, not move those picks. The balanced pick, which scales
     the figures, can still move a little within the intervals; the best-metric pick does
-    not depend on pairs."""
+    not depend on pairs.
+
+    With ``max_pairs`` (the pair cap), a place is also settled as a *tie* when the pairs
+    left cannot decide it: some candidate (or the baseline) overlapping ``mine`` is
+    expected to overlap it still at the cap (their centres lie closer than the two
+    half-widths Stein's rule expects there, ``Confirmation.log_halfwidth_at_cap``), and no
+    candidate above it could be parted from it. Either of the tied is as good a pick, and
+    pairing to the cap would not say which (three candidates at 1.66-1.71x in README
+    command 1 each paired to the cap of 8)."""
     thr, mem = mine.throughput, mine.memory
     if thr is None or mem is None or len(mine._mine(None)) < min_pairs:
         return None
     rivals = [o for o in others if o is not mine and o.status not in ("failed", "dominated")]
-    spans: dict[str, list[tuple[float, float]]] = {"throughput": [(1.0, 1.0)], "memory": [(1.0, 1.0)]}
-    for other in rivals:
-        for figure in spans:
+    places, ties = [], []
+    for figure, own, sign in (("throughput", thr, 1.0), ("memory", mem, -1.0)):  # memory: lower is better
+        spans: list[tuple[float, float, float, Confirmation | None]] = [(sign, sign, sign, None)]  # the baseline
+        for other in rivals:
             theirs = getattr(other, figure)
             if theirs is None or theirs.n < 2:
                 return None
-            spans[figure].append((theirs.low, theirs.high))
-    places = []
-    for figure, own, sign in (("throughput", thr, 1.0), ("memory", mem, -1.0)):  # memory: lower is better
+            a, b = sorted((sign * theirs.low, sign * theirs.high))
+            spans.append((a, b, sign * theirs.center, other))
         low, high = sorted((sign * own.low, sign * own.high))
-        theirs = [sorted((sign * a, sign * b)) for a, b in spans[figure]]
-        if low > max(b for _, b in theirs):
-            places.append("the fastest" if figure == "throughput" else "the smallest")
-        elif high < max(a for a, _ in theirs):
-            places.append("not the fastest" if figure == "throughput" else "not the smallest")
+        best = "the fastest" if figure == "throughput" else "the smallest"
+        if low > max(b for _, b, _, _ in spans):
+            places.append(best)
+        elif high < max(a for a, _, _, _ in spans):
+            places.append(f"not {best}")
+        elif (tied := _tied(mine, figure, sign * own.center, [s for s in spans if s[1] >= low], max_pairs)):
+            ties.append(f"tied for {best} with {tied}")
         else:
             return None
-    return f"settled after {len(mine._mine(None))} pairs: {places[0]} and {places[1]} beyond the intervals"
+    n = len(mine._mine(None))
+    decided = f"{' and '.join(places)} beyond the intervals" if places else ""
+    if not ties:
+        return f"settled after {n} pairs: {decided}"
+    left = (max_pairs or n) - len(mine.pairs)
+    why = f"the {left} pairs left cannot part them" if left > 0 else "no pairs are left to part them"
+    return f"settled after {n} pairs: {'; '.join([*ties, *([decided] if decided else [])])} ({why})"
+
+
+def _tied(mine: Confirmation, figure: str, centre: float, blocking: list[tuple[float, float, float, Any]],
+          max_pairs: int | None) -> str:
+    """Who ``mine`` ties with for the best place on ``figure`` (names, "" for no tie):
+    ``blocking`` are the intervals (signed: higher is better) reaching above its bottom,
+    each with its centre and candidate (None: the baseline). Tied when one of them cannot
+    be parted from ``mine`` by the cap and no one above could be; one sitting only."""
+    if max_pairs is None:
+        return ""
+    ratio = f"{figure}_ratio"
+    own_h = mine.log_halfwidth_at_cap(ratio, max_pairs)
+    if own_h is None or len({p.sitting for p in mine.pairs}) > 1:
+        return ""
+    inseparable = []
+    for _, _, theirs, other in blocking:
+        h = 0.0 if other is None else other.log_halfwidth_at_cap(ratio, max_pairs)
+        if h is None or (other is not None and len({p.sitting for p in other.pairs}) > 1):
+            return ""
+        apart = abs(math.log(abs(centre)) - math.log(abs(theirs))) >= own_h + h
+        if apart and theirs > centre:
+            return ""  # it could still be shown to be above: not the best place, decided by more pairs
+        if not apart:
+            inseparable.append("the baseline" if other is None else f"trial {other.trial}")
+    return ", ".join(inseparable)
 
 
 def beaten(mine: Confirmation, other: Confirmation | None, metric_worse: bool) -> bool:

@@ -225,3 +225,41 @@ def test_confirmation_round_trips_through_its_stored_form():
     old = {k: v for k, v in pair(1.5).to_dict().items() if k not in ("sitting", "disturbed")}
     assert Pair.from_dict(old).sitting == 0  # stored before sittings: one sitting
     assert Interval.from_dict({"center": 1.0, "low": 0.9, "high": 1.1, "n": 3}).sittings == 1
+
+
+def wide(center: float, memory: float, n: int = MIN_PAIRS, sitting: int = 0) -> list[Pair]:
+    """``n`` pairs around ``center`` spread +-6% (a noisy machine) at memory ``memory``."""
+    wiggle = [1.0, 1.06, 0.94, 1.03, 0.97, 1.0, 1.06, 0.94]
+    return [pair(center * wiggle[i % 8], memory * (1 + (wiggle[i % 8] - 1) / 8), sitting=sitting) for i in range(n)]
+
+
+def test_candidates_the_pairs_left_cannot_part_are_settled_as_tied():
+    """Three near-equal fastest on a noisy machine: to the cap of 8 their intervals would
+    still overlap, so each stops after the first stage as tied (it still needs its memory
+    place decided); without the cap (max_pairs None) nothing changes."""
+    a, b = Confirmation(3, wide(1.71, 6.9)), Confirmation(13, wide(1.68, 0.94))
+    c, small = Confirmation(1, wide(1.67, 0.945)), Confirmation(12, wide(0.54, 0.69))
+    everyone = [a, b, c, small]
+    assert settled(a, everyone) is None  # overlapping, and no cap given: as before
+    why = settled(a, everyone, max_pairs=8)
+    assert why == (f"settled after {MIN_PAIRS} pairs: tied for the fastest with trial 13, trial 1; not the smallest "
+                   "beyond the intervals (the 3 pairs left cannot part them)"), why
+    assert "tied for the fastest with trial 3, trial 1" in settled(b, everyone, max_pairs=8)
+    assert settled(small, everyone, max_pairs=8).startswith(f"settled after {MIN_PAIRS} pairs: not the fastest and "
+                                                            "the smallest")  # decided, no tie
+    # a cap far away: the pairs left could part them, so pairing goes on
+    assert settled(a, everyone, max_pairs=1000) is None
+    # one above, overlapping now, that the pairs left (cap 30) could show to be faster keeps it open
+    above = Confirmation(7, wide(1.80, 0.95))
+    assert above.throughput.low < b.throughput.high  # overlapping now
+    assert "tied for the fastest" in settled(b, everyone, max_pairs=30)  # 1.71 / 1.67 cannot be parted
+    assert settled(b, [*everyone, above], max_pairs=30) is None
+    # a second sitting: its pooled interval is not projected, so no tie is called
+    again = Confirmation(3, [*wide(1.71, 6.9), *wide(1.70, 6.9, sitting=1)])
+    assert settled(again, [again, b, c, small], max_pairs=16) is None
+
+
+def test_a_candidate_tied_with_the_baseline_is_settled_as_tied():
+    near_one = Confirmation(4, wide(1.01, 0.7))
+    why = settled(near_one, [near_one], max_pairs=8)
+    assert why is not None and "tied for the fastest with the baseline" in why and "the smallest" in why

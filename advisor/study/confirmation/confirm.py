@@ -130,7 +130,7 @@ class Confirmer:
         why = self._dominated(mine, all_)
         if why:
             return "dominated", why
-        why = settled(mine.confirmation, [c.confirmation for c in all_])
+        why = settled(mine.confirmation, [c.confirmation for c in all_], max_pairs=self.options.max_pairs)
         return ("settled", why) if why else None
 
     def _dominated(self, mine: Candidate, all_: list[Candidate]) -> str | None:
