@@ -159,7 +159,9 @@ def test_cold_trials_when_asked(ray_session, workdir, monkeypatch):
     warm_base = optuna.load_study(study_name="warm", storage="sqlite:///advisor.db").trials[0]
     cold_base = next(t for t in trials if t.user_attrs.get("baseline"))
     assert "process_start" in warm_base.user_attrs["phase_s"]
-    assert abs(warm_base.values[1] - cold_base.values[1]) < 2**20  # was 7.7 MiB before library pages were mapped first
+    # was 7.7 MiB apart before library pages were mapped first; at ~4 MiB of peak the two read up to 1.1 MiB
+    # apart from run to run (a fresh-clone run of 7e8acfb: 3.8 against 4.9 MiB), so the bound is 2 MiB
+    assert abs(warm_base.values[1] - cold_base.values[1]) < 2 * 2**20
     assert warm_base.values[2] == cold_base.values[2]  # same training, same accuracy
 
 
