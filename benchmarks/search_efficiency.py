@@ -30,7 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from advisor.core.objectives import REF, hypervolume  # noqa: E402, F401 - REF: for tests
+from advisor.core.objectives import REF, UnitLoss, hypervolume  # noqa: E402, F401 - REF: for tests
 
 from common import commit  # noqa: E402
 
@@ -48,15 +48,11 @@ class Scorer:
         base = grid.median(base_key)
         assert base is not None, "the baseline cell never succeeded"
         self.feasible = {k: m for k in grid.runs if (m := grid.median(k)) is not None and m[2] >= base[2] - max_drop}
-        vals = list(self.feasible.values())
-        self.lo = [min(v[i] for v in vals) for i in range(3)]
-        self.hi = [max(v[i] for v in vals) for i in range(3)]
+        self._unit = UnitLoss(list(self.feasible.values()))  # scaled over the grid's feasible cells
         self.grid_hv = hypervolume([self.loss(k) for k in self.feasible])
 
     def loss(self, key: str) -> tuple[float, float, float]:
-        t, m, a = self.feasible[key]
-        span = [h - lo or 1.0 for lo, h in zip(self.lo, self.hi)]
-        return ((self.hi[0] - t) / span[0], (m - self.lo[1]) / span[1], (self.hi[2] - a) / span[2])
+        return self._unit(self.feasible[key])
 
     def curve(self, keys_in_order: list[str | None], budget: int) -> list[float]:
         """HV fraction after each proposal (None: a proposal that measured nothing new)."""

@@ -120,7 +120,7 @@ class TrialConfig:
 
     @classmethod
     def keys(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        return list(_NAMES)
 
     def to_dict(self) -> dict[str, Any]:
         # every field holds a plain scalar: no deep copy (dataclasses.asdict's was most of the

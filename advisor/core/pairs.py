@@ -216,8 +216,8 @@ def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int =
     candidate above it could be parted from it. Either of the tied is as good a pick, and
     pairing to the cap would not say which (three candidates at 1.66-1.71x in README
     command 1 each paired to the cap of 8)."""
-    thr, mem = mine.throughput, mine.memory
-    if thr is None or mem is None or len(mine._mine(None)) < min_pairs:
+    thr, mem, n = mine.throughput, mine.memory, len(mine._mine(None))
+    if thr is None or mem is None or n < min_pairs:
         return None
     rivals = [o for o in others if o is not mine and o.status not in ("failed", "dominated")]
     places, ties = [], []
@@ -239,11 +239,11 @@ def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int =
             ties.append(f"tied for {best} with {tied}")
         else:
             return None
-    n = len(mine._mine(None))
     decided = f"{' and '.join(places)} beyond the intervals" if places else ""
     if not ties:
         return f"settled after {n} pairs: {decided}"
-    left = (max_pairs or n) - len(mine.pairs)
+    assert max_pairs is not None  # a tie is only called against the cap
+    left = max_pairs - len(mine.pairs)
     why = f"the {left} pairs left cannot part them" if left > 0 else "no pairs are left to part them"
     return f"settled after {n} pairs: {'; '.join([*ties, *([decided] if decided else [])])} ({why})"
 
@@ -257,13 +257,17 @@ def _tied(mine: Confirmation, figure: str, centre: float, blocking: list[tuple[f
     if max_pairs is None:
         return ""
     ratio = f"{figure}_ratio"
-    own_h = mine.log_halfwidth_at_cap(ratio, max_pairs)
-    if own_h is None or len({p.sitting for p in mine.pairs}) > 1:
+
+    def at_cap(c: Confirmation) -> float | None:  # None: not projected (before its first stage, or pooled sittings)
+        return c.log_halfwidth_at_cap(ratio, max_pairs) if len({p.sitting for p in c.pairs}) == 1 else None
+
+    own_h = at_cap(mine)
+    if own_h is None:
         return ""
     inseparable = []
     for _, _, theirs, other in blocking:
-        h = 0.0 if other is None else other.log_halfwidth_at_cap(ratio, max_pairs)
-        if h is None or (other is not None and len({p.sitting for p in other.pairs}) > 1):
+        h = 0.0 if other is None else at_cap(other)
+        if h is None:
             return ""
         apart = abs(math.log(abs(centre)) - math.log(abs(theirs))) >= own_h + h
         if apart and theirs > centre:
