@@ -89,6 +89,19 @@ def exit_status(argv: list[str]) -> int:
         return int(exc.code or 0)
 
 
+def run_as_trial(payload):
+    """``payload`` measured in a trial process forked from the warm fork server, as a study's
+    trial is (``advisor.trial.forkserver.run_forked``: the server starts once per pytest
+    worker). A data-parallel trial's ranks then fork from it too; run by ``run_trial`` in
+    pytest's own process, each rank is a fresh interpreter importing torch (about 1.5 s of CPU
+    each here). The fresh-interpreter ranks are tested on their own
+    (``test_hung_ranks_die_with_a_killed_trial``). Only the environment reaches the trial,
+    not a monkeypatched attribute."""
+    from advisor.trial.forkserver import run_forked
+
+    return run_forked(payload)
+
+
 def write_model(tmp_path: Path, body: str, name: str = "model.py") -> Path:
     path = tmp_path / name
     path.write_text(body)

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import random
 import secrets
 import tempfile
 import time
@@ -30,6 +31,8 @@ from advisor.core.units import first_line
 from advisor.runner import leftovers, placement
 from advisor.runner.cluster import RAY_INIT, join_cluster
 from advisor.trial.forkserver import cold
+
+START_TRIES = 2  # a local Ray that fails to start is started once more (its ports are drawn at random)
 
 
 @dataclass
@@ -109,18 +112,27 @@ class RayExecutor:
                                  f"({exc.strerror or exc}: {exc.filename or self.state_dir}); set ADVISOR_RAY_DIR "
                                  "to a directory of yours") from None
         logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_the_auth_notice)
-        try:  # Ray makes its temp dir world-writable (0777); inside our 0700 directory nobody else can reach it
-            # workers at the usual priority, not Ray's default niceness 15: trials are measurements,
-            # and at 15 any other program takes their CPU first (advisor/trial/process.py normal_priority)
-            ray.init(address="local", _temp_dir=str(self.state_dir / "ray"), _system_config={"worker_niceness": 0},
-                     **RAY_INIT)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                ray.shutdown()  # whatever it started before failing
-            hint = ("; set ADVISOR_RAY_DIR to a shorter directory: Ray's unix sockets lie about 70 characters "
-                    "below it, and a socket's path has at most 107 bytes") if "path length" in str(exc) else ""
-            raise SchedulerError(f"cannot start Ray on this machine ({where}): {type(exc).__name__}: "
-                                 f"{first_line(str(exc))}{hint} (README: Troubleshooting)") from None
+        for attempt in range(START_TRIES):
+            try:  # Ray makes its temp dir world-writable (0777); inside our 0700 directory nobody else can reach it
+                # workers at the usual priority, not Ray's default niceness 15: trials are measurements,
+                # and at 15 any other program takes their CPU first (advisor/trial/process.py normal_priority)
+                ray.init(address="local", _temp_dir=str(self.state_dir / "ray"),
+                         _system_config={"worker_niceness": 0}, **RAY_INIT)
+                break
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    ray.shutdown()  # whatever it started before failing
+                long_path = "path length" in str(exc)
+                if attempt + 1 < START_TRIES and not long_path:
+                    # Ray draws some of its ports at random: two instances starting at once on one
+                    # machine (several drivers, a test suite) can draw the same one (ray-project/ray#53906)
+                    time.sleep(random.uniform(0.5, 2.0))
+                    continue
+                hint = ("; set ADVISOR_RAY_DIR to a shorter directory: Ray's unix sockets lie about 70 characters "
+                        "below it, and a socket's path has at most 107 bytes") if long_path else ""
+                tries = f" (tried {START_TRIES} times)" if attempt else ""
+                raise SchedulerError(f"cannot start Ray on this machine ({where}){tries}: {type(exc).__name__}: "
+                                     f"{first_line(str(exc))}{hint} (README: Troubleshooting)") from None
         self.started_here = True
 
     def _prepare_state_dir(self) -> None:

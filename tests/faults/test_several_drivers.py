@@ -79,8 +79,10 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
             if started == set(drivers) and running:
                 victim = drivers[running[0]]
             time.sleep(0.1)
-        logs = {p.name: p.read_text()[-2000:] for p in workdir.glob("driver-*.log")}
-        assert victim is not None, ("the two drivers did not both start a trial with one still running", seen, logs)
+        if victim is None:  # the whole of each driver's output, not pytest's shortened repr
+            logs = "\n".join(f"--- {p.name} (exit {d[0].poll()}):\n{p.read_text()[-4000:]}" for p, d in
+                             ((workdir / f"driver-{os.path.basename(d[1])}.log", d) for d in (a, b)))
+            pytest.fail(f"the two drivers did not both start a trial with one still running; seen {seen}\n{logs}")
         survivor = b if victim is a else a
         victim[0].send_signal(signal.SIGKILL)
         victim[0].wait(timeout=30)

@@ -77,6 +77,42 @@ def test_a_local_ray_ignores_ray_address():
     assert line.endswith(" True") and "127.0.0.1:1 " not in line + " "
 
 
+def test_a_local_ray_that_fails_to_start_is_started_once_more():
+    """Ray draws some of its ports at random, and two instances starting at once on one
+    machine can draw the same one (ray-project/ray#53906): the start is tried again. The
+    collision cannot be provoked on demand, so the first ray.init here is a stand-in that
+    fails as one does; a failure on both tries says so."""
+    state = tempfile.mkdtemp(prefix="advr-")
+    script = textwrap.dedent(f"""
+        import sys
+        import ray
+        from advisor.core.errors import SchedulerError
+        from advisor.runner.ray_executor import RayExecutor
+        real, calls = ray.init, []
+        def flaky(*args, **kwargs):  # a stand-in: the first start collides, later ones are Ray's own
+            calls.append(1)
+            if len(calls) == 1 or sys.argv[1] == "always":
+                raise RuntimeError("Failed to start GCS: address 127.0.0.1:53421 already in use")
+            return real(*args, **kwargs)
+        ray.init = flaky
+        try:
+            executor = RayExecutor("cpu", state_dir=__import__("pathlib").Path({state!r})).start()
+            print("STARTED", len(calls), executor.started_here)
+            ray.shutdown()
+        except SchedulerError as exc:
+            print("ERROR", len(calls), exc)
+    """)
+    try:
+        runs = {how: subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True, timeout=300)
+                for how in ("once", "always")}
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    assert runs["once"].returncode == 0 and "STARTED 2 True" in runs["once"].stdout, runs["once"].stderr
+    assert ("ERROR 2 cannot start Ray on this machine (its state in " in runs["always"].stdout
+            and "(tried 2 times): RuntimeError: Failed to start GCS: address 127.0.0.1:53421 already in use"
+            in runs["always"].stdout), runs["always"].stdout + runs["always"].stderr
+
+
 def test_a_study_leaves_no_fork_server_folder_in_the_temp_folder(tmp_path):
     """Each trial's Ray worker runs a fork server whose socket lies in a pymp-* folder of the
     temp folder; Ray ends its workers with a signal, so the folders stayed behind, one or

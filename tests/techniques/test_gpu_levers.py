@@ -14,11 +14,10 @@ from advisor.core.config import TrialConfig
 from advisor.core.results import TrialPayload, TrialSettings
 from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import conflicts
-from advisor.trial.entry import run_trial
 from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 
-from conftest import EXAMPLES, WORKLOADS
+from conftest import EXAMPLES, WORKLOADS, run_as_trial
 from technique_case import DECLARED
 
 SETTINGS = TrialSettings(train_samples=640, max_timing_s=0.4)
@@ -29,7 +28,7 @@ TRAINS = TrialSettings(train_samples=1280, max_timing_s=0.4)
 
 
 def trial(path, settings=SETTINGS, **knobs):
-    result = run_trial(TrialPayload.of(load_workload(path), TrialConfig(batch_size=64, **knobs), settings))
+    result = run_as_trial(TrialPayload.of(load_workload(path), TrialConfig(batch_size=64, **knobs), settings))
     assert result.ok, result.failure_message
     return result
 

@@ -18,7 +18,7 @@ from advisor.techniques.prepare import apply
 from advisor.trial.entry import run_trial
 from advisor.workload.contract import load_workload
 
-from conftest import EXAMPLES, WORKLOADS
+from conftest import EXAMPLES, WORKLOADS, run_as_trial
 from technique_case import DECLARED, TechniqueCase, digits_model
 
 
@@ -99,7 +99,7 @@ def test_single_with_several_devices_is_refused():
 ], ids=["ddp", "fsdp", "ddp-fp16-hook-accumulation", "ddp-pruning-qat"])
 def test_two_gloo_ranks_train_and_results_are_aggregated(config):
     """digits_mlp has no BatchNorm: its accuracy does not depend on per-rank batch statistics."""
-    result = run_trial(_payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64, **config}))
+    result = run_as_trial(_payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64, **config}))
     assert result.ok, result.failure_message
     ranks = result.telemetry["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1] and len({r["pid"] for r in ranks}) == 2
@@ -126,7 +126,7 @@ def test_fsdp_shards_a_model_with_tied_weights_and_blocks_in_a_module_list(extra
     """A language model's output layer tied to its embedding, its layers in a ModuleList:
     sharding each top-level child failed (a tied parameter in two FSDP groups; a container
     has no forward). Each layer is sharded, the tied weight stays with the root."""
-    result = run_trial(_payload(WORKLOADS / "tied_lm.py", {"batch_size": 32, "parallelism": "fsdp",
+    result = run_as_trial(_payload(WORKLOADS / "tied_lm.py", {"batch_size": 32, "parallelism": "fsdp",
                                                            "devices": 2, **extra}))
     assert result.ok, result.failure_message
     assert result.score > 0.15  # learning the rule (chance: 1/32)
@@ -139,7 +139,7 @@ def test_fsdp_shards_a_model_with_tied_weights_and_blocks_in_a_module_list(extra
 @pytest.mark.timeout(120)
 def test_a_failing_rank_fails_the_whole_trial(monkeypatch, fault, failure_class, text):
     monkeypatch.setenv("ADVISOR_TEST_RANK_FAULT", fault)
-    result = run_trial(_payload(WORKLOADS / "rank_faults.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2}))
+    result = run_as_trial(_payload(WORKLOADS / "rank_faults.py", {"batch_size": 32, "parallelism": "ddp", "devices": 2}))
     assert not result.ok
     assert result.failure_class == failure_class
     assert text in result.failure_message

@@ -186,15 +186,14 @@ def test_pruning_trains_a_transformer_encoder(config):
     study proposed). The attention's projections stay dense; the feed-forward layers are pruned."""
     from advisor.core.config import TrialConfig
     from advisor.core.results import TrialPayload, TrialSettings
-    from advisor.trial.entry import run_trial
     from advisor.workload.contract import load_workload
 
-    from conftest import WORKLOADS
+    from conftest import WORKLOADS, run_as_trial
 
     workload = load_workload(WORKLOADS / "encoder.py")
     names = [n for n, _ in prunable(workload.model())]
     assert names and not any("self_attn" in n for n in names) and any("linear1" in n for n in names)
-    result = run_trial(TrialPayload.of(workload, TrialConfig(batch_size=16, **config),
+    result = run_as_trial(TrialPayload.of(workload, TrialConfig(batch_size=16, **config),
                                        TrialSettings(train_samples=512, max_timing_s=1.0)))
     assert result.ok, result.failure_message
     assert result.score > 0.2  # trained (chance: 0.1)

@@ -25,7 +25,7 @@ from advisor.trial.entry import run_trial
 from advisor.trial.estimate import estimate_here
 from advisor.workload.contract import load_workload
 
-from conftest import EXAMPLES, write_model
+from conftest import EXAMPLES, run_as_trial, write_model
 
 PROBE = TrialSettings(train_samples=512, max_timing_s=0.5, part="probe")
 MiB = 2**20
@@ -79,7 +79,7 @@ def test_a_trial_records_its_estimate_below_what_it_measures(knobs):
     """On this CPU the measured peak is resident memory; benchmarks/results/memory_estimate.json
     has the estimate well under it on the examples (and equal to the tensors' peak). A
     pipeline's ranks also keep what tracing the model with torch.export left behind."""
-    result = run_trial(payload("digits_mlp.py", **knobs))
+    result = run_as_trial(payload("digits_mlp.py", **knobs))
     assert result.ok, result.failure_message
     estimate = result.memory_estimate
     assert estimate["method"].startswith("FakeTensorMode + MemTracker") and estimate["seconds"] > 0

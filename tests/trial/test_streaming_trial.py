@@ -14,7 +14,7 @@ from advisor.trial.entry import run_trial
 from advisor.trial.loop import run_configuration
 from advisor.workload.contract import load_datasets, load_workload
 
-from conftest import WORKLOADS
+from conftest import WORKLOADS, run_as_trial
 
 STREAMING = WORKLOADS / "streaming.py"
 ONE_PASS = 512  # the workload's stream, by default
@@ -95,7 +95,7 @@ def test_two_gloo_ranks_train_on_disjoint_items_of_the_stream(tmp_path, monkeypa
     path.write_text(STREAMING.read_text() + LOGGED)
     monkeypatch.setenv("STREAM_LOG", str(tmp_path))
     workload = load_workload(path)
-    result = run_trial(TrialPayload.of(workload, TrialConfig(batch_size=32, parallelism="ddp", devices=2),
+    result = run_as_trial(TrialPayload.of(workload, TrialConfig(batch_size=32, parallelism="ddp", devices=2),
                                        TrialSettings(train_samples=768, part="training")))
     assert result.ok, result.failure_message
     assert result.train_samples == 768

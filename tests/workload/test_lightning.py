@@ -17,7 +17,7 @@ from advisor.trial.entry import run_trial
 from advisor.workload.contract import forward, load_workload
 from advisor.workload.preflight import preflight
 
-from conftest import EXAMPLES, exit_status, write_model
+from conftest import EXAMPLES, exit_status, run_as_trial, write_model
 
 EXAMPLE = EXAMPLES / "lightning_digits.py"
 
@@ -163,7 +163,7 @@ def test_the_metric_is_what_lightning_validate_reports():
 def test_each_knob_trains_a_lightning_module(config):
     payload = TrialPayload.of(load_workload(EXAMPLE), TrialConfig(**config),
                               TrialSettings(train_samples=1500, max_timing_s=0.5))
-    result = run_trial(payload)
+    result = run_as_trial(payload)
     assert result.ok, result.failure_message
     assert result.throughput > 0 and result.score > 0.5  # val_acc after ~1 epoch beats chance (0.1)
 

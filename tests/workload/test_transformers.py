@@ -14,7 +14,7 @@ from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 from advisor.workload.structure import blocks
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, run_as_trial
 
 pytest.importorskip("transformers")
 GPT2 = EXAMPLES / "hf_gpt2.py"
@@ -71,7 +71,7 @@ def test_a_quantized_gpt2_is_estimated_and_trained_with_its_conv1d_layers_swappe
 def test_a_transformers_model_trains_under_the_knobs(config):
     payload = TrialPayload.of(load_workload(GPT2), TrialConfig(**config),
                               TrialSettings(train_samples=1024, max_timing_s=1.0))
-    result = run_trial(payload)
+    result = run_as_trial(payload)
     assert result.ok, result.failure_message
     assert result.throughput > 0 and result.peak_memory_bytes > 0
     assert 0.02 < result.score < 1.0  # next-token accuracy over a 512-token vocabulary: above chance
