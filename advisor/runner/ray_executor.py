@@ -33,6 +33,15 @@ from advisor.runner.cluster import RAY_INIT, join_cluster
 from advisor.trial.forkserver import cold
 
 START_TRIES = 2  # a local Ray that fails to start is started once more (its ports are drawn at random)
+LOCAL_RAY_CONFIG = {
+    # workers at the usual priority, not Ray's default niceness 15: trials are measurements, and
+    # at 15 any other program takes their CPU first (advisor/trial/process.py normal_priority)
+    "worker_niceness": 0,
+    # no idle workers started for the driver: one trial runs per node at a time (per GPU on a GPU
+    # node), and each idle worker costs an interpreter start (~0.8 s of CPU, ~100 MB here) while
+    # the driver plans and checks the workload; the first trial starts its worker (~0.3 s)
+    "prestart_worker_first_driver": False,
+}
 
 
 @dataclass
@@ -114,10 +123,8 @@ class RayExecutor:
         logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_the_auth_notice)
         for attempt in range(START_TRIES):
             try:  # Ray makes its temp dir world-writable (0777); inside our 0700 directory nobody else can reach it
-                # workers at the usual priority, not Ray's default niceness 15: trials are measurements,
-                # and at 15 any other program takes their CPU first (advisor/trial/process.py normal_priority)
-                ray.init(address="local", _temp_dir=str(self.state_dir / "ray"),
-                         _system_config={"worker_niceness": 0}, **RAY_INIT)
+                ray.init(address="local", _temp_dir=str(self.state_dir / "ray"), _system_config=LOCAL_RAY_CONFIG,
+                         **RAY_INIT)
                 break
             except Exception as exc:
                 with contextlib.suppress(Exception):
