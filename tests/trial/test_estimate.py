@@ -21,7 +21,6 @@ from advisor.core.results import TrialPayload, TrialSettings
 from advisor.core.stored import read_trial
 from advisor.search.known_oom import KnownOom
 from advisor.study.run._ledger import record_result
-from advisor.trial.entry import run_trial
 from advisor.trial.estimate import estimate_here
 from advisor.workload.contract import load_workload
 
@@ -90,7 +89,7 @@ def test_a_trial_records_its_estimate_below_what_it_measures(knobs):
 
 
 def test_a_configuration_over_the_memory_cap_is_not_run_and_not_counted(tmp_path):
-    result = run_trial(payload("digits_cnn.py", cap=MiB, batch_size=64))
+    result = run_as_trial(payload("digits_cnn.py", cap=MiB, batch_size=64))
     assert not result.ok and result.skipped and result.failure_class == "oom"
     assert "is over --memory-cap 1.0 MiB" in result.failure_message and "not run" in result.failure_message
     assert "build" not in result.phase_s and result.memory_estimate["peak_bytes"] > MiB
@@ -108,7 +107,7 @@ def test_a_configuration_over_the_memory_cap_is_not_run_and_not_counted(tmp_path
 def test_an_estimate_that_cannot_be_made_is_a_reason_and_the_trial_runs(tmp_path):
     path = write_model(tmp_path, (EXAMPLES / "digits_mlp.py").read_text().replace(
         "def model() -> nn.Module:\n", "def model() -> nn.Module:\n    assert torch.ones(1).item() == 1.0  # data-dependent\n"))
-    result = run_trial(payload(path, batch_size=64))
+    result = run_as_trial(payload(path, batch_size=64))
     assert result.ok, result.failure_message
     assert "DataDependentOutputException" in result.memory_estimate["unavailable"]
 
