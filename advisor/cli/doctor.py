@@ -41,6 +41,9 @@ def add_arguments(d: argparse.ArgumentParser) -> None:
     d.add_argument("--trial-timeout", type=float, default=TRIAL_TIMEOUT,
                    help=f"limit for one option's run, seconds (default {TRIAL_TIMEOUT:.0f}); a run that "
                         "takes longer is reported as timed out, not as failed")
+    d.add_argument("--timing-tolerance", type=float, metavar="FRACTION",
+                   help="time each run's steps until their median is known to +-this fraction (default 0.05, "
+                        "or $ADVISOR_TIMING_TOLERANCE); 0.2 for a quicker, rougher check")
     d.add_argument("--no-save", action="store_true", help="store nothing: advisor tune is not affected")
     d.add_argument("--json", action="store_true", help="print the findings as JSON (for bug reports)")
 
@@ -63,13 +66,14 @@ def run(args: argparse.Namespace) -> int:
         raise StudyError(f"--knob {unknown[0]!r}: unknown knob ({unknown_knob_hint(unknown[0], TECHNIQUES)})")
     if not args.trial_timeout > 0:
         raise StudyError(f"--trial-timeout must be a positive number of seconds, found {args.trial_timeout}")
+    tolerance = _tolerance(args.timing_tolerance)
     user = load_workload(args.model) if args.model else None  # model.py's errors: exit status 2, nothing run
     hw = detect()
-    user_part = user_subject(user, hw) if user is not None else None
+    user_part = user_subject(user, hw, tolerance) if user is not None else None
     fp = fingerprint(hw)
     say = (lambda text: None) if args.json else (lambda text: print(text, flush=True))
     with tempfile.TemporaryDirectory(prefix="advisor-doctor-") as directory:
-        subjects = [builtin_subject(directory, hw)] + ([user_part] if user_part is not None else [])
+        subjects = [builtin_subject(directory, hw, tolerance)] + ([user_part] if user_part is not None else [])
         options = [plan_options(hw, s.base, s.facts, args.knob) for s in subjects]
         say(f"hardware  {describe_fingerprint(fp)}; trials run on {hw.device}")
         for s, opts in zip(subjects, options):
@@ -86,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     interrupted = any(o.interrupted for o in outcomes)
     if args.json:
         print_json("doctor", {"hardware": fp, "device": hw.device, "store": str(store_path(fp)), "saved": bool(stored),
-                              "trial_timeout_s": args.trial_timeout, "wall_s": round(wall, 1),
+                              "trial_timeout_s": args.trial_timeout, "timing_tolerance": tolerance,
+                              "wall_s": round(wall, 1),
                               "interrupted": interrupted, "models": [o.to_dict() for o in outcomes]})
     else:
         _print_tables(outcomes, stored, wall)
@@ -99,6 +104,27 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     return 1 if problems else 0
+
+
+def _tolerance(flag: float | None) -> float:
+    """--timing-tolerance, else $ADVISOR_TIMING_TOLERANCE (as advisor tune reads it), else
+    the default; a value outside (0, 1) is exit status 2, naming where it came from."""
+    import os
+
+    from advisor.core.settle import TOLERANCE
+
+    where, value = "--timing-tolerance", flag
+    if value is None and os.environ.get("ADVISOR_TIMING_TOLERANCE", "").strip():
+        where, text = "$ADVISOR_TIMING_TOLERANCE", os.environ["ADVISOR_TIMING_TOLERANCE"]
+        try:
+            value = float(text)
+        except ValueError:
+            raise StudyError(f"{where} is {text!r}, expected a fraction such as 0.05 (+-5%)") from None
+    if value is None:
+        return TOLERANCE
+    if not 0 < value < 1:
+        raise StudyError(f"{where} must be a fraction between 0 and 1 (0.05: +-5%), found {value}")
+    return value
 
 
 def _name(label: str) -> str:

@@ -19,7 +19,7 @@ from advisor.study.doctor.offered import plan_options
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.run.plan import plan_study
 
-from conftest import EXAMPLES, WORKLOADS, exit_status, write_model
+from conftest import EXAMPLES, QUICK, WORKLOADS, exit_status, write_model
 
 REFUSES = str(WORKLOADS / "refuses_micro_batches.py")
 
@@ -56,6 +56,7 @@ def test_every_offered_option_runs_on_the_builtin_model(ray_session, home, capsy
         assert o["status"] in ("works", "fails", "timeout", "not judged")
         if o["status"] == "works":
             assert o["throughput_ratio"] > 0 and o["memory_ratio"] > 0
+    assert report["timing_tolerance"] == float(QUICK["ADVISOR_TIMING_TOLERANCE"])  # the suite's, as tune reads it
     refs = model["references"]["train"]
     assert len(refs) == 3 and all(r["ok"] for r in refs)  # before, halfway through and after the options
     pids = {r["pid"] for r in refs} | {o["pid"] for o in ran}
@@ -118,8 +119,9 @@ def test_a_failure_on_the_users_model_is_recorded_and_dropped_from_tune(ray_sess
 
 @pytest.mark.ray
 def test_no_save_stores_nothing(ray_session, home, capsys):
-    report = doctor_json(capsys, "--knob", "grad_accumulation", "--no-save")
+    report = doctor_json(capsys, "--knob", "grad_accumulation", "--no-save", "--timing-tolerance", "0.1")
     assert report["saved"] is False and not home.exists()
+    assert report["timing_tolerance"] == 0.1  # the flag over $ADVISOR_TIMING_TOLERANCE
 
 
 @pytest.mark.ray
@@ -158,6 +160,10 @@ BAD = [
     ("unknown-knob", ["--knob", "turbo"], "--knob 'turbo': unknown knob"),
     ("misspelt-knob", ["--knob", "precison"], "--knob 'precison': unknown knob (did you mean 'precision'? known:"),
     ("timeout-zero", ["--trial-timeout", "0"], "--trial-timeout must be a positive number"),
+    ("tolerance-whole", ["--timing-tolerance", "1.5"],
+     "--timing-tolerance must be a fraction between 0 and 1 (0.05: +-5%), found 1.5"),
+    ("tolerance-env", ["ADVISOR_TIMING_TOLERANCE=fast"],
+     "$ADVISOR_TIMING_TOLERANCE is 'fast', expected a fraction such as 0.05 (+-5%)"),
     ("bad-flag", ["--fast"], "unrecognized arguments"),
     ("model-missing", ["no-such-model.py"], "no such file"),
     ("model-contract", ["broken.py"], "datasets() is missing"),
@@ -169,6 +175,9 @@ BAD = [
 @pytest.mark.parametrize("row", BAD, ids=[r[0] for r in BAD])
 def test_bad_input_is_exit_2_with_nothing_written(row, home, tmp_path, monkeypatch, capsys):
     _, args, text = row
+    for variable, value in (a.split("=", 1) for a in args if not a.startswith("-") and "=" in a):
+        monkeypatch.setenv(variable, value)
+    args = [a for a in args if a.startswith("-") or "=" not in a]
     monkeypatch.chdir(tmp_path)
     write_model(tmp_path, "import torch\ndef model():\n    return torch.nn.Linear(2, 2)\n", "broken.py")
     write_model(tmp_path, (WORKLOADS / "refuses_micro_batches.py").read_text().replace(

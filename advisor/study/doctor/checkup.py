@@ -23,6 +23,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.noise import DISTURBED_AT, off_by, reading_of
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
+from advisor.core.settle import TOLERANCE
 from advisor.core.units import first_line
 from advisor.machine.doctor_store import BUILTIN, FAILS, Verdict
 from advisor.machine.hardware import Hardware
@@ -219,7 +220,7 @@ def _status(r: TrialResult) -> str:
     return "timeout" if r.failure_class == "timeout" else "not judged"
 
 
-def builtin_subject(directory: str, hw: Hardware) -> Subject:
+def builtin_subject(directory: str, hw: Hardware, tolerance: float = TOLERANCE) -> Subject:
     """The built-in tiny model, copied into ``directory`` (a private temporary folder: a
     model.py's folder goes on ``sys.path``), measured in full: a few training steps,
     QAT's conversion and pruning's finish, the evaluation, then about half a second timed."""
@@ -234,11 +235,11 @@ def builtin_subject(directory: str, hw: Hardware) -> Subject:
     workload = load_workload(path)
     base = TrialConfig.from_dict(workload.baseline)
     settings = TrialSettings(train_samples=2 * base.batch_size, warmup_steps=2, min_steps=5, max_timing_s=0.5,
-                             warmup_s=0.05, device=hw.device)
+                             warmup_s=0.05, device=hw.device, timing_tolerance=tolerance)
     return Subject(BUILTIN, workload, preflight(workload), base, None, settings)
 
 
-def user_subject(workload: Workload, hw: Hardware) -> Subject:
+def user_subject(workload: Workload, hw: Hardware, tolerance: float = TOLERANCE) -> Subject:
     """A user's model.py (loaded), checked as ``advisor tune`` checks it (preflight,
     BASELINE; a WorkloadError, exit status 2, before anything runs), then probed: a few
     training steps and about a second timed, no evaluation."""
@@ -251,5 +252,5 @@ def user_subject(workload: Workload, hw: Hardware) -> Subject:
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
     settings = TrialSettings(train_samples=base.batch_size, warmup_steps=2, min_steps=3, max_timing_s=1.0,
-                             warmup_s=0.1, device=hw.device, part="probe")
+                             warmup_s=0.1, device=hw.device, part="probe", timing_tolerance=tolerance)
     return Subject(str(workload.path), workload, facts, base, workload.sha256, settings)
