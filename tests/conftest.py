@@ -143,11 +143,16 @@ def kill_processes_of(state_dir: str) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files that run studies on the session's Ray (a test in them uses `ray_session`)
-    first, each in its own order, the rest after: under README command 2's `-n 2 --dist
-    worksteal` most long studies start early and the many short tests fill in around them,
-    so the run rarely ends on one worker still in a study (a file whose tests are split
-    between the workers sets its module fixtures up on each). The same order in every
-    worker (xdist requires it); alone, the order changes nothing a test checks."""
+    """The longest files first (their seconds in the last whole-suite run, tests/file_seconds.py),
+    each file's tests together and in their own order; files not listed after them, those that
+    run studies on the session's Ray (a test uses `ray_session`) first. Under README command 2's
+    `-n 2 --dist worksteal` the run then ends on short tests, not on one worker still in a long
+    study (a file whose tests are split between the workers sets its module fixtures up on
+    each). The same order in every worker (xdist requires it); alone, the order changes
+    nothing a test checks."""
+    from file_seconds import load
+
+    seconds = load()
     studies = {item.nodeid.split("::")[0] for item in items if "ray_session" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in studies)
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0),
+                                 item.nodeid.split("::")[0] not in studies))
