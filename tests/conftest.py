@@ -153,6 +153,6 @@ def pytest_collection_modifyitems(config, items):
     from file_seconds import load
 
     seconds = load()
-    studies = {item.nodeid.split("::")[0] for item in items if "ray_session" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0),
-                                 item.nodeid.split("::")[0] not in studies))
+    files = {item.nodeid: item.nodeid.split("::")[0] for item in items}
+    studies = {files[item.nodeid] for item in items if "ray_session" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: (-seconds.get(files[item.nodeid], 0.0), files[item.nodeid] not in studies))

@@ -76,14 +76,23 @@ def log_to(args: argparse.Namespace) -> tuple[str, ...]:
     library is missing, is a StudyError naming it."""
     from advisor.study.options.tune_options import check_trackers_installed, read_trackers
 
-    o = options_of(TuneOptions)["log_to"]
-    value, name = args.log_to, o.flag
+    value, name = flag_or_env(args, "log_to")
+    entries = read_trackers(value or (), name)
+    check_trackers_installed(entries, str(options_of(TuneOptions)["log_to"].flag))
+    return entries
+
+
+def flag_or_env(args: argparse.Namespace, field: str) -> tuple[Any, str]:
+    """A TuneOptions field as a command other than tune takes it: its flag (that command's
+    own argument, dest the option's name), else its environment variable read as tune reads
+    it (a StudyError naming the variable); with the name to blame a bad value on. None when
+    neither is given."""
+    o = options_of(TuneOptions)[field]
+    value, name = getattr(args, o.name), str(o.flag)
     variable = next((v for v in o.envs if os.environ.get(v) is not None), None)
     if value is None and variable is not None and o.env_read is not None:
         value, name = o.env_read(os.environ[variable], variable), f"${variable}"
-    entries = read_trackers(value or (), str(name))
-    check_trackers_installed(entries, str(o.flag))
-    return entries
+    return value, name
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:

@@ -51,12 +51,15 @@ def add_arguments(d: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
+    from advisor.cli._options import flag_or_env
     from advisor.core.config import unknown_knob_hint
+    from advisor.core.settle import TOLERANCE
     from advisor.machine.doctor_store import save_verdicts, store_path
     from advisor.machine.hardware import describe_fingerprint, detect, fingerprint
     from advisor.outputs.json_output import print_json
     from advisor.study.doctor.checkup import builtin_subject, run_doctor, user_subject
     from advisor.study.doctor.offered import plan_options
+    from advisor.study.options.tune_options import check_tolerance
     from advisor.techniques.registry import TECHNIQUES
     from advisor.workload.contract import load_workload
 
@@ -66,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         raise StudyError(f"--knob {unknown[0]!r}: unknown knob ({unknown_knob_hint(unknown[0], TECHNIQUES)})")
     if not args.trial_timeout > 0:
         raise StudyError(f"--trial-timeout must be a positive number of seconds, found {args.trial_timeout}")
-    tolerance = _tolerance(args.timing_tolerance)
+    given, where = flag_or_env(args, "timing_tolerance")  # as advisor tune reads it; default 0.05
+    tolerance = TOLERANCE if given is None else check_tolerance(given, where)
     user = load_workload(args.model) if args.model else None  # model.py's errors: exit status 2, nothing run
     hw = detect()
     user_part = user_subject(user, hw, tolerance) if user is not None else None
@@ -104,27 +108,6 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     return 1 if problems else 0
-
-
-def _tolerance(flag: float | None) -> float:
-    """--timing-tolerance, else $ADVISOR_TIMING_TOLERANCE (as advisor tune reads it), else
-    the default; a value outside (0, 1) is exit status 2, naming where it came from."""
-    import os
-
-    from advisor.core.settle import TOLERANCE
-
-    where, value = "--timing-tolerance", flag
-    if value is None and os.environ.get("ADVISOR_TIMING_TOLERANCE", "").strip():
-        where, text = "$ADVISOR_TIMING_TOLERANCE", os.environ["ADVISOR_TIMING_TOLERANCE"]
-        try:
-            value = float(text)
-        except ValueError:
-            raise StudyError(f"{where} is {text!r}, expected a fraction such as 0.05 (+-5%)") from None
-    if value is None:
-        return TOLERANCE
-    if not 0 < value < 1:
-        raise StudyError(f"{where} must be a fraction between 0 and 1 (0.05: +-5%), found {value}")
-    return value
 
 
 def _name(label: str) -> str:

@@ -62,6 +62,13 @@ def _fraction_env(text: str, variable: str) -> float:
         raise StudyError(f"${variable} is {text!r}, expected a fraction such as 0.05 (+-5%)") from None
 
 
+def check_tolerance(value: float, name: str) -> float:
+    """A timing tolerance (``name``: where it came from), or a StudyError: a fraction in (0, 1)."""
+    if not 0 < value < 1:
+        raise StudyError(f"{name} must be a fraction between 0 and 1 (0.05: +-5%), found {value}")
+    return value
+
+
 def _switch_env(text: str, variable: str) -> bool:
     value = text.strip().lower()
     if value not in ("0", "1", "yes", "no", "true", "false", "on", "off"):
@@ -319,9 +326,8 @@ class TuneOptions:
         for field, value in (("timeout", self.timeout), ("budget", self.budget), ("trial_timeout", self.trial_timeout)):
             if value is not None and not value > 0:
                 raise StudyError(f"{name(field)} must be a positive number of seconds, found {value}")
-        if self.timing_tolerance is not None and not 0 < self.timing_tolerance < 1:
-            raise StudyError(f"{name('timing_tolerance')} must be a fraction between 0 and 1 (0.05: +-5%), "
-                             f"found {self.timing_tolerance}")
+        if self.timing_tolerance is not None:
+            check_tolerance(self.timing_tolerance, name("timing_tolerance"))
         drop = name("max_metric_drop")
         if not 0 <= self.max_metric_drop < math.inf:
             raise StudyError(f"{drop} must be >= 0, found {self.drop_text}")
