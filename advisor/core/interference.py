@@ -18,7 +18,10 @@ modified z-score above ``Z`` over the median and MAD of the recent blocks' score
 hyperfine flags outliers; never below ``FLOOR``), for a data-parallel trial (its ranks
 share the machine) also of its own blocks (that steady waiting is the configuration, not a
 neighbour), *and* it was slower than the trial's undisturbed blocks: a block that ran
-faster is never dropped. The step time is the median
+faster is never dropped. In a trial of several ranks a block also counts as disturbed when
+it overlaps in time a block another rank found disturbed (``overlapping``): the ranks wait
+for each other in their collectives, so a neighbour that took one rank's CPU slowed them
+all, though only that rank's counters show it. The step time is the median
 of the clean blocks; a trial is run again only when fewer than ``CLEAN_SHARE`` of its
 blocks (or fewer than ``MIN_CLEAN``) are clean. Where no counter can be read (not Linux),
 a block has no score and is always clean.
@@ -29,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 Z = 3.5  # modified z-score (0.6745 (x - median) / MAD) above which a score is an outlier (Iglewicz-Hoaglin)
@@ -65,22 +68,37 @@ def limit_of(scores: Iterable[float | None]) -> float | None:
 
 
 def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: float | None,
-                     self_contended: bool = False) -> list[int]:
-    """The indices of the disturbed blocks: score over ``limit`` and slower than the median
-    of the blocks under it (all of those over it when none is under it). A
-    ``self_contended`` trial (data-parallel ranks sharing the machine) waits for a CPU in
-    every block alike: that is the configuration, not a neighbour, so its blocks must
-    also be outliers of its own spread (``limit_of`` its own scores) to count."""
-    if limit is None:
+                     self_contended: bool = False, elsewhere: Collection[int] = ()) -> list[int]:
+    """The indices of the disturbed blocks: score over ``limit``, or among ``elsewhere``
+    (blocks that another rank's disturbed blocks overlap), and slower than the median of
+    the other blocks (all of them when there are no others). A ``self_contended`` trial
+    (data-parallel ranks sharing the machine) waits for a CPU in every block alike: that
+    is the configuration, not a neighbour, so its blocks must also be outliers of its own
+    spread (``limit_of`` its own scores) to count."""
+    if limit is None and not elsewhere:
         return []
     own = limit_of(scores) if self_contended else None
-    limit = max(limit, own) if own is not None else limit
-    high = [i for i, s in enumerate(scores) if s is not None and s > limit]
-    quiet = [t for t, s in zip(step_s, scores) if s is None or s <= limit]
+    if limit is not None and own is not None:
+        limit = max(limit, own)
+
+    def over(i: int, s: float | None) -> bool:
+        return i in elsewhere or (limit is not None and s is not None and s > limit)
+
+    high = [i for i, s in enumerate(scores) if over(i, s)]
+    quiet = [t for i, (t, s) in enumerate(zip(step_s, scores)) if not over(i, s)]
     if not quiet:
         return high
     typical = statistics.median(quiet)
     return [i for i in high if step_s[i] > typical]
+
+
+def overlapping(windows: Sequence[tuple[float, float] | None], others: Iterable[Sequence[float]]) -> list[int]:
+    """The indices of ``windows`` (a block's start and end on the machine's monotonic
+    clock; None: not known) that overlap any of ``others`` (another rank's disturbed
+    blocks, on the same clock)."""
+    spans = [(float(a), float(b)) for a, b in others]
+    return [i for i, w in enumerate(windows)
+            if w is not None and any(a < w[1] and w[0] < b for a, b in spans)]
 
 
 def too_few_clean(blocks: int, clean: int) -> bool:

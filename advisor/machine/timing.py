@@ -21,7 +21,10 @@ counters are read (``advisor.machine.interference``); a block that other work di
 (``advisor.core.interference``: its score over the study's ``limit``, or the trial's own
 blocks' when the study has none yet, and slower than the undisturbed blocks) is dropped:
 the warm-up cut, the median, the IQR and the verdict are over the clean blocks.
-``interference()`` says how many were dropped and why.
+``interference()`` says how many were dropped and why. Each block's start and end are
+kept on the machine's monotonic clock (``perf_counter``, one clock for all processes on
+Linux), so that the ranks of one trial can drop the blocks another rank found disturbed
+(``disturbed_windows`` and ``note_elsewhere``; ``advisor.trial.shared.share_disturbed``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from advisor.core.interference import disturbed_blocks, limit_of, score, too_few_clean
+from advisor.core.interference import disturbed_blocks, limit_of, overlapping, score, too_few_clean
 from advisor.core.settle import MIN_BLOCKS, TOLERANCE, halfwidth, settle, settled
 from advisor.machine.interference import accumulate, difference, read_counters
 
@@ -107,7 +110,10 @@ class StepTimer:
         self.counts: list[dict[str, float]] = []  # each block's interference counters, with samples
         self._block_counts: dict[str, float] = {}
         self._open_counters: dict[str, float] | None = None
-        self._clean: tuple[int, list[int], float | None] = (-1, [], None)  # (blocks, dropped, limit), cached
+        self.block_windows: list[tuple[float, float] | None] = []  # each block's start and end (perf_counter)
+        self._block_window: tuple[float, float] | None = None
+        self.elsewhere: list[tuple[float, float]] = []  # the blocks other ranks of the trial found disturbed
+        self._clean: tuple[tuple[int, int], list[int], float | None] = ((-1, -1), [], None)  # (key, dropped, limit)
         self._verdict: tuple[tuple[int, int], bool] = ((-1, -1), False)  # ((blocks, steps), converged), cached
 
     def step(self) -> _TimedStep:
@@ -117,9 +123,11 @@ class StepTimer:
         """Record one step of ``seconds``: ``add_steps(seconds, 1)``."""
         self.add_steps(seconds, 1)
 
-    def add_steps(self, seconds: float, steps: int, counts: dict[str, float] | None = None) -> None:
+    def add_steps(self, seconds: float, steps: int, counts: dict[str, float] | None = None,
+                  window: tuple[float, float] | None = None) -> None:
         """Record ``steps`` consecutive steps that took ``seconds`` together (``counts``: the
-        interference counters' differences over them). Short steps are pooled into blocks of
+        interference counters' differences over them; ``window``: when they started and
+        ended, on ``perf_counter``'s clock). Short steps are pooled into blocks of
         equal step count (sized from the first timed step to last about ``block_s``, and
         sized again, larger, when a block lasts under half that: the first timed step may
         still have been warming up) so that timer and scheduler noise does not dominate a
@@ -131,12 +139,15 @@ class StepTimer:
         self._block[0] += seconds
         self._block[1] += steps
         self._block_counts = accumulate(self._block_counts, (counts | {"wall_s": seconds}) if counts else {})
+        if window is not None:
+            self._block_window = (self._block_window or window)[0], window[1]
         if self._block[1] >= self._per_block:
             if self._block[0] < self.block_s / 2:  # sized on a warm-up step: the steps got faster since
                 self._per_block = max(self._per_block, self._steps_per_block(self._block[0] / self._block[1]))
             self.samples.append(self._block[0] / self._block[1])
             self.counts.append(self._block_counts)
-            self._block, self._block_counts = [0.0, 0], {}
+            self.block_windows.append(self._block_window)
+            self._block, self._block_counts, self._block_window = [0.0, 0], {}, None
 
     def _steps_per_block(self, step_s: float) -> int:
         """Steps of ``step_s`` seconds that last about ``block_s`` together."""
@@ -148,13 +159,30 @@ class StepTimer:
         self._open_at, self._open_steps, self._open_counters = None, 0, None
 
     def dropped(self) -> tuple[list[int], float | None]:
-        """The disturbed blocks' indices, and the limit they were judged by."""
-        if self._clean[0] != len(self.samples):
-            scores = [score(c) for c in self.counts]
-            limit = self.limit if self.limit is not None else limit_of(scores)
-            self._clean = (len(self.samples), disturbed_blocks(self.samples, scores, limit, self._self_contended()),
-                           limit)
+        """The disturbed blocks' indices (by their own counters, or overlapping a block
+        another rank found disturbed), and the limit they were judged by."""
+        key = (len(self.samples), len(self.elsewhere))
+        if self._clean[0] != key:
+            scores, limit = self._scores_and_limit()
+            near = overlapping(self.block_windows, self.elsewhere)
+            self._clean = (key, disturbed_blocks(self.samples, scores, limit, self._self_contended(), near), limit)
         return self._clean[1], self._clean[2]
+
+    def _scores_and_limit(self) -> tuple[list[float | None], float | None]:
+        scores = [score(c) for c in self.counts]
+        return scores, (self.limit if self.limit is not None else limit_of(scores))
+
+    def disturbed_windows(self) -> list[tuple[float, float]]:
+        """When this process's disturbed blocks ran, by its own counters alone (for the
+        other ranks of its trial)."""
+        scores, limit = self._scores_and_limit()
+        own = disturbed_blocks(self.samples, scores, limit, self._self_contended())
+        return [w for i in own if (w := self.block_windows[i]) is not None]
+
+    def note_elsewhere(self, windows: list[tuple[float, float]]) -> None:
+        """Drop also the blocks that overlap ``windows``: blocks other ranks of this trial
+        found disturbed (they waited for that rank in their collectives)."""
+        self.elsewhere = [(float(a), float(b)) for a, b in windows]
 
     def _self_contended(self) -> bool:
         """Whether this trial waits for a CPU in every block whatever the neighbours do: its
@@ -214,12 +242,14 @@ class StepTimer:
         total: dict[str, float] = {}
         for c in self.counts:
             total = accumulate(total, c)
+        near = set(overlapping(self.block_windows, self.elsewhere))
         why = [{"block": i, "score": round(scores[i] or 0.0, 4), "slower": round(self.samples[i] / typical, 3),
                 "wait_s": round(self.counts[i].get("wait_s", 0.0), 5),
                 "steal_s": round(self.counts[i].get("steal_s", 0.0), 5),
-                "nivcsw": self.counts[i].get("nivcsw")} for i in dropped[:10]]
+                "nivcsw": self.counts[i].get("nivcsw"), "another_rank": i in near} for i in dropped[:10]]
         wall = total.get("wall_s")
         return {"blocks": len(self.samples), "clean": clean, "dropped": len(dropped),
+                "dropped_for_another_rank": sum(i in near for i in dropped),
                 "too_few_clean": too_few_clean(len(self.samples), clean),
                 "limit": round(limit, 4) if limit is not None else None,
                 "limit_from": "study" if self.limit is not None else "trial",
@@ -258,4 +288,4 @@ class _TimedStep:
             seconds, steps = now - t._open_at, t._open_steps
             t.windows.append((t._open_at, now))
             t.discard_open()
-            t.add_steps(seconds, steps, counts)
+            t.add_steps(seconds, steps, counts, t.windows[-1])

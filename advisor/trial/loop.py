@@ -42,6 +42,7 @@ from advisor.trial.shared import (
     model_facts,
     model_hints,
     sentinel,
+    share_disturbed,
     snapshot,
     training_batches,
 )
@@ -94,6 +95,7 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     else:
         figures = _train(prepared, workload, train, val, settings, timer, phases, memory.peak_bytes)
     after = sentinel(prepared)
+    share_disturbed(prepared, timer)  # rank 0's figure drops what any rank's neighbour disturbed
     timing = timer.result()
     telemetry = sampler.stop() if sampler else {}
     if device.type == "cuda":  # the devices Ray gave this trial's task

@@ -1,9 +1,10 @@
 """What the parts of a trial share (``advisor.trial.loop``, ``advisor.trial.training``):
-the training batches epoch after epoch, the ranks' agreement on another step, the noise
-sentinel's reading, the evaluation, a finite-loss check and the model's facts."""
+the training batches epoch after epoch, the ranks' agreement on another step and on the
+disturbed blocks, the noise sentinel's reading, the evaluation, a finite-loss check and the model's facts."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any
@@ -15,6 +16,7 @@ from advisor.workload.defaults import batch_len
 from advisor.workload.stream import first_items, is_stream, start_epoch
 
 _SENTINEL_ROUNDS = iter(range(1_000_000))
+_DISTURBED_ROUNDS = iter(range(1_000_000))
 
 
 def sentinel(prepared: Any) -> dict[str, Any] | None:
@@ -36,6 +38,27 @@ def sentinel(prepared: Any) -> dict[str, Any] | None:
     while not store.check([key]):
         time.sleep(0.002)
     return None
+
+
+def share_disturbed(prepared: Any, timer: Any) -> None:
+    """Every rank of a trial drops also the timed blocks that overlap a block another rank
+    found disturbed (``advisor.machine.timing.StepTimer.note_elsewhere``): the ranks wait
+    for each other in their collectives, so one rank's neighbour slows them all, and rank
+    0's figure must not keep what rank 1 dropped. The windows travel through the process
+    group's store (any backend, no device memory); every rank calls this at the same point."""
+    if prepared.ranks.world == 1:
+        return
+    from torch.distributed import distributed_c10d
+
+    store = distributed_c10d._get_default_store()
+    round_ = next(_DISTURBED_ROUNDS)
+    me, world = prepared.ranks.rank, prepared.ranks.world
+    store.set(f"advisor-disturbed-{round_}-{me}", json.dumps(timer.disturbed_windows()))
+    others: list[tuple[float, float]] = []
+    for rank in range(world):
+        if rank != me:  # get waits until that rank has set its key
+            others.extend(tuple(w) for w in json.loads(store.get(f"advisor-disturbed-{round_}-{rank}")))
+    timer.note_elsewhere(others)
 
 
 def snapshot(module: Any) -> dict[str, Any]:

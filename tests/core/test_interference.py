@@ -15,6 +15,7 @@ from advisor.core.interference import (
     disturbance,
     disturbed_blocks,
     limit_of,
+    overlapping,
     rerun_reason,
     score,
     too_few_clean,
@@ -90,3 +91,22 @@ def test_a_configuration_that_waits_in_every_block_alike_drops_nothing():
     burst = steady[:11] + [0.97]
     assert disturbed_blocks(steps[:11] + [0.05], burst, 0.1, self_contended=True) == [11]
     assert len(disturbed_blocks(steps, steady, 0.1)) == 12  # not self-contended: a neighbour all along
+
+
+def test_a_block_another_rank_found_disturbed_is_dropped_where_it_was_slower():
+    """A neighbour that took rank 1's CPU held rank 0 in its collectives: rank 0's counters
+    show nothing, but its blocks that overlap rank 1's disturbed ones are dropped, if slower."""
+    steps = [0.010] * 10 + [0.018, 0.017] + [0.010] * 6 + [0.009]
+    quiet: list[float | None] = [0.01] * len(steps)
+    assert disturbed_blocks(steps, quiet, 0.1) == []
+    assert disturbed_blocks(steps, quiet, 0.1, elsewhere={10, 11, 18}) == [10, 11]  # 18 ran faster: kept
+    assert disturbed_blocks(steps, quiet, None, elsewhere={10}) == [10]  # no limit yet: the other rank decides
+    assert disturbed_blocks(steps, [None] * len(steps), None) == []
+
+
+def test_blocks_overlapping_another_ranks_disturbed_windows():
+    windows = [(0.0, 1.0), (1.0, 2.0), None, (2.0, 3.0), (3.0, 4.0)]
+    assert overlapping(windows, [(1.5, 2.5)]) == [1, 3]
+    assert overlapping(windows, [(1.0, 1.0)]) == []  # touching is not overlapping
+    assert overlapping(windows, [[3.9, 9.0], (0.5, 0.6)]) == [0, 4]  # as JSON brings them: lists
+    assert overlapping(windows, []) == []
