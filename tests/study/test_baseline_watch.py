@@ -188,3 +188,41 @@ def test_a_baseline_whose_own_readings_show_a_busy_machine_is_measured_again_bef
             assert w.attrs.baseline_disturbed() and "its first run was disturbed" in notes[-1]
             w.check_first_run(record, counted=1, last_trial=0, timeout=10)  # once only
             assert len(executor.payloads) == 1
+
+
+class _SwingingExecutor(_RecordingExecutor):
+    """A stand-in executor whose runs' sentinel readings swing 20x from one run to the next
+    (a machine whose neighbours come and go), each run otherwise clean."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readings = iter([0.001, 0.02] * 50)
+
+    def wait(self, handles, timeout):
+        return [(h, run(20, throughput=1000.0, sentinel=next(self.readings))) for h in handles]
+
+
+def test_a_swinging_machine_gets_one_remeasurement_per_trial_not_a_loop():
+    """Seen by a user beside a busy process: the baseline was measured again 22 times in a
+    row, each new reading found drifted from the median at once, and no trial ran. A drift
+    is acted on at most once per trial counted, judged against the readings' median when
+    the baseline was last measured, not its one reading."""
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+    executor = _SwingingExecutor()
+    w = BaselineWatch(study, SimpleNamespace(path="m.py", source="", sha256=""), TrialSettings(train_samples=10),
+                      TrialConfig(), executor, Stop(), lambda e: None)
+    for reading in (0.004, 0.004, 0.004, 0.004, 0.004):
+        w.judge.add(reading)
+    w.base_reading, w.counted_at_last = 0.02, 3  # the last measurement read far off the median
+    assert w.remeasure_reason(counted=3, seeds_done=True) is None  # no trial since: no drift verdict yet
+    reason = w.remeasure_reason(counted=4, seeds_done=True)
+    assert reason == "the noise sentinel drifted since the baseline was last measured"
+    w.remeasure(reason, counted=4, last_trial=3, timeout=10)
+    assert len(executor.payloads) == 1
+    assert w.remeasure_reason(counted=4, seeds_done=True) is None  # not again before another trial
+    assert w.base_reading == pytest.approx(0.004)  # the median it was measured at, not its own 1 ms
+    assert w.measurements[-1]["sentinel_s"] == pytest.approx(0.001)
+    assert w.measurements[-1]["sentinel_median_s"] == pytest.approx(0.004)
+    resumed = BaselineWatch(study, SimpleNamespace(path="m.py", source="", sha256=""),
+                            TrialSettings(train_samples=10), TrialConfig(), executor, Stop(), lambda e: None)
+    assert resumed.base_reading == pytest.approx(0.004)  # a resumed study reads the same

@@ -72,7 +72,8 @@ class BaselineWatch:
         self.attrs = StudyAttrs(study)
         self.measurements: list[dict[str, Any]] = self.attrs.baseline_measurements()
         base = next((r for r in records if r.baseline and r.state == "complete"), None)
-        self.base_reading = (self.measurements[-1].get("sentinel_s") if self.measurements
+        last = self.measurements[-1] if self.measurements else {}
+        self.base_reading = (last.get("sentinel_median_s") or last.get("sentinel_s") if self.measurements
                              else reading_of(base.get("telemetry")) if base else None)
         self.base_disturbed = self.attrs.baseline_disturbed()
         trial0 = [base.figures.throughput] if base and base.figures and not (
@@ -211,10 +212,13 @@ class BaselineWatch:
         self.remeasure(f"its first run was disturbed: {why}", counted, last_trial, timeout)
 
     def remeasure_reason(self, counted: int, seeds_done: bool) -> str | None:
-        """Why the baseline should be measured again now, or None."""
-        if self.judge.drifted(self.base_reading):
-            return "the noise sentinel drifted since the baseline was last measured"
+        """Why the baseline should be measured again now, or None. A drift is acted on once
+        per trial counted at most: on a machine whose readings swing, measuring the baseline
+        again and again found it drifted again each time (22 measurements in a row, and the
+        study's four trials took 239 s), never running a trial."""
         since = counted - self.counted_at_last
+        if since > 0 and self.judge.drifted(self.base_reading):
+            return "the noise sentinel drifted since the baseline was last measured"
         if seeds_done and not self.measurements and since > 0:
             return "the one-knob seeds are in"
         if since >= REMEASURE_EVERY:
@@ -247,10 +251,12 @@ class BaselineWatch:
             self.attrs.set_baseline_disturbed(trial0)
             self.base_disturbed = True
         entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
-                 "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading, "reason": reason,
-                 "host": result.host}
+                 "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading,
+                 "sentinel_median_s": self.judge.median, "reason": reason, "host": result.host}
         self.measurements = self.attrs.add_baseline_measurement(entry)  # with any another driver added
-        previous, self.base_reading = self.base_throughput, reading
+        # the machine's state it was measured in: the median of the recent readings (its own
+        # included), not its one reading, which a swing can put off that median at once
+        previous, self.base_reading = self.base_throughput, entry["sentinel_median_s"] or reading
         self.references.append(result.throughput)
         change = f" ({result.throughput / previous:.2f}x the previous reference)" if previous else ""
         self.emit(Note(f"baseline measured again ({reason}): {result.throughput:,.0f} samples/s{change}; "

@@ -80,6 +80,9 @@ def _ray_address_env(text: str, variable: str) -> str | None:
     return text.strip() or None  # RAY_ADDRESS="" : no cluster, a local Ray
 
 
+MAX_SEED = 2**32 - 1  # the largest seed Optuna's samplers (and numpy's) take
+
+
 def _seeds_env(text: str, variable: str) -> int:
     try:
         return int(text)
@@ -351,6 +354,10 @@ class TuneOptions:
         if self.metric_seeds < 1:
             raise StudyError(f"{name('metric_seeds')} must be at least 1 (1: no noise estimate), "
                              f"found {self.metric_seeds}")
+        highest = MAX_SEED - (self.metric_seeds - 1)  # the baseline's noise seeds follow it
+        if not 0 <= self.seed <= highest:
+            raise StudyError(f"{name('seed')} must be between 0 and {highest} (the samplers take seeds below 2**32, "
+                             f"and the baseline's metric seeds count up from it), found {self.seed}")
         if self.train not in TRAIN_MODES:
             raise StudyError(f"{name('train')} must be one of {', '.join(TRAIN_MODES)}, found {self.train!r}")
         check_trackers_installed(read_trackers(self.log_to, name("log_to")), name("log_to"))

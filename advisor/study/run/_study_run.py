@@ -230,6 +230,9 @@ class StudyRun:
             more = done + parts.in_flight() < self.options.trials  # trials still to start
             remeasure = watch.remeasure_reason(done, self.strategy.seeds_done) if more else None
             if remeasure and not self.slots:  # alone on the machine, like every measurement
+                if time.monotonic() >= self.deadline:
+                    self.ended = self.deadline_why
+                    break
                 watch.remeasure(remeasure, done, self.ledger.last_number, timeout)
                 continue
             if not remeasure:
