@@ -27,6 +27,7 @@ from advisor.study.storage.guard import shown_url
 from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import Workload, load_workload
+from advisor.workload.local_modules import local_modules
 from advisor.workload.preflight import preflight
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 # Study attributes that must match for a resumed study's trials to stay comparable: those the
 # plan derives (not options of their own: the model.py's content, the space as filtered here,
 # the trial settings), then the options TuneOptions marks must_match (advisor.study.options.tune_options).
-DERIVED_MUST_MATCH = ("workload_sha256", "space", "settings")
+DERIVED_MUST_MATCH = ("workload_sha256", "workload_modules", "space", "settings")
 # the settings that say how a timing stops (not what is measured): a resumed study takes today's
 TIMING_METHOD = ("warmup_steps", "min_steps", "warmup_s", "timing_tolerance")
 MUST_MATCH = DERIVED_MUST_MATCH + tuple(attr for _, attr in must_match(TuneOptions))
@@ -62,6 +63,8 @@ class StudyPlan:
         return {
             IDENTITY_MARK: str(self.workload.path),
             "workload_sha256": self.workload.sha256,
+            "workload_modules": local_modules(self.workload.path, self.workload.source),  # helpers beside it
+            "workload_parameters": self.facts.get("parameters"),  # what model() built (None: no preflight)
             "workload": self.options.workload,
             "workload_format": self.workload.kind,  # "model.py" or "lightning" (export speaks its terms)
             "workload_parts": {role: self.workload.names[role] for role in ("model", "datamodule")
@@ -191,6 +194,12 @@ def _differs(key: str, then: Any, now: Any) -> str:
         text = json.dumps(value, sort_keys=True, default=str)
         return text if len(text) <= 40 else text[:16] + "..."
 
+    if key == "workload_modules" and isinstance(then, dict) and isinstance(now, dict):
+        changed = [f"{name} {'changed' if name in then and name in now else 'new' if name in now else 'gone'}"
+                   for name in sorted({*then, *now}) if then.get(name) != now.get(name)]
+        return "the modules beside model.py that it imports: " + ", ".join(changed)
+    if key == "workload_parameters":
+        return f"the model's parameters: {then:,} then, {now:,} now"
     if isinstance(then, dict) and isinstance(now, dict):
         keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
         parts = [f"{k} {shown(then.get(k))} then, {shown(now.get(k))} now" for k in keys[:4]]
@@ -210,6 +219,9 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
         if "eval_batch_size" not in raw:  # an older version's study: each trial's batch evaluated it (the same
             old["settings"]["eval_batch_size"] = attrs["settings"]["eval_batch_size"]  # for averaging metrics)
     diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
+    if None not in (old.get("workload_parameters"), attrs["workload_parameters"]) and (
+            old["workload_parameters"] != attrs["workload_parameters"]):  # a file model.py reads, say
+        diffs.append("workload_parameters")
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
