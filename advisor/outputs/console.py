@@ -273,7 +273,9 @@ def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: Me
     ``latency``: an inference trial's, for its p99 against --max-latency-ms."""
     why = []
     verdict = vs.verdict if vs is not None else None
+    undecided = False
     if constraints.get(METRIC_DROP, 0) > 0 and verdict is not None and verdict.noise_known:
+        undecided = not verdict.decided
         likely = "likely " if not verdict.decided else ""
         why.append(f"{metric.name} {likely}worse than --max-metric-drop allows ({verdict.text(metric.delta_text, metric.higher_is_better)})")
     elif constraints.get(METRIC_DROP, 0) > 0:
@@ -290,6 +292,8 @@ def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: Me
     if over > 0:  # stored as p99 minus the limit
         why.append(over_limit_text(latency.p99_ms, latency.p99_ms - over) if latency is not None
                    else "p99 latency over --max-latency-ms")
+    if undecided and len(why) == 1:  # the noise cannot tell yet: more seeds may put it on the front
+        return "counted infeasible for now: " + why[0]
     return "infeasible: " + "; ".join(why) if why else "infeasible"
 
 

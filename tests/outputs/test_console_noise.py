@@ -22,7 +22,11 @@ def test_infeasible_gives_the_verdict_with_its_bounds():
     base = [0.95, 0.94, 0.96]
     undecided = verdict([0.93], base, 0.01)  # -2 pt with +-1 pt seeds: within the noise
     text = infeasible_text({"accuracy_drop": 0.01}, Versus(1.0, 1.0, -0.02, epsilon=0.02, verdict=undecided))
-    assert text.startswith("infeasible: accuracy likely worse than --max-metric-drop allows (undecided: -2.0 pt, ")
+    assert text.startswith("counted infeasible for now: accuracy likely worse than --max-metric-drop allows "
+                           "(undecided: -2.0 pt, ")
+    over_cap = infeasible_text({"accuracy_drop": 0.01, "memory_cap": 2.0},
+                               Versus(1.0, 1.0, -0.02, epsilon=0.02, verdict=undecided))
+    assert over_cap.startswith("infeasible: accuracy likely worse") and "--memory-cap" in over_cap  # decided anyway
     assert "straddle -1.0 pt" in text and "1 seed(s) against the baseline's 3" in text
     worse = verdict([0.80, 0.81, 0.79], base, 0.01)
     text = infeasible_text({"accuracy_drop": 0.14}, Versus(1.0, 1.0, -0.15, epsilon=0.02, verdict=worse))

@@ -108,3 +108,35 @@ def test_decided_or_reused_candidates_need_no_more_seeds(study):
     assert undecided_candidates(study, 6, 0) == []  # decided with one seed
     study.set_user_attr(METRIC_NOISE, {"seeds": [0], "values": [0.95]})
     assert undecided_candidates(study, 6, 0) == []  # no noise estimate: nothing to decide with
+
+
+
+def test_an_undecided_trial_beyond_the_allowed_drop_gets_the_seeds_that_may_clear_it(tmp_path):
+    """Seen by a user: a trial whose one value was the baseline's own seed-0 value was off
+    the front as "likely worse" than the baseline's seed mean, and never got the seeds that
+    would decide it. It is a candidate for them, as one of the front it could join, and
+    the seeds bring it back onto the front."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="m",
+                                directions=["maximize", "minimize", "maximize"])
+    study.set_user_attr("max_accuracy_drop", 0.01)
+    ledger = Ledger(study, Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=5,
+                                    limits=Limits(0.01)), Limits(0.01))
+    seeds = [0.944, 0.962, 0.958]  # seed 0 drew low
+    ledger.tell(ledger.propose_baseline().number, full(1000.0, seeds[0]), 1.0)
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": seeds})
+    bf16 = ledger._hand_out(study.ask(), TrialConfig(batch_size=32, precision="bf16"))
+    ledger.tell(bf16.number, full(1500.0, seeds[0]), 1.0)  # 1.5x, and exactly the baseline's seed-0 value
+    stored = read_study(study)
+    record = stored.records[1]
+    judged = stored.verdict(record)
+    assert judged.kind == "undecided" and judged.difference < -0.01  # beyond the drop on its point estimate
+    assert not record.feasible and 1 not in [r.number for r in stored.front()]
+    assert [r.number for r, _ in undecided_candidates(study, 6, 0)] == [1]
+    executor = ScriptedSeeds({1: 0.962, 2: 0.958})  # it reproduces the baseline's other seeds too
+    train_more_seeds(study, Workload(), TrialSettings(train_samples=100, seed=0), executor, top=6, timeout=60.0,
+                     stop=Stop(), on_event=lambda e: None, part="training")
+    stored = read_study(study)
+    judged = stored.verdict(stored.records[1])
+    assert judged.difference == pytest.approx(0.0) and stored.records[1].feasible  # within the drop, as likely
+    assert 1 in [r.number for r in stored.front()]

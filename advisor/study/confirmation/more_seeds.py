@@ -5,7 +5,12 @@ one value of its metric; against the baseline's seeds its verdict may be *undeci
 (``advisor.core.feasibility``). Once the search is over, each such candidate of the front
 (the ones confirmation would confirm: ``advisor.study.confirmation.confirm.candidates``) trains with
 the baseline's other seeds, as a training run each, so both sides have as many values and
-the same seeds. Its values are stored as the study attribute ``metric_seeds:<trial>``;
+the same seeds. An undecided trial whose one value lies beyond the allowed drop is off the
+front (counted infeasible) until then, yet more seeds may well decide it feasible (a user's
+trial that reproduced the baseline's own seed-0 value exactly was "likely worse" than the
+baseline's seed mean): the candidates are drawn from the front the study would have with
+every undecided trial counted feasible (``_undecided_as_feasible``).
+Its values are stored as the study attribute ``metric_seeds:<trial>``;
 ``StoredStudy`` then reads the trial at its seed mean, judged again. A candidate whose
 metric was reused from another trial (the same training numerics) is left as it is: its
 values are that trial's.
@@ -19,10 +24,12 @@ from dataclasses import replace
 from typing import Any
 
 from advisor.core.events import Listener, Note
+from advisor.core.objectives import METRIC_DROP
 from advisor.core.results import TrialPayload, TrialSettings
 from advisor.core.stop import Stop
-from advisor.core.stored import METRIC_REUSED, METRIC_SEEDS, read_study
+from advisor.core.stored import METRIC_REUSED, METRIC_SEEDS, StoredStudy, read_study
 from advisor.core.study_attrs import StudyAttrs
+from advisor.core.study_metric import EARLY_STOP
 from advisor.core.units import first_line
 from advisor.runner.executor import Executor, run_one
 from advisor.study.confirmation.confirm import candidates
@@ -36,7 +43,7 @@ def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[An
     if noise is None or len(noise.seeds) < 2:
         return []
     out = []
-    for record in candidates(stored, top):
+    for record in candidates(_undecided_as_feasible(stored), top):
         judged = stored.verdict(record)
         if judged is None or judged.decided or record.get(METRIC_REUSED) is not None:
             continue
@@ -44,6 +51,19 @@ def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[An
             continue  # trained with them already (an earlier run of the study)
         out.append((record, [s for s in noise.seeds if s != first_seed]))
     return out
+
+
+def _undecided_as_feasible(stored: StoredStudy) -> StoredStudy:
+    """``stored`` with every undecided trial's metric counted within the allowed drop (its
+    other limits as they are): the front its undecided trials could join."""
+    records = []
+    for r in stored.records:
+        judged = stored.verdict(r) if r.state == "complete" and r.figures is not None and not r.baseline else None
+        if judged is not None and not judged.decided and r.constraints.get(METRIC_DROP, 0.0) > 0 \
+                and not r.get(EARLY_STOP):
+            r = replace(r, constraints={**r.constraints, METRIC_DROP: 0.0})
+        records.append(r)
+    return replace(stored, records=records)
 
 
 def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executor: Executor, top: int,
