@@ -74,10 +74,10 @@ def failure_message(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, SystemExit):
         return (f"model.py called {describe_exit(exc)} during the trial: model.py must not end "
-                f"the process (its functions return, or raise an exception)\n{user_frames(exc)}")
+                f"the process (its functions return, or raise an exception)\n{user_frames(exc)}").rstrip()
     if isinstance(exc, KeyboardInterrupt):
-        return f"model.py raised KeyboardInterrupt itself during the trial\n{user_frames(exc)}"
-    return f"{type(exc).__name__}: {exc}\n{user_frames(exc)}"
+        return f"model.py raised KeyboardInterrupt itself during the trial\n{user_frames(exc)}".rstrip()
+    return f"{type(exc).__name__}: {exc}\n{user_frames(exc)}".rstrip()
 
 
 def load_same_workload(payload: TrialPayload) -> Workload:

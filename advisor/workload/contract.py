@@ -161,6 +161,10 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
         tp_plan=getattr(module, "tp_plan", None),
         pipeline_split=getattr(module, "pipeline_split", None),
         collate=getattr(module, "collate", None),  # items -> (input, target): padding variable-length items
+        names={**({} if declared_loss is not None or hasattr(module, "loss")
+                  else {"loss": "the default loss (cross entropy: model.py defines no loss())"}),
+               **({} if hasattr(module, "metric") else {"metric": "the default metric (accuracy: model.py defines no "
+                                                                 "metric())"})},
     )
 
 

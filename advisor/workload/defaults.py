@@ -31,11 +31,33 @@ def flat_scores(output: Any, target: Any) -> tuple[Any, Any]:
     classes), per position with the classes last (batch, positions, classes: language
     models), or with the classes second (batch, classes, height, width: segmentation)."""
     scores = scores_of(output)
+    _check_scores(scores, target)
     if scores.dim() <= 2 or target.dim() == 0:
         return scores, target
     if tuple(scores.shape[:-1]) == tuple(target.shape):
         return scores.reshape(-1, scores.shape[-1]), target.reshape(-1)
     return scores.movedim(1, -1).reshape(-1, scores.shape[1]), target.reshape(-1)
+
+
+def _check_scores(scores: Any, target: Any) -> None:
+    """What the default loss and metric can read, or a TypeError saying what they found."""
+    import torch
+
+    own = "define loss(output, target) and metric(output, target) in model.py for this model"
+    if not isinstance(scores, torch.Tensor):
+        what = (f"a {type(scores).__name__} of {len(scores)}" if isinstance(scores, (tuple, list, Mapping))
+                else f"a {type(scores).__name__}")
+        keys = f" (keys {', '.join(map(repr, list(scores)[:5]))}, no 'logits')" if isinstance(scores, Mapping) else ""
+        raise TypeError(f"the model's output is {what}{keys}, not class scores: the default loss and metric read "
+                        f"a tensor (batch, classes), or an output holding it as `logits`; {own}")
+    if isinstance(target, torch.Tensor) and target.is_floating_point() and (
+            scores.dim() < 2 or target.shape != scores.shape):  # same shape, 2-D or more: class probabilities
+        raise TypeError(f"the targets are {str(target.dtype).removeprefix('torch.')} values of shape "
+                        f"{tuple(target.shape)}, not class indices: the default loss (cross entropy) and metric "
+                        f"(accuracy) are for classification; for a regression, {own} (and METRIC, its direction)")
+    if scores.dim() < 2:
+        raise TypeError(f"the model's output has shape {tuple(scores.shape)}, not (batch, classes): the default "
+                        f"loss and metric read a score per class; {own}")
 
 
 def batch_len(x: Any, y: Any) -> int:

@@ -56,6 +56,8 @@ def user_frames(exc: BaseException) -> str:
     if library and not is_user_file(frames[-1].filename):
         deepest = library[-1]
         lines.append(f"  (raised inside {_short(deepest.filename)}, line {deepest.lineno}, in {deepest.name})\n")
+    if not lines:  # raised by advisor's own code for the contract (the default loss, say): its message says it all
+        return ""
     lines += traceback.format_exception_only(type(exc), exc)
     return "".join(lines).rstrip()
 
@@ -93,14 +95,14 @@ def user_code(where: str, importing: bool = False) -> Iterator[None]:
                     else "a contract function returns, or raises an exception")
             raise WorkloadError(
                 f"{where} called {describe_exit(exc)}: model.py must not end the process (advisor "
-                f"imports it and calls its functions; {hint})\n{user_frames(exc)}") from None
+                f"imports it and calls its functions; {hint})\n{user_frames(exc)}".rstrip()) from None
         except KeyboardInterrupt as exc:
             if interrupted.seen:
                 raise
-            raise WorkloadError(f"{where} raised KeyboardInterrupt itself (not a Ctrl-C)\n"
-                                + user_frames(exc)) from None
+            raise WorkloadError((f"{where} raised KeyboardInterrupt itself (not a Ctrl-C)\n"
+                                 + user_frames(exc)).rstrip()) from None
         except Exception as exc:  # user code: any exception is a contract problem
-            raise WorkloadError(f"{where} raised {type(exc).__name__}: {exc}\n{user_frames(exc)}") from None
+            raise WorkloadError(f"{where} raised {type(exc).__name__}: {exc}\n{user_frames(exc)}".rstrip()) from None
 
 
 IMPORT_TIMEOUT_S = 300.0  # default of $ADVISOR_IMPORT_TIMEOUT

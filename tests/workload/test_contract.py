@@ -114,6 +114,20 @@ VIOLATIONS = [
      "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
      "    return TensorDataset(torch.randn(64, 4), y), TensorDataset(torch.randn(16, 5), y[:16])\n",
      "the model's forward, in eval mode, on a batch of 2 validation samples, raised RuntimeError"),
+    # the defaults (no loss(), no metric()) on a model they cannot read: said as such, not as the user's loss()
+    ("default-loss-on-a-tuple", GOOD_DATA + "class Net(torch.nn.Linear):\n    def forward(self, x):\n"
+     "        return super().forward(x), x\ndef model():\n    return Net(4, 2)\n",
+     "model.py: the default loss (cross entropy: model.py defines no loss()) raised TypeError: the model's output "
+     "is a tuple of 2, not class scores"),
+    ("default-loss-on-a-dict", GOOD_DATA + "class Net(torch.nn.Linear):\n    def forward(self, x):\n"
+     "        return {'scores': super().forward(x)}\ndef model():\n    return Net(4, 2)\n",
+     "the model's output is a dict of 1 (keys 'scores', no 'logits')"),
+    ("default-metric-on-a-regression", "import torch\nfrom torch.utils.data import TensorDataset\n"
+     "def datasets():\n    x = torch.randn(64, 4)\n    return TensorDataset(x, x.sum(1)), TensorDataset(x, x.sum(1))\n"
+     "def model():\n    return torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Flatten(0))\n"
+     "def loss(o, t):\n    return torch.nn.functional.mse_loss(o, t)\n",
+     "model.py: the default metric (accuracy: model.py defines no metric()) raised TypeError: the targets are "
+     "float32 values of shape (2,), not class indices"),
     ("validation-not-batchable", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
      "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
      "    return TensorDataset(torch.randn(64, 4), y), [(torch.zeros(4), 0), (torch.zeros(3), 1)]\n",
