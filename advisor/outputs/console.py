@@ -224,7 +224,7 @@ class TuneOutput:
             c.print(front_table(study))
         by_class = ", ".join(f"{n} {k}" for k, n in sorted(tally["failed_by_class"].items()))
         not_combinable = (tally["skipped"] - tally["skipped_oom"] - tally["skipped_estimate"]
-                          - tally.get("skipped_known_failure", 0))
+                          - tally["skipped_over_limit"] - tally.get("skipped_known_failure", 0))
         probed = f", {tally['probed_only']} probed only" if tally["probed_only"] else ""
         c.print(f"trials: {tally['trials']} run, {tally['completed']} completed{probed}, {tally['failed']} failed"
                 + (f" ({by_class})" if by_class else "") + f", {tally['infeasible']} infeasible"
@@ -236,6 +236,8 @@ class TuneOutput:
                    if tally["skipped_oom"] else "")
                 + (f"; {tally['skipped_estimate']} not run: their memory, estimated first, was over the limit"
                    if tally["skipped_estimate"] else "")
+                + (f"; {tally['skipped_over_limit']} skipped as known to be over the memory limit (trials saved)"
+                   if tally["skipped_over_limit"] else "")
                 + (f"; {tally['skipped_known_failure']} skipped as known to fail like earlier trials (trials saved)"
                    if tally.get("skipped_known_failure") else ""),
                 markup=False)
@@ -261,6 +263,10 @@ class TuneOutput:
         again = "".join([f" --study {o.study_name}" if o.study_name else "", storage_flag,
                          *(f" {shlex.quote(a)}" for a in o.resume_flags())])  # what resuming must be given again
         left = o.trials - tally["trials"]  # a study stopped short: resuming runs the rest
+        if outcome.space_exhausted:  # resuming would find nothing more to run
+            c.print("        (every configuration of the space was measured or ruled out: a larger --space gives "
+                    "the search more to try)", markup=False)
+            return
         more = f"--trials {o.trials}   (resume: run the {left} left)" if left > 0 else \
             f"--trials {o.trials + 20}   (resume: run 20 more)"
         c.print(f"        advisor tune {shlex.quote(o.workload_path)}{again} {more}", markup=False)

@@ -24,6 +24,7 @@ from advisor.core.stored import (
 )
 from advisor.core.units import first_line
 from advisor.search.known_failures import is_known_failure
+from advisor.search.known_oom import OVER_LIMIT
 from advisor.search.space import SearchSpace
 
 
@@ -95,7 +96,10 @@ def counts(study: StoredStudy) -> dict[str, Any]:
             "failed": sum(failed.values()), "failed_by_class": dict(failed),
             "duplicates": sum(1 for r in study.records if r.state == "duplicate"),
             "skipped": len(skipped),
-            "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is None),
+            "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is None
+                               and not (r.failure_message or "").startswith(OVER_LIMIT)),
+            "skipped_over_limit": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is None
+                                      and (r.failure_message or "").startswith(OVER_LIMIT)),
             "skipped_estimate": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is not None),
             "skipped_known_failure": sum(1 for r in skipped if is_known_failure(r)),
             "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible),

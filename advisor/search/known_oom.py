@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from advisor.core.config import TrialConfig
 from advisor.core.stored import ESTIMATE, TrialRecord
 
+ESTIMATED_OVER = "was estimated over the memory limit"  # how a skipped trial (not run) showed it
+OVER_LIMIT = "known to be over the memory limit"  # what the reason says then: nothing ran out of memory
+
 
 @dataclass
 class KnownOom:
@@ -35,13 +38,14 @@ class KnownOom:
             if r.state == "failed":
                 self.add(r.number, r.config)
             elif r.state == "skipped" and r.get(ESTIMATE) is not None:
-                self.add(r.number, r.config, "was estimated over the memory limit")
+                self.add(r.number, r.config, ESTIMATED_OVER)
 
     def reason(self, config: TrialConfig) -> str | None:
         """Why ``config`` would run out of memory too, or None if nothing says so."""
         rest = {**config.to_dict(), "batch_size": None}
         for number, oomed, how in self.oomed:
             if {**oomed.to_dict(), "batch_size": None} == rest and config.batch_size >= oomed.batch_size:
-                return (f"known to run out of memory: trial {number} {how} with the same settings at batch size "
+                known = OVER_LIMIT if how == ESTIMATED_OVER else "known to run out of memory"
+                return (f"{known}: trial {number} {how} with the same settings at batch size "
                         f"{oomed.batch_size}, and this needs batch size {config.batch_size}")
         return None

@@ -168,3 +168,17 @@ def test_the_exported_script_scores_what_its_trial_scored(eager_study, workdir, 
         score = float(run.stdout.split("validation metric ")[1].split()[0])
         samples = int(run.stdout.split("(")[1].split()[0])
         assert score == pytest.approx(trial.user_attrs["accuracy"], abs=1.01 / samples), (trial.number, run.stdout)
+
+
+def test_a_space_run_through_says_so_and_offers_no_resume(ray_session, workdir, capsys):
+    """--trials 6 on a space of two configurations: the study stops when both are measured,
+    and its summary says resuming would run nothing more, not "resume: run the 4 left"."""
+    (workdir / "two.yaml").write_text("batch_size: {choices: [64, 32]}\n")
+    code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "two.yaml", "--trials", "6", "--no-confirm",
+                 *FAST])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "every configuration of the space (2) has been measured or ruled out" in out
+    assert "(every configuration of the space was measured or ruled out: a larger --space gives the search " \
+           "more to try)" in " ".join(out.split())
+    assert "resume: run the" not in out

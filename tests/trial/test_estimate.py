@@ -100,8 +100,20 @@ def test_a_configuration_over_the_memory_cap_is_not_run_and_not_counted(tmp_path
     assert record.state == "skipped" and not record.counted
     known = KnownOom()
     known.learn([record])
-    assert "was estimated over the memory limit" in known.reason(TrialConfig(batch_size=128))
+    reason = known.reason(TrialConfig(batch_size=128))
+    assert reason.startswith("known to be over the memory limit: trial 0 was estimated over the memory limit")
+    assert "run out of memory" not in reason  # nothing ran, nothing ran out: the user's cap ruled it out
     assert known.reason(TrialConfig(batch_size=32)) is None
+    skipped = study.ask()
+    skipped.set_user_attr("config", TrialConfig(batch_size=128).to_dict())
+    from advisor.core.results import TrialResult
+    from advisor.core.stored import read_study
+    from advisor.outputs.summary import counts
+
+    record_result(study, skipped, TrialResult(ok=False, skipped=True, failure_class="oom", failure_message=reason),
+                  0.0, Limits(0.01, MiB), None)
+    tally = counts(read_study(study))
+    assert tally["skipped_over_limit"] == 1 and tally["skipped_oom"] == 0 and tally["skipped_estimate"] == 1
 
 
 def test_an_estimate_that_cannot_be_made_is_a_reason_and_the_trial_runs(tmp_path):

@@ -69,6 +69,7 @@ class StudyRun:
         self.measuring = Beating(context.executor, context.drivers)
         # what the loop itself changes as it goes
         self.ended: str | None = None  # why no more trials start, besides the user: the time, the strategy
+        self.space_exhausted = False  # stopped short of --trials: nothing of the space was left to try
         self.pending: Proposal | None = None  # proposed, waiting for enough free GPUs
         self.deadline = float("inf")  # when the search stops (--timeout; --budget plans an earlier one)
         self.deadline_why = "the study's --timeout was reached"
@@ -248,7 +249,9 @@ class StudyRun:
                     time.sleep(WAIT_S)  # other drivers' trials: stored, or failed with their driver
                     continue
                 if self.strategy.space_exhausted and parts.done < self.options.trials:
-                    self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured"))
+                    self.space_exhausted = True
+                    self.emit(Note(f"every configuration of the space ({self.strategy.space_size}) has been measured "
+                                   "or ruled out"))
                 break
             parts.collect(timeout)
 

@@ -38,6 +38,7 @@ class StudyOutcome:
 
     study: optuna.Study
     stop_reason: str | None
+    space_exhausted: bool = False  # short of --trials: every configuration was measured or ruled out
 
     @property
     def interrupted(self) -> bool:
@@ -84,7 +85,8 @@ class Tuner:
                 raise type(exc)(f"{exc}. The study held nothing else, so it was not kept: fix model.py and run "
                                 "the same command again") from None
             raise
-        return StudyOutcome(context.study, self._stop.reason or self._study_run.stop_reason)
+        return StudyOutcome(context.study, self._stop.reason or self._study_run.stop_reason,
+                            self._study_run.space_exhausted)
 
     def stop(self, reason: str) -> None:
         """Ask a running study to stop: no new trials; running ones are cancelled and
