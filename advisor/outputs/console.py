@@ -3,6 +3,7 @@ final summary (the Pareto front against the baseline, counts, timing, next comma
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,15 @@ from advisor.core.latency import Latency, fmt_ms, over_limit_text
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.objectives import METRIC_DROP, Versus
 from advisor.core.results import TrialResult
-from advisor.core.stored import EARLY_STOP, METRIC_REUSED, TRAINING_SKIPPED, StoredStudy, TrialRecord, read_study
+from advisor.core.stored import (
+    BASELINE_DISTURBED,
+    EARLY_STOP,
+    METRIC_REUSED,
+    TRAINING_SKIPPED,
+    StoredStudy,
+    TrialRecord,
+    read_study,
+)
 from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate, plural
 from advisor.outputs.json_output import print_json
 from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
@@ -309,6 +318,8 @@ def front_table(study: StoredStudy) -> Any:
 
     noise, metric = study.metric_noise, study.metric
     sittings = {p.sitting for c in study.confirmations.values() for p in c.pairs}
+    # a baseline whose first run was disturbed shows the reference its ratios are to, not that run
+    reference = study.reference_at(math.inf) if study.attrs.get(BASELINE_DISTURBED) else None
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
                   caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
                           "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
@@ -317,7 +328,10 @@ def front_table(study: StoredStudy) -> Any:
                               "move further between sittings (`advisor confirm` adds one and pools them)"
                               if len(sittings) == 1 else "") + (
                               f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"
-                              if noise else "") + f". {metric.name}: {metric.direction_word}",
+                              if noise else "") + (
+                              ". The baseline's first run was disturbed: its samples/s is the median of its "
+                              "latest re-measurements, the reference the ratios are to" if reference else "") +
+                          f". {metric.name}: {metric.direction_word}",
                   caption_justify="left")
     rows = front_rows(study)
     latency = any(row.record.latency is not None for row in rows)  # an inference study's
@@ -330,7 +344,8 @@ def front_table(study: StoredStudy) -> Any:
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
         thr, mem, pairs = vs.cells()
-        cells = [label, r.description, fmt_rate(f.throughput), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
+        rate = reference if r.baseline and reference else f.throughput
+        cells = [label, r.description, fmt_rate(rate), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
                  metric.value_text(f.score), vs.metric_text(metric)]
         if latency:
             lat = r.latency

@@ -59,3 +59,34 @@ def test_the_front_table_says_an_interval_of_one_sitting_holds_for_its_minutes()
            "between sittings (`advisor confirm` adds one and pools them)" in one
     assert "An interval holds" not in caption([0, 0, 0, 1, 1, 1])  # pooled over two sittings already
     assert "An interval holds" not in caption([])  # nothing confirmed: nothing to say of intervals
+
+
+def test_a_baseline_whose_first_run_was_disturbed_shows_the_reference_its_ratios_are_to():
+    """Seen by a user: the front table showed the baseline at 466 samples/s (its disturbed
+    first run) while every ratio was to its re-measured 2,617, so a trial at 2,136 read
+    0.82x beside 466."""
+    from rich.console import Console
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.objectives import Figures
+    from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, StoredStudy, TrialRecord
+    from advisor.outputs.console import front_table
+
+    records = [TrialRecord(0, "complete", TrialConfig(), Figures(466.0, 100.0, 0.95), {"accuracy_drop": -0.01},
+                           baseline=True, finished_at=0.0),
+               TrialRecord(1, "complete", TrialConfig(batch_size=32), Figures(2136.0, 90.0, 0.95),
+                           {"accuracy_drop": -0.01}, finished_at=5.0)]
+    measured = [{"at": 1.0, "throughput": 2617.0}, {"at": 2.0, "throughput": 2600.0}, {"at": 3.0, "throughput": 2650.0}]
+
+    def table(attrs: dict) -> str:
+        console = Console(width=400, record=True)
+        console.print(front_table(StoredStudy("s", attrs, records)))
+        return " ".join(console.export_text().split())
+
+    disturbed = table({BASELINE_MEASUREMENTS: measured, BASELINE_DISTURBED: "its first run: the sentinel ..."})
+    assert "│ 0 (baseline) │ bs=64 fp32 │ 2,617 │ 1.00x" in disturbed and "466" not in disturbed
+    assert "0.82x unconfirmed" in disturbed
+    assert "The baseline's first run was disturbed: its samples/s is the median of its latest re-measurements" \
+        in disturbed
+    quiet = table({BASELINE_MEASUREMENTS: measured})  # trial 0 stood: the row is its own run, as measured
+    assert "│ bs=64 fp32 │ 466 │" in quiet and "first run was disturbed" not in quiet
