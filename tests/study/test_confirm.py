@@ -108,6 +108,8 @@ def test_confirm_extends_without_losing_or_repeating_a_pair(confirmed, tmp_path,
     url = f"sqlite:///{tmp_path / 'x.db'}"
     before = {n: c.pairs for n, c in read_study(load(url, "c")).confirmations.items()}
     assert main(["confirm", "--storage", url, "--study", "c", "--pairs", "3", "--confirm-top", "2", "--json"]) == 0
+    said = capsys.readouterr()
+    assert "sitting 2: at most 3 pairs in all (--pairs)" in said.out + said.err  # not "5 pairs, then ..."
     after = read_study(load(url, "c")).confirmations
     for number, pairs in before.items():
         c = after[number]

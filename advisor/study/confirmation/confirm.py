@@ -25,6 +25,7 @@ from advisor.core.results import TrialSettings
 from advisor.core.stop import Stop
 from advisor.core.stored import StoredStudy, TrialRecord, read_study
 from advisor.core.study_attrs import StudyAttrs
+from advisor.core.units import plural
 from advisor.runner.executor import Executor
 from advisor.study.confirmation.pairing import Candidate, Rounds
 from advisor.study.options.tune_options import ConfirmOptions, check_confirm_options
@@ -110,11 +111,13 @@ class Confirmer:
             due = [c for c in chosen.values() if not c.confirmation.done]
             if not due:
                 break
+            cap = self.options.max_pairs
+            plan = (f"{MIN_PAIRS} pairs, then as many as their spread needs for +-{100 * self.options.target:.0f}%, "
+                    f"at most {cap} pairs in all" if cap > MIN_PAIRS
+                    else f"at most {plural(cap, 'pair')} in all (--pairs)")
             self.emit(Note(("confirming" if len(chosen) == len(new) else "confirming as well, now on the front,")
                            + f" {len(due)} configuration(s) in pairs against the baseline (trials "
-                           f"{', '.join(str(c.confirmation.trial) for c in due)}; sitting {sitting + 1}: "
-                           f"{MIN_PAIRS} pairs, then as many as their spread needs for "
-                           f"+-{100 * self.options.target:.0f}%, at most {self.options.max_pairs} pairs in all)"))
+                           f"{', '.join(str(c.confirmation.trial) for c in due)}; sitting {sitting + 1}: {plan})"))
             rounds.run(base.config, list(chosen.values()))
             stored = self.stored = read_study(self.study)  # the confirmed figures can change the front
         return {n: c.confirmation for n, c in chosen.items()}
