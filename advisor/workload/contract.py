@@ -132,7 +132,7 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
                         **lightning_pieces(path, module, baseline, problems))
     for name in _REQUIRED:
         if not callable(getattr(module, name, None)):
-            problems.append(f"{name}() is missing (required by the model.py contract)")
+            problems.append(f"{name}() is missing (required by the model.py contract){_near(module, name)}")
     for name in _OPTIONAL:
         if hasattr(module, name) and not callable(getattr(module, name)):
             problems.append(f"{name} must be a function, found {type(getattr(module, name)).__name__}")
@@ -166,6 +166,18 @@ def _bind(path: Path, source: str, module: ModuleType) -> Workload:
                **({} if hasattr(module, "metric") else {"metric": "the default metric (accuracy: model.py defines no "
                                                                  "metric())"})},
     )
+
+
+def _near(module: ModuleType, name: str) -> str:
+    """' (did you mean to call dataset() datasets()?)' for a function of model.py's own whose
+    name is close to a contract name, else ''."""
+    import difflib
+    import inspect
+
+    own = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__
+           and n not in (*_REQUIRED, *_OPTIONAL)]
+    close = difflib.get_close_matches(name, own, n=1, cutoff=0.75)
+    return f" (did you mean to name {close[0]}() {name}()?)" if close else ""
 
 
 def _baseline(module: ModuleType, path: Path, problems: list[str]) -> dict[str, Any]:

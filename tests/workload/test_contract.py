@@ -128,6 +128,9 @@ VIOLATIONS = [
      "def loss(o, t):\n    return torch.nn.functional.mse_loss(o, t)\n",
      "model.py: the default metric (accuracy: model.py defines no metric()) raised TypeError: the targets are "
      "float32 values of shape (2,), not class indices"),
+    ("datasets-misspelt", GOOD_MODEL.replace("def model", "import torch\ndef model") +
+     GOOD_DATA.replace("def datasets", "def dataset"),
+     "datasets() is missing (required by the model.py contract) (did you mean to name dataset() datasets()?)"),
     ("validation-not-batchable", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
      "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
      "    return TensorDataset(torch.randn(64, 4), y), [(torch.zeros(4), 0), (torch.zeros(3), 1)]\n",
