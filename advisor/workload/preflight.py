@@ -72,7 +72,8 @@ def _preflight(workload: Workload) -> dict[str, Any]:
                             f"found {type(opt).__name__}")
     model.train()
     seen = _SeenCalls()
-    with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples,"), seen:
+    listed = "" if workload.collate is not None else _listed_inputs(workload, train)
+    with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples{listed},"), seen:
         output = forward(model, inputs)
     value = call(workload, "loss", output, target)
     check_loss(workload, value)
@@ -125,6 +126,18 @@ def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tu
         raise WorkloadError(f"{workload.where('collate')} must return (input, target), found {type(batch).__name__}"
                             + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
     return batch[0], batch[1]
+
+
+def _listed_inputs(workload: Workload, data: Any) -> str:
+    """What to say when an item's input is a plain list of numbers: torch's default collate
+    turns it into one tensor per position, which the contract passes as that many arguments
+    (a list is a tuple of inputs); '' otherwise."""
+    item = first_items(data, 1, f"{workload.where('datasets')}: the training stream, started with iter(),")[0]
+    x = item[0] if isinstance(item, (tuple, list)) and len(item) == 2 else None
+    if not isinstance(x, list) or not x or not all(isinstance(v, (int, float)) for v in x):
+        return ""
+    return (f" (each item's input is a list of {len(x)} numbers: torch's default collate makes it {len(x)} tensors, "
+            f"passed as {len(x)} arguments; make it one tensor, torch.tensor(values), or define collate())")
 
 
 SHAPES_CHECKED = 64  # the items whose shapes the preflight compares (a map-style dataset's first)

@@ -131,6 +131,11 @@ VIOLATIONS = [
     ("datasets-misspelt", GOOD_MODEL.replace("def model", "import torch\ndef model") +
      GOOD_DATA.replace("def datasets", "def dataset"),
      "datasets() is missing (required by the model.py contract) (did you mean to name dataset() datasets()?)"),
+    ("input-a-list-of-numbers", "import torch\n" + GOOD_MODEL +
+     "def datasets():\n    items = [([0.1 * i, 0.2, 0.3, 0.4], i % 2) for i in range(64)]\n    return items, items\n",
+     "the model's forward, on a batch of 2 training samples (each item's input is a list of 4 numbers: torch's "
+     "default collate makes it 4 tensors, passed as 4 arguments; make it one tensor, torch.tensor(values), or "
+     "define collate()), raised TypeError"),
     ("validation-not-batchable", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
      "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
      "    return TensorDataset(torch.randn(64, 4), y), [(torch.zeros(4), 0), (torch.zeros(3), 1)]\n",
