@@ -23,7 +23,8 @@ RUN = ("advisor.study.run.tuner", "advisor.study.run._run_context", "advisor.stu
 # progress, never a collaborator)
 CHANGES = {
     "Tuner": {"executor", "_study_run"},  # the executor started on demand; the run, once open
-    "StudyRun": {"ended", "pending", "deadline", "deadline_why", "confirming"},  # confirming: as --budget sizes it
+    # confirming: as --budget sizes it; space_exhausted: as ended, why no more trials start
+    "StudyRun": {"ended", "space_exhausted", "pending", "deadline", "deadline_why", "confirming"},
     "Parts": set(),
     "RunContext": set(),
     "StudyOutcome": set(),
