@@ -16,7 +16,6 @@ then runs in a fresh Ray worker (``max_calls=1``), at the cost of the start-up.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib.util
 import os
@@ -37,6 +36,7 @@ from advisor.trial.process import (
     normal_priority,
     rebuild_thread_pool,
 )
+from advisor.workload.local_modules import imported_names
 
 # Imported by the fork server whatever the workload imports (torch._dynamo: every torch
 # optimizer imports it on construction, ~1.5 s).
@@ -59,17 +59,7 @@ def workload_imports(source: str) -> list[str]:
         >>> workload_imports("import torch\\nfrom sklearn.datasets import load_digits\\nfrom . import x")
         ['torch', 'sklearn.datasets']
     """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    names: list[str] = []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
-    return list(dict.fromkeys(names))
+    return imported_names(source, anywhere=False)
 
 
 def preload_list(source: str) -> list[str]:

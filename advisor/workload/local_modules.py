@@ -24,9 +24,10 @@ MAX_FILES = 500  # files hashed at most (a project folder with a large package o
 INSTALLED = ("site-packages", "dist-packages")
 
 
-def imported_names(source: str) -> list[str]:
-    """Every absolute module name ``source`` imports, anywhere in it (``import a.b``,
-    ``from a.b import c``), in order; [] when it does not parse.
+def imported_names(source: str, anywhere: bool = True) -> list[str]:
+    """Every absolute module name ``source`` imports (``import a.b``, ``from a.b import c``),
+    anywhere in it or, without ``anywhere``, at its top level only; in order; [] when it
+    does not parse.
 
     Example:
         >>> imported_names("import torch\\ndef f():\\n    from blocks import Block\\n")
@@ -37,7 +38,7 @@ def imported_names(source: str) -> list[str]:
     except SyntaxError:
         return []
     names: list[str] = []
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if anywhere else tree.body:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
