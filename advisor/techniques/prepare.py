@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.core.config import TrialConfig
-from advisor.core.errors import UnsupportedError
+from advisor.core.errors import ConfigError, UnsupportedError
 from advisor.core.results import check_workload_kind
 from advisor.techniques.conv1d import conv1d_to_linear, needs_linear
 from advisor.techniques.prepared import Prepared, default_device
@@ -48,21 +48,28 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
         A Prepared whose ``train_step`` / ``predict`` run the configured step.
 
     Raises:
-        ConfigError: ``config`` holds an unknown knob or an invalid value, or ``workload``
-            is neither "train" nor "inference".
+        ConfigError: ``config`` holds an unknown knob or an invalid value, or is not a
+            configuration at all (a path: read it with ``load_config``); ``device`` is not a
+            torch device; ``model`` is not an nn.Module; ``workload`` is neither "train" nor
+            "inference".
         UnsupportedError: a technique refuses this model (e.g. channels_last without convs)
             or the values cannot be combined (anywhere, or on ``device``: the CUDA flash
-            attention kernel with fp32).
+            attention kernel with fp32); ``device`` is CUDA and torch sees none; the model
+            would not become what was measured: apply() prepared it already, it is wrapped
+            already (DDP, FSDP, torch.compile), it carries pruning masks and the
+            configuration prunes, or its weights are not fp32 under bf16/fp16 autocast.
     """
     import torch
 
     check_workload_kind(workload, "apply(): workload")
-    if not isinstance(config, TrialConfig):
-        config = TrialConfig.from_dict(dict(config))
-    device = torch.device(device) if device is not None else default_device()
+    config = _config_of(config)
+    device = _device_of(device)
+    _check_model(model, config)
     reason = refusal(config, workload, device.type)
     if reason:
         raise UnsupportedError(reason)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedError(f"apply(): device {str(device)!r}, but torch sees no CUDA device here")
     values = config.to_dict()
     hints = {"tp_plan": tp_plan, "pipeline_split": pipeline_split, "example_inputs": example_inputs}
     prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload, hints=hints)
@@ -76,7 +83,83 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
             prepared.stats["conv1d_as_linear"] = len(prepared.conv1d_swapped)
     for key, technique in TECHNIQUES.items():  # ordered: threads, precision, ..., compile
         technique.apply(values[key], prepared)
+    model.__dict__[APPLIED] = config.key()  # a plain attribute: not a parameter, buffer or submodule
     return prepared
+
+
+APPLIED = "_advisor_applied"  # set on a model apply() prepared: a second apply() would stack the knobs
+
+
+def _config_of(config: Any) -> TrialConfig:
+    """``config`` as a TrialConfig; a ConfigError for anything but one or a mapping."""
+    import os
+    from collections.abc import Mapping
+
+    if isinstance(config, TrialConfig):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        raise ConfigError(f"apply(): config is the path {str(config)!r}, expected the configuration: read the "
+                          f"file first, advisor.apply(model, advisor.load_config({str(config)!r}))")
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"apply(): config must be a TrialConfig or a mapping of knob: value (advisor.load_config "
+                          f"reads an exported file), found {type(config).__name__}")
+    return TrialConfig.from_dict(dict(config))
+
+
+def _device_of(device: Any) -> Any:
+    """``device`` as a torch.device that exists here (the default one for None)."""
+    import torch
+
+    if device is None:
+        return default_device()
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"apply(): device {device!r} is not a torch device (expected 'cpu', 'cuda', 'cuda:1', "
+                          "a torch.device, or None for the current one)") from None
+    return found
+
+
+def _check_model(model: Any, config: TrialConfig) -> None:
+    """Refuse what apply() would silently build differently from what was measured: not a
+    module, a module apply() already prepared, one already wrapped (DDP, FSDP, compiled), one
+    already pruned when the configuration prunes, or one whose weights are no longer fp32
+    when the configuration autocasts over fp32 weights."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"apply(): model must be a torch.nn.Module, found {type(model).__name__}")
+    bare = "pass the model as model() builds it: apply() adds what the configuration measured"
+    if APPLIED in model.__dict__:
+        raise UnsupportedError(f"apply(): this model was prepared by apply() already; {bare} (a second apply() "
+                               "would stack its knobs: prune twice, wrap twice)")
+    wrapped = _wrapper(model)
+    if wrapped:
+        raise UnsupportedError(f"apply(): the model is already wrapped ({wrapped}); {bare}")
+    pruned = any(name.endswith("_mask") and f"{name[:-5]}_orig" in dict(m.named_parameters(recurse=False))
+                 for m in model.modules() for name, _ in m.named_buffers(recurse=False))  # torch.nn.utils.prune's
+    if config.pruning != "none" and pruned:
+        raise UnsupportedError(f"apply(): the model already carries pruning masks and the configuration prunes "
+                               f"({config.pruning}); {bare}")
+    if config.precision in ("bf16", "fp16") and any(p.is_floating_point() and p.dtype != torch.float32
+                                                    for p in model.parameters()):
+        raise UnsupportedError(f"apply(): precision {config.precision} autocasts over fp32 weights, and this "
+                               f"model's weights are {next(p.dtype for p in model.parameters())}; {bare}")
+
+
+def _wrapper(model: Any) -> str:
+    """The wrapper ``model`` already is ('DistributedDataParallel', 'torch.compile', ...), or ''."""
+    import torch
+
+    if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        return type(model).__name__
+    if hasattr(model, "_orig_mod"):  # torch.compile's OptimizedModule
+        return "torch.compile"
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return ""
+    return "fully_shard (FSDP2)" if isinstance(model, FSDPModule) else ""
 
 
 def move(model: Any, device: Any) -> None:

@@ -219,15 +219,19 @@ def default_device() -> Any:
 
 
 def split(batch: Any, parts: int) -> list[Any]:
-    """Split a (nested) batch into ``parts`` micro-batches along the first dimension."""
+    """Split a (nested) batch into ``parts`` micro-batches along the first dimension; fewer
+    when it holds fewer samples than ``parts`` (a loader's last, short batch: ``chunk``
+    gives one piece per sample then)."""
     import torch
 
     if isinstance(batch, torch.Tensor):
         return list(batch.chunk(parts))
     if isinstance(batch, dict):
         pieces = {k: split(v, parts) for k, v in batch.items()}
-        return [{k: v[i] for k, v in pieces.items()} for i in range(parts)]
+        n = min((len(v) for v in pieces.values()), default=parts)
+        return [{k: v[i] for k, v in pieces.items()} for i in range(n)]
     if isinstance(batch, (tuple, list)):
         pieces_t = [split(v, parts) for v in batch]
-        return [type(batch)(p[i] for p in pieces_t) for i in range(parts)]
+        n = min((len(p) for p in pieces_t), default=parts)
+        return [type(batch)(p[i] for p in pieces_t) for i in range(n)]
     return [batch] * parts

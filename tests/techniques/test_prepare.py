@@ -290,3 +290,56 @@ def test_each_prepared_has_records_of_its_own():
     b = apply(mlp(), TrialConfig(grad_accumulation=2, pruning="l1_unstructured"), device="cpu")
     assert a.step is not b.step and a.step.finishers == [] and b.step.finishers
     assert a.accumulation == 1 and b.accumulation == 2
+
+
+# ---- what apply() is given: a user's mistakes (a review's, run as a user would) ---------
+
+def test_apply_refuses_what_it_would_build_differently_from_what_was_measured(tmp_path):
+    from advisor.core.errors import AdvisorError
+
+    prepared = apply(mlp(), {"pruning": "l1_unstructured"}, device="cpu")
+    with pytest.raises(UnsupportedError, match="prepared by apply\\(\\) already"):  # pruned twice: 0.75, not 0.5
+        apply(prepared.module, {"pruning": "l1_unstructured"}, device="cpu")
+    pruned = mlp()
+    torch.nn.utils.prune.l1_unstructured(pruned[1], "weight", amount=0.5)
+    with pytest.raises(UnsupportedError, match="already carries pruning masks"):
+        apply(pruned, {"pruning": "l1_unstructured"}, device="cpu")
+    apply(pruned, {}, device="cpu")  # its own pruning, and a configuration that does not prune: fine
+    with pytest.raises(UnsupportedError, match="already wrapped \\(torch.compile\\)"):
+        apply(torch.compile(mlp()), {"compile": True}, device="cpu")
+    with pytest.raises(UnsupportedError, match="autocasts over fp32 weights, and this model's weights are "
+                                               "torch.bfloat16"):
+        apply(mlp().to(torch.bfloat16), {"precision": "bf16"}, device="cpu")
+    (tmp_path / "best.yaml").write_text("config: {}\n")
+    for config, device, model, expected in (
+            (str(tmp_path / "best.yaml"), "cpu", mlp(), "read the file first, advisor.apply\\(model, "
+                                                         "advisor.load_config\\("),
+            (None, "cpu", mlp(), "config must be a TrialConfig or a mapping of knob: value .* found NoneType"),
+            ({}, "gpu", mlp(), "device 'gpu' is not a torch device"),
+            ({}, "cpu", "model", "model must be a torch.nn.Module, found str")):
+        with pytest.raises(AdvisorError, match=expected):
+            apply(model, config, device=device)
+    if not torch.cuda.is_available():
+        with pytest.raises(UnsupportedError, match="device 'cuda', but torch sees no CUDA device here"):
+            apply(mlp(), {}, device="cuda")
+
+
+def test_accumulation_over_a_loaders_last_short_batch_of_dict_inputs():
+    """The README's loop over ``prepared.loader`` (drop_last=False) ends on a short batch:
+    fewer samples than micro-batches. With dict (or tuple) inputs that crashed inside
+    advisor (IndexError); it now takes one micro-batch per sample."""
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, x, mask):
+            return self.linear(x * mask)
+
+    prepared = apply(Masked(), {"batch_size": 64, "grad_accumulation": 4}, device="cpu")
+    items = [({"x": torch.randn(4), "mask": torch.ones(4)}, i % 3) for i in range(66)]
+    optimizer = sgd(prepared)
+    steps = [float(prepared.train_step(x, y, nn.functional.cross_entropy, optimizer))
+             for x, y in prepared.loader(items, shuffle=True)]
+    assert len(steps) == 2 and all(math.isfinite(s) for s in steps)  # 64, then the last 2
