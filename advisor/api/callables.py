@@ -28,7 +28,9 @@ MOVE_IT = ("define it at the top level of a module file (for example my_model.py
 def reference(role: str, value: Any) -> tuple[str, str]:
     """(module, name) by which a fresh process imports ``value``; WorkloadError if it cannot."""
     if not callable(value):
-        raise WorkloadError(f"advisor.tune({role}=...): expected a function or class, found {type(value).__name__}")
+        also = f', or "{OUTPUT_LOSS}" (the model returns its own loss)' if role == "loss" else ""
+        raise WorkloadError(f"advisor.tune({role}=...): expected a function or class{also}, found "
+                            f"{type(value).__name__} {value!r}"[:300])
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     what = f"advisor.tune({role}={getattr(value, '__name__', type(value).__name__)})"
     if not module or not qualname:

@@ -30,7 +30,10 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if path.exists() and not args.force:
         raise WorkloadError(f"{path} already exists (use --force to overwrite)")
-    path.write_text(TEMPLATES[args.template])
+    try:
+        path.write_text(TEMPLATES[args.template])
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot write it ({exc.strerror or exc})") from None
     what = "your LightningModule and DataModule" if args.template == "lightning" else "model() and datasets()"
     print(f"wrote {path}: fill in {what}, then run: advisor tune {path}")
     return 0

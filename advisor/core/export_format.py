@@ -75,6 +75,9 @@ def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (byte {exc.start} is not UTF-8): expected the YAML or JSON "
+                          "that advisor export writes") from None
     try:
         data = yaml.safe_load(text)  # JSON is YAML too
     except yaml.YAMLError as exc:

@@ -82,6 +82,14 @@ def test_what_a_trial_process_could_not_import_is_refused_before_anything_runs(w
 def test_options_are_named_as_arguments(workdir, user_module):
     with pytest.raises(StudyError, match="trials= must be at least 1"):
         advisor.tune(user_module.make_model, user_module.make_data, trials=0)
+    for given, expected in (({"trials": "4"}, "trials= must be a whole number, found str '4'"),  # not a TypeError
+                            ({"train_samples": 1.5}, "train_samples= must be a whole number, found float 1.5"),
+                            ({"timeout": "soon"}, "timeout= must be a number, found str 'soon'")):
+        with pytest.raises(StudyError, match=expected):
+            advisor.tune(user_module.make_model, user_module.make_data, **given)
+    typo = "expected a function or class, or \"output.loss\" .*found str 'output.los'"
+    with pytest.raises(WorkloadError, match=typo):
+        advisor.tune(user_module.make_model, user_module.make_data, loss="output.los")
     assert not (workdir / "advisor.db").exists()
 
 

@@ -100,6 +100,10 @@ OTHER_ROWS = [
     ("export-bad-pick", _recorded, ["export", "--pick", "cheapest"], "--pick 'cheapest' is unknown"),
     ("report-empty-storage", _empty_storage, ["report"], "holds no study yet"),
     ("measure-no-config", None, ["measure", MODEL, "--config", "best.yaml"], "best.yaml: cannot read config file"),
+    ("measure-binary-config", lambda w: (w / "best.yaml").write_bytes(b"\xff\xfe\x00garbage"),
+     ["measure", MODEL, "--config", "best.yaml"], "best.yaml: not a text file (byte 0 is not UTF-8)"),
+    ("init-into-a-missing-folder", None, ["init", "no/such/folder/model.py"],
+     "no/such/folder/model.py: cannot write it (No such file or directory)"),
 ]
 
 

@@ -324,6 +324,12 @@ class TuneOptions:
         """Raise StudyError for the first bad option, named by its flag ("--trials") or, for
         ``python``, by advisor.tune()'s keyword ("trials="); return the options when all are good."""
         name = naming(TuneOptions, python)
+        for field, o in options_of(TuneOptions).items():  # advisor.tune(trials="4"): said, not a TypeError
+            value = getattr(self, field)
+            if o.parse in (int, float) and value is not None and (
+                    isinstance(value, bool) or not isinstance(value, (int, float) if o.parse is float else int)):
+                kind = "a whole number" if o.parse is int else "a number"
+                raise StudyError(f"{name(field)} must be {kind}, found {type(value).__name__} {value!r}")
         if self.trials < 1:
             raise StudyError(f"{name('trials')} must be at least 1, found {self.trials}")
         for field, value in (("timeout", self.timeout), ("budget", self.budget), ("trial_timeout", self.trial_timeout)):
