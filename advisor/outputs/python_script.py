@@ -159,9 +159,11 @@ def _measured_line(document: dict[str, Any]) -> str:
 
     metric = MetricSpec.from_dict(m.get("metric"))
     delta = f" ({metric.delta_text(vs['metric_delta'])})" if vs.get("metric_delta") is not None else ""
+    shown = (m.get("metric") or {}).get("value")  # the figure the delta is of (a seed mean where it trained more)
+    score = metric.sign * shown if isinstance(shown, (int, float)) else m["score"]
     return (f"Measured on {where}:\n  {fmt_rate(m['throughput'])} samples/s{ratio('throughput_ratio', 'throughput_interval')}, "
             f"{fmt_bytes(m['peak_memory_bytes'])} peak memory{ratio('memory_ratio', 'memory_interval')}, "
-            f"{metric.name} {metric.value_text(m['score'])}{delta}."
+            f"{metric.name} {metric.value_text(score)}{delta}."
             + (f"\n  Latency: {m['latency']['summary']}." if isinstance(m.get("latency"), dict)
                and m["latency"].get("summary") else ""))
 

@@ -184,3 +184,24 @@ def test_a_file_name_with_a_space_is_quoted_where_a_shell_reads_it(study_url, tm
     line = next(x for x in out.splitlines() if x.startswith("run it:"))
     assert shlex.split(line.split(":", 1)[1]) == ["python", str(path)]
     assert "Run it:  python 'x v10.py'" in path.read_text()  # the script's own name, beside it
+
+
+def test_the_scripts_header_gives_the_metric_its_delta_is_of():
+    """A review saw 'accuracy 0.1000 (+0.1 pt)' against a baseline of 0.1269: the value was
+    the trial's seed-0 score, the delta its seed mean's (0.1278). The header now gives the
+    seed mean the delta is of."""
+    from advisor.outputs.python_script import _measured_line
+
+    document = {"measured": {"throughput": 1000.0, "peak_memory_bytes": 2**20, "score": 0.1,
+                             "metric": {"name": "accuracy", "higher_is_better": True, "fraction": True, "unit": "",
+                                        "value": 0.1278},
+                             "vs_baseline": {"throughput_ratio": 1.2, "memory_ratio": 0.9, "metric_delta": 0.0009}}}
+    line = _measured_line(document)
+    assert "accuracy 0.1278 (+0.1 pt)." in line and "0.1000" not in line
+    mse = {"measured": {"throughput": 1000.0, "peak_memory_bytes": 2**20, "score": -2.5,
+                        "metric": {"name": "mse", "higher_is_better": False, "fraction": False, "unit": "",
+                                   "value": 2.25},
+                        "vs_baseline": {"metric_delta": 0.1}}}
+    assert "mse 2.25 (" in _measured_line(mse)  # lower is better: the value as itself
+    del document["measured"]["metric"]["value"]  # an older export: the score it has
+    assert "accuracy 0.1000" in _measured_line(document)
