@@ -51,6 +51,14 @@ def write_atomically(path: str | Path, text: str) -> Path:
     return path
 
 
+def config_sha256(config: TrialConfig) -> str:
+    """The sha256 of a configuration's knob values (as an export's ``source.config_sha256``
+    records it): a config edited by hand after the export no longer matches it."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
 def load_config(path: str | Path) -> TrialConfig:
     """Read an exported config file (YAML or JSON) and return its validated TrialConfig.
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import ConfigError, StudyError
-from advisor.core.export_format import FORMAT_VERSION, serialise, write_atomically
+from advisor.core.export_format import FORMAT_VERSION, config_sha256, serialise, write_atomically
 from advisor.core.stored import SCORE, SCORE_OUT, TRAINING_SKIPPED, StoredStudy, TrialRecord
 
 FORMATS = ("yaml", "json", "python", "hf", "accelerate", "torchrun")
@@ -64,6 +64,7 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
             "trial": record.number,
             "workload": u.get("workload_path"),
             "workload_sha256": u.get("workload_sha256"),
+            "config_sha256": config_sha256(record.config),  # what `measured` is of (a hand edit breaks it)
             "workload_kind": u.get("workload", "train"),  # apply(..., workload=this)
             "train_samples": u.get("settings", {}).get("train_samples"),
             "seed": (u.get("settings") or {}).get("seed", 0),  # the trials' (initial weights, shuffle)

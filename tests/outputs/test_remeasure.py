@@ -57,9 +57,13 @@ def test_measure_pairs_against_the_baseline_and_compares(ray_session, exported, 
 def test_measure_without_a_stored_baseline_uses_model_py(ray_session, exported, capsys):
     document = yaml.safe_load(exported.read_text())
     document.pop("baseline")
+    assert len(document["source"]["config_sha256"]) == 64  # what the figures are of
+    document["config"]["batch_size"] = 16  # and edited by hand: the stored figures are of another config
     exported.write_text(yaml.safe_dump(document))
     assert main(["measure", MLP, "--config", str(exported), "--pairs", "1", "--no-metric"]) == 0
     out = capsys.readouterr()
+    assert "its config is not the one trial 1 measured (edited after the export)" in " ".join(out.out.split())
+    assert "outside today's interval" not in out.out and "within today's interval" not in out.out
     assert "names no baseline" in out.out and "baseline  bs=32 fp32" in out.out
     assert "throughput vs baseline" in out.out
     assert not any(line.startswith("full run") for line in out.out.splitlines())  # --no-metric

@@ -65,6 +65,8 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     before["measured"]["vs_baseline"] = {V1_NAMES.get(k, k): v for k, v in before["measured"]["vs_baseline"].items()}
     # added since (the GPU pass): the trials' seed, which the exported script seeds with
     assert now["source"].pop("seed") == 0
+    # added since (a review): what the measured figures are of, so a hand-edited config is told apart
+    assert len(now["source"].pop("config_sha256")) == 64
     # added since (the figures-you-can-trust issue): the baseline's configuration, and
     # whether the ratios were confirmed in pairs (this study predates confirmation)
     assert now.pop("baseline")["batch_size"] == 32  # the baseline trial's configuration
