@@ -96,6 +96,9 @@ def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:
         if version not in READS:
             raise ConfigError(f"{path}: advisor_config is {version!r}; this advisor reads versions "
                               f"{', '.join(map(str, READS))}")
+        if "config" not in data:
+            raise ConfigError(f"{path}: an export (advisor_config {version}) with no config key: found "
+                              f"{', '.join(map(str, data))}; expected config: {{knob: value, ...}}")
         document, data = _current(data), data.get("config")
     elif isinstance(data, dict) and isinstance(data.get("config"), dict) and not set(data) & set(DOMAINS):
         # an export's shape without its version line (trimmed, or by hand)

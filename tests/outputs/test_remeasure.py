@@ -73,6 +73,7 @@ def test_measure_without_a_stored_baseline_uses_model_py(ray_session, exported, 
     (lambda d: d["config"].update(precision="fp64"), "config.precision: expected one of"),
     (lambda d: d["config"].update(warp_speed=True), "config.warp_speed: unknown key"),
     (lambda d: d.update(advisor_config=99), "advisor_config is 99"),
+    (lambda d: d.update(konfig=d.pop("config")), "with no config key: found advisor_config, baseline, hardware, konfig"),
     (lambda d: (d["source"].update(workload_kind="inference"), d["config"].update(activation_checkpointing=True)),
      "cannot run as a inference workload: activation_checkpointing=True only applies to training"),
 ])
