@@ -9,7 +9,8 @@ the same stretch of time. Each pair is stored as soon as its round ends (a study
 attribute per trial: Optuna cannot change a finished trial), so an interrupted
 confirmation resumes without losing or repeating a pair. When the rounds are done, the
 front is recomputed on the confirmed ratios; a configuration that joined it is confirmed
-too (up to ``top`` in all).
+too (up to ``top`` on the front at once: a candidate that confirmed lower and left the front
+frees its place).
 """
 
 from __future__ import annotations
@@ -102,8 +103,14 @@ class Confirmer:
                         sitting)
         chosen: dict[int, Candidate] = {}
         while not self.stop.halted:
+            # the cap counts the chosen that are still on the front: one that confirmed lower and
+            # left it frees its place for the trial that pushed it off (README command 1: trial 15
+            # confirmed at 1.81x, trial 7's unconfirmed 1.84x then dominated it, and the picks
+            # fell back to a confirmed 1.42x while 7 stayed unconfirmed)
+            on_front = {r.number for r in stored.front()}
+            held = sum(1 for n in chosen if n in on_front)
             new = [r for r in candidates(stored, self.options.top) if r.number not in chosen]
-            new = new[: max(0, self.options.top - len(chosen))]
+            new = new[: max(0, self.options.top - held)]
             for r in new:
                 c = stored.confirmations.get(r.number) or Confirmation(r.number)
                 c.settle(self.options.target, self.options.max_pairs, sitting)  # a new sitting, or a raised cap

@@ -1,0 +1,77 @@
+"""advisor/study/confirmation/confirm.py: a pick is confirmed whatever the candidates' cap.
+Confirmed figures reshape the front; a trial that was not among the first candidates can
+become a pick, and it is confirmed too (README command 1 left its fastest pick at "1.84x
+unconfirmed" once the candidate it had beaten confirmed at 1.81x). A scripted executor
+(named as such) answers each run with its configuration's throughput; the study code,
+Optuna and SQLite are real."""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+import pytest
+
+from advisor.core.config import TrialConfig
+from advisor.core.objectives import Limits
+from advisor.core.picks import pick
+from advisor.core.results import TrialResult, TrialSettings
+from advisor.core.stored import read_study
+from advisor.search.space import parse_space
+from advisor.search.strategy import Strategy
+from advisor.study.confirmation.confirm import Confirmer
+from advisor.study.options.tune_options import ConfirmOptions
+from advisor.study.run._ledger import Ledger
+
+from scripted import Handle, Workload
+
+SPACE = parse_space({"batch_size": {"choices": [32, 64]}, "precision": {"choices": ["fp32", "bf16"]}}, "t", "t")
+SPEED = {(32, "fp32"): 1000.0, (32, "bf16"): 1840.0, (64, "bf16"): 1500.0}  # as pairs measure them
+
+
+class ScriptedPairs:
+    """A scripted executor: each run of a configuration answers at once with its throughput."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, str]] = []
+
+    def submit(self, number, payload):
+        key = (payload.config.batch_size, payload.config.precision)
+        self.asked.append(key)
+        return Handle(number, time.monotonic(), TrialResult(ok=True, throughput=SPEED[key], peak_memory_bytes=100.0,
+                                                            step_time_median_s=1.0 / SPEED[key]))
+
+    def wait(self, handles, timeout):
+        return [(h, h.result) for h in handles]
+
+    def cancel(self, handle):
+        pass
+
+
+def full(throughput: float, memory: float = 100.0) -> TrialResult:
+    return TrialResult(ok=True, throughput=throughput, peak_memory_bytes=memory, score=0.95, step_time_median_s=0.01)
+
+
+def test_a_trial_that_becomes_a_pick_during_confirmation_is_confirmed_beyond_the_cap(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="p",
+                                directions=["maximize", "minimize", "maximize"])
+    study.set_user_attr("max_accuracy_drop", 0.01)
+    ledger = Ledger(study, Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=5,
+                                    limits=Limits(0.01)), Limits(0.01))
+    ledger.tell(ledger.propose_baseline().number, full(1000.0), 1.0)
+    for config, figure, memory in ((TrialConfig(batch_size=32, precision="bf16"), 1840.0, 99.0),  # trial 1
+                                   (TrialConfig(batch_size=64, precision="bf16"), 1900.0, 98.0)):  # 2: beats it
+        trial = ledger._hand_out(study.ask(), config)
+        ledger.tell(trial.number, full(figure, memory), 1.0)
+    stored = read_study(study)
+    assert pick(stored, "fastest").number == 2 and 1 not in [r.number for r in stored.front()]
+    executor = ScriptedPairs()
+    Confirmer(study, Workload(), TrialSettings(train_samples=100), executor,
+              ConfirmOptions(top=1, max_pairs=5)).run()
+    stored = read_study(study)
+    assert stored.versus_baseline(stored.records[2]).throughput_ratio == pytest.approx(1.5)  # well below its 1.9x
+    fastest = pick(stored, "fastest")
+    assert fastest.number == 1 and stored.versus_baseline(fastest).confirmed  # the new pick: confirmed too
+    assert stored.versus_baseline(fastest).throughput_ratio == pytest.approx(1.84)
+    assert (32, "bf16") in executor.asked
