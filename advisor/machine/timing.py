@@ -33,7 +33,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -112,7 +112,7 @@ class StepTimer:
         self._open_counters: dict[str, float] | None = None
         self.block_windows: list[tuple[float, float] | None] = []  # each block's start and end (perf_counter)
         self._block_window: tuple[float, float] | None = None
-        self.elsewhere: list[tuple[float, float]] = []  # the blocks other ranks of the trial found disturbed
+        self.elsewhere: list[Sequence[float]] = []  # the blocks other ranks of the trial found disturbed
         self._clean: tuple[tuple[int, int], list[int], float | None] = ((-1, -1), [], None)  # (key, dropped, limit)
         self._verdict: tuple[tuple[int, int], bool] = ((-1, -1), False)  # ((blocks, steps), converged), cached
 
@@ -179,10 +179,10 @@ class StepTimer:
         own = disturbed_blocks(self.samples, scores, limit, self._self_contended())
         return [w for i in own if (w := self.block_windows[i]) is not None]
 
-    def note_elsewhere(self, windows: list[tuple[float, float]]) -> None:
-        """Drop also the blocks that overlap ``windows``: blocks other ranks of this trial
-        found disturbed (they waited for that rank in their collectives)."""
-        self.elsewhere = [(float(a), float(b)) for a, b in windows]
+    def note_elsewhere(self, windows: Sequence[Sequence[float]]) -> None:
+        """Drop also the blocks that overlap ``windows`` ((start, end) each): blocks other
+        ranks of this trial found disturbed (they waited for that rank in their collectives)."""
+        self.elsewhere = list(windows)
 
     def _self_contended(self) -> bool:
         """Whether this trial waits for a CPU in every block whatever the neighbours do: its

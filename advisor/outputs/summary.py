@@ -92,14 +92,13 @@ def counts(study: StoredStudy) -> dict[str, Any]:
     ran = [r for r in study.records if r.counted]
     failed = Counter(r.failure_class or "unknown" for r in ran if r.state == "failed")
     skipped = [r for r in study.records if r.state == "skipped"]
+    known_oom = [r for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is None]  # learnt, not estimated
+    over_limit = sum(1 for r in known_oom if (r.failure_message or "").startswith(OVER_LIMIT))
     return {"trials": len(ran), "completed": sum(1 for r in ran if r.state == "complete"),
             "failed": sum(failed.values()), "failed_by_class": dict(failed),
             "duplicates": sum(1 for r in study.records if r.state == "duplicate"),
             "skipped": len(skipped),
-            "skipped_oom": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is None
-                               and not (r.failure_message or "").startswith(OVER_LIMIT)),
-            "skipped_over_limit": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is None
-                                      and (r.failure_message or "").startswith(OVER_LIMIT)),
+            "skipped_oom": len(known_oom) - over_limit, "skipped_over_limit": over_limit,
             "skipped_estimate": sum(1 for r in skipped if r.failure_class == "oom" and r.get(ESTIMATE) is not None),
             "skipped_known_failure": sum(1 for r in skipped if is_known_failure(r)),
             "infeasible": sum(1 for r in ran if r.state == "complete" and not r.feasible),

@@ -107,17 +107,17 @@ def _config_of(config: Any) -> TrialConfig:
 
 
 def _device_of(device: Any) -> Any:
-    """``device`` as a torch.device that exists here (the default one for None)."""
+    """``device`` as a torch.device (the default one for None); whether it exists here is
+    checked after the configuration's own refusals."""
     import torch
 
     if device is None:
         return default_device()
     try:
-        found = torch.device(device)
+        return torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise ConfigError(f"apply(): device {device!r} is not a torch device (expected 'cpu', 'cuda', 'cuda:1', "
                           "a torch.device, or None for the current one)") from None
-    return found
 
 
 def _check_model(model: Any, config: TrialConfig) -> None:
@@ -136,8 +136,8 @@ def _check_model(model: Any, config: TrialConfig) -> None:
     wrapped = _wrapper(model)
     if wrapped:
         raise UnsupportedError(f"apply(): the model is already wrapped ({wrapped}); {bare}")
-    pruned = any(name.endswith("_mask") and f"{name[:-5]}_orig" in dict(m.named_parameters(recurse=False))
-                 for m in model.modules() for name, _ in m.named_buffers(recurse=False))  # torch.nn.utils.prune's
+    pruned = any(name.endswith("_mask") and hasattr(m, f"{name[:-5]}_orig")  # torch.nn.utils.prune's pair
+                 for m in model.modules() for name, _ in m.named_buffers(recurse=False))
     if config.pruning != "none" and pruned:
         raise UnsupportedError(f"apply(): the model already carries pruning masks and the configuration prunes "
                                f"({config.pruning}); {bare}")

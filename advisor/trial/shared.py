@@ -54,10 +54,10 @@ def share_disturbed(prepared: Any, timer: Any) -> None:
     round_ = next(_DISTURBED_ROUNDS)
     me, world = prepared.ranks.rank, prepared.ranks.world
     store.set(f"advisor-disturbed-{round_}-{me}", json.dumps(timer.disturbed_windows()))
-    others: list[tuple[float, float]] = []
+    others: list[list[float]] = []  # as JSON brings them: [start, end] lists
     for rank in range(world):
         if rank != me:  # get waits until that rank has set its key
-            others.extend(tuple(w) for w in json.loads(store.get(f"advisor-disturbed-{round_}-{rank}")))
+            others.extend(json.loads(store.get(f"advisor-disturbed-{round_}-{rank}")))
     timer.note_elsewhere(others)
 
 

@@ -72,7 +72,7 @@ def _preflight(workload: Workload) -> dict[str, Any]:
                             f"found {type(opt).__name__}")
     model.train()
     seen = _SeenCalls()
-    listed = "" if workload.collate is not None else _listed_inputs(workload, train)
+    listed = "" if workload.collate is not None or stream else _listed_inputs(train[0])  # a stream: not read again
     with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples{listed},"), seen:
         output = forward(model, inputs)
     value = call(workload, "loss", output, target)
@@ -128,11 +128,10 @@ def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tu
     return batch[0], batch[1]
 
 
-def _listed_inputs(workload: Workload, data: Any) -> str:
+def _listed_inputs(item: Any) -> str:
     """What to say when an item's input is a plain list of numbers: torch's default collate
     turns it into one tensor per position, which the contract passes as that many arguments
     (a list is a tuple of inputs); '' otherwise."""
-    item = first_items(data, 1, f"{workload.where('datasets')}: the training stream, started with iter(),")[0]
     x = item[0] if isinstance(item, (tuple, list)) and len(item) == 2 else None
     if not isinstance(x, list) or not x or not all(isinstance(v, (int, float)) for v in x):
         return ""

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import time
 
-import optuna
 import pytest
 
 from advisor.core.config import TrialConfig
-from advisor.core.objectives import Limits
 from advisor.core.picks import pick
 from advisor.core.results import TrialResult, TrialSettings
 from advisor.core.stored import read_study
 from advisor.search.space import parse_space
-from advisor.search.strategy import Strategy
 from advisor.study.confirmation.confirm import Confirmer
 from advisor.study.options.tune_options import ConfirmOptions
-from advisor.study.run._ledger import Ledger
 
-from scripted import Handle, Workload
+from scripted import Handle, Workload, ledger_study
 
 SPACE = parse_space({"batch_size": {"choices": [32, 64]}, "precision": {"choices": ["fp32", "bf16"]}}, "t", "t")
 SPEED = {(32, "fp32"): 1000.0, (32, "bf16"): 1840.0, (64, "bf16"): 1500.0}  # as pairs measure them
@@ -53,12 +49,7 @@ def full(throughput: float, memory: float = 100.0) -> TrialResult:
 
 
 def test_a_trial_that_becomes_a_pick_during_confirmation_is_confirmed_beyond_the_cap(tmp_path):
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="p",
-                                directions=["maximize", "minimize", "maximize"])
-    study.set_user_attr("max_accuracy_drop", 0.01)
-    ledger = Ledger(study, Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=5,
-                                    limits=Limits(0.01)), Limits(0.01))
+    study, ledger = ledger_study(tmp_path, SPACE, "p")
     ledger.tell(ledger.propose_baseline().number, full(1000.0), 1.0)
     for config, figure, memory in ((TrialConfig(batch_size=32, precision="bf16"), 1840.0, 99.0),  # trial 1
                                    (TrialConfig(batch_size=64, precision="bf16"), 1900.0, 98.0)):  # 2: beats it

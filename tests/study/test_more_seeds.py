@@ -15,16 +15,13 @@ import pytest
 from advisor.core.config import TrialConfig
 from advisor.core.events import Note
 from advisor.core.feasibility import verdict
-from advisor.core.objectives import Limits
 from advisor.core.results import TrialResult, TrialSettings
 from advisor.core.stop import Stop
 from advisor.core.stored import METRIC_NOISE, METRIC_SEEDS, read_study
 from advisor.search.space import parse_space
-from advisor.search.strategy import Strategy
 from advisor.study.confirmation.more_seeds import train_more_seeds, undecided_candidates
-from advisor.study.run._ledger import Ledger
 
-from scripted import Handle, Workload
+from scripted import Handle, Workload, ledger_study
 
 SPACE = parse_space({"batch_size": {"choices": [32, 64]}, "precision": {"choices": ["fp32", "bf16"]}}, "t", "t")
 BASE = [0.950, 0.952, 0.948]  # the baseline's metric over seeds 0, 1, 2
@@ -57,13 +54,7 @@ def full(throughput: float, score: float) -> TrialResult:
 
 @pytest.fixture
 def study(tmp_path):
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="m",
-                                directions=["maximize", "minimize", "maximize"],
-                                sampler=optuna.samplers.RandomSampler(seed=0))
-    study.set_user_attr("max_accuracy_drop", 0.01)
-    ledger = Ledger(study, Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=5,
-                                    limits=Limits(0.01)), Limits(0.01))
+    study, ledger = ledger_study(tmp_path, SPACE, "m", sampler=optuna.samplers.RandomSampler(seed=0))
     base = ledger.propose_baseline()
     ledger.tell(base.number, full(1000.0, BASE[0]), 1.0)
     study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": BASE})
@@ -116,12 +107,7 @@ def test_an_undecided_trial_beyond_the_allowed_drop_gets_the_seeds_that_may_clea
     the front as "likely worse" than the baseline's seed mean, and never got the seeds that
     would decide it. It is a candidate for them, as one of the front it could join, and
     the seeds bring it back onto the front."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="m",
-                                directions=["maximize", "minimize", "maximize"])
-    study.set_user_attr("max_accuracy_drop", 0.01)
-    ledger = Ledger(study, Strategy(SPACE, TrialConfig(batch_size=32), workload="train", sampler="random", budget=5,
-                                    limits=Limits(0.01)), Limits(0.01))
+    study, ledger = ledger_study(tmp_path, SPACE, "m")
     seeds = [0.944, 0.962, 0.958]  # seed 0 drew low
     ledger.tell(ledger.propose_baseline().number, full(1000.0, seeds[0]), 1.0)
     study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": seeds})

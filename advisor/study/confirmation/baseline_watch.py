@@ -72,8 +72,8 @@ class BaselineWatch:
         self.attrs = StudyAttrs(study)
         self.measurements: list[dict[str, Any]] = self.attrs.baseline_measurements()
         base = next((r for r in records if r.baseline and r.state == "complete"), None)
-        last = self.measurements[-1] if self.measurements else {}
-        self.base_reading = (last.get("sentinel_median_s") or last.get("sentinel_s") if self.measurements
+        last = self.measurements[-1] if self.measurements else None
+        self.base_reading = ((last.get("sentinel_median_s") or last.get("sentinel_s")) if last is not None
                              else reading_of(base.get("telemetry")) if base else None)
         self.base_disturbed = self.attrs.baseline_disturbed()
         trial0 = [base.figures.throughput] if base and base.figures and not (
