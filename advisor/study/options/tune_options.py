@@ -237,8 +237,8 @@ class TuneOptions:
              f"(default {DEFAULT_TARGET}: +-{100 * DEFAULT_TARGET:.0f}%%)")
     confirm_top: int = option(
         DEFAULT_TOP, flag="--confirm-top", parse=int,
-        help=f"confirm at most this many configurations of the front, the export picks first "
-             f"(default {DEFAULT_TOP})")
+        help=f"confirm at most this many configurations of the front at once, the export picks first; "
+             f"one that confirms lower and leaves the front frees its place (default {DEFAULT_TOP})")
     confirm: bool = option(  # paired confirmation of the front at the end
         True, flag="--confirm", negatable=True, env="ADVISOR_CONFIRM", env_read=_switch_env,
         help="confirm the front in pairs against the baseline at the end (default: on, or "
