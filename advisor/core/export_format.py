@@ -22,6 +22,7 @@ import yaml
 
 from advisor.core.config import DOMAINS, TrialConfig
 from advisor.core.errors import ConfigError
+from advisor.core.results import WORKLOADS
 
 FORMAT_VERSION = 2  # 2: measured.score, vs_baseline.metric_* (were accuracy*: any metric, any direction)
 READS = (1, 2)  # the versions read_export accepts
@@ -62,7 +63,10 @@ def config_sha256(config: TrialConfig) -> str:
 def load_config(path: str | Path) -> TrialConfig:
     """Read an exported config file (YAML or JSON) and return its validated TrialConfig.
 
-    Accepts the full export document or a bare mapping of knob values.
+    Accepts the full export document or a bare mapping of knob values. A full export's
+    configuration remembers what it was measured for (its ``source.workload_kind``):
+    ``advisor.apply()`` prepares the model for that, and refuses the other
+    (``measured_workload``).
 
     Raises:
         ConfigError: the file cannot be read, is not YAML/JSON, has another format
@@ -72,7 +76,21 @@ def load_config(path: str | Path) -> TrialConfig:
         >>> cfg = advisor.load_config("best.yaml")  # doctest: +SKIP
         >>> prepared = advisor.apply(model, cfg)    # doctest: +SKIP
     """
-    return read_export(path)[0]
+    config, document = read_export(path)
+    source = document.get("source")
+    kind = source.get("workload_kind") if isinstance(source, dict) else None
+    if kind in WORKLOADS:
+        object.__setattr__(config, MEASURED_AS, kind)  # not a field: equality, keys and hashes are the knobs' alone
+    return config
+
+
+MEASURED_AS = "_advisor_measured_as"
+
+
+def measured_workload(config: TrialConfig) -> str | None:
+    """What ``config`` was measured for ("train" or "inference"), when ``load_config`` read
+    it from a full export; None for any other configuration."""
+    return getattr(config, MEASURED_AS, None)
 
 
 def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:

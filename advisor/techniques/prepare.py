@@ -16,6 +16,7 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, UnsupportedError
+from advisor.core.export_format import measured_workload
 from advisor.core.results import check_workload_kind
 from advisor.techniques.conv1d import conv1d_to_linear, needs_linear
 from advisor.techniques.prepared import Prepared, default_device
@@ -23,7 +24,7 @@ from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import refusal
 
 
-def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str = "train", *,
+def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str | None = None, *,
           tp_plan: dict[str, Any] | None = None, pipeline_split: list[str] | None = None,
           example_inputs: Any = None) -> Prepared:
     """Prepare ``model`` for ``config``: threads, precision, device, memory format, pruning,
@@ -37,6 +38,8 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
         device: defaults to the current CUDA device when there is one, else the CPU.
         workload: "train", or "inference" (the model is put in eval mode; inference-only
             options such as int8_dynamic or bf16_full are allowed, training ones refused).
+            None (the default): what ``config`` was measured for, when ``load_config`` read
+            it from a full export; else "train".
         tp_plan: for ``parallelism`` tp / fsdp_tp, your model.py's ``tp_plan()`` (layer name
             -> style); None derives the plan from the model (or its transformers plan).
         pipeline_split: for ``parallelism: pp``, your model.py's ``pipeline_split()`` (the
@@ -51,7 +54,8 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
         ConfigError: ``config`` holds an unknown knob or an invalid value, or is not a
             configuration at all (a path: read it with ``load_config``); ``device`` is not a
             torch device; ``model`` is not an nn.Module; ``workload`` is neither "train" nor
-            "inference".
+            "inference", or is not what the exported ``config`` was measured for (its
+            knobs as a mapping, ``config.to_dict()``, are applied to either unmeasured).
         UnsupportedError: a technique refuses this model (e.g. channels_last without convs)
             or the values cannot be combined (anywhere, or on ``device``: the CUDA flash
             attention kernel with fp32); ``device`` is CUDA and torch sees none; the model
@@ -61,8 +65,8 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     """
     import torch
 
-    check_workload_kind(workload, "apply(): workload")
     config = _config_of(config)
+    workload = _workload_of(workload, config)
     device = _device_of(device)
     _check_model(model, config)
     reason = refusal(config, workload, device.type)
@@ -88,6 +92,21 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
 
 
 APPLIED = "_advisor_applied"  # set on a model apply() prepared: a second apply() would stack the knobs
+
+
+def _workload_of(workload: Any, config: TrialConfig) -> str:
+    """The workload to prepare for: ``workload``, or what the exported ``config`` was measured
+    for; a ConfigError when the two differ (the model would not become what was measured)."""
+    measured = measured_workload(config)
+    if workload is None:
+        return measured or "train"
+    check_workload_kind(workload, "apply(): workload")
+    if measured is not None and workload != measured:
+        raise ConfigError(f"apply(): workload={workload!r}, but this configuration was measured for {measured} "
+                          f"(its export's source.workload_kind): leave workload out, or pass "
+                          f"workload={measured!r}; to use its knobs for {workload} unmeasured, pass "
+                          "config.to_dict()")
+    return workload
 
 
 def _config_of(config: Any) -> TrialConfig:

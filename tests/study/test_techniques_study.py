@@ -7,7 +7,9 @@ import json
 
 import optuna
 import pytest
+import torch
 
+import advisor
 from advisor.cli.main import main
 
 from conftest import EXAMPLES
@@ -68,6 +70,20 @@ def test_inference_workload_end_to_end(ray_session, workdir, capsys):
     int8 = [t for t in done if t.user_attrs["config"]["quantization"] != "none"]
     assert all(t.user_attrs["telemetry"]["model"]["quantized_linear_layers"] == 4 for t in int8)
     assert "Pareto front" in out
+    # the export remembers it was measured for inference: apply() prepares the model for that
+    # unasked, and refuses to prepare it for training (a review applied it as training: accepted)
+    plain = next(t for t in done if t.user_attrs["config"]["quantization"] == "none")
+    assert main(["export", "--storage", f"sqlite:///{workdir / 'advisor.db'}", "--study", "digits_inference-infer",
+                 "--trial", str(plain.number), "-o", str(workdir / "serve.yaml")]) == 0
+    config = advisor.load_config(workdir / "serve.yaml")
+    module = torch.nn.Sequential(torch.nn.Linear(64, 10)).train()
+    prepared = advisor.apply(module, config, device="cpu")
+    assert prepared.workload == "inference" and not module.training
+    assert advisor.apply(torch.nn.Linear(64, 10), config, device="cpu", workload="inference").workload == "inference"
+    with pytest.raises(advisor.ConfigError, match="workload='train', but this configuration was measured for "
+                                                  r"inference .*pass config.to_dict\(\)"):
+        advisor.apply(torch.nn.Linear(64, 10), config, device="cpu", workload="train")
+    assert advisor.apply(torch.nn.Linear(64, 10), config.to_dict(), device="cpu", workload="train").workload == "train"
 
 
 def test_inference_space_drops_training_options(workdir, capsys):
