@@ -126,6 +126,9 @@ class Strategy:
         self._duplicates_in_a_row = 0
         self._busy_in_a_row = 0
         self.gave_up: str | None = None  # why the strategy stopped proposing for good
+        # it gave up for want of new configurations (not because nothing can run): what runs and what
+        # waits for its training run still finishes
+        self.out_of_proposals = False
 
     # ---- what to run next -----------------------------------------------------------------
     def to_queue(self, *, own_in_flight: bool, waiting: Callable[[], bool], baseline: TrialRecord | None,
@@ -178,6 +181,7 @@ class Strategy:
             if self._duplicates_in_a_row >= DUPLICATES_IN_A_ROW:
                 self.gave_up = (f"the sampler proposed only already-measured configurations {DUPLICATES_IN_A_ROW} "
                                 "times in a row")
+                self.out_of_proposals = True
             return Duplicate(config, earlier)
         self._duplicates_in_a_row = 0
         reason, failure_class = self._why_not(config)

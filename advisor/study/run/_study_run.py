@@ -238,7 +238,11 @@ class StudyRun:
                 continue
             if not remeasure:
                 self._start_trials(parts)
-            if self.strategy.gave_up:
+            waiting = self.queue is not None and bool(self.queue.waiting)
+            if self.strategy.gave_up and not (self.strategy.out_of_proposals and (self.slots or waiting)):
+                # a sampler that only repeats itself proposes nothing more, but the trials running
+                # and the training runs already due still finish (a replayed study cancelled the
+                # training run of the grid's best-metric configuration here)
                 self.ended = self.strategy.gave_up
                 break
             if time.monotonic() >= self.deadline:
