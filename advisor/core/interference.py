@@ -15,9 +15,11 @@ for a reader; they do not enter the score (both move with the model's own thread
 
 A block is **disturbed** when its score is an upper outlier of the study's own spread (a
 modified z-score above ``Z`` over the median and MAD of the recent blocks' scores, as
-hyperfine flags outliers; never below ``FLOOR``), for a data-parallel trial (its ranks
-share the machine) also of its own blocks (that steady waiting is the configuration, not a
-neighbour), *and* it was slower than the trial's undisturbed blocks: a block that ran
+hyperfine flags outliers; never below ``FLOOR``) or over ``CEILING`` whatever that spread
+(a study on a machine busy from its start has no quiet spread to be an outlier of), for a
+data-parallel trial (its ranks share the machine) an outlier of its own blocks too (that
+steady waiting is the configuration, not a neighbour), *and* it was slower than the trial's
+undisturbed blocks: a block that ran
 faster is never dropped. In a trial of several ranks a block also counts as disturbed when
 it overlaps in time a block another rank found disturbed (``overlapping``): the ranks wait
 for each other in their collectives, so a neighbour that took one rank's CPU slowed them
@@ -37,6 +39,11 @@ from typing import Any
 
 Z = 3.5  # modified z-score (0.6745 (x - median) / MAD) above which a score is an outlier (Iglewicz-Hoaglin)
 FLOOR = 0.05  # a block that lost under 5% of its time is never called disturbed (within the timing's own noise)
+# ... and one that lost over 15% is disturbed whatever the study's spread: quiet blocks lose about 1% here
+# and a steady neighbour's about 27% (benchmarks/results/sentinel.json), and a spread that has seen only a
+# busy machine calls that normal (a review's study beside a busy benchmark: every block lost about half,
+# none was called disturbed, and a probe 16x too slow decided what was trained)
+CEILING = 0.15
 MIN_SCORES = 8  # no limit from fewer scores than this (the trial's own blocks then decide alone)
 CLEAN_SHARE = 0.5  # a trial with fewer than half its blocks clean is run again ...
 MIN_CLEAN = 3  # ... and so is one with fewer clean blocks than this
@@ -75,11 +82,9 @@ def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: flo
     (data-parallel ranks sharing the machine) waits for a CPU in every block alike: that
     is the configuration, not a neighbour, so its blocks must also be outliers of its own
     spread (``limit_of`` its own scores) to count."""
+    limit = effective_limit(limit, scores, self_contended)
     if limit is None and not elsewhere:
         return []
-    own = limit_of(scores) if self_contended else None
-    if limit is not None and own is not None:
-        limit = max(limit, own)
 
     def over(i: int, s: float | None) -> bool:
         return i in elsewhere or (limit is not None and s is not None and s > limit)
@@ -90,6 +95,16 @@ def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: flo
         return high
     typical = statistics.median(quiet)
     return [i for i in high if step_s[i] > typical]
+
+
+def effective_limit(limit: float | None, scores: Sequence[float | None], self_contended: bool) -> float | None:
+    """The limit a trial's blocks are judged by: the study's (``limit``), at most ``CEILING``
+    (that alone when the study has none yet); for a ``self_contended`` trial, whose own
+    waiting is its configuration, the study's or its own spread's (``limit_of``), the higher."""
+    if not self_contended:
+        return CEILING if limit is None else min(limit, CEILING)
+    own = limit_of(scores)
+    return max(limit, own) if limit is not None and own is not None else limit
 
 
 def overlapping(windows: Sequence[tuple[float, float] | None], others: Iterable[Sequence[float]]) -> list[int]:
@@ -118,11 +133,12 @@ def rerun_reason(telemetry: dict[str, Any] | None) -> str | None:
     s = summary_of(telemetry)
     if s is None or not s.get("too_few_clean"):
         return None
-    limit = s.get("limit")
-    over = f"over {100 * limit:.0f}% of the block, " if isinstance(limit, (int, float)) else ""
+    limit, source = s.get("limit"), s.get("limit_from", "trial")
+    over = f"over {100 * limit:.0f}% of the block" if isinstance(limit, (int, float)) else ""
+    by = (": another program kept its CPUs busy" if source == "ceiling" else
+          f"{', ' if over else ''}by the {source}'s spread")
     return (f"interference disturbed {s['blocks'] - s['clean']} of its {s['blocks']} timed blocks "
-            f"(run-queue wait or steal {over}by the {s.get('limit_from', 'trial')}'s spread): "
-            "too few clean blocks remain")
+            f"(run-queue wait or steal {over}{by}): too few clean blocks remain")
 
 
 def disturbance(telemetry: dict[str, Any] | None) -> tuple[float, float]:

@@ -121,6 +121,18 @@ def test_dominated_beyond_noise_is_stored_as_probed_with_the_reason(study):
     assert slow_big.number not in [r.number for r in stored.front()]
 
 
+def test_a_probe_every_run_of_which_was_disturbed_is_never_ruled_out_on_its_speed(study):
+    """Its speed (kept, the least disturbed of its runs) reads too slow by an unknown amount:
+    2x slower and 1.5x bigger than the baseline, it still waits for its training run."""
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    p = run.ledger._hand_out(run.ledger.study.ask(), TrialConfig(batch_size=64, threads=1))
+    result = probe(500.0, 150.0)
+    result.telemetry["kept"] = "the least disturbed of 3 runs, every one disturbed (the last: ...)"
+    run._probe(p, result)
+    assert run.settle() == [] and set(run.queue.waiting) == {p.number}
+
+
 def test_dominance_compares_ratios_to_the_baseline_as_it_stood_at_each_probe(study):
     """The baseline was probed on a fast machine (1,000/s) and measured again twice at 600/s
     once the machine slowed: a later probe's reference (the median of the three latest

@@ -173,7 +173,10 @@ class BaselineWatch:
         if not result.ok:
             why = None
         elif (summary_of(result.telemetry) or {}).get("limit") is not None:
-            why = rerun_reason(result.telemetry)
+            # the blocks' own counters; with no study spread yet (only the ceiling judged them)
+            # the sentinel's reading against the study's too
+            why = rerun_reason(result.telemetry) or (self.judge.disturbed(reading) if self.pool.limit is None
+                                                     else None)
         else:
             why = self.judge.disturbed(reading)
         self.judge.add(reading)

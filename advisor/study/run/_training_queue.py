@@ -8,7 +8,8 @@ driver killed between the two parts leaves them, and the next run of the same co
 adopts the trial and goes on with its training run. Whenever a slot is free the Tuner
 asks ``settle()`` for what needs no run: a configuration dominated beyond noise by one
 already known to be feasible (``ProbedOnly``: stored as probed, Optuna's PRUNED, with
-``TRAINING_SKIPPED`` saying by which trial), and one whose fingerprint matches a trained
+``TRAINING_SKIPPED`` saying by which trial; never a probe kept although every run of it was
+disturbed: its speed is no evidence), and one whose fingerprint matches a trained
 configuration's (``Reused``: its metric is reused). Throughputs are compared as ratios
 to the baseline's reference as it stood at each probe (``StoredStudy.reference_at``), so a
 machine that was faster when one probe ran than when the other did decides nothing. Then ``next_run()`` names the
@@ -151,7 +152,10 @@ class TrainingQueue:
                 continue
             over = self._over_memory_cap(w)
             mine = w.relative(stored)
-            by = next(((n, f) for n, f in feasible if dominates_beyond_noise(f, mine, margins)), None)
+            # a probe kept although every run of it was disturbed reads too slow by an unknown
+            # amount: it is never ruled out on its speed (a review's 16x-too-slow probe was)
+            by = None if "kept" in w.probe.telemetry else next(
+                ((n, f) for n, f in feasible if dominates_beyond_noise(f, mine, margins)), None)
             if over or by is not None:
                 self.waiting.pop(number)
                 decided.append(ProbedOnly(number, over or _dominated_text(*by, mine, margins)))  # type: ignore[misc]
