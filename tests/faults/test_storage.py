@@ -35,6 +35,8 @@ CASES = {
     "not a database": (_garbage, "is not a usable SQLite database"),
     "journal in a missing directory": (lambda tmp: "journal:nowhere/j.log", "does not exist"),
     "not a URL": (lambda tmp: "advisor.db", "is not a storage URL"),
+    "in-memory SQLite": (lambda tmp: "sqlite://", "is an in-memory SQLite database"),  # was exit 1 after 60 s
+    "in-memory SQLite by name": (lambda tmp: "sqlite:///:memory:", "is an in-memory SQLite database"),
     "RDB without its driver": (lambda tmp: "mysql+mysqldb://nobody@127.0.0.1:9/advisor",
                                "needs a database driver that is not installed"),
     "RDB server not listening": (lambda tmp: "postgresql+psycopg://nobody@127.0.0.1:9/advisor",

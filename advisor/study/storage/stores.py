@@ -70,6 +70,10 @@ def _check_storage(url: str, must_exist: bool) -> None:
         raise StudyError(f"storage {shown_url(url)!r} is not a storage URL: expected e.g. sqlite:///advisor.db, "
                          "postgresql://user@host/db, or journal:PATH")
     wait_s_from_env()  # a bad $ADVISOR_STORAGE_WAIT is bad input too: said before anything starts
+    if url.startswith("sqlite:") and (not url.startswith("sqlite:///") or url.split("?")[0].endswith(":memory:")):
+        raise StudyError(f"storage {url!r} is an in-memory SQLite database: each process (the driver, "
+                         "its trials, a later `advisor report`) would see an empty one of its own, and the study "
+                         "would be lost when the command ends; give a file, e.g. sqlite:///advisor.db")
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         _check_file(path, url, must_exist)
