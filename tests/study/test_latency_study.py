@@ -42,4 +42,5 @@ def test_an_inference_study_under_a_latency_limit(ray_session, workdir, capsys):
 
     # resumed with another limit: refused before anything runs
     assert main([*args, "--trials", "3", "--max-latency-ms", "5"]) == 2
-    assert "was run with another setup: max_latency_ms: 0.001 then, 5.0 now" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "was run with another setup: --max-latency-ms: 0.001 then, 5.0 now; its trials' verdicts" in err

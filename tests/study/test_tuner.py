@@ -110,7 +110,17 @@ def test_resume_with_other_settings_is_refused(eager_study, workdir, capsys):
     assert main([*EAGER[:-2], "--train-samples", "400"]) == 2
     said = capsys.readouterr()
     assert "another setup: settings: train_samples 300 then, 400 now" in said.err
+    assert "its trials would not be comparable" in said.err
     assert "space     eager" in said.out and "study     " not in said.out  # no line says a refused study runs
+    # an option is named by its flag, not the study attribute it is stored as (a review read
+    # "max_accuracy_drop: 0.05 then, 0.02 now" and "max_drop_relative: false then, true now")
+    assert main([*EAGER[:-2], "--train-samples", "300", "--max-metric-drop", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "another setup: --max-metric-drop: 0.01 then, 0.5 now; its trials' verdicts and front were reached " \
+           "with the values it stored" in err and "max_accuracy_drop" not in err
+    assert main([*EAGER[:-2], "--train-samples", "300", "--max-metric-drop", "1%"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-metric-drop as a percentage: no then, yes now" in err and "max_drop_relative" not in err
 
 
 def test_export_round_trip(eager_study, workdir, capsys):

@@ -20,7 +20,7 @@ from advisor.machine.hardware import Hardware, detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
 from advisor.search.samplers import make_sampler
 from advisor.search.space import Dropped, SearchSpace, filter_space, load_space, value_refusal
-from advisor.study.options.option import must_match
+from advisor.study.options.option import declared, must_match
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.storage import stores
 from advisor.study.storage.guard import shown_url
@@ -40,6 +40,9 @@ DERIVED_MUST_MATCH = ("workload_sha256", "workload_modules", "space", "settings"
 # the settings that say how a timing stops (not what is measured): a resumed study takes today's
 TIMING_METHOD = ("warmup_steps", "min_steps", "warmup_s", "timing_tolerance")
 MUST_MATCH = DERIVED_MUST_MATCH + tuple(attr for _, attr in must_match(TuneOptions))
+# a stored option named as the user gives it (the flag), not by its study attribute
+_FLAG_OF = {o.must_match: o.flag for _, o in declared(TuneOptions) if o.must_match and o.flag}
+_FLAG_OF["max_drop_relative"] = "--max-metric-drop as a percentage"
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,10 @@ def _differs(key: str, then: Any, now: Any) -> str:
         return "the modules beside model.py that it imports: " + ", ".join(changed)
     if key == "workload_parameters":
         return f"the model's parameters: {then:,} then, {now:,} now"
+    if key in _FLAG_OF:
+        if isinstance(then, bool) and isinstance(now, bool):
+            return f"{_FLAG_OF[key]}: {'yes' if then else 'no'} then, {'yes' if now else 'no'} now"
+        return f"{_FLAG_OF[key]}: {shown(then)} then, {shown(now)} now"
     if isinstance(then, dict) and isinstance(now, dict):
         keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
         parts = [f"{k} {shown(then.get(k))} then, {shown(now.get(k))} now" for k in keys[:4]]
@@ -226,7 +233,9 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
             f"study {plan.study_name!r} in {shown_url(plan.storage_url)} was run with another setup: "
-            f"{'; '.join(_differs(k, old[k], attrs[k]) for k in diffs)}; its trials would not be comparable. "
+            f"{'; '.join(_differs(k, old[k], attrs[k]) for k in diffs)}; "
+            + ("its trials would not be comparable. " if set(diffs) - set(_FLAG_OF) else
+               "its trials' verdicts and front were reached with the values it stored. ") +
             "Use --study NEW_NAME for a new study "
             "(or run the original setup again to resume it" +
             ("; advisor doctor's verdicts drop options from its space here: --ignore-doctor keeps them)"
