@@ -99,6 +99,25 @@ def test_python_export_refuses_a_failed_trial(study_url, tmp_path, capsys):
     assert not path.exists()
 
 
+def test_an_infeasible_trial_is_exported_with_a_warning_and_says_so(study_url, tmp_path, capsys):
+    """A review exported trial 3 of its study, 19 points below the baseline against a
+    10-point limit: exit 0, not a word; the script's header read "-19.0 pt"."""
+    import yaml
+
+    assert main(["export", "--storage", study_url, "--trial", "5", "-o", str(tmp_path / "x.yaml")]) == 0
+    said = capsys.readouterr()
+    assert "note: trial 5 is infeasible in study" in said.err and "exported as measured" in said.err
+    assert "wrote trial 5" in said.out
+    assert yaml.safe_load((tmp_path / "x.yaml").read_text())["measured"]["feasible"] is False
+    assert main(["export", "--storage", study_url, "--trial", "5", "--format", "python", "-o",
+                 str(tmp_path / "x.py")]) == 0
+    assert "note: trial 5 is infeasible" in capsys.readouterr().err
+    assert "INFEASIBLE in its study: " in (tmp_path / "x.py").read_text()
+    assert main(["export", "--storage", study_url, "--trial", "1", "-o", str(tmp_path / "y.yaml")]) == 0
+    assert "infeasible" not in capsys.readouterr().err
+    assert yaml.safe_load((tmp_path / "y.yaml").read_text())["measured"]["feasible"] is True
+
+
 BLOCKS = '''import torch
 from torch import nn
 
