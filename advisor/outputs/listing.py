@@ -5,15 +5,16 @@ records (``advisor.core.stored``) into a typed row; the table and ``--json`` for
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Versus
-from advisor.core.stored import MAX_METRIC_DROP, SEED_CONFIG, StoredStudy, TrialRecord
+from advisor.core.stored import BASELINE_DISTURBED, MAX_METRIC_DROP, SEED_CONFIG, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 
 # the states of TrialRecord, in the order they are listed
@@ -130,8 +131,18 @@ class TrialLine:
 
 
 def trial_lines(study: StoredStudy) -> list[TrialLine]:
-    """Every trial of ``study`` by number."""
-    return [TrialLine(r, study.versus_baseline(r), study.metric) for r in sorted(study.records, key=lambda r: r.number)]
+    """Every trial of ``study`` by number. A duplicate's line is its earlier trial's
+    configuration with no figures of its own: the copy stored when it was proposed goes stale
+    once the earlier trial learns more (more seeds, a new verdict), so its row points there."""
+    by_number = {r.number: r for r in study.records}
+
+    def line(r: TrialRecord) -> TrialLine:
+        earlier = by_number.get(r.duplicate_of) if r.duplicate_of is not None else None
+        if earlier is None:
+            return TrialLine(r, study.versus_baseline(r), study.metric)
+        shown = replace(r, config=earlier.config, figures=None, constraints={}, attrs={})  # no figure, no latency
+        return TrialLine(shown, Versus(None, None, None), study.metric)
+    return [line(r) for r in sorted(study.records, key=lambda r: r.number)]
 
 
 def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
@@ -140,10 +151,15 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
 
     metric = study.metric
     has_base = study.baseline is not None
+    # a baseline whose first run was disturbed shows the reference its ratios are to (as the front table)
+    reference = study.reference_at(math.inf) if has_base and study.attrs.get(BASELINE_DISTURBED) else None
     table = Table(title=f"Trials of {study.name}", title_justify="left",
                   caption=("Ratios are to the baseline: confirmed in pairs with the 95% interval, else unconfirmed "
                            "(one trial against the baseline as measured by then). " if has_base else
-                           "No completed baseline: no ratios. ") + f"{metric.name}: {metric.direction_word}",
+                           "No completed baseline: no ratios. ") + (
+                      "The baseline's first run was disturbed: its samples/s is the median of its latest "
+                      "re-measurements, the reference the ratios are to. " if reference else "")
+                  + f"{metric.name}: {metric.direction_word}",
                   caption_justify="left")
     columns = [("trial", "right"), ("state", "left"), ("configuration", "left"), ("samples/s", "right"),
                ("peak memory", "right"), (metric.name, "right")]
@@ -161,8 +177,9 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
             state += " (infeasible)"
         queued = r.get(SEED_CONFIG) if r.state == "waiting" and r.config is None else None
         description = TrialConfig.from_dict(queued).describe() if isinstance(queued, dict) else r.description
+        speed = reference if r.baseline and reference else measured[0] if measured else None
         cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, description,
-                 fmt_rate(measured[0]) if measured else "-", fmt_bytes(measured[1]) if measured else "-",
+                 fmt_rate(speed) if speed else "-", fmt_bytes(measured[1]) if measured else "-",
                  metric.value_text(r.figures.score) if r.figures is not None else "-"]
         if has_base:
             thr, mem, _ = line.versus.cells()

@@ -231,6 +231,34 @@ def test_a_queued_seed_is_shown_as_queued_with_its_configuration(two_studies, ca
     assert [t["state"] for t in json.loads(out)["trials"]][-1] == "waiting"  # the JSON keeps Optuna's word
 
 
+def test_a_duplicate_points_to_its_earlier_trial_and_a_disturbed_baseline_shows_its_reference(two_studies, capsys):
+    """A review saw a duplicate row show a stale copy of its earlier trial's figures (and
+    another none at all, with no configuration), and the baseline's disturbed first run
+    beside ratios that are to its re-measured reference."""
+    import time
+
+    import optuna
+
+    from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, DUPLICATE_OF
+
+    study = optuna.load_study(study_name="digits_cnn-cpu", storage=two_studies)
+    stale = optuna.trial.create_trial(values=[1.0, 1.0, 0.5], user_attrs={DUPLICATE_OF: 1}, system_attrs={})
+    study.add_trial(stale)  # the figures it was answered with before trial 1 learnt more
+    study.set_user_attr(BASELINE_DISTURBED, "its first run: the noise sentinel read 2.0x apart")
+    study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": time.time(), "after_trial": 0, "throughput": 9000.0,
+                                                 "peak_memory_bytes": 98.6 * 2**20}] * 2)
+    code, out, err = run(["trials", "digits_cnn-cpu", "--storage", two_studies], capsys)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if "duplicate of 1" in line)
+    assert "bs=64 bf16" in row and "0.5000" not in row and "1.00x" not in row
+    base = next(line for line in out.splitlines() if "(baseline)" in line)
+    assert "9,000" in base and "6,736" not in base
+    assert "The baseline's first run was disturbed" in " ".join(out.split())
+    code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
+    dup = json.loads(out)["trials"][-1]
+    assert dup["duplicate_of"] == 1 and dup["config"]["precision"] == "bf16" and dup["throughput"] is None
+
+
 def test_trials_takes_study_as_the_other_commands_do(two_studies, capsys):
     """`advisor trials --study NAME` was 'unrecognized arguments' (export, report and tui take it)."""
     code, out, err = run(["trials", "--study", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
