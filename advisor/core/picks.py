@@ -69,6 +69,40 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
                                     -figures[r.number].throughput))
 
 
+def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
+    """Why ``chosen`` is the ``how`` pick although another trial reads better on that pick's
+    own figure: the noise cannot tell them apart (a tie, broken as the module says); '' when
+    ``chosen`` reads best itself. A review saw "fastest: trial 0 (1.00x)" beside a front whose
+    trial 2 read 1.49x (1.00-2.23), with nothing to say why."""
+    how = OLDER_PICKS.get(how, how)
+    if how not in ("fastest", "smallest", "best-metric"):
+        return ""
+    front = study.front()
+    versus = {r.number: study.versus_baseline(r) for r in front}
+    pool = [r for r in front if versus[r.number].confirmed or r.baseline]
+    if not any(versus[r.number].confirmed for r in pool):
+        pool = front
+    figures = {r.number: study.relative_figures(r) for r in pool}
+    if chosen.number not in figures:
+        return ""
+    if how == "fastest":
+        best = max(pool, key=lambda r: figures[r.number].throughput)
+        what = f"faster (throughput {versus[best.number].throughput_text()})"
+    elif how == "smallest":
+        best = min(pool, key=lambda r: figures[r.number].peak_memory_bytes)
+        what = f"smaller (peak memory {versus[best.number].memory_text()})"
+    else:
+        best = max(pool, key=lambda r: figures[r.number].score)
+        what = f"better ({study.metric.name} {study.metric.value_text(figures[best.number].score)})"
+    if best.number == chosen.number or figures[best.number][_INDEX[how]] == figures[chosen.number][_INDEX[how]]:
+        return ""
+    return (f"trial {best.number} reads {what} but not beyond the noise, so they tie; a tie goes to "
+            f"the configuration that changes fewer knobs{' (here the baseline itself)' if chosen.baseline else ''}")
+
+
+_INDEX = {"fastest": 0, "smallest": 1, "best-metric": 2}
+
+
 def _span(interval: tuple[float, float] | None, value: float) -> tuple[float, float]:
     """A figure's confirmed 95% interval, or the single reading as a point."""
     return interval if interval is not None else (value, value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import shlex
 
 from advisor.core.errors import StudyError
-from advisor.core.picks import PICKS, pick
+from advisor.core.picks import PICKS, pick, tie_note
 from advisor.core.stored import MAX_METRIC_DROP, TRAINING_SKIPPED, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.outputs.console import infeasible_text
@@ -188,8 +188,9 @@ def _picks(study: StoredStudy, storage_url: str | None) -> list[str]:
     for how, r in chosen:
         vs = study.versus_baseline(r)
         command = f"advisor export{where} --study {shlex.quote(study.name)} --trial {r.number} -o {how}.yaml"
+        tie = tie_note(study, how, r)
         lines.append(f"- **{how}**: trial {r.number} {_code(r.description)}: {vs.summary(study.metric)}; "
-                     f"export it: `{command}`")
+                     + (f"{tie}; " if tie else "") + f"export it: `{command}`")
     return lines
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from advisor.core.errors import StudyError
 from advisor.core.latency import fmt_ms
-from advisor.core.picks import PICKS, pick
+from advisor.core.picks import PICKS, pick, tie_note
 from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
@@ -182,6 +182,7 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
                      f"{fmt_rate(thr)} samples/s ({vs.throughput_text()}), {fmt_bytes(mem)} "
                      f"({vs.memory_text()}), {study.metric.name} {study.metric.value_text(acc)} "
                      f"({vs.metric_text(study.metric)}); "
+                     + (f"{tie}; " if (tie := tie_note(study, how, r)) else "") +
                      f"export it: `{command}`")
     return lines
 

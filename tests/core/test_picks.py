@@ -6,7 +6,7 @@ from __future__ import annotations
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures
 from advisor.core.pairs import Confirmation, Pair
-from advisor.core.picks import pick
+from advisor.core.picks import pick, tie_note
 from advisor.core.stored import BASELINE_MEASUREMENTS, CONFIRMATION, METRIC_NOISE, StoredStudy, TrialRecord
 
 
@@ -78,6 +78,28 @@ def test_overlapping_intervals_are_ties_won_by_fewer_knobs_then_less_memory():
     apart = {**attrs, f"{CONFIRMATION}2": confirmed_at(2, [1.80, 1.81, 1.82, 1.80, 1.81], memory=1.2)}
     assert pick(StoredStudy("s", apart, records), "fastest").number == 2  # beyond the noise: the faster one
     assert pick(StoredStudy("s", {}, records), "fastest").number == 3  # nothing confirmed: single readings decide
+
+
+def test_a_tie_says_which_trial_reads_better_and_why_it_is_not_picked():
+    records = [record(0, 1000, 100, 0.95, 0.0), record(1, 1480, 100, 0.95, 10.0, precision="bf16"),
+               record(2, 1520, 120, 0.95, 20.0, precision="bf16", compile=True, channels_last=True)]
+    attrs = {f"{CONFIRMATION}1": confirmed_at(1, [1.40, 1.48, 1.56, 1.45, 1.51]),
+             f"{CONFIRMATION}2": confirmed_at(2, [1.44, 1.52, 1.60, 1.49, 1.55], memory=1.2)}
+    study = StoredStudy("s", attrs, records)
+    chosen = pick(study, "fastest")
+    note = tie_note(study, "fastest", chosen)
+    assert chosen.number == 1 and note.startswith("trial 2 reads faster (throughput 1.52x (")
+    assert "not beyond the noise, so they tie; a tie goes to the configuration that changes fewer knobs" in note
+    assert "baseline" not in note
+    apart = {**attrs, f"{CONFIRMATION}2": confirmed_at(2, [1.80, 1.81, 1.82, 1.80, 1.81], memory=1.2)}
+    wins = StoredStudy("s", apart, records)
+    assert tie_note(wins, "fastest", pick(wins, "fastest")) == ""  # the fastest reads fastest: nothing to say
+    # a candidate whose interval reaches down to 1.00x ties with the baseline itself (a review's report)
+    bigger = [records[0], record(1, 1480, 110, 0.95, 10.0, precision="bf16")]  # the baseline stays on the front
+    wide = StoredStudy("s", {f"{CONFIRMATION}1": confirmed_at(1, [0.95, 1.9, 1.5, 1.1, 2.2], memory=1.1)}, bigger)
+    base = pick(wide, "fastest")
+    assert base.number == 0 and "(here the baseline itself)" in tie_note(wide, "fastest", base)
+    assert tie_note(wide, "balanced", base) == ""
 
 
 def test_metrics_within_the_noise_are_ties_for_the_best_metric():
