@@ -205,6 +205,21 @@ def test_a_file_name_with_a_space_is_quoted_where_a_shell_reads_it(study_url, tm
     assert "Run it:  python 'x v10.py'" in path.read_text()  # the script's own name, beside it
 
 
+def test_an_export_scores_a_trial_at_its_seed_mean(study_url, tmp_path, capsys):
+    """measured.score is the score the study compares: trial 1 trained with three seeds reads
+    at their mean (a review read the first seed's 0.8333 beside the metric's 0.8370)."""
+    import optuna
+    import yaml
+
+    from advisor.core.study_metric import METRIC_SEEDS
+
+    study = optuna.load_study(study_name="digits_cnn-cpu", storage=study_url)
+    study.set_user_attr(f"{METRIC_SEEDS}1", {"seeds": [0, 1, 2], "values": [0.9639, 0.9500, 0.9600]})
+    assert main(["export", "--storage", study_url, "--trial", "1", "-o", str(tmp_path / "x.yaml")]) == 0
+    measured = yaml.safe_load((tmp_path / "x.yaml").read_text())["measured"]
+    assert abs(measured["score"] - 0.9579667) < 1e-6 and measured["metric"]["value"] == measured["score"]
+
+
 def test_the_scripts_header_gives_the_metric_its_delta_is_of():
     """A review saw 'accuracy 0.1000 (+0.1 pt)' against a baseline of 0.1269: the value was
     the trial's seed-0 score, the delta its seed mean's (0.1278). The header now gives the
