@@ -95,12 +95,15 @@ def workload_source(pieces: dict[str, Any], baseline: dict[str, Any] | None) -> 
     return "\n".join(lines) + "\n"
 
 
-def write_workload(pieces: dict[str, Any], baseline: dict[str, Any] | None, name: str, directory: Path) -> Path:
-    """Write the model.py for ``pieces`` as ``directory/NAME-HASH.py`` (kept if it exists)."""
+def write_workload(pieces: dict[str, Any], baseline: dict[str, Any] | None, name: str,
+                   directory: Path) -> tuple[Path, bool]:
+    """Write the model.py for ``pieces`` as ``directory/NAME-HASH.py`` (kept if it exists);
+    the path, and whether it was written now."""
     text = workload_source(pieces, baseline)
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     path = directory / f"{name}-{digest}.py"
-    if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, text)
-    return path
+    if path.exists():
+        return path, False
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, text)
+    return path, True

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from advisor.api.callables import write_workload
 from advisor.api.result import TuneResult
-from advisor.core.errors import WorkloadError
+from advisor.core.errors import ConfigError, StudyError, WorkloadError
 from advisor.core.noise import NOISE_SEEDS
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.stored import read_study
@@ -74,12 +74,20 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     from advisor.study.run.tuner import Tuner
 
     options = TuneOptions.given("", given, python=True).check(python=True)
-    path, label = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))
+    path, label, created = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))
     options = replace(options, workload_path=str(path))
     if study is None and label is not None:  # named after the model function, not the written file
         options = replace(options, study_name=f"{label}-{options.space_name}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    plan = plan_study(options)
+    try:
+        plan = plan_study(options)
+    except (WorkloadError, ConfigError, StudyError) as exc:
+        if label is not None:  # the model.py written for the callables: say it in the call's terms
+            if created:
+                path.unlink(missing_ok=True)  # written by this call, refused: nothing left behind
+            text = str(exc).replace(f"{path}: BASELINE", "advisor.tune(baseline=...)").replace("BASELINE.", "baseline.")
+            exc.args = (text.replace(str(path), "the model.py advisor.tune() writes for your callables"),)
+        raise
     trackers = open_trackers(plan, python=True)
     output = TuneOutput(quiet=not progress)
     output.planned(plan)
@@ -115,19 +123,21 @@ def _older(older: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
 
 
 def _workload_path(model: Any, datasets: Any, loss: Any, metric: Any, optimizer: Any, baseline: Any,
-                   name: str | None, workdir: Path) -> tuple[Path, str | None]:
-    """The model.py to tune, and the name of the callables' study (None for a path)."""
+                   name: str | None, workdir: Path) -> tuple[Path, str | None, bool]:
+    """The model.py to tune, the name of the callables' study (None for a path), and whether
+    this call wrote that file (for callables: the same callables reuse theirs)."""
     if isinstance(model, (str, Path)):
         given = [k for k, v in (("datasets", datasets), ("loss", loss), ("metric", metric),
                                 ("optimizer", optimizer), ("baseline", baseline)) if v is not None]
         if given:
             raise WorkloadError(f"advisor.tune({str(model)!r}, {', '.join(given)}=...): a model.py path brings its "
                                 "own contract; pass its path alone, or pass callables for model and datasets")
-        return Path(model).expanduser().resolve(), None
+        return Path(model).expanduser().resolve(), None, False
     if datasets is None:
         raise WorkloadError("advisor.tune(model=...): datasets is required (a function returning (train, validation))")
     pieces = {"model": model, "datasets": datasets, "loss": loss, "metric": metric, "optimizer": optimizer}
     if name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise WorkloadError(f"advisor.tune(name={name!r}): use letters, digits, '_', '-' or '.'")
     label = name or re.sub(r"[^A-Za-z0-9_.-]", "_", str(getattr(model, "__name__", "model")))
-    return write_workload(pieces, baseline, label, workdir.expanduser().resolve()), label
+    path, created = write_workload(pieces, baseline, label, workdir.expanduser().resolve())
+    return path, label, created

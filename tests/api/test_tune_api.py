@@ -79,6 +79,19 @@ def test_what_a_trial_process_could_not_import_is_refused_before_anything_runs(w
     assert not (workdir / "advisor.db").exists() and not (workdir / ".advisor").exists()
 
 
+def test_a_refused_baseline_names_the_argument_and_leaves_no_file(workdir, user_module):
+    """A review's bad baseline= was reported against a generated file
+    (.advisor/model-725f130e.py: BASELINE ...), and each refused call left one behind."""
+    from advisor.core.errors import AdvisorError
+
+    for bad, expected in (({"batch_size": 0}, "advisor.tune(baseline=...)"),
+                          ({"precision": "fp64"}, "advisor.tune(baseline=...)")):
+        with pytest.raises(AdvisorError) as info:
+            advisor.tune(user_module.make_model, user_module.make_data, baseline=bad, trials=1)
+        assert expected in str(info.value) and ".advisor" not in str(info.value), str(info.value)
+    assert not list((workdir / ".advisor").glob("*.py")) and not (workdir / "advisor.db").exists()
+
+
 def test_options_are_named_as_arguments(workdir, user_module):
     with pytest.raises(StudyError, match="trials= must be at least 1"):
         advisor.tune(user_module.make_model, user_module.make_data, trials=0)
