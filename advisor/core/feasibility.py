@@ -88,10 +88,11 @@ class Verdict:
         # the score's lower bound is the metric's lower bound where higher is better, its upper one where not
         low, high, above, below = (("lower", "upper", "above", "below") if higher_is_better
                                    else ("upper", "lower", "below", "above"))
-        if self.kind == FEASIBLE:
-            return f"{FEASIBLE}: {d}, its 95% {low} bound {fmt(self.low)} {above} {edge}"
-        if self.kind == INFEASIBLE:
-            return f"{INFEASIBLE}: {d}, its 95% {high} bound {fmt(self.high)} {below} {edge}"
+        if self.kind in (FEASIBLE, INFEASIBLE):  # a bound that rounds to the edge is "just" past it
+            which, bound, side = (low, self.low, above) if self.kind == FEASIBLE else (high, self.high, below)
+            shown = fmt(bound)
+            return (f"{self.kind}: {d}, its 95% {which} bound " +
+                    (f"just {side} {edge}" if shown == edge else f"{shown} {side} {edge}"))
         first, last = (self.low, self.high) if higher_is_better else (self.high, self.low)
         return (f"{UNDECIDED}: {d}, its 95% bounds {fmt(first)} to {fmt(last)} straddle {edge}: within "
                 f"the noise with {self.seeds} seed(s) against the baseline's {self.baseline_seeds}")

@@ -111,6 +111,13 @@ class TrialLine:
         return self.record.probe
 
     @property
+    def config(self) -> TrialConfig | None:
+        """The trial's configuration; a queued seed's, before it runs (as the table shows it)."""
+        queued = self.record.get(SEED_CONFIG) if self.record.state == "waiting" and self.record.config is None \
+            else None
+        return TrialConfig.from_dict(queued) if isinstance(queued, dict) else self.record.config
+
+    @property
     def metric_value(self) -> float | None:
         f = self.record.figures
         return self.metric.shown(f.score) if f is not None else None
@@ -118,7 +125,8 @@ class TrialLine:
     def to_dict(self) -> dict[str, Any]:
         r, measured = self.record, self.measured
         return {"trial": r.number, "state": r.state, "baseline": r.baseline,
-                "config": r.config.to_dict() if r.config is not None else None, "description": r.description,
+                "config": self.config.to_dict() if self.config is not None else None,
+                "description": self.config.describe() if self.config is not None else "",
                 "throughput": measured[0] if measured else None,
                 "peak_memory_bytes": measured[1] if measured else None,
                 "metric_value": self.metric_value,
@@ -175,8 +183,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
         state = SHOWN.get(r.state, r.state) + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
         if r.state == "complete" and not r.feasible:
             state += " (infeasible)"
-        queued = r.get(SEED_CONFIG) if r.state == "waiting" and r.config is None else None
-        description = TrialConfig.from_dict(queued).describe() if isinstance(queued, dict) else r.description
+        description = line.config.describe() if line.config is not None else ""
         speed = reference if r.baseline and reference else measured[0] if measured else None
         cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, description,
                  fmt_rate(speed) if speed else "-", fmt_bytes(measured[1]) if measured else "-",

@@ -228,7 +228,9 @@ def test_a_queued_seed_is_shown_as_queued_with_its_configuration(two_studies, ca
     code, out, _ = run(["studies", "--storage", two_studies], capsys)
     assert "1 queued (runs on resume)" in out and "waiting" not in out
     code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)
-    assert [t["state"] for t in json.loads(out)["trials"]][-1] == "waiting"  # the JSON keeps Optuna's word
+    queued = json.loads(out)["trials"][-1]
+    assert queued["state"] == "waiting"  # the JSON keeps Optuna's word
+    assert queued["config"]["batch_size"] == 128 and queued["description"] == "bs=128 fp32"  # as the table shows
 
 
 def test_a_duplicate_points_to_its_earlier_trial_and_a_disturbed_baseline_shows_its_reference(two_studies, capsys):

@@ -93,6 +93,17 @@ def test_a_verdict_from_known_values():
                                                       "the baseline's 3")
 
 
+def test_a_bound_that_rounds_to_the_edge_is_just_past_it():
+    """A review read "-1.0 pt below -1.0 pt": the bound, rounded as the edge is, equals it."""
+    from advisor.core.feasibility import Verdict
+
+    pt = lambda x: f"{100 * x:+.1f} pt"  # noqa: E731
+    near = Verdict(INFEASIBLE, -0.03, -0.05, -0.0104, 0.01, 1, 3)
+    assert near.text(pt) == "infeasible: -3.0 pt, its 95% upper bound just below -1.0 pt"
+    far = Verdict(INFEASIBLE, -0.03, -0.05, -0.02, 0.01, 1, 3)
+    assert far.text(pt) == "infeasible: -3.0 pt, its 95% upper bound -2.0 pt below -1.0 pt"
+
+
 def test_without_noise_the_point_estimate_decides():
     assert verdict([0.895], [0.90], 0.01).kind == FEASIBLE
     worse = verdict([0.885], [0.90], 0.01)

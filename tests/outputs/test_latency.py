@@ -157,6 +157,10 @@ def test_max_latency_ms_is_for_inference_studies_only(workdir, capsys):
     assert "--max-latency-ms applies to inference studies only" in capsys.readouterr().err
     assert exit_status(["tune", str(MODEL), "--workload", "inference", "--max-latency-ms", "0"]) == 2
     assert "--max-latency-ms must be a positive number of milliseconds" in capsys.readouterr().err
+    # --train all means nothing to an inference study (it was accepted without a word)
+    assert exit_status(["tune", str(MODEL), "--workload", "inference", "--train", "all"]) == 2
+    assert "--train all applies to training studies: an inference study trains nothing" in capsys.readouterr().err
+    assert not (workdir / "advisor.db").exists()
 
 
 def test_an_old_study_reads_with_no_latency(workdir, capsys, quiet_optuna):

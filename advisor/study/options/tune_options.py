@@ -366,6 +366,10 @@ class TuneOptions:
                              f"and the baseline's metric seeds count up from it), found {self.seed}")
         if self.train not in TRAIN_MODES:
             raise StudyError(f"{name('train')} must be one of {', '.join(TRAIN_MODES)}, found {self.train!r}")
+        if self.train == "all" and self.workload == "inference":  # it was accepted and meant nothing
+            raise StudyError(f"{name('train')} all applies to training studies: an inference study trains "
+                             "nothing (each trial times its forward passes and evaluates, in one run); leave "
+                             f"{name('train')} out")
         check_trackers_installed(read_trackers(self.log_to, name("log_to")), name("log_to"))
         if self.skip_preflight and self.train_samples is None and self.workload == "train":
             raise StudyError(f"{name('train_samples')} is required with {name('skip_preflight')} "
