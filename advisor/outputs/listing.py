@@ -22,6 +22,14 @@ STATES = ("complete", "probed", "failed", "skipped", "duplicate", "running", "wa
 # a state as a reader sees it: a waiting trial is a one-knob seed or combination the study
 # queued and had no budget left for (it runs first when the study resumes)
 SHOWN = {"waiting": "queued (runs on resume)"}
+CUT_SHORT = "cut short"  # a failed trial that does not count (Ctrl-C, a killed driver, a lost node): it runs again
+_ORDER = (*STATES[:3], CUT_SHORT, *STATES[3:])
+
+
+def _state(r: TrialRecord) -> str:
+    """A trial's state as the listings show it: a failure that is not the configuration's
+    (cancelled, interrupted, its node lost) is "cut short", as tune and the report count it."""
+    return CUT_SHORT if r.state == "failed" and not r.counted else r.state
 
 
 def _local(when: float | None) -> _dt.datetime | None:
@@ -46,8 +54,8 @@ class StudyLine:
     @property
     def states(self) -> dict[str, int]:
         """Trials by state (TrialRecord.state), in STATES order, states with none left out."""
-        tally = Counter(r.state for r in self.study.records)
-        return {s: tally[s] for s in STATES if tally[s]}
+        tally = Counter(_state(r) for r in self.study.records)
+        return {s: tally[s] for s in _ORDER if tally[s]}
 
     @property
     def last_finished(self) -> _dt.datetime | None:
@@ -180,7 +188,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     rows = []
     for line in lines:
         r, measured = line.record, line.measured
-        state = SHOWN.get(r.state, r.state) + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
+        state = SHOWN.get(r.state, _state(r)) + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
         if r.state == "complete" and not r.feasible:
             state += " (infeasible)"
         description = line.config.describe() if line.config is not None else ""

@@ -116,8 +116,9 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          f"memory cap: {fmt_bytes(cap) if cap else 'none'}"
          + (f"; max p99 latency: {limit:g} ms" if (limit := u.get("max_latency_ms")) else "")), "",
         "## Trials", "",
-        (f"- Trials run: {c['trials']} (completed {c['completed']}, failed {c['failed']}"
-         f"{f': {failed}' if failed else ''})"),
+        (f"- Trials run: {c['trials']} (completed {c['completed']}"
+         + (f", probed only {c['probed_only']}" if c.get("probed_only") else "")
+         + f", failed {c['failed']}{f': {failed}' if failed else ''})"),
         f"- Infeasible (completed, but over the metric drop or the memory cap"
         f"{' or the latency limit' if u.get('max_latency_ms') else ''}): {c['infeasible']}",
         (f"- Duplicates (answered from an earlier trial): {c['duplicates']}; "

@@ -261,6 +261,20 @@ def test_a_duplicate_points_to_its_earlier_trial_and_a_disturbed_baseline_shows_
     assert dup["duplicate_of"] == 1 and dup["config"]["precision"] == "bf16" and dup["throughput"] is None
 
 
+def test_a_trial_cut_short_is_listed_as_such_not_as_failed(two_studies, capsys):
+    """A review saw a cancelled trial listed 'failed' by `advisor trials` and counted among
+    '2 failed' by `advisor studies`, while tune and the report counted no failure."""
+    import optuna
+
+    study = optuna.load_study(study_name="digits_cnn-cpu", storage=two_studies)
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
+        "config": {"batch_size": 16}, "failure_class": "cancelled", "failure_message": "cancelled: interrupted"}))
+    code, out, _ = run(["studies", "--storage", two_studies], capsys)
+    assert "9 complete, 1 probed, 2 failed, 1 cut short" in " ".join(out.split())
+    code, out, _ = run(["trials", "digits_cnn-cpu", "--storage", two_studies], capsys)
+    assert "cut short" in next(line for line in out.splitlines() if "[cancelled]" in line)
+
+
 def test_trials_takes_study_as_the_other_commands_do(two_studies, capsys):
     """`advisor trials --study NAME` was 'unrecognized arguments' (export, report and tui take it)."""
     code, out, err = run(["trials", "--study", "digits_cnn-cpu", "--storage", two_studies, "--json"], capsys)

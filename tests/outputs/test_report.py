@@ -216,3 +216,14 @@ def test_study_error_is_raised_for_a_file_in_the_way(workdir):
     (workdir / "rep").write_text("")
     with pytest.raises(StudyError, match="is a file"):
         write_report(study, "rep")
+
+
+def test_the_trial_count_accounts_for_probed_only_trials(tmp_path):
+    """A review's report read 'Trials run: 5 (completed 4, failed 0)': the fifth was probed only."""
+    from recorded_study import add_probed_trial
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    add_probed_trial(write_recorded_study(url))
+    assert main(["report", "--storage", url, "-o", str(tmp_path / "r")]) == 0
+    assert "- Trials run: 12 (completed 9, probed only 1, failed 2: error 1, oom 1)" in \
+        (tmp_path / "r" / "report.md").read_text().splitlines()
