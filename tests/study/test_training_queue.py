@@ -184,6 +184,24 @@ def test_next_run_prefers_the_front_of_what_waits_fastest_first(study):
     assert order == [fast.number, small.number, beaten.number]
 
 
+def test_a_slow_configuration_passed_over_patience_times_goes_next(study):
+    """Faster probes keep arriving; the slow one (which may hold the best metric) is passed
+    over PATIENCE times, then trains, before the next faster one."""
+    from advisor.study.run._training_queue import PATIENCE
+
+    run = Run(study)
+    run.baseline(1000.0, 100.0)
+    slow = run.probed({"batch_size": 16}, 500.0, 90.0)  # slower, a little smaller: on the front of the queue
+    order = []
+    for i in range(PATIENCE + 1):
+        run.probed({"batch_size": 64, "threads": 1} if i == 0 else {"batch_size": [128, 64, 128][i - 1]},
+                   1500.0 + 100 * i, 95.0)
+        w = run.queue.next_run(anyway=True)
+        w.running = True
+        order.append(w.proposal.number)
+    assert slow.number not in order[:PATIENCE] and order[PATIENCE] == slow.number
+
+
 def test_an_infeasible_front_leaves_the_others_to_run(study):
     run = Run(study)
     run.baseline(1000.0, 100.0, acc=0.9)

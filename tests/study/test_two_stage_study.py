@@ -72,16 +72,20 @@ def test_a_bad_train_mode_is_refused(workdir, capsys):
     assert not (workdir / "advisor.db").exists()
 
 
-def test_a_sampler_that_only_repeats_itself_still_lets_the_due_training_runs_finish(tmp_path):
+def test_a_sampler_that_only_repeats_itself_still_lets_the_due_training_runs_finish(tmp_path, monkeypatch):
     """Replayed on the recorded digits MLP grid (benchmarks/replay.py, a stand-in for the
     trial processes answering from recorded measurements; the Tuner, the strategy, Optuna
-    and SQLite are real): the sampler gives up after repeating itself. The configuration
-    with the grid's best metric (bs=16, probed early, slowest, so its training run waited
-    behind the faster ones) was cancelled before its training run, and the study ended
-    without it; the training runs already due now finish first."""
+    and SQLite are real): the sampler gives up after repeating itself (here after 2
+    repeats, not 50, so that it does while training runs wait). A configuration waiting
+    for its training run was cancelled and the study ended without its metric (found
+    replaying this grid: bs=16, its best metric); the training runs already due now
+    finish first."""
     import sys
 
-    from advisor.core.config import TrialConfig
+    import advisor.search.strategy as strategy
+
+    monkeypatch.setattr(strategy, "DUPLICATES_IN_A_ROW", 2)
+
     from advisor.study.options.tune_options import TuneOptions
     from advisor.study.run.plan import plan_study
     from advisor.study.run.tuner import Tuner
@@ -92,7 +96,7 @@ def test_a_sampler_that_only_repeats_itself_still_lets_the_due_training_runs_fin
     from replay import Grid, ReplayExecutor
 
     grid = Grid.load(REPO / "benchmarks" / "data" / "grid_digits_mlp_cpu_parts.json")
-    options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), trials=60, sampler="default", seed=0,
+    options = TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), trials=40, sampler="default", seed=0,
                           space=str(REPO / "benchmarks" / "data" / "grid_mlp_cpu.yaml"),
                           storage=f"sqlite:///{tmp_path / 's.db'}", max_metric_drop=0.01, study_name="replayed",
                           train_samples=grid.doc["settings"]["train_samples"], confirm=False, metric_seeds=3)
@@ -101,6 +105,5 @@ def test_a_sampler_that_only_repeats_itself_still_lets_the_due_training_runs_fin
     assert "already-measured configurations" in (tuner.stop_reason or ""), tuner.stop_reason
     cancelled = [r.number for r in stored.records if "cancelled before its training run" in
                  str(r.attrs.get("failure_message"))]
-    assert cancelled == []
-    bs16 = [r for r in stored.records if r.config == TrialConfig(batch_size=16)]
-    assert [r.state for r in bs16] == ["complete"] and bs16[0].figures is not None
+    assert cancelled == []  # [35] before
+    assert not [r for r in stored.records if r.state == "running"]
