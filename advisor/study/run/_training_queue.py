@@ -51,7 +51,6 @@ from advisor.core.two_stage import (
 from advisor.search.strategy import Proposal
 from advisor.study.run._ledger import Ledger, ProbedOnly, Reused
 
-
 PATIENCE = 3  # training runs chosen before a waiting configuration on the front of the queue gets its turn
 
 
