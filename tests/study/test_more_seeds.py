@@ -126,3 +126,37 @@ def test_an_undecided_trial_beyond_the_allowed_drop_gets_the_seeds_that_may_clea
     judged = stored.verdict(stored.records[1])
     assert judged.difference == pytest.approx(0.0) and stored.records[1].feasible  # within the drop, as likely
     assert 1 in [r.number for r in stored.front()]
+
+
+@dataclass
+class ScriptedByConfig(ScriptedSeeds):
+    """``values`` by (batch size, seed)."""
+
+    def submit(self, number, payload):
+        key = (payload.config.batch_size, payload.settings.seed)
+        self.asked.append((*key, payload.settings.part))
+        return Handle(number, time.monotonic(), TrialResult(ok=True, score=self.values[key], train_samples=100))
+
+
+def test_a_candidate_that_another_kept_off_the_list_gets_its_seeds_once_that_one_is_decided(tmp_path):
+    """A review's study ended with a trial 'counted infeasible for now' that another candidate
+    had kept off the list (here: at most one candidate, top=1); run again, the identical
+    finished command trained it and changed its stored verdict. Now it is trained in the
+    same run, once the other is decided."""
+    study, ledger = ledger_study(tmp_path, SPACE, "m")
+    ledger.tell(ledger.propose_baseline().number, full(1000.0, BASE[0]), 1.0)
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": BASE})
+    for config, throughput, score in ((TrialConfig(batch_size=32, precision="bf16"), 1500.0, 0.935),
+                                      (TrialConfig(batch_size=64), 1400.0, 0.945)):
+        ledger.tell(ledger._hand_out(study.ask(), config).number, full(throughput, score), 1.0)  # both undecided
+    assert [r.number for r, _ in undecided_candidates(study, 1, 0)] == [1]  # the faster one only
+    executor = ScriptedByConfig({(32, 1): 0.93, (32, 2): 0.928, (64, 1): 0.952, (64, 2): 0.948})
+    notes = []
+    train_more_seeds(study, Workload(), TrialSettings(train_samples=100, seed=0), executor, top=1, timeout=60.0,
+                     stop=Stop(), on_event=notes.append, part="training")
+    stored = read_study(study)
+    assert stored.verdict(stored.records[1]).kind == "infeasible"  # trial 1, over three seeds: off the front
+    assert [a[:2] for a in executor.asked] == [(32, 1), (32, 2), (64, 1), (64, 2)]  # then trial 2, at once
+    assert f"{METRIC_SEEDS}2" in stored.attrs and stored.verdict(stored.records[2]).kind != "undecided"
+    assert any("trial 2 is a front candidate now" in n.text for n in notes if isinstance(n, Note))
+    assert undecided_candidates(study, 1, 0) == []  # the same command again: nothing left to train

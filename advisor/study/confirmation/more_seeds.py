@@ -76,7 +76,8 @@ def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executo
         on_event(Note(f"{len(todo)} front candidate(s) undecided within the metric's noise: training each with "
                       f"the baseline's other seed(s) ({', '.join(str(s) for s in todo[0][1])})"))
     done = 0
-    for record, seeds in todo:
+    while todo:
+        record, seeds = todo.pop(0)
         values, used = [record.figures.score], [settings.seed]
         for seed in seeds:
             payload = TrialPayload.of(workload, record.config, replace(settings, seed=seed, part=part))
@@ -98,4 +99,12 @@ def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executo
         on_event(Note(f"trial {record.number}: {spec.name} over seeds {used}: "
                       f"{', '.join(spec.value_text(v) for v in values)} (mean "
                       f"{spec.value_text(statistics.fmean(values))}); {verdict_text}"))
+        # a verdict changes the front: an undecided trial that this one kept off the candidates may be
+        # one now (a review's second run of the same finished command trained it, changing its verdict)
+        queued = {r.number for r, _ in todo}
+        for later in undecided_candidates(study, top, settings.seed):
+            if later[0].number not in queued:
+                todo.append(later)
+                on_event(Note(f"trial {later[0].number} is a front candidate now, undecided too: training it "
+                              "with the same seeds"))
     return done
