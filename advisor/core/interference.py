@@ -15,11 +15,9 @@ for a reader; they do not enter the score (both move with the model's own thread
 
 A block is **disturbed** when its score is an upper outlier of the study's own spread (a
 modified z-score above ``Z`` over the median and MAD of the recent blocks' scores, as
-hyperfine flags outliers; never below ``FLOOR``) or over ``CEILING`` whatever that spread
-(a study on a machine busy from its start has no quiet spread to be an outlier of), for a
-data-parallel trial (its ranks share the machine) an outlier of its own blocks too (that
-steady waiting is the configuration, not a neighbour), *and* it was slower than the trial's
-undisturbed blocks: a block that ran
+hyperfine flags outliers; never below ``FLOOR``), for a data-parallel trial (its ranks
+share the machine) also of its own blocks (that steady waiting is the configuration, not a
+neighbour), *and* it was slower than the trial's undisturbed blocks: a block that ran
 faster is never dropped. In a trial of several ranks a block also counts as disturbed when
 it overlaps in time a block another rank found disturbed (``overlapping``): the ranks wait
 for each other in their collectives, so a neighbour that took one rank's CPU slowed them
@@ -39,10 +37,12 @@ from typing import Any
 
 Z = 3.5  # modified z-score (0.6745 (x - median) / MAD) above which a score is an outlier (Iglewicz-Hoaglin)
 FLOOR = 0.05  # a block that lost under 5% of its time is never called disturbed (within the timing's own noise)
-# ... and one that lost over 15% is disturbed whatever the study's spread: quiet blocks lose about 1% here
-# and a steady neighbour's about 27% (benchmarks/results/sentinel.json), and a spread that has seen only a
-# busy machine calls that normal (a review's study beside a busy benchmark: every block lost about half,
-# none was called disturbed, and a probe 16x too slow decided what was trained)
+# a trial whose blocks lost over 15% of their time, at the median, ran on a busy machine, whatever the
+# study's spread says: quiet blocks lose about 1% here and a steady neighbour's about 27%
+# (benchmarks/results/sentinel.json). It is not run again for it (on a machine busy for the whole study a
+# rerun is as busy, and the tests' two workers would run every trial three times), but its speed decides
+# nothing (``busy``): a review's study beside a busy benchmark lost about half of every block, the study's
+# limit rose over 1, and a probe 16x too slow ruled its configuration out
 CEILING = 0.15
 MIN_SCORES = 8  # no limit from fewer scores than this (the trial's own blocks then decide alone)
 CLEAN_SHARE = 0.5  # a trial with fewer than half its blocks clean is run again ...
@@ -82,9 +82,11 @@ def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: flo
     (data-parallel ranks sharing the machine) waits for a CPU in every block alike: that
     is the configuration, not a neighbour, so its blocks must also be outliers of its own
     spread (``limit_of`` its own scores) to count."""
-    limit = effective_limit(limit, scores, self_contended)
     if limit is None and not elsewhere:
         return []
+    own = limit_of(scores) if self_contended else None
+    if limit is not None and own is not None:
+        limit = max(limit, own)
 
     def over(i: int, s: float | None) -> bool:
         return i in elsewhere or (limit is not None and s is not None and s > limit)
@@ -95,16 +97,6 @@ def disturbed_blocks(step_s: list[float], scores: list[float | None], limit: flo
         return high
     typical = statistics.median(quiet)
     return [i for i in high if step_s[i] > typical]
-
-
-def effective_limit(limit: float | None, scores: Sequence[float | None], self_contended: bool) -> float | None:
-    """The limit a trial's blocks are judged by: the study's (``limit``), at most ``CEILING``
-    (that alone when the study has none yet); for a ``self_contended`` trial, whose own
-    waiting is its configuration, the study's or its own spread's (``limit_of``), the higher."""
-    if not self_contended:
-        return CEILING if limit is None else min(limit, CEILING)
-    own = limit_of(scores)
-    return max(limit, own) if limit is not None and own is not None else limit
 
 
 def overlapping(windows: Sequence[tuple[float, float] | None], others: Iterable[Sequence[float]]) -> list[int]:
@@ -133,12 +125,22 @@ def rerun_reason(telemetry: dict[str, Any] | None) -> str | None:
     s = summary_of(telemetry)
     if s is None or not s.get("too_few_clean"):
         return None
-    limit, source = s.get("limit"), s.get("limit_from", "trial")
-    over = f"over {100 * limit:.0f}% of the block" if isinstance(limit, (int, float)) else ""
-    by = (": another program kept its CPUs busy" if source == "ceiling" else
-          f"{', ' if over else ''}by the {source}'s spread")
+    limit = s.get("limit")
+    over = f"over {100 * limit:.0f}% of the block, " if isinstance(limit, (int, float)) else ""
     return (f"interference disturbed {s['blocks'] - s['clean']} of its {s['blocks']} timed blocks "
-            f"(run-queue wait or steal {over}{by}): too few clean blocks remain")
+            f"(run-queue wait or steal {over}by the {s.get('limit_from', 'trial')}'s spread): "
+            "too few clean blocks remain")
+
+
+def busy(telemetry: dict[str, Any] | None) -> bool:
+    """Whether a trial's timed blocks lost over ``CEILING`` of their time at the median (its
+    speed then reads too slow by an unknown amount); never for a trial whose own ranks or
+    threads outnumber its CPUs (its waiting is its configuration)."""
+    s = summary_of(telemetry)
+    if s is None or s.get("self_contended"):
+        return False
+    scores = [x for x in s.get("scores") or [] if isinstance(x, (int, float))]
+    return bool(scores) and statistics.median(scores) > CEILING
 
 
 def disturbance(telemetry: dict[str, Any] | None) -> tuple[float, float]:

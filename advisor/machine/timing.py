@@ -37,15 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from advisor.core.interference import (
-    CEILING,
-    disturbed_blocks,
-    effective_limit,
-    limit_of,
-    overlapping,
-    score,
-    too_few_clean,
-)
+from advisor.core.interference import disturbed_blocks, limit_of, overlapping, score, too_few_clean
 from advisor.core.settle import MIN_BLOCKS, TOLERANCE, halfwidth, settle, settled
 from advisor.machine.interference import accumulate, difference, read_counters
 
@@ -177,10 +169,8 @@ class StepTimer:
         return self._clean[1], self._clean[2]
 
     def _scores_and_limit(self) -> tuple[list[float | None], float | None]:
-        """The blocks' scores and the limit they are judged by (``effective_limit``)."""
         scores = [score(c) for c in self.counts]
-        given = self.limit if self.limit is not None else limit_of(scores)
-        return scores, effective_limit(given, scores, self._self_contended())
+        return scores, (self.limit if self.limit is not None else limit_of(scores))
 
     def disturbed_windows(self) -> list[tuple[float, float]]:
         """When this process's disturbed blocks ran, by its own counters alone (for the
@@ -262,18 +252,11 @@ class StepTimer:
                 "dropped_for_another_rank": sum(i in near for i in dropped),
                 "too_few_clean": too_few_clean(len(self.samples), clean),
                 "limit": round(limit, 4) if limit is not None else None,
-                "limit_from": self._limit_from(limit),
+                "limit_from": "study" if self.limit is not None else "trial",
                 "scores": [round(s, 4) if s is not None else None for s in scores], "why": why,
                 "nivcsw": total.get("nivcsw"), "threads": total.get("threads"),
                 "cpu_per_wall": round(total["cpu_s"] / wall, 3) if wall and "cpu_s" in total else None,
                 "self_contended": self._self_contended()}  # its blocks wait for a CPU of its own doing
-
-
-    def _limit_from(self, limit: float | None) -> str:
-        """Where the limit came from: the study's spread, the trial's own, or the ceiling."""
-        if limit == CEILING and not self._self_contended():
-            return "ceiling"
-        return "study" if self.limit is not None else "trial"
 
 
 class _TimedStep:

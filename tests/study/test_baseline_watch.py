@@ -78,25 +78,6 @@ def test_without_a_limit_yet_the_sentinel_decides(watch):
     assert "noise sentinel" in watch.disturbed(2, few(0.012))[0]
 
 
-def test_with_only_the_ceiling_to_judge_the_blocks_the_sentinel_decides_too(watch):
-    """The first trials of a study: no study spread yet, so the ceiling alone judged their
-    blocks (none over it here); the sentinel's reading against the study's still catches a
-    slowdown the counters did not show. Once the study has a limit, the blocks decide."""
-    def early(sentinel: float, scores: list[float]) -> TrialResult:
-        return TrialResult(ok=True, throughput=1.0, telemetry={
-            "sentinel": {"before_s": sentinel, "after_s": sentinel},
-            "interference": {"blocks": len(scores), "clean": len(scores), "dropped": 0, "too_few_clean": False,
-                             "limit": 0.15, "limit_from": "ceiling", "scores": scores}})
-    for _ in range(3):
-        assert watch.disturbed(1, early(0.004, [0.01, 0.02]))[0] is None
-    assert watch.limit is None
-    assert "noise sentinel" in watch.disturbed(2, early(0.012, [0.01, 0.02]))[0]
-    for _ in range(3):
-        watch.disturbed(3, early(0.004, [0.01, 0.02, 0.015]))
-    assert watch.limit is not None
-    assert watch.disturbed(4, early(0.012, [0.01, 0.02]))[0] is None  # the blocks' counters decide now
-
-
 def test_the_reference_is_the_median_of_the_latest_measurements(watch):
     """A bad probe (0.73x between two 1.0 readings) does not become the reference."""
     watch.references = [1000.0]

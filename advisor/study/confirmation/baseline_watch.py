@@ -173,10 +173,7 @@ class BaselineWatch:
         if not result.ok:
             why = None
         elif (summary_of(result.telemetry) or {}).get("limit") is not None:
-            # the blocks' own counters; with no study spread yet (only the ceiling judged them)
-            # the sentinel's reading against the study's too
-            why = rerun_reason(result.telemetry) or (self.judge.disturbed(reading) if self.pool.limit is None
-                                                     else None)
+            why = rerun_reason(result.telemetry)
         else:
             why = self.judge.disturbed(reading)
         self.judge.add(reading)

@@ -9,7 +9,7 @@ adopts the trial and goes on with its training run. Whenever a slot is free the 
 asks ``settle()`` for what needs no run: a configuration dominated beyond noise by one
 already known to be feasible (``ProbedOnly``: stored as probed, Optuna's PRUNED, with
 ``TRAINING_SKIPPED`` saying by which trial; never a probe kept although every run of it was
-disturbed: its speed is no evidence), and one whose fingerprint matches a trained
+disturbed, or timed on a busy machine: its speed is no evidence), and one whose fingerprint matches a trained
 configuration's (``Reused``: its metric is reused). Throughputs are compared as ratios
 to the baseline's reference as it stood at each probe (``StoredStudy.reference_at``), so a
 machine that was faster when one probe ran than when the other did decides nothing. Then ``next_run()`` names the
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from advisor.core.interference import busy
 from advisor.core.objectives import Limits
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stored import (
@@ -156,9 +157,10 @@ class TrainingQueue:
                 continue
             over = self._over_memory_cap(w)
             mine = w.relative(stored)
-            # a probe kept although every run of it was disturbed reads too slow by an unknown
-            # amount: it is never ruled out on its speed (a review's 16x-too-slow probe was)
-            by = None if "kept" in w.probe.telemetry else next(
+            # a probe kept although every run of it was disturbed, or timed on a busy machine, reads
+            # too slow by an unknown amount: it is never ruled out on its speed (a review's 16x-too-slow
+            # probe was)
+            by = None if "kept" in w.probe.telemetry or busy(w.probe.telemetry) else next(
                 ((n, f) for n, f in feasible if dominates_beyond_noise(f, mine, margins)), None)
             if over or by is not None:
                 self.waiting.pop(number)
