@@ -85,8 +85,9 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
         if label is not None:  # the model.py written for the callables: say it in the call's terms
             if created:
                 path.unlink(missing_ok=True)  # written by this call, refused: nothing left behind
-            text = str(exc).replace(f"{path}: BASELINE", "advisor.tune(baseline=...)").replace("BASELINE.", "baseline.")
-            exc.args = (text.replace(str(path), "the model.py advisor.tune() writes for your callables"),)
+            text = str(exc).replace(f"{path}: BASELINE", "advisor.tune(baseline=...)")
+            text = text.replace("BASELINE.", "baseline.").replace(str(path), "the model.py tune() writes for them")
+            exc.args = (text,)
         raise
     trackers = open_trackers(plan, python=True)
     output = TuneOutput(quiet=not progress)

@@ -53,18 +53,18 @@ def run(args: argparse.Namespace) -> int:
     record = trial_by_number(study, args.trial) if args.trial is not None else pick(study, args.pick or "balanced")
     document = with_target(export_document(study, record), args.format)  # refuses what that tool cannot take
     fmt = "json" if args.json else args.format
-    versus = (document.get("measured") or {}).get("vs_baseline") or {}
     if args.json:  # the whole document, tagged like every --json output (advisor.load_config reads it too)
         from advisor.outputs.json_output import json_document
 
         document = json_document("export", document)
     text = write_export(document, args.output, fmt)
     if record.figures is not None and not record.feasible:  # chosen by --trial: a pick never is
-        from advisor.outputs.python_script import infeasible_text
+        from advisor.outputs.console import infeasible_text
 
-        print(f"note: trial {record.number} is infeasible in study {study.name!r}: "
-              f"{infeasible_text(versus)}; it is not on the "
-              "feasible front, and is exported as measured", file=sys.stderr)
+        why = infeasible_text(record.constraints, study.versus_baseline(record), study.metric, record.latency)
+        why = "" if why == "infeasible" else ": " + why.removeprefix("infeasible: ")
+        print(f"note: trial {record.number} is infeasible in study {study.name!r}{why}; it is not on the feasible "
+              "front, and is exported as measured", file=sys.stderr)
     if not args.output:
         sys.stdout.write(text)
         return 0

@@ -60,6 +60,9 @@ def config_sha256(config: TrialConfig) -> str:
     return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
+MEASURED_AS = "_advisor_measured_as"  # a loaded export's workload kind, on its TrialConfig (not a field)
+
+
 def load_config(path: str | Path) -> TrialConfig:
     """Read an exported config file (YAML or JSON) and return its validated TrialConfig.
 
@@ -82,9 +85,6 @@ def load_config(path: str | Path) -> TrialConfig:
     if kind in WORKLOADS:
         object.__setattr__(config, MEASURED_AS, kind)  # not a field: equality, keys and hashes are the knobs' alone
     return config
-
-
-MEASURED_AS = "_advisor_measured_as"
 
 
 def measured_workload(config: TrialConfig) -> str | None:

@@ -136,11 +136,9 @@ def busy(telemetry: dict[str, Any] | None) -> bool:
     """Whether a trial's timed blocks lost over ``CEILING`` of their time at the median (its
     speed then reads too slow by an unknown amount); never for a trial whose own ranks or
     threads outnumber its CPUs (its waiting is its configuration)."""
-    s = summary_of(telemetry)
-    if s is None or s.get("self_contended"):
+    if (summary_of(telemetry) or {}).get("self_contended"):
         return False
-    scores = [x for x in s.get("scores") or [] if isinstance(x, (int, float))]
-    return bool(scores) and statistics.median(scores) > CEILING
+    return CEILING < disturbance(telemetry)[1] < math.inf  # inf: no block scored
 
 
 def disturbance(telemetry: dict[str, Any] | None) -> tuple[float, float]:

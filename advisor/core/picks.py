@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from advisor.core.errors import StudyError
-from advisor.core.objectives import DIRECTIONS, METRIC, Figures
+from advisor.core.objectives import DIRECTIONS, METRIC, Figures, Versus
 from advisor.core.stored import StoredStudy, TrialRecord
 
 PICKS = ("fastest", "smallest", "best-metric", "balanced")
@@ -33,14 +33,9 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
     how = OLDER_PICKS.get(how, how)
     if how not in PICKS:
         raise StudyError(f"--pick {how!r} is unknown (expected one of {', '.join(PICKS)})")
-    front = study.front()
-    if not front:
+    if not study.front():
         raise StudyError(f"study {study.name!r} has no feasible completed trial to pick from")
-    versus = {r.number: study.versus_baseline(r) for r in front}
-    pool = [r for r in front if versus[r.number].confirmed or r.baseline]
-    if not any(versus[r.number].confirmed for r in pool):
-        pool = front  # nothing confirmed yet: the single readings are all there is
-    figures = {r.number: study.relative_figures(r) for r in pool}
+    pool, versus, figures = _pool(study)
     changed = _changed_knobs(study)
 
     def tie_break(memory_first: bool) -> Callable[[TrialRecord], tuple[float, ...]]:
@@ -75,14 +70,9 @@ def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
     ``chosen`` reads best itself. A review saw "fastest: trial 0 (1.00x)" beside a front whose
     trial 2 read 1.49x (1.00-2.23), with nothing to say why."""
     how = OLDER_PICKS.get(how, how)
-    if how not in ("fastest", "smallest", "best-metric"):
+    if how not in _INDEX:
         return ""
-    front = study.front()
-    versus = {r.number: study.versus_baseline(r) for r in front}
-    pool = [r for r in front if versus[r.number].confirmed or r.baseline]
-    if not any(versus[r.number].confirmed for r in pool):
-        pool = front
-    figures = {r.number: study.relative_figures(r) for r in pool}
+    pool, versus, figures = _pool(study)
     if chosen.number not in figures:
         return ""
     if how == "fastest":
@@ -100,7 +90,19 @@ def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
             f"the configuration that changes fewer knobs{' (here the baseline itself)' if chosen.baseline else ''}")
 
 
-_INDEX = {"fastest": 0, "smallest": 1, "best-metric": 2}
+_INDEX = {"fastest": 0, "smallest": 1, "best-metric": 2}  # the pick's own figure in Figures
+
+
+def _pool(study: StoredStudy) -> tuple[list[TrialRecord], dict[int, Versus], dict[int, Figures]]:
+    """What the picks choose from: the front's confirmed trials and the baseline (the whole
+    front while nothing is confirmed), with each front trial against the baseline and each
+    pooled trial's figures relative to it."""
+    front = study.front()
+    versus = {r.number: study.versus_baseline(r) for r in front}
+    pool = [r for r in front if versus[r.number].confirmed or r.baseline]
+    if not any(versus[r.number].confirmed for r in pool):
+        pool = front  # nothing confirmed yet: the single readings are all there is
+    return pool, versus, {r.number: study.relative_figures(r) for r in pool}
 
 
 def _span(interval: tuple[float, float] | None, value: float) -> tuple[float, float]:

@@ -53,8 +53,8 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
             "summary": f"{record.latency.text()} (single forward calls, each synchronised; on this study's hardware)"}
     if record.figures is not None:  # the metric as itself ("score" above is its score: higher is better)
         measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.score)}
-    if record.figures is not None and not record.feasible:  # outside the study's limits: said (a feasible
-        measured["feasible"] = False  # trial's export stays as it was)
+    if record.figures is not None and not record.feasible:  # said; a feasible trial's export is as it was
+        measured["feasible"] = False
     if study.baseline is not None and record.figures is not None:
         measured["vs_baseline"] = study.versus_baseline(record).to_dict()
         confirmation = study.confirmations.get(record.number)

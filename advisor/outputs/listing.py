@@ -8,6 +8,7 @@ import datetime as _dt
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from advisor.core.config import TrialConfig
@@ -118,7 +119,7 @@ class TrialLine:
         """(throughput, peak memory): a completed trial's, or a probed one's probe."""
         return self.record.probe
 
-    @property
+    @cached_property
     def config(self) -> TrialConfig | None:
         """The trial's configuration; a queued seed's, before it runs (as the table shows it)."""
         queued = self.record.get(SEED_CONFIG) if self.record.state == "waiting" and self.record.config is None \

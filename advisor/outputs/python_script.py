@@ -164,13 +164,14 @@ def _measured_line(document: dict[str, Any]) -> str:
     return (f"Measured on {where}:\n  {fmt_rate(m['throughput'])} samples/s{ratio('throughput_ratio', 'throughput_interval')}, "
             f"{fmt_bytes(m['peak_memory_bytes'])} peak memory{ratio('memory_ratio', 'memory_interval')}, "
             f"{metric.name} {metric.value_text(score)}{delta}."
-            + (f"\n  INFEASIBLE in its study: {infeasible_text(vs)}." if m.get("feasible") is False else "")
+            + (f"\n  INFEASIBLE in its study: {_why_infeasible(vs)}." if m.get("feasible") is False else "")
             + (f"\n  Latency: {m['latency']['summary']}." if isinstance(m.get("latency"), dict)
                and m["latency"].get("summary") else ""))
 
 
-def infeasible_text(vs: dict[str, Any]) -> str:
-    """Why an exported trial is outside its study's limits, as far as its document says."""
+def _why_infeasible(vs: dict[str, Any]) -> str:
+    """Why an exported trial is outside its study's limits, as far as its document says (the
+    console's ``infeasible_text`` reads the stored trial)."""
     if vs.get("metric_verdict") == "infeasible":
         return "its metric fell by more than --max-metric-drop allows (beyond the seeds' noise)"
     return "outside the study's limits (--max-metric-drop, --memory-cap or --max-latency-ms; advisor trials says which)"

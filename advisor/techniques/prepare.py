@@ -160,10 +160,10 @@ def _check_model(model: Any, config: TrialConfig) -> None:
     if config.pruning != "none" and pruned:
         raise UnsupportedError(f"apply(): the model already carries pruning masks and the configuration prunes "
                                f"({config.pruning}); {bare}")
-    if config.precision in ("bf16", "fp16") and any(p.is_floating_point() and p.dtype != torch.float32
-                                                    for p in model.parameters()):
+    cast = next((p.dtype for p in model.parameters() if p.is_floating_point() and p.dtype != torch.float32), None)
+    if config.precision in ("bf16", "fp16") and cast is not None:
         raise UnsupportedError(f"apply(): precision {config.precision} autocasts over fp32 weights, and this "
-                               f"model's weights are {next(p.dtype for p in model.parameters())}; {bare}")
+                               f"model's weights are {cast}; {bare}")
 
 
 def _wrapper(model: Any) -> str:

@@ -203,7 +203,7 @@ def test_a_slow_configuration_passed_over_patience_times_goes_next(study):
         run.probed({"batch_size": 64, "threads": 1} if i == 0 else {"batch_size": [128, 64, 128][i - 1]},
                    1500.0 + 100 * i, 95.0)
         w = run.queue.next_run(anyway=True)
-        w.running = True
+        run.queue.started(w)  # as the Tuner starts its training run
         order.append(w.proposal.number)
     assert slow.number not in order[:PATIENCE] and order[PATIENCE] == slow.number
 

@@ -9,7 +9,8 @@ adopts the trial and goes on with its training run. Whenever a slot is free the 
 asks ``settle()`` for what needs no run: a configuration dominated beyond noise by one
 already known to be feasible (``ProbedOnly``: stored as probed, Optuna's PRUNED, with
 ``TRAINING_SKIPPED`` saying by which trial; never a probe kept although every run of it was
-disturbed, or timed on a busy machine: its speed is no evidence), and one whose fingerprint matches a trained
+disturbed, or timed on a busy machine: its speed is no evidence), and one whose fingerprint
+matches a trained
 configuration's (``Reused``: its metric is reused). Throughputs are compared as ratios
 to the baseline's reference as it stood at each probe (``StoredStudy.reference_at``), so a
 machine that was faster when one probe ran than when the other did decides nothing. Then ``next_run()`` names the
@@ -124,8 +125,12 @@ class TrainingQueue:
         return waiting
 
     def started(self, w: Waiting) -> None:
-        """``w``'s training run is under way (``next_run`` passes it over)."""
+        """``w``'s training run is under way (``next_run`` passes it over); every other one
+        still waiting was passed over once more."""
         w.running = True
+        for other in self.waiting.values():
+            if not other.running:
+                other.passed_over += 1
 
     def pop(self, number: int) -> Waiting:
         """Trial ``number`` leaves the queue (its training run is done, or cancelled)."""
@@ -174,10 +179,9 @@ class TrainingQueue:
 
     def next_run(self, anyway: bool) -> Waiting | None:
         """The waiting configuration whose training run goes next: the baseline first; then
-        one no other waiting configuration dominates beyond noise, fastest first (one passed over
-        ``PATIENCE`` times first); that one
-        only when ``anyway`` (the Tuner says when: enough are waiting to choose among, or
-        no probe can start)."""
+        one no other waiting configuration dominates beyond noise, fastest first, unless one
+        was passed over ``PATIENCE`` times (``started``); that one only when ``anyway`` (the
+        Tuner says when: enough are waiting to choose among, or no probe can start)."""
         pool = [w for w in self.waiting.values() if not w.running]
         base = next((w for w in pool if w.proposal.baseline), None)
         if base is not None or not anyway or not pool:
@@ -191,12 +195,9 @@ class TrainingQueue:
         # the best metric, which only its training run can show (replaying the digits MLP grid, bs=16,
         # the grid's best metric, waited behind every faster probe to the end of the study)
         overdue = [w for w in front if w.passed_over >= PATIENCE]
-        chosen = max(overdue, key=lambda w: (w.passed_over, -w.at)) if overdue else \
-            max(front, key=lambda w: figures[w.proposal.number][0])
-        for w in front:
-            if w is not chosen:
-                w.passed_over += 1
-        return chosen
+        if overdue:
+            return max(overdue, key=lambda w: (w.passed_over, -w.at))
+        return max(front, key=lambda w: figures[w.proposal.number][0])
 
     def payload(self, w: Waiting, workload: Any) -> TrialPayload:
         """The training run of a waiting configuration, with the gate (none for the
