@@ -45,9 +45,11 @@ CORE_KEYS = ("batch_size", "precision", "channels_last", "compile")  # a config 
 
 def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 0.01,
                          trials: list[tuple[dict[str, Any], Any, Any, Any]] | None = None,
-                         old_format: bool = False) -> optuna.Study:
+                         old_format: bool = False, telemetry: dict[int, dict[str, Any]] | None = None
+                         ) -> optuna.Study:
     """Write the study into storage ``url`` and return it. ``old_format`` stores configs
-    with only the knobs the first version had (as studies written back then look)."""
+    with only the knobs the first version had (as studies written back then look);
+    ``telemetry`` adds to the telemetry of the trials it names by number."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = st.open_storage(url)
     study = optuna.create_study(storage=storage, study_name=name, directions=list(DIRECTIONS))
@@ -74,7 +76,8 @@ def write_recorded_study(url: str, name: str = NAME, max_accuracy_drop: float = 
                                  step_time_median_s=step, step_time_iqr_s=step * 0.02, timed_steps=40,
                                  timing_converged=True, first_step_s=0.05, train_samples=7185, final_loss=0.12,
                                  phase_s={"build": 0.4, "train": 3.1, "evaluate": 0.2, "time": 1.5},
-                                 telemetry={"cpu_peak_rss_bytes": int(b * MiB), "threads": 2},
+                                 telemetry={"cpu_peak_rss_bytes": int(b * MiB), "threads": 2,
+                                            **(telemetry or {}).get(number, {})},
                                  host="node-a", pid=1000 + number)
             if base_accuracy is None:
                 base_accuracy = c

@@ -8,6 +8,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
+from advisor.core.caveats import legend, mark, speed_caveats
 from advisor.core.events import (
     Cancelled,
     Event,
@@ -52,12 +53,14 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
         memory = f", {vs.memory_ratio:.2f}x its memory" if vs.memory_ratio is not None else ""
         ratios = f"  ({vs.throughput_ratio:.2f}x the baseline{memory}, unconfirmed)"
     energy = _energy(r)
+    caveats = "".join(f"  [{c.text}]" for c in speed_caveats(record.get("telemetry")))
     if record.state == "probed":
         return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}{ratios}; "
-                f"no training run needed: {record.get(TRAINING_SKIPPED)}")
+                f"no training run needed: {record.get(TRAINING_SKIPPED)}{caveats}")
     latency = f", {record.latency.text()}" if record.latency is not None else ""  # an inference trial's
     text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}, "
             f"{metric.name} {metric.value_text(r.score)}{latency}{ratios}")
+    text += caveats  # a busy machine, or timing that did not settle (advisor.core.caveats)
     if record.get(METRIC_REUSED) is not None:
         text += f"  [{metric.name} from trial {record.get(METRIC_REUSED)}: same training numerics]"
     stop = record.get(EARLY_STOP)
@@ -334,6 +337,11 @@ def front_table(study: StoredStudy) -> Any:
                           f". {metric.name}: {metric.direction_word}",
                   caption_justify="left")
     rows = front_rows(study)
+    # a busy or unsettled timing marks its samples/s (the reference a disturbed baseline shows is a median)
+    marks = {row.record.number: [] if row.record.baseline and reference else speed_caveats(row.record.get("telemetry"))
+             for row in rows}
+    if (said := legend(c.kind for found in marks.values() for c in found)):
+        table.caption = f"{table.caption}. {said}"
     latency = any(row.record.latency is not None for row in rows)  # an inference study's
     for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
                           ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"), ("pairs", "right"),
@@ -345,7 +353,8 @@ def front_table(study: StoredStudy) -> Any:
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
         thr, mem, pairs = vs.cells()
         rate = reference if r.baseline and reference else f.throughput
-        cells = [label, r.description, fmt_rate(rate), thr, fmt_bytes(f.peak_memory_bytes), mem, pairs,
+        cells = [label, r.description, fmt_rate(rate) + mark(marks[r.number]), thr, fmt_bytes(f.peak_memory_bytes),
+                 mem, pairs,
                  metric.value_text(f.score), vs.metric_text(metric)]
         if latency:
             lat = r.latency

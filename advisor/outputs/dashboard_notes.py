@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shlex
 
+from advisor.core.caveats import legend, mark, speed_caveats
 from advisor.core.errors import StudyError
 from advisor.core.picks import PICKS, pick, tie_note
 from advisor.core.stored import MAX_METRIC_DROP, TRAINING_SKIPPED, StoredStudy, TrialRecord
@@ -121,6 +122,7 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
         noise = study.metric_noise
         lines.append(f"- **{metric.name}**: the mean over seeds {', '.join(map(str, noise.seeds))}; "
                      f"its noise {metric.noise_text(noise.epsilon)}")
+    lines += [f"- **speed**: {_cell(c.text)}" for c in speed_caveats(record.get("telemetry"))]
     lines.append(f"- **configuration**: {_code(record.description)}")
     return "\n".join(lines)
 
@@ -169,12 +171,17 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
         return "\n".join([*lines, "No completed trial yet."])
     lines += [f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | "
               f"Δ {metric.name} |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    kinds: set[str] = set()
     for row in rows:
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(f.throughput)} | "
+        said = speed_caveats(r.get("telemetry"))
+        kinds.update(c.kind for c in said)
+        lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(f.throughput)}{mark(said)} | "
                      f"{_cell(vs.throughput_text())} | {fmt_bytes(f.peak_memory_bytes)} | {_cell(vs.memory_text())} | "
                      f"{metric.value_text(f.score)} | {_cell(vs.metric_text(metric))} |")
+    if (key := legend(kinds)):
+        lines += ["", key + "."]
     return "\n".join(lines)
 
 

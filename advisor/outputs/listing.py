@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from advisor.core.caveats import legend, mark, speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
@@ -126,6 +127,11 @@ class TrialLine:
             else None
         return TrialConfig.from_dict(queued) if isinstance(queued, dict) else self.record.config
 
+    @cached_property
+    def caveats(self) -> list[Any]:
+        """What makes its measured speed less sure (a busy machine, an unsettled timing)."""
+        return speed_caveats(self.record.get("telemetry")) if self.measured else []
+
     @property
     def metric_value(self) -> float | None:
         f = self.record.figures
@@ -143,6 +149,8 @@ class TrialLine:
                 "vs_baseline": self.versus.to_dict() if self.versus.throughput_ratio is not None else None,
                 "failure_class": r.failure_class, "failure_message": r.failure_message,
                 "duplicate_of": r.duplicate_of, "finished": _iso(_local(r.finished_at)),
+                # why its samples/s may read wrong (advisor.core.caveats): [{"kind": "busy", "text": ...}]
+                "speed_caveats": [c.to_dict() for c in self.caveats],
                 # an inference trial's per-request latency (advisor.core.latency); None for training
                 "latency": r.latency.to_dict() if r.latency is not None else None}
 
@@ -185,7 +193,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     latency = any(line.record.latency is not None for line in lines)  # an inference study's
     if latency:
         columns += [("p50 / p99 latency", "right"), ("batch 1", "right")]
-    columns += [("failure", "left")]
+    columns += [("failure / note", "left")]
     rows = []
     for line in lines:
         r, measured = line.record, line.measured
@@ -195,7 +203,8 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
         description = line.config.describe() if line.config is not None else ""
         speed = reference if r.baseline and reference else measured[0] if measured else None
         cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, description,
-                 fmt_rate(speed) if speed else "-", fmt_bytes(measured[1]) if measured else "-",
+                 fmt_rate(speed) + ("" if r.baseline and reference else mark(line.caveats)) if speed else "-",
+                 fmt_bytes(measured[1]) if measured else "-",
                  metric.value_text(r.figures.score) if r.figures is not None else "-"]
         if has_base:
             thr, mem, _ = line.versus.cells()
@@ -207,7 +216,12 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
         failure = ""
         if r.failure_class or r.failure_message:
             failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"
+        elif line.caveats and not (r.baseline and reference):  # the marks' sentences, in this column
+            failure = "; ".join(c.text for c in line.caveats)
         rows.append([*cells, failure])
+    if (said := legend((c.kind for line in lines for c in line.caveats if not (line.record.baseline and reference)),
+                       "the last column says by how much")):
+        table.caption = f"{table.caption}. {said}"
     for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in rows:

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from advisor.core.caveats import legend, mark, speed_caveats
 from advisor.core.errors import StudyError
 from advisor.core.latency import fmt_ms
 from advisor.core.picks import PICKS, pick, tie_note
@@ -132,13 +133,18 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         + (" p50 / p95 / p99 latency | batch 1 |" if latency else ""),
         "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if latency else ""),
     ]
+    kinds: set[str] = set()
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)} | "
+        said = speed_caveats(r.get("telemetry"))  # a busy machine, an unsettled timing
+        kinds.update(c.kind for c in said)
+        lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)}{mark(said)} | "
                      f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
                      f"{vs.memory_text()} | {metric.value_text(f.score)} | {vs.metric_text(metric)} |"
                      + (_latency_cells(r) if latency else ""))
+    if (key := legend(kinds)):
+        lines += ["", key + "."]
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "
@@ -210,6 +216,7 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
         entry = row.to_dict()
         entry["description"] = row.record.description
         entry["metric_value"] = metric.shown(row.figures.score)
+        entry["speed_caveats"] = [c.to_dict() for c in speed_caveats(row.record.get("telemetry"))]
         front.append(entry)
     return {
         "study": study.name,

@@ -10,6 +10,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from advisor.core.caveats import speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.latency import Latency, fmt_ms
@@ -68,12 +69,15 @@ def describe(row: TrialRow, study_attrs: dict[str, Any], baseline: TrialConfig |
             timing = (u.get("telemetry") or {}).get("timing") or {}
             known = f", known to +-{100 * timing['halfwidth']:.1f}%" if timing.get("halfwidth") is not None else ""
             warm = f", {timing['warmup_blocks']} warm-up block(s) cut" if timing.get("warmup_blocks") else ""
-            text.append(f"step {1000 * med:.2f} ms median over {u.get('timed_steps', '?')} steps{spread}{known}{warm}"
-                        + ("" if u.get("timing_converged", True) else " (did not settle)") + "\n")
+            text.append(f"step {1000 * med:.2f} ms median over {u.get('timed_steps', '?')} steps{spread}{known}{warm}\n")
     elif row.state == "probed":
         thr, mem = row.versus.cells()[:2]
         text.append(f"probed: {fmt_rate(row.throughput)} samples/s ({thr}), {fmt_bytes(row.memory)} peak ({mem}) "
                     "vs the baseline\n")
+    if row.state in ("complete", "probed"):  # a busy machine, a timing that did not settle (as every view says)
+        for caveat in speed_caveats(u.get("telemetry")):
+            text.append(f"speed: {caveat.text}\n", style="yellow")
+    if row.state == "probed":
         text.append(f"no training run needed: {u.get(TRAINING_SKIPPED)}\n", style="dim")
     elif row.state in ("failed", "skipped"):
         outcome = f"{row.failure} (skipped, not run)" if row.state == "skipped" else row.failure
@@ -81,7 +85,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any], baseline: TrialConfig |
         text.append(row.message[-600:] + "\n")
     elif row.state == "duplicate":
         text.append(f"duplicate of trial {u.get('duplicate_of')}\n", style="dim")
-    else:
+    elif row.state != "complete":
         text.append("running\n", style="italic")
     changed, rest = knobs(row, baseline)
     text.append(changed[0] + "\n", style="bold")
