@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from advisor.core.intervals import FIRST_STAGE, Interval, interval, logs_of, pairs_needed, pooled_interval, sd, t975
@@ -31,6 +31,14 @@ DEFAULT_TOP = 6  # configurations confirmed at the end of a study
 MIN_PAIRS = FIRST_STAGE  # never stop a sitting on fewer pairs (Stein's first stage)
 LEVEL = 0.95
 _SLACK = 1e-9  # the stopping rule's half-width is within the target up to rounding
+# A CPU trial's peak memory is its resident set's high-water mark (advisor.machine.memory). Within one
+# sitting the pairs agree to a few percent, but between sittings (each with fresh trial processes and fork
+# servers) the same configuration's memory ratio moves: benchmarks/memory_sittings.py, batch size 128 against
+# the baseline, log SD of the sitting means 0.049 (digits_mlp) and 0.113 (digits_cnn: 1.36-1.79x) over 5
+# sittings each, then 0.067 and 0.062 over 8 (1.15-1.41x, 1.56-1.90x); pooled 0.074. One sitting's pairs
+# cannot see that, so a resident memory interval is never narrower than +-1.96 SD of it
+RESIDENT_LOG_SD = 0.075
+RESIDENT_FLOOR = 1.96 * RESIDENT_LOG_SD  # the log half-width: about +-16%
 
 
 def interpolate(a: float | None, b: float | None, w: float) -> float:
@@ -50,7 +58,9 @@ class Pair:
     interpolated there. ``sentinel``: the readings of the three runs, seconds.
     ``sitting``: which sitting measured it. ``disturbed``: empty, or why one of its runs
     is kept although the sentinel showed a disturbed machine (every retry was disturbed
-    too: the least disturbed run was kept).
+    too: the least disturbed run was kept). ``resident``: its memory figures are CPU
+    resident peaks (their interval is floored, ``RESIDENT_FLOOR``); False for a GPU's
+    allocator peaks, and for pairs stored before advisor recorded it.
     """
 
     position: float
@@ -61,6 +71,7 @@ class Pair:
     sentinel: list[float] = field(default_factory=list)
     sitting: int = 0
     disturbed: str = ""
+    resident: bool = False
 
     @property
     def throughput_ratio(self) -> float:
@@ -77,7 +88,7 @@ class Pair:
     def from_dict(cls, data: dict[str, Any]) -> Pair:
         return cls(float(data["position"]), float(data["baseline_throughput"]), float(data["config_throughput"]),
                    float(data["baseline_memory"]), float(data["config_memory"]), list(data.get("sentinel") or []),
-                   int(data.get("sitting") or 0), str(data.get("disturbed") or ""))
+                   int(data.get("sitting") or 0), str(data.get("disturbed") or ""), bool(data.get("resident")))
 
 
 STATUSES = ("running", "confirmed", "capped", "wide", "settled", "dominated", "failed")
@@ -120,7 +131,19 @@ class Confirmation:
 
     @property
     def memory(self) -> Interval | None:
+        """The memory ratio's interval: the pairs', never narrower than ``memory_floor``."""
+        return floored(self.memory_measured, self.memory_floor)
+
+    @property
+    def memory_measured(self) -> Interval | None:
+        """The memory ratio's interval from the pairs alone (what more pairs narrow)."""
         return pooled_interval(self._by_sitting("memory_ratio"))
+
+    @property
+    def memory_floor(self) -> float:
+        """The least log half-width its memory interval may have: ``RESIDENT_FLOOR`` for CPU
+        resident peaks (a sitting cannot see how far they move between sittings), else 0."""
+        return RESIDENT_FLOOR if any(p.resident for p in self.pairs) else 0.0
 
     @property
     def done(self) -> bool:
@@ -148,7 +171,7 @@ class Confirmation:
             return
         need = self.needed(target, sitting)
         if need is not None and len(self._mine(sitting)) >= need:
-            thr, mem = self.throughput, self.memory
+            thr, mem = self.throughput, self.memory_measured  # the floor is no pair's to narrow
             assert thr is not None and mem is not None  # the sitting has pairs
             self.status = "confirmed" if max(thr.halfwidth, mem.halfwidth) <= target + _SLACK else "wide"
         elif len(self.pairs) >= max_pairs:
@@ -180,7 +203,8 @@ class Confirmation:
             return None
         room = max_pairs - (len(self.pairs) - len(mine))  # the pairs this sitting may have
         logs = logs_of([getattr(p, figure) for p in mine])
-        return t975(FIRST_STAGE - 1) * sd(logs[:FIRST_STAGE]) / math.sqrt(max(1, room))
+        expected = t975(FIRST_STAGE - 1) * sd(logs[:FIRST_STAGE]) / math.sqrt(max(1, room))
+        return max(expected, self.memory_floor) if figure == "memory_ratio" else expected
 
     def to_dict(self) -> dict[str, Any]:
         thr, mem = self.throughput, self.memory
@@ -194,6 +218,23 @@ class Confirmation:
         return cls(int(data["trial"]), [Pair.from_dict(p) for p in data.get("pairs") or []],
                    status if status in STATUSES else "running", str(data.get("note") or ""))
 
+
+
+def resident_note(confirmations: Sequence[Confirmation]) -> str:
+    """The sentence a front table's caption adds when any memory interval shown is floored
+    ('' when none is)."""
+    if not any(p.resident for c in confirmations for p in c.pairs):
+        return ""
+    return (f"A CPU's memory interval is at least +-{100 * math.expm1(RESIDENT_FLOOR):.0f}%: resident peaks move "
+            "that much between sittings")
+
+
+def floored(found: Interval | None, floor: float) -> Interval | None:
+    """``found`` widened to at least ``floor`` (log half-width) either side of its centre."""
+    if found is None or floor <= 0 or not math.isfinite(found.high) or found.low <= 0:
+        return found
+    centre = math.log(found.center)
+    return replace(found, low=min(found.low, math.exp(centre - floor)), high=max(found.high, math.exp(centre + floor)))
 
 
 def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int = MIN_PAIRS,

@@ -23,6 +23,7 @@ import shlex
 
 from advisor.core.caveats import legend, mark, speed_caveats
 from advisor.core.errors import StudyError
+from advisor.core.pairs import resident_note
 from advisor.core.picks import PICKS, pick, tie_note
 from advisor.core.stored import MAX_METRIC_DROP, TRAINING_SKIPPED, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
@@ -164,7 +165,8 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
         lines.append("- **Ratios**: " + (
             f"trials {', '.join(map(str, confirmed))} confirmed in pairs (95% intervals); the others are unconfirmed"
             if confirmed else "none confirmed in pairs yet: all are unconfirmed")
-            + ": one trial against the baseline as measured by then")
+            + ": one trial against the baseline as measured by then"
+            + (f". {note}" if (note := resident_note(list(study.confirmations.values()))) else ""))
     lines += ["", "#### Picks", "", *_picks(study, storage_url), "", "#### Pareto front", ""]
     rows = front_rows(study)
     if not rows:

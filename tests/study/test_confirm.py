@@ -5,6 +5,7 @@ run, stored and shown."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,7 +14,7 @@ import optuna
 import pytest
 
 from advisor.cli.main import main
-from advisor.core.pairs import Confirmation
+from advisor.core.pairs import RESIDENT_FLOOR, Confirmation
 from advisor.core.stop import Stop
 from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.confirmation.confirm import Confirmer, ConfirmOptions
@@ -79,7 +80,11 @@ def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
                 assert p.throughput_ratio == pytest.approx(p.config_throughput / p.baseline_throughput)
                 assert len(p.sentinel) == 3  # baseline, configuration, baseline
                 assert p.sitting == 0  # advisor tune's own confirmation: the first sitting
+                assert p.resident  # CPU resident peaks: the memory interval is floored
         vs = stored.versus_baseline(stored.records[c.trial])
+        if c.status != "failed" and len(c.pairs) >= 2:  # as wide as sittings move a CPU's memory ratio, at least
+            low, high = vs.memory_interval
+            assert min(math.log(high / vs.memory_ratio), math.log(vs.memory_ratio / low)) >= RESIDENT_FLOOR - 1e-9
         assert vs.confirmed and vs.pairs == len(c.pairs) and vs.throughput_ratio == pytest.approx(c.throughput.center)
     # every completed trial carries its sentinel readings
     for r in stored.records:

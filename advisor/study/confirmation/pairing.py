@@ -122,7 +122,8 @@ class Rounds:
                 return
             for c, run in runs:
                 if run is not None:
-                    c.confirmation.pairs.append(_pair(opening, closing, run, self.sitting))
+                    c.confirmation.pairs.append(_pair(opening, closing, run, self.sitting,
+                                                      resident=self.settings.device == "cpu"))
                     c.confirmation.settle(self.target, self.max_pairs, self.sitting)
                     self._say_if_out_of_reach(c)
             for c, _ in runs:
@@ -172,8 +173,9 @@ class Rounds:
         return cleanest
 
 
-def _pair(opening: _Run, closing: _Run, run: _Run, sitting: int = 0) -> Pair:
-    """The candidate's run against the baseline interpolated at its moment in the round."""
+def _pair(opening: _Run, closing: _Run, run: _Run, sitting: int = 0, resident: bool = False) -> Pair:
+    """The candidate's run against the baseline interpolated at its moment in the round;
+    ``resident``: its memory figures are CPU resident peaks."""
     span = closing.at - opening.at
     w = min(1.0, max(0.0, (run.at - opening.at) / span)) if span > 0 else 0.5
     a, b, x = opening.result, closing.result, run.result
@@ -181,4 +183,5 @@ def _pair(opening: _Run, closing: _Run, run: _Run, sitting: int = 0) -> Pair:
     disturbed = "; ".join(f"{what}: {r.disturbed}" for what, r in runs if r.disturbed)
     return Pair(w, interpolate(a.throughput, b.throughput, w), x.throughput,  # type: ignore[arg-type]
                 interpolate(a.peak_memory_bytes, b.peak_memory_bytes, w), float(x.peak_memory_bytes or 0),
-                [v for v in (reading_of(r.telemetry) for r in (a, x, b)) if v is not None], sitting, disturbed)
+                [v for v in (reading_of(r.telemetry) for r in (a, x, b)) if v is not None], sitting, disturbed,
+                resident=resident)
