@@ -37,6 +37,7 @@ CASES = {
     "not a URL": (lambda tmp: "advisor.db", "is not a storage URL"),
     "in-memory SQLite": (lambda tmp: "sqlite://", "is an in-memory SQLite database"),  # was exit 1 after 60 s
     "in-memory SQLite by name": (lambda tmp: "sqlite:///:memory:", "is an in-memory SQLite database"),
+    "SQLite URL options": (lambda tmp: "sqlite:///x.db?mode=ro", "has SQLite URL options ('mode=ro')"),  # was a file
     "RDB without its driver": (lambda tmp: "mysql+mysqldb://nobody@127.0.0.1:9/advisor",
                                "needs a database driver that is not installed"),
     "RDB server not listening": (lambda tmp: "postgresql+psycopg://nobody@127.0.0.1:9/advisor",

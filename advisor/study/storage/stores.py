@@ -74,6 +74,10 @@ def _check_storage(url: str, must_exist: bool) -> None:
         raise StudyError(f"storage {url!r} is an in-memory SQLite database: each process (the driver, "
                          "its trials, a later `advisor report`) would see an empty one of its own, and the study "
                          "would be lost when the command ends; give a file, e.g. sqlite:///advisor.db")
+    if url.startswith("sqlite:///") and "?" in url:  # else read as part of the file's name (x.db?mode=ro)
+        raise StudyError(f"storage {url!r} has SQLite URL options ({url.split('?', 1)[1]!r}): advisor opens the file "
+                         "itself (WAL mode, a write-lock check, private file modes) and takes none; give the plain "
+                         f"path, e.g. {url.split('?', 1)[0]}")
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         _check_file(path, url, must_exist)
