@@ -218,7 +218,6 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
         entry = row.to_dict()
         entry["description"] = row.record.description
         entry["metric_value"] = metric.shown(row.figures.score)
-        entry["speed_caveats"] = [c.to_dict() for c in speed_caveats(row.record.get("telemetry"))]
         front.append(entry)
     return {
         "study": study.name,

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.core.caveats import speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures, Versus
 from advisor.core.stored import (
@@ -61,7 +62,9 @@ class FrontRow:
         row = {"trial": r.number, "baseline": r.baseline, "on_front": self.on_front,
                "config": r.config.to_dict() if r.config is not None else {},
                "throughput": self.figures.throughput, "peak_memory_bytes": self.figures.peak_memory_bytes,
-               SCORE_OUT: self.figures.score, "throughput_iqr_rel": relative_iqr(r)}
+               SCORE_OUT: self.figures.score, "throughput_iqr_rel": relative_iqr(r),
+               # why its samples/s may read wrong: a busy machine, an unsettled timing (advisor.core.caveats)
+               "speed_caveats": [c.to_dict() for c in speed_caveats(r.get("telemetry"))]}
         if self.versus.metric_delta is not None:  # the study has a baseline
             row.update(self.versus.to_dict())
         if r.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
