@@ -52,14 +52,32 @@ def write_atomically(path: str | Path, text: str) -> Path:
     return path
 
 
-def config_sha256(config: TrialConfig) -> str:
+def config_sha256(config: TrialConfig, knobs: Any = None) -> str:
     """The sha256 of a configuration's knob values (as an export's ``source.config_sha256``
-    records it): a config edited by hand after the export no longer matches it."""
+    records it; of ``knobs`` alone when given): a config edited by hand after the export no
+    longer matches it."""
     import hashlib
 
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()
+    values = config.to_dict()
+    if knobs is not None:
+        values = {k: v for k, v in values.items() if k in knobs}
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
+def edited_since_export(config: TrialConfig, document: dict[str, Any]) -> list[str] | None:
+    """None when ``config`` is what the export ``document`` measured (or it records no
+    hash); else the knobs its file lacks (maybe none: a value was changed). The hash is
+    over the knobs the file lists, so an export written before later knobs existed still
+    matches; one whose ``batch_size`` line was deleted does not."""
+    source, written = document.get("source"), document.get("config")
+    stored = source.get("config_sha256") if isinstance(source, dict) else None
+    if not stored or not isinstance(written, dict) or stored == config_sha256(config, written):
+        return None
+    return [k for k in DOMAINS if k not in written and k in ALWAYS_WRITTEN]
+
+
+# the knobs every export has listed since the first: a full export without one was edited
+ALWAYS_WRITTEN = ("batch_size", "precision", "channels_last", "compile")
 MEASURED_AS = "_advisor_measured_as"  # a loaded export's workload kind, on its TrialConfig (not a field)
 
 
@@ -81,6 +99,15 @@ def load_config(path: str | Path) -> TrialConfig:
     """
     config, document = read_export(path)
     source = document.get("source")
+    missing = edited_since_export(config, document)
+    if missing is not None:  # apply() would build what nobody measured: say so (the figures are another's)
+        import warnings
+
+        lacks = f": it has no {', '.join(missing)} (the default is used)" if missing else ""
+        trial = source.get("trial") if isinstance(source, dict) else None
+        warnings.warn(f"{path}: its config is not the one trial {trial} measured (edited after the export{lacks}); "
+                      "advisor.apply() builds it as it reads now, and the figures under `measured` are of the "
+                      "configuration as exported", UserWarning, stacklevel=2)
     kind = source.get("workload_kind") if isinstance(source, dict) else None
     if kind in WORKLOADS:
         object.__setattr__(config, MEASURED_AS, kind)  # not a field: equality, keys and hashes are the knobs' alone

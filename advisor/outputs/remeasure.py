@@ -12,7 +12,7 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, TrialFailed
 from advisor.core.events import Listener, Note, ignore
-from advisor.core.export_format import config_sha256, read_export
+from advisor.core.export_format import edited_since_export, read_export
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
@@ -125,9 +125,10 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
     result = Remeasured(config, baseline, document, metric=workload.metric_spec)
     if base_note:
         result.notes.append(base_note)
-    if source.get("config_sha256") and source["config_sha256"] != config_sha256(config):
+    if (missing := edited_since_export(config, document)) is not None:
+        lacks = f": it has no {', '.join(missing)}, so the default" if missing else ""
         result.notes.append(f"{config_path}: its config is not the one trial {source.get('trial')} measured (edited "
-                            "after the export): today's figures stand alone, the stored ones are of another "
+                            f"after the export{lacks}): today's figures stand alone, the stored ones are of another "
                             "configuration")
         result.document = {k: v for k, v in document.items() if k != "measured"}
     if source.get("workload_sha256") and source["workload_sha256"] != workload.sha256:

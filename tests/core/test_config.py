@@ -258,3 +258,39 @@ def test_an_unknown_knob_close_to_a_known_one_is_suggested():
     with pytest.raises(ConfigError) as info:
         TrialConfig.from_dict({"zzz": 1})
     assert "did you mean" not in str(info.value)  # nothing close: the list alone
+
+
+def _full_export(tmp_path, config, written=None):
+    """An export as `advisor export` writes it (config, source with the config's hash);
+    ``written``: the knobs its file lists (an older advisor's fewer), default all."""
+    from advisor.core.export_format import config_sha256
+
+    listed = config.to_dict() if written is None else {k: config.to_dict()[k] for k in written}
+    doc = {"advisor_config": FORMAT_VERSION, "config": listed,
+           "source": {"trial": 3, "workload_kind": "train", "config_sha256": config_sha256(config, written)}}
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path, doc
+
+
+def test_a_config_edited_after_its_export_says_apply_builds_what_nobody_measured(tmp_path):
+    import warnings
+
+    measured = TrialConfig(batch_size=128, precision="bf16", threads=2)
+    path, doc = _full_export(tmp_path, measured)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as exported: not a word
+        assert load_config(path) == measured
+    old, _ = _full_export(tmp_path, measured, written=("batch_size", "precision", "channels_last", "compile"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an older advisor's export lists fewer knobs: still what it measured
+        assert load_config(old).batch_size == 128
+    del doc["config"]["batch_size"]  # a line deleted by hand: the default (64) would be built
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.warns(UserWarning, match=r"best.yaml: its config is not the one trial 3 measured \(edited after the "
+                                         r"export: it has no batch_size \(the default is used\)\)"):
+        assert load_config(path).batch_size == 64
+    doc["config"]["batch_size"], doc["config"]["threads"] = 128, 1  # a value changed
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.warns(UserWarning, match=r"not the one trial 3 measured \(edited after the export\); advisor.apply"):
+        load_config(path)
