@@ -117,3 +117,7 @@ def test_the_explorers_detail_says_so(url):
     assert "speed: timed on a busy machine: its timed blocks lost a median 40%" in busy and "running" not in busy
     assert "speed: its timing did not settle" in describe(rows[3], data.attrs).plain
     assert "speed:" not in describe(rows[2], data.attrs).plain
+    from advisor.tui.widgets.trial_table import TrialTable
+
+    cells = {n: TrialTable._figure_cells(rows[n]) for n in (1, 2, 3)}
+    assert cells[1][1][0].endswith("(busy)") and cells[3][1][0].endswith("(unsettled)") and "(" not in cells[2][1][0]

@@ -8,6 +8,8 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
+from advisor.core.caveats import mark as caveat_mark
+from advisor.core.caveats import speed_caveats
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.tui.cells import fit_cells
@@ -77,16 +79,18 @@ class TrialTable(DataTable):
     def _figure_cells(row: TrialRow) -> list[Cell]:
         mark = " base" if row.baseline else (" *" if row.on_front else "")
         style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
+        # " (busy)", " (unsettled)": its speed is less sure than the rest's (the detail pane says by how much)
+        rate = fmt_rate(row.throughput) + caveat_mark(speed_caveats(row.attrs.get("telemetry")))
         if row.state == "probed":  # two-stage: speed and memory measured, no training run needed
             ratios = row.versus.cells()
-            texts = [f"{row.number} p", fmt_rate(row.throughput), ratios[0], fmt_bytes(row.memory), ratios[1],
+            texts = [f"{row.number} p", rate, ratios[0], fmt_bytes(row.memory), ratios[1],
                      "probed", "not needed"]
             return [(t, "dim", "right") for t in texts] + [(row.description, "dim", "left")]
         if row.state != "complete":
             return [(f"{row.number}", "", "right"), (row.failure or row.state, "red", "left"),
                     *[("", "", "left")] * 5, (row.description, "red", "left")]
         ratios = row.versus.cells()
-        return [(f"{row.number}{mark}", style, "right"), (fmt_rate(row.throughput), "", "right"),
+        return [(f"{row.number}{mark}", style, "right"), (rate, "", "right"),
                 (ratios[0], "", "right"), (fmt_bytes(row.memory), "", "right"), (ratios[1], "", "right"),
                 (row.metric.value_text(row.score), "", "right"),  # type: ignore[arg-type]
                 (row.versus.metric_text(row.metric), "", "right"), (row.description, style, "left")]
