@@ -50,6 +50,9 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     from torch.utils.data import default_collate
 
     limit = preflight_limit()  # model() and datasets() may download (once, here: trials run offline)
+    # seeded as a trial is (before the model is built): the same file passes or fails the check on every run,
+    # not by the draw of its initial weights (a metric dividing by a count of positive predictions did both)
+    torch.manual_seed(0)
     with time_limit(limit, workload.where("model"), PREFLIGHT_HINT):
         model = build_model(workload)
     splits = user_splits(workload, model)  # model.py's tp_plan() / pipeline_split(), checked
@@ -114,7 +117,9 @@ def _preflight(workload: Workload) -> dict[str, Any]:
 def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tuple[Any, Any]:
     """Two items of ``data`` as one (input, target) batch: model.py's collate() (its own
     errors in its own frames), else torch's default collate."""
-    items = first_items(data, 2, f"{workload.where('datasets')}: the {role} stream, started with iter(),")
+    where = workload.where("datasets")
+    items = first_items(data, 2, f"{where}: the {role} stream, started with iter()," if is_stream(data)
+                        else f"{where}: the {role} set")
     if workload.collate is None:
         try:
             return default_collate(items)

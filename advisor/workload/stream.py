@@ -56,10 +56,12 @@ def iter_is_self(data: Any) -> bool:
 
 
 def first_items(data: Any, n: int, where: str = "") -> list[Any]:
-    """Up to ``n`` items: a map-style set's first by index, a stream's first of one pass
-    (started with ``iter()``; the user's code in its own frames, named by ``where``)."""
+    """Up to ``n`` items: a map-style set's first by index (its ``__len__`` and
+    ``__getitem__`` are model.py's code too), a stream's first of one pass (started with
+    ``iter()``); what the user's code raises shows in its own frames, named by ``where``."""
     if not is_stream(data):
-        return [data[i] for i in range(min(n, len(data)))]
+        with user_code(f"{where or 'the dataset'}, reading its items by index,"):
+            return [data[i] for i in range(min(n, len(data)))]
     with user_code(where or "the training stream"):
         return list(itertools.islice(iter(data), n))
 

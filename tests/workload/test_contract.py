@@ -60,6 +60,11 @@ VIOLATIONS = [
     ("shapes-differ-later", "import torch\n" + GOOD_MODEL +  # the first two alike: a batch of 64 still fails
      "def datasets():\n    d = [(torch.zeros(4 if i < 5 else 5), 0) for i in range(40)]\n    return d, d\n",
      "training items differ in shape: item 0 is ([4], 0), item 5 is ([5], 0)"),
+    ("getitem-raises-later", "import torch\n" + GOOD_MODEL +  # was advisor's own traceback and exit 1
+     "class D(torch.utils.data.Dataset):\n    def __len__(self):\n        return 40\n"
+     "    def __getitem__(self, i):\n        if i >= 10:\n            raise ValueError(f'corrupt record {i}')\n"
+     "        return torch.zeros(4), 0\ndef datasets():\n    return D(), D()\n",
+     "datasets(): the training set, reading its items by index, raised ValueError: corrupt record 10"),
     ("forward-raises", GOOD_DATA + "def model():\n    return torch.nn.Linear(3, 2)\n",
      "the model's forward, on a batch of 2 training samples, raised RuntimeError"),
     ("loss-not-scalar", GOOD_DATA + GOOD_MODEL + "def loss(o, t):\n    return o.sum(1)\n", "must return a scalar tensor"),
@@ -307,3 +312,28 @@ def test_torch_compile_inlines_a_layer_whose_forward_reads_model_pys_globals(tmp
     with pytest.raises(WorkloadError):
         load_workload(broken)
     assert not [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(broken)]  # not kept
+
+
+def test_the_check_is_seeded_so_a_file_passes_or_fails_it_on_every_run(tmp_path):
+    """A metric that divides by the count of positive predictions fails on some initial
+    weights (0/0) and not on others: the check is seeded as a trial is, so whatever the
+    process's random state before it, the same file gets the same answer (it passed on some
+    runs of the same command and was refused on others)."""
+    import torch
+
+    path = write_model(tmp_path, "import torch\nfrom torch.utils.data import TensorDataset\n"
+                       "def model():\n    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), "
+                       "torch.nn.Linear(16, 2))\n"
+                       "def datasets():\n    g = torch.Generator().manual_seed(0)\n    x = torch.randn(64, 8, generator=g)\n"
+                       "    d = TensorDataset(x, (x[:, 0] > 0).long())\n    return d, d\n"
+                       "def metric(output, target):\n    pred = output.argmax(1)\n"
+                       "    return ((pred == 1) & (target == 1)).sum().item() / (pred == 1).sum().item()\n")
+    outcomes = set()
+    for state in range(8):
+        torch.manual_seed(state)
+        try:
+            preflight(load_workload(str(path)))
+            outcomes.add("passed")
+        except WorkloadError as exc:
+            outcomes.add(str(exc).splitlines()[0])
+    assert len(outcomes) == 1, outcomes
