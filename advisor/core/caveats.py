@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.core.interference import CEILING, busy, summary_of
-from advisor.core.settle import halfwidth
+from advisor.core.settle import MIN_BLOCKS, TOLERANCE, halfwidth
+from advisor.core.units import plural
 
 BUSY, UNSETTLED = "busy", "unsettled"
 
@@ -49,18 +50,30 @@ def speed_caveats(telemetry: dict[str, Any] | None) -> list[Caveat]:
                                   f"{100 * CEILING:.0f}% reads slow by an unknown amount)"))
     timing = (telemetry or {}).get("timing")
     if isinstance(timing, dict) and timing.get("converged") is False and timing.get("median_s"):
-        found.append(Caveat(UNSETTLED, _unsettled_text(timing)))
+        said = _unsettled_text(timing)
+        if said:
+            found.append(Caveat(UNSETTLED, said))
     return found
 
 
-def _unsettled_text(timing: dict[str, Any]) -> str:
+def _unsettled_text(timing: dict[str, Any]) -> str | None:
+    """Why a timing that did not converge is less sure, or None when its figure is as sure
+    as the study asked after all (its timer stopped short of the steps or clean blocks a
+    verdict wants, yet enough blocks agree to the tolerance)."""
     low, high, blocks, asked = (timing.get(k) for k in ("low_s", "high_s", "blocks", "tolerance"))
-    numbers = all(isinstance(x, (int, float)) for x in (low, high, blocks))
-    width = halfwidth(float(low), float(high), int(blocks)) if numbers else math.inf  # type: ignore[arg-type]
-    known = (f"its median step is known to about +-{100 * math.expm1(width):.0f}%" if math.isfinite(width)
-             else "too few timed blocks to say how well its median step is known")
-    wanted = f" (the study asked +-{100 * asked:.0f}%)" if isinstance(asked, (int, float)) else ""
-    return f"its timing did not settle in the time allowed: {known}{wanted}"
+    blocks = blocks if isinstance(blocks, int) else 0
+    numbers = isinstance(low, (int, float)) and isinstance(high, (int, float))
+    width = halfwidth(float(low), float(high), blocks) if numbers else math.inf  # type: ignore[arg-type]
+    tolerance = asked if isinstance(asked, (int, float)) else TOLERANCE
+    if blocks < MIN_BLOCKS:
+        return (f"its timing did not settle in the time allowed: {plural(blocks, 'timed block')} after the warm-up, "
+                f"fewer than the {MIN_BLOCKS} a verdict needs, so its median step is not known to "
+                f"+-{100 * tolerance:.0f}%")
+    if math.isfinite(width) and width <= tolerance:
+        return None
+    known = f"about +-{100 * math.expm1(width):.0f}%" if math.isfinite(width) else "no interval"
+    return (f"its timing did not settle in the time allowed: its median step is known to {known} "
+            f"(the study asked +-{100 * tolerance:.0f}%)")
 
 
 def mark(caveats: Iterable[Caveat]) -> str:
