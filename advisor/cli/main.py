@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help()
         return 2
     args.parser = p  # the whole command line, for a command that describes it (completion)
+    was_null = _stdout_is_null()
     try:
         _project_defaults(p, args, sys.argv[1:] if argv is None else argv)
         return int(COMMANDS[args.command].run(args))
@@ -66,6 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `advisor trials --json | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail again
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
+    except SystemExit as exc:  # rich's console meets a broken pipe by pointing stdout at /dev/null and exiting 1
+        if exc.code == 1 and not was_null and _stdout_is_null():
+            return 141  # `advisor hardware | head -1`: the reader left, as above
+        raise
+
+
+def _stdout_is_null() -> bool:
+    """Whether stdout is /dev/null (as rich leaves it after a broken pipe)."""
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), os.stat(os.devnull))
+    except (OSError, ValueError, AttributeError):  # no stdout, or one without a file descriptor
+        return False
 
 
 

@@ -281,3 +281,17 @@ def test_trials_takes_study_as_the_other_commands_do(two_studies, capsys):
     assert code == 0, err and json.loads(out)["study"] == "digits_cnn-cpu"
     code, _, err = run(["trials", "compat", "--study", "digits_cnn-cpu", "--storage", two_studies], capsys)
     assert code == 2 and "two studies named" in err
+
+
+def test_a_reader_that_leaves_early_from_a_rich_table_gets_141_too(tmp_path):
+    """`advisor hardware | head -1`: rich meets the broken pipe itself (it points stdout at
+    /dev/null and exits 1); the status is still the documented 141, with nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-m", "advisor", "hardware"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO), "HOME": str(tmp_path)})
+    child.stdout.close()  # long before the child, still importing, writes
+    err = child.stderr.read().decode()
+    assert child.wait() == 141 and err == "", err
