@@ -8,6 +8,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from advisor.cli._common import add_storage_arguments, open_stored_study
 
@@ -45,6 +46,21 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
                    "hf, accelerate or torchrun: with that format's section, its not_covered list included)")
 
 
+def _say_what_it_is(study: Any, record: Any, how: str | None) -> None:
+    """The exported trial's figures against the baseline (intervals, unconfirmed, the
+    metric's verdict) and, for a pick, why it is the pick when another reads better: what a
+    user acting on the file should know (the report and the dashboard said it; export did not)."""
+    from advisor.core.picks import tie_note
+    from advisor.core.units import first_line
+
+    if record.baseline:
+        print("measured:  the baseline itself (every ratio is to it)")
+    elif (said := study.versus_baseline(record).summary(study.metric)):
+        print(f"measured:  {said}")
+    if how is not None and (tie := tie_note(study, how, record)):
+        print(f"why:       the {how} pick: {first_line(tie, 400)}")
+
+
 def run(args: argparse.Namespace) -> int:
     from advisor.core.picks import pick
     from advisor.outputs.export import export_document, trial_by_number, with_target, write_export
@@ -69,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     print(f"wrote trial {record.number} of study {study.name!r} to {args.output}")
+    _say_what_it_is(study, record, None if args.trial is not None else (args.pick or "balanced"))
     if fmt in _RUN:
         print(f"{_RUN[fmt][0]}  {_RUN[fmt][1].format(path=shlex.quote(args.output), stem=Path(args.output).stem)}")
     elif fmt == "python":
