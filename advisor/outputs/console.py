@@ -38,7 +38,7 @@ from advisor.core.stored import (
 )
 from advisor.core.units import first_line, fmt_bytes, fmt_energy, fmt_rate, plural
 from advisor.outputs.json_output import print_json
-from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows
+from advisor.outputs.summary import counts, dropped_lines, failures_text, front_rows, picks_line
 from advisor.study.storage.stores import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
@@ -269,6 +269,8 @@ class TuneOutput:
                 f"spawn, imports, data loading, storage) {overhead:.1f} s", markup=False)
         url = plan.storage_url
         storage_flag = "" if url == DEFAULT_STORAGE else f" --storage {shlex.quote(url)}"  # lines to paste in a shell
+        if (picks := picks_line(study)) is not None:  # what `advisor export --pick` writes (it says why a tie)
+            c.print(f"picks:  {picks}", markup=False)
         c.print(f"stored: study {study.name!r} in {url}", markup=False)
         c.print(f"next:   advisor export{storage_flag} --study {study.name} --pick balanced -o best.yaml", markup=False)
         c.print(f"        advisor tui{storage_flag} --study {study.name}   (the interactive explorer)", markup=False)

@@ -12,7 +12,9 @@ from typing import Any
 
 from advisor.core.caveats import speed_caveats
 from advisor.core.config import TrialConfig
+from advisor.core.errors import StudyError
 from advisor.core.objectives import Figures, Versus
+from advisor.core.picks import PICKS, pick, tie_note
 from advisor.core.stored import (
     EARLY_STOP,
     ESTIMATE,
@@ -165,3 +167,19 @@ def _value_order(text: str) -> tuple[int, int, Any]:
         return (0, 0, "")
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     return (1, 1, value) if number else (1, 0, text)
+
+
+def picks_line(study: StoredStudy) -> str | None:
+    """The picks `advisor export --pick` would write, in one line, each tie said as such:
+    'fastest trial 2 (a tie: trial 5 reads faster within the noise), smallest trial 4, ...';
+    None when there is nothing to pick."""
+    try:
+        chosen = [(how, pick(study, how)) for how in PICKS]
+    except StudyError:
+        return None
+    parts = []
+    for how, record in chosen:
+        tie = tie_note(study, how, record)
+        tied = f" (a tie: {tie.split(' reads ')[0]} reads better within the noise)" if tie else ""
+        parts.append(f"{how} trial {record.number}{tied}")
+    return ", ".join(parts)

@@ -34,3 +34,17 @@ def test_export_says_the_figures_and_why_a_tie_went_the_way_it_did(tmp_path, cap
     assert "measured:  throughput 1.62x unconfirmed, memory 1.95x unconfirmed, accuracy" in out and "why:" not in out
     assert main(["export", "--storage", url, "--study", NAME, "--trial", "0", "-o", "b.yaml"]) == 0
     assert "measured:  the baseline itself" in capsys.readouterr().out
+
+
+def test_the_picks_line_names_each_pick_and_its_tie(tmp_path):
+    from advisor.core.stored import read_study
+    from advisor.outputs.summary import picks_line
+    from advisor.study.storage import stores as st
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = write_recorded_study(url)
+    study.set_user_attr(f"{CONFIRMATION}1", confirmed(1, [1.40, 1.48, 1.56, 1.45, 1.51]))
+    study.set_user_attr(f"{CONFIRMATION}2", confirmed(2, [1.44, 1.52, 1.60, 1.49, 1.55]))
+    line = picks_line(read_study(st.load(st.open_storage(url, must_exist=True), NAME, url)))
+    assert line.startswith("fastest trial 1 (a tie: trial 2 reads better within the noise), smallest trial ")
+    assert ", best-metric trial " in line and ", balanced trial " in line

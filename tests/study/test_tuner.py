@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 
 import optuna
@@ -85,6 +86,8 @@ def test_tune_records_a_real_study(eager_study):
     assert attrs["space"]["batch_size"]["choices"]
     assert "Pareto front" in out and "(baseline)" in out
     assert "advisor export" in out and "trials: 4 run" in out
+    assert re.search(r"^picks:  fastest trial \d+.*, smallest trial \d+.*, best-metric trial \d+.*, balanced trial \d+",
+                     out, re.M), out  # what `advisor export --pick` writes, named before the study ends
 
 
 def test_resume_completes_total_and_fails_stale_running(eager_study, workdir, capsys):
