@@ -66,3 +66,44 @@ def test_a_trial_that_becomes_a_pick_during_confirmation_is_confirmed_beyond_the
     assert fastest.number == 1 and stored.versus_baseline(fastest).confirmed  # the new pick: confirmed too
     assert stored.versus_baseline(fastest).throughput_ratio == pytest.approx(1.84)
     assert (32, "bf16") in executor.asked
+
+
+class OneBusyRun(ScriptedPairs):
+    """The third run of bf16 is 16x slow, its sentinel at the study's median, and its timed
+    blocks say why: each lost 90% of its time to other work (scripted telemetry, named as
+    such; the rule that reads it is the product's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bf16_runs = 0
+
+    def submit(self, number, payload):
+        handle = super().submit(number, payload)
+        sentinel = {"sentinel": {"before_s": 0.01, "after_s": 0.01}}
+        if (payload.config.batch_size, payload.config.precision) == (32, "bf16"):
+            self.bf16_runs += 1
+            if self.bf16_runs == 3:
+                busy = {"interference": {"blocks": 6, "clean": 6, "scores": [0.9] * 6}}
+                handle.result = TrialResult(ok=True, throughput=115.0, peak_memory_bytes=100.0,
+                                            step_time_median_s=1 / 115.0, telemetry=sentinel | busy)
+                return handle
+        handle.result.telemetry = sentinel
+        return handle
+
+
+def test_a_run_whose_own_blocks_show_a_busy_machine_is_run_again_not_kept(tmp_path):
+    """A review's pair read 0.06x with the sentinel at its median, was kept, and made the
+    interval 0.12-4.60x: the run's own evidence (blocks that lost most of their time to other
+    work) now counts as disturbed, as the sentinel does."""
+    study, ledger = ledger_study(tmp_path, SPACE, "p")
+    ledger.tell(ledger.propose_baseline().number, full(1000.0), 1.0)
+    trial = ledger._hand_out(study.ask(), TrialConfig(batch_size=32, precision="bf16"))
+    ledger.tell(trial.number, full(1840.0, 99.0), 1.0)
+    notes = []
+    executor = OneBusyRun()
+    Confirmer(study, Workload(), TrialSettings(train_samples=100), executor, ConfirmOptions(top=1, max_pairs=5),
+              on_event=lambda e: notes.append(getattr(e, "text", ""))).run()
+    c = read_study(study).confirmations[1]
+    assert executor.bf16_runs == len(c.pairs) + 1  # the busy run was run again
+    assert all(p.throughput_ratio == pytest.approx(1.84) for p in c.pairs) and not any(p.disturbed for p in c.pairs)
+    assert any("a run was discarded (its timed blocks lost a median 90% of their time" in n for n in notes), notes

@@ -31,7 +31,8 @@ from typing import Any
 from advisor.core.config import TrialConfig
 from advisor.core.errors import TrialFailed
 from advisor.core.events import Listener, Note
-from advisor.core.noise import SentinelJudge, off_by, reading_of
+from advisor.core.interference import rerun_reason
+from advisor.core.noise import SentinelJudge, disturbed_alone, off_by, reading_of
 from advisor.core.pairs import Confirmation, Pair, interpolate
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stop import Stop
@@ -159,7 +160,11 @@ class Rounds:
                                       f"[{result.failure_class}]: {first_line(result.failure_message, 1000)}")
                 return _Run(result, (started + time.monotonic()) / 2)
             reading, median = reading_of(result.telemetry), self.judge.median
-            why = self.judge.disturbed(reading)
+            # the sentinel against the study's readings, or the run's own evidence: its sentinel moved while it
+            # ran, its blocks lost a quarter of their time, too few of them were clean (a review's pair read
+            # 0.06x with the sentinel at its median: kept, it made the interval 0.12-4.60)
+            why = (self.judge.disturbed(reading) or disturbed_alone(result.telemetry)
+                   or rerun_reason(result.telemetry))
             self.judge.add(reading)
             run = _Run(result, (started + time.monotonic()) / 2, why or "")
             if why is None:
