@@ -15,7 +15,7 @@ from advisor.core.caveats import legend, mark, speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
-from advisor.core.objectives import Versus
+from advisor.core.objectives import METRIC_DROP, Versus
 from advisor.core.stored import BASELINE_DISTURBED, MAX_METRIC_DROP, SEED_CONFIG, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 
@@ -198,8 +198,10 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     for line in lines:
         r, measured = line.record, line.measured
         state = SHOWN.get(r.state, _state(r)) + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
-        if r.state == "complete" and not r.feasible:
-            state += " (infeasible)"
+        if r.state == "complete" and not r.feasible:  # as tune's line says it: undecided is infeasible only for now
+            undecided = line.versus.verdict is not None and line.versus.verdict.noise_known and \
+                not line.versus.verdict.decided and set(k for k, v in r.constraints.items() if v > 0) == {METRIC_DROP}
+            state += " (counted infeasible for now: undecided)" if undecided else " (infeasible)"
         description = line.config.describe() if line.config is not None else ""
         speed = reference if r.baseline and reference else measured[0] if measured else None
         cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, description,

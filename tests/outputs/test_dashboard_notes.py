@@ -89,6 +89,8 @@ def test_the_dashboard_shows_each_trials_ratios_intervals_and_verdict_as_report_
     listed = {t["trial"]: t for t in json.loads(capsys.readouterr().out)["trials"]}
     assert exit_status(["trials", NAME, "--storage", url]) == 0
     console = capsys.readouterr().out
+    # trial 6 (-2.2 pt, seeds +-0.6 pt, one seed against three): undecided, off the front for now, as tune says
+    assert "(counted infeasible for now: undecided)" in " ".join(console.split())
     assert exit_status(["report", "--storage", url, "-o", str(tmp_path / "report"), "--json"]) == 0
     reported = json.loads(capsys.readouterr().out)
     report = (tmp_path / "report" / "report.md").read_text()
