@@ -24,6 +24,9 @@ from advisor.core.errors import WorkloadError
 KEYS = {"name": str, "higher_is_better": bool, "fraction": bool, "unit": str}
 
 
+# a difference of metric values below this is float rounding (float32 values averaged in another order)
+ROUNDING = 1e-6
+
 @dataclass(frozen=True)
 class MetricSpec:
     """``fraction``: a value in [0, 1] (accuracy, F1) shown with 4 decimals, differences in
@@ -88,6 +91,8 @@ class MetricSpec:
     def delta_text(self, delta: float) -> str:
         """A difference of scores, as the metric's own difference ('+1.2 pt', '-0.35 nats')."""
         value = self.sign * delta
+        if abs(value) < ROUNDING:  # the same values summed in another order: "+0", not "-9.93e-09"
+            value = 0.0
         if self.fraction:  # rounded first, + 0.0: no "-0.0 pt" for a difference that rounds to none
             return f"{round(100 * value, 1) + 0.0:+.1f} pt"
         return f"{float(f'{value:.3g}') + 0.0:+.3g}" + (f" {self.unit}" if self.unit else "")

@@ -23,6 +23,9 @@ def test_a_lower_is_better_metric_reads_as_itself():
     assert ppl.objective_name == "-perplexity (negated: higher is better)"
     nats = MetricSpec.from_contract({"name": "loss", "higher_is_better": False, "unit": "nats"}, True, "m.py")
     assert nats.delta_text(-0.25) == "+0.25 nats"
+    # the same float32 values averaged in another order: +0, not a review's "-9.93e-09"
+    mae = MetricSpec.from_contract({"name": "mae", "higher_is_better": False}, True, "m.py")
+    assert mae.delta_text(9.93e-09) == "+0" and mae.delta_text(-2e-6) == "+2e-06"
     acc = MetricSpec()
     assert acc.value_text(0.96667) == "0.9667" and acc.delta_text(-0.014) == "-1.4 pt"
     assert MetricSpec.from_dict(ppl.to_dict()) == ppl and MetricSpec.from_dict(None) == acc
