@@ -122,4 +122,6 @@ def first_line(message: str | BaseException | None, limit: int = 300) -> str:
     text = str(message or "").strip()
     if not text and isinstance(message, BaseException):
         text = type(message).__name__
-    return (text.splitlines() or [""])[0][:limit]
+    line = (text.splitlines() or [""])[0]
+    return line if len(line) <= limit else line[:max(0, limit - 1)] + "…"  # cut where it says so
+
