@@ -44,7 +44,8 @@ def test_a_study_of_only_a_failed_baseline_is_replaced_when_model_py_changed(tmp
     fixed = _plan(tmp_path, "\n# fixed\n")  # another sha256: not resumable as it stands
     notes: list[str] = []
     if not left.startswith("failed"):
-        with pytest.raises(StudyError, match="was run with another setup: workload_sha256"):
+        with pytest.raises(StudyError, match=r"was run with another setup: model.py.s content changed "
+                                             r"\(sha256 [0-9a-f]{12}\.\.\. then, [0-9a-f]{12}\.\.\. now\)"):
             open_study(fixed, open_storage(fixed.storage_url))
         return
     again = open_study(fixed, open_storage(fixed.storage_url),

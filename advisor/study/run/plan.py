@@ -203,6 +203,8 @@ def _differs(key: str, then: Any, now: Any) -> str:
         return "the modules beside model.py that it imports: " + ", ".join(changed)
     if key == "workload_parameters":
         return f"the model's parameters: {then:,} then, {now:,} now"
+    if key == "workload_sha256":  # its hash says only that: not which line
+        return f"model.py's content changed (sha256 {str(then)[:12]}... then, {str(now)[:12]}... now)"
     if key in _FLAG_OF:
         if isinstance(then, bool) and isinstance(now, bool):
             return f"{_FLAG_OF[key]}: {'yes' if then else 'no'} then, {'yes' if now else 'no'} now"
