@@ -47,8 +47,12 @@ class MetricSpec:
                                 f"'higher_is_better': False}}, found {type(described).__name__}")
         unknown = sorted(set(described) - set(KEYS))
         if unknown:
+            import difflib
+
+            near = [f"{k!r}: did you mean {close[0]!r}?" for k in unknown
+                    if (close := difflib.get_close_matches(k, list(KEYS), n=1))]
             raise WorkloadError(f"{where}: METRIC: unknown key(s) {', '.join(map(repr, unknown))} "
-                                f"(expected {', '.join(KEYS)})")
+                                f"(expected {', '.join(KEYS)})" + (f"; {'; '.join(near)}" if near else ""))
         for key, kind in KEYS.items():
             if key in described and not isinstance(described[key], kind):
                 raise WorkloadError(f"{where}: METRIC[{key!r}] must be a {kind.__name__}, found "

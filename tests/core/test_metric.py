@@ -33,6 +33,7 @@ def test_a_lower_is_better_metric_reads_as_itself():
 
 @pytest.mark.parametrize("described,message", [
     ({"nme": "x"}, "unknown key(s) 'nme'"),
+    ({"name": "mae", "higher_is_beter": False}, "'higher_is_beter': did you mean 'higher_is_better'?"),
     ({"name": "ppl", "higher_is_better": "no"}, "METRIC['higher_is_better'] must be a bool, found 'no'"),
     ({"name": ""}, "METRIC['name'] must be 1 to 40 characters"),
     (["ppl"], "METRIC must be a dict"),
