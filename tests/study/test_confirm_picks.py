@@ -57,15 +57,30 @@ def test_a_trial_that_becomes_a_pick_during_confirmation_is_confirmed_beyond_the
         ledger.tell(trial.number, full(figure, memory), 1.0)
     stored = read_study(study)
     assert pick(stored, "fastest").number == 2 and 1 not in [r.number for r in stored.front()]
-    executor = ScriptedPairs()
+    executor, notes = ScriptedPairs(), []
+
+    def said(event):
+        notes.append(getattr(event, "text", ""))
     Confirmer(study, Workload(), TrialSettings(train_samples=100), executor,
-              ConfirmOptions(top=1, max_pairs=5)).run()
+              ConfirmOptions(top=1, max_pairs=5), on_event=said).run()
     stored = read_study(study)
     assert stored.versus_baseline(stored.records[2]).throughput_ratio == pytest.approx(1.5)  # well below its 1.9x
     fastest = pick(stored, "fastest")
     assert fastest.number == 1 and stored.versus_baseline(fastest).confirmed  # the new pick: confirmed too
     assert stored.versus_baseline(fastest).throughput_ratio == pytest.approx(1.84)
     assert (32, "bf16") in executor.asked
+    # said, not left for the reader to find missing from the front (a review's `advisor confirm`)
+    assert any(n.startswith("trial 2 left the front: confirmed at throughput 1.50x (") for n in notes), notes
+    notes.clear()  # `advisor confirm --pairs 3` on candidates with 5: nothing to add, and why
+    Confirmer(study, Workload(), TrialSettings(train_samples=100), executor,
+              ConfirmOptions(top=1, max_pairs=3), on_event=said).run()
+    assert any("no pairs to add: trial 1 has 3 or more pairs already, and --pairs 3 counts the pairs of every "
+               "sitting" in n for n in notes), notes
+    notes.clear()  # a later sitting says how many pairs it can add, not the first sitting's plan
+    Confirmer(study, Workload(), TrialSettings(train_samples=100), executor,
+              ConfirmOptions(top=1, max_pairs=8), on_event=said).run()
+    assert any("sitting 2: up to 3 more pairs each: --pairs 8 counts the pairs of every sitting, and these have up "
+               "to 5 stored" in n for n in notes), notes
 
 
 class OneBusyRun(ScriptedPairs):

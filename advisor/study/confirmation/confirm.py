@@ -102,6 +102,7 @@ class Confirmer:
                         self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._stop_early,
                         sitting)
         chosen: dict[int, Candidate] = {}
+        rounds_run = 0
         while not self.stop.halted:
             # the cap counts the chosen that are still on the front: one that confirmed lower and
             # left it frees its place for the trial that pushed it off (README command 1: trial 15
@@ -116,17 +117,36 @@ class Confirmer:
                 c.settle(self.options.target, self.options.max_pairs, sitting)  # a new sitting, or a raised cap
                 chosen[r.number] = Candidate(f"trial {r.number}", r.config, c)  # type: ignore[arg-type]
             due = [c for c in chosen.values() if not c.confirmation.done]
-            if not due:
-                break
             cap = self.options.max_pairs
-            plan = (f"{MIN_PAIRS} pairs, then as many as their spread needs for +-{100 * self.options.target:.0f}%, "
-                    f"at most {cap} pairs in all" if cap > MIN_PAIRS
-                    else f"at most {plural(cap, 'pair')} in all (--pairs)")
+            if not due:
+                full = sorted(n for n, c in chosen.items() if len(c.confirmation.pairs) >= cap)
+                if full and not rounds_run:  # `advisor confirm --pairs 3` on candidates that have 5 pairs
+                    who = f"trials {', '.join(map(str, full))} have" if len(full) > 1 else f"trial {full[0]} has"
+                    self.emit(Note(f"no pairs to add: {who} {cap} or more pairs "
+                                   f"already, and --pairs {cap} counts the pairs of every sitting (raise it to add "
+                                   "a sitting's pairs)"))
+                break
+            stored_pairs = max(len(c.confirmation.pairs) for c in due)
+            if stored_pairs:  # a later sitting: the cap counts the stored pairs too
+                room = max(cap - len(c.confirmation.pairs) for c in due)
+                plan = (f"up to {plural(room, 'more pair')} each: --pairs {cap} counts the pairs of every sitting, "
+                        f"and these have up to {stored_pairs} stored")
+            else:
+                plan = (f"{MIN_PAIRS} pairs, then as many as their spread needs for +-{100 * self.options.target:.0f}%,"
+                        f" at most {cap} pairs in all" if cap > MIN_PAIRS
+                        else f"at most {plural(cap, 'pair')} in all (--pairs)")
             self.emit(Note(("confirming" if len(chosen) == len(new) else "confirming as well, now on the front,")
                            + f" {len(due)} configuration(s) in pairs against the baseline (trials "
                            f"{', '.join(str(c.confirmation.trial) for c in due)}; sitting {sitting + 1}: {plan})"))
             rounds.run(base.config, list(chosen.values()))
+            rounds_run += 1
             stored = self.stored = read_study(self.study)  # the confirmed figures can change the front
+        on_front = {r.number for r in stored.front()}
+        for n in sorted(set(chosen) - on_front):  # said, not left for the reader to notice missing
+            if rounds_run and n in stored.confirmations and stored.records[n].feasible:
+                vs = stored.versus_baseline(stored.records[n])
+                self.emit(Note(f"trial {n} left the front: confirmed at throughput {vs.throughput_text()}, memory "
+                               f"{vs.memory_text()}, another configuration beats it on the confirmed figures"))
         return {n: c.confirmation for n, c in chosen.items()}
 
     def _store(self, candidate: Candidate, wall_s: float) -> None:
