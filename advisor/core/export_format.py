@@ -40,8 +40,17 @@ def serialise(document: dict[str, Any], fmt: str = "yaml") -> str:
 
 def write_atomically(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` under a temporary name, then rename: a reader never sees
-    half a file, and a failure leaves nothing behind."""
+    half a file, and a failure leaves nothing behind. A path that is not a regular file
+    (``/dev/null``, ``/dev/stdout``, a named pipe) is written to as it is: renaming over it
+    would replace the device itself (as root, ``-o /dev/null`` did)."""
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        try:
+            with open(path, "w") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return path
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text)

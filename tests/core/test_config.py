@@ -294,3 +294,24 @@ def test_a_config_edited_after_its_export_says_apply_builds_what_nobody_measured
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.warns(UserWarning, match=r"not the one trial 3 measured \(edited after the export\); advisor.apply"):
         load_config(path)
+
+
+def test_an_export_to_a_device_or_pipe_writes_into_it_and_never_replaces_it(tmp_path):
+    """`advisor export -o /dev/null` as root renamed a regular file over /dev/null (the
+    atomic write's rename); a path that is not a regular file is written into. A named pipe
+    stands in for the device here (a regression must not break this machine's /dev/null)."""
+    import os
+    import stat
+    import threading
+
+    from advisor.core.export_format import write_atomically
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    write_atomically(fifo, "config: {}\n")
+    reader.join(10)
+    assert got == ["config: {}\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file either
