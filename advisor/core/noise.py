@@ -55,15 +55,10 @@ def reading_of(telemetry: dict[str, Any] | None) -> float | None:
 BUSY_SCORE = 0.25  # timed blocks that lost a quarter of their time to other work (median): a busy machine
 
 
-def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
-    """Why one run shows a disturbed machine by its own readings, with nothing of the study
-    to compare it with (the study's first run: its baseline): its sentinel read more than
-    ``DISTURBED_AT`` apart before and after its timed steps (the machine changed while it
-    ran), or its timed blocks lost a median of over ``BUSY_SCORE`` of their time waiting for
-    a CPU or stolen (unless its own threads and workers outnumber its CPUs: then it waits of
-    its own doing); None otherwise, and when not measured. (A baseline run beside another
-    busy process read 655 samples/s, 190x slower than the same configuration a minute later:
-    its sentinel read 1,792 ms before and 10.6 ms after, and every block lost half its time.)"""
+def sentinel_moved(telemetry: dict[str, Any] | None) -> str | None:
+    """Why a run's sentinel says the machine changed while it ran (read more than
+    ``DISTURBED_AT`` apart before and after its timed steps); None otherwise, and when not
+    measured. Relative to the run itself: a machine busy alike throughout does not move it."""
     sentinel = (telemetry or {}).get("sentinel")
     if isinstance(sentinel, dict):
         before, after = sentinel.get("before_s"), sentinel.get("after_s")
@@ -73,6 +68,21 @@ def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
                 return (f"the noise sentinel read {1e3 * before:.1f} ms before its timed steps and "
                         f"{1e3 * after:.1f} ms after ({factor:.1f}x apart, the limit is {DISTURBED_AT:.2f}x): "
                         "the machine changed while it ran")
+    return None
+
+
+def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
+    """Why one run shows a disturbed machine by its own readings, with nothing of the study
+    to compare it with (the study's first run: its baseline): its sentinel read more than
+    ``DISTURBED_AT`` apart before and after its timed steps (the machine changed while it
+    ran), or its timed blocks lost a median of over ``BUSY_SCORE`` of their time waiting for
+    a CPU or stolen (unless its own threads and workers outnumber its CPUs: then it waits of
+    its own doing); None otherwise, and when not measured. (A baseline run beside another
+    busy process read 655 samples/s, 190x slower than the same configuration a minute later:
+    its sentinel read 1,792 ms before and 10.6 ms after, and every block lost half its time.)"""
+    moved = sentinel_moved(telemetry)
+    if moved:
+        return moved
     summary = summary_of(telemetry) or {}
     scores = [x for x in summary.get("scores") or [] if isinstance(x, (int, float))]
     median = statistics.median(scores) if scores else 0.0
