@@ -88,6 +88,7 @@ def edited_since_export(config: TrialConfig, document: dict[str, Any]) -> list[s
 # the knobs every export has listed since the first: a full export without one was edited
 ALWAYS_WRITTEN = ("batch_size", "precision", "channels_last", "compile")
 MEASURED_AS = "_advisor_measured_as"  # a loaded export's workload kind, on its TrialConfig (not a field)
+MEASURED_MODEL = "_advisor_measured_parameters"  # ... and its model's parameter count (not a field either)
 
 
 def load_config(path: str | Path) -> TrialConfig:
@@ -120,6 +121,9 @@ def load_config(path: str | Path) -> TrialConfig:
     kind = source.get("workload_kind") if isinstance(source, dict) else None
     if kind in WORKLOADS:
         object.__setattr__(config, MEASURED_AS, kind)  # not a field: equality, keys and hashes are the knobs' alone
+    parameters = source.get("model_parameters") if isinstance(source, dict) else None
+    if isinstance(parameters, int) and not isinstance(parameters, bool):
+        object.__setattr__(config, MEASURED_MODEL, (parameters, source.get("workload")))
     return config
 
 
@@ -127,6 +131,12 @@ def measured_workload(config: TrialConfig) -> str | None:
     """What ``config`` was measured for ("train" or "inference"), when ``load_config`` read
     it from a full export; None for any other configuration."""
     return getattr(config, MEASURED_AS, None)
+
+
+def measured_model(config: TrialConfig) -> tuple[int, str | None] | None:
+    """(parameter count, model.py's path) of the model ``config`` was measured on, when
+    ``load_config`` read it from an export that records them; None otherwise."""
+    return getattr(config, MEASURED_MODEL, None)
 
 
 def read_export(path: str | Path) -> tuple[TrialConfig, dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, UnsupportedError
-from advisor.core.export_format import measured_workload
+from advisor.core.export_format import measured_model, measured_workload
 from advisor.core.results import check_workload_kind
 from advisor.techniques.conv1d import conv1d_to_linear, needs_linear
 from advisor.techniques.prepared import Prepared, default_device
@@ -69,6 +69,7 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     workload = _workload_of(workload, config)
     device = _device_of(device)
     _check_model(model, config)
+    _warn_if_another_model(model, config)
     reason = refusal(config, workload, device.type)
     if reason:
         raise UnsupportedError(reason)
@@ -137,6 +138,28 @@ def _device_of(device: Any) -> Any:
     except (RuntimeError, TypeError, ValueError):
         raise ConfigError(f"apply(): device {device!r} is not a torch device (expected 'cpu', 'cuda', 'cuda:1', "
                           "a torch.device, or None for the current one)") from None
+
+
+def _warn_if_another_model(model: Any, config: TrialConfig) -> None:
+    """A warning when ``model`` has another parameter count than the model the exported
+    ``config`` was measured on (an export from another model.py, a common mix-up: the
+    figures under its ``measured`` are of that model). A lazy module's count is not known
+    before its first forward: said as such rather than compared."""
+    import warnings
+
+    import torch
+
+    found = measured_model(config)
+    if found is None:
+        return
+    if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in model.parameters()):
+        return
+    parameters = sum(p.numel() for p in model.parameters())
+    if parameters != found[0]:
+        source = f" ({found[1]})" if found[1] else ""
+        warnings.warn(f"apply(): this model has {parameters:,} parameters, the one the configuration was measured "
+                      f"on{source} had {found[0]:,}: is the export from another model.py? Its figures are of that "
+                      "model; the knobs are applied to this one all the same", UserWarning, stacklevel=3)
 
 
 def _check_model(model: Any, config: TrialConfig) -> None:

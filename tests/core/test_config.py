@@ -315,3 +315,30 @@ def test_an_export_to_a_device_or_pipe_writes_into_it_and_never_replaces_it(tmp_
     reader.join(10)
     assert got == ["config: {}\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
     assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file either
+
+
+def test_apply_warns_when_the_export_was_measured_on_another_model(tmp_path):
+    """An export remembers its model's parameter count: apply() on a model with another
+    count (an export from another model.py, a review's mix-up) warns; on the same model, or
+    for a config that is not a loaded export, it says nothing."""
+    import warnings
+
+    import torch
+
+    import advisor
+
+    measured = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    count = sum(p.numel() for p in measured.parameters())
+    path, doc = _full_export(tmp_path, TrialConfig(batch_size=32))
+    doc["source"] |= {"model_parameters": count, "workload": "/home/me/lstm.py"}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    config = load_config(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        advisor.apply(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)), config)
+        advisor.apply(torch.nn.Linear(3, 3), TrialConfig(batch_size=32))  # not a loaded export: nothing to compare
+        advisor.apply(torch.nn.Sequential(torch.nn.LazyLinear(2)), config)  # a lazy module: no count yet
+    with pytest.warns(UserWarning, match=r"apply\(\): this model has 12 parameters, the one the configuration was "
+                                         rf"measured on \(/home/me/lstm.py\) had {count:,}: is the export from "
+                                         r"another model.py\?"):
+        advisor.apply(torch.nn.Linear(3, 3), config)

@@ -67,6 +67,9 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     assert now["source"].pop("seed") == 0
     # added since (a review): what the measured figures are of, so a hand-edited config is told apart
     assert len(now["source"].pop("config_sha256")) == 64
+    # added since (a fourth review): the model's parameter count, which apply() compares; this
+    # study predates recording it
+    assert now["source"].pop("model_parameters") is None
     # added since (the figures-you-can-trust issue): the baseline's configuration, and
     # whether the ratios were confirmed in pairs (this study predates confirmation)
     assert now.pop("baseline")["batch_size"] == 32  # the baseline trial's configuration
