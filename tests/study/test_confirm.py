@@ -191,14 +191,19 @@ def test_an_interrupted_confirmation_stores_no_half_pair(confirmed, tmp_path, ca
     assert {n: len(c.pairs) for n, c in after.items()} == before
 
 
-def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(confirmed, tmp_path):
+def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(confirmed, tmp_path, monkeypatch):
     """A C1 C2 A | A C2 C1 A: the order the real executor was asked to run (a spy around it);
-    every round runs its own baseline."""
+    every round runs its own baseline. A run its own readings call disturbed is kept, not run
+    again (RETRIES 0): under the suite's two workers one was, now and then, and re-runs are
+    tests/study/test_confirm_picks.py's subject."""
     from advisor.core.noise import SentinelJudge
     from advisor.core.results import TrialSettings
     from advisor.runner.ray_executor import RayExecutor
+    from advisor.study.confirmation import pairing
     from advisor.study.confirmation.pairing import Candidate, Rounds
     from advisor.workload.contract import load_workload
+
+    monkeypatch.setattr(pairing, "RETRIES", 0)
 
     study = load(confirmed, "c")
     stored = read_study(study)
