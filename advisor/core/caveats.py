@@ -17,12 +17,11 @@ once in their caption what the marks mean (``legend``).
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.core.interference import CEILING, busy, summary_of
+from advisor.core.interference import CEILING, busy, disturbance
 from advisor.core.settle import MIN_BLOCKS, TOLERANCE, halfwidth
 from advisor.core.units import plural
 
@@ -44,9 +43,8 @@ def speed_caveats(telemetry: dict[str, Any] | None) -> list[Caveat]:
     failure, one stored before advisor recorded it)."""
     found = []
     if busy(telemetry):
-        scores = [x for x in (summary_of(telemetry) or {}).get("scores") or [] if isinstance(x, (int, float))]
         found.append(Caveat(BUSY, f"timed on a busy machine: its timed blocks lost a median "
-                                  f"{100 * statistics.median(scores):.0f}% of their time to other work (over "
+                                  f"{100 * disturbance(telemetry)[1]:.0f}% of their time to other work (over "
                                   f"{100 * CEILING:.0f}% reads slow by an unknown amount)"))
     timing = (telemetry or {}).get("timing")
     if isinstance(timing, dict) and timing.get("converged") is False and timing.get("median_s"):

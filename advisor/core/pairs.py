@@ -16,7 +16,7 @@ confirm``. Pairs stored before sittings were recorded are sitting 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -220,7 +220,7 @@ class Confirmation:
 
 
 
-def resident_note(confirmations: Sequence[Confirmation]) -> str:
+def resident_note(confirmations: Iterable[Confirmation]) -> str:
     """The sentence a front table's caption adds when any memory interval shown is floored
     ('' when none is)."""
     if not any(p.resident for c in confirmations for p in c.pairs):

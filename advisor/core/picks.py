@@ -69,12 +69,23 @@ def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
     own figure: the noise cannot tell them apart (a tie, broken as the module says); '' when
     ``chosen`` reads best itself. A review saw "fastest: trial 0 (1.00x)" beside a front whose
     trial 2 read 1.49x (1.00-2.23), with nothing to say why."""
+    rival = tie_rival(study, how, chosen)
+    if rival is None:
+        return ""
+    best, what = rival
+    return (f"trial {best.number} reads {what} but not beyond the noise, so they tie; a tie goes to "
+            f"the configuration that changes fewer knobs{' (here the baseline itself)' if chosen.baseline else ''}")
+
+
+def tie_rival(study: StoredStudy, how: str, chosen: TrialRecord) -> tuple[TrialRecord, str] | None:
+    """The trial that reads better than ``chosen`` on the ``how`` pick's own figure, with that
+    figure in words ('faster (throughput 1.52x (...))'); None when ``chosen`` reads best."""
     how = OLDER_PICKS.get(how, how)
     if how not in _INDEX:
-        return ""
+        return None
     pool, versus, figures = _pool(study)
     if chosen.number not in figures:
-        return ""
+        return None
     if how == "fastest":
         best = max(pool, key=lambda r: figures[r.number].throughput)
         what = f"faster (throughput {versus[best.number].throughput_text()})"
@@ -85,9 +96,8 @@ def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
         best = max(pool, key=lambda r: figures[r.number].score)
         what = f"better ({study.metric.name} {study.metric.value_text(figures[best.number].score)})"
     if best.number == chosen.number or figures[best.number][_INDEX[how]] == figures[chosen.number][_INDEX[how]]:
-        return ""
-    return (f"trial {best.number} reads {what} but not beyond the noise, so they tie; a tie goes to "
-            f"the configuration that changes fewer knobs{' (here the baseline itself)' if chosen.baseline else ''}")
+        return None
+    return best, what
 
 
 _INDEX = {"fastest": 0, "smallest": 1, "best-metric": 2}  # the pick's own figure in Figures

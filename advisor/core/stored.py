@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from advisor.core.caveats import Caveat, speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.latency import Latency
 from advisor.core.metric import MetricSpec
@@ -118,6 +119,12 @@ class TrialRecord:
         """An inference trial's per-request latency (``advisor.core.latency``); None for a
         training trial, and for one stored before advisor measured it."""
         return Latency.of(self.attrs)
+
+    @cached_property
+    def caveats(self) -> list[Caveat]:
+        """Why its measured speed may read wrong: a busy machine, a timing that did not settle
+        (``advisor.core.caveats``); [] for a clean one and for one without a timing."""
+        return speed_caveats(self.attrs.get("telemetry"))
 
     @property
     def probe(self) -> tuple[float, float] | None:

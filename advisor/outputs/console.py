@@ -8,7 +8,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from advisor.core.caveats import legend, mark, speed_caveats
+from advisor.core.caveats import legend, mark
 from advisor.core.events import (
     Cancelled,
     Event,
@@ -54,7 +54,7 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
         memory = f", {vs.memory_ratio:.2f}x its memory" if vs.memory_ratio is not None else ""
         ratios = f"  ({vs.throughput_ratio:.2f}x the baseline{memory}, unconfirmed)"
     energy = _energy(r)
-    caveats = "".join(f"  [{c.text}]" for c in speed_caveats(record.get("telemetry")))
+    caveats = "".join(f"  [{c.text}]" for c in record.caveats)
     if record.state == "probed":
         return (f"probed: {r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}{ratios}; "
                 f"no training run needed: {record.get(TRAINING_SKIPPED)}{caveats}")
@@ -333,7 +333,7 @@ def front_table(study: StoredStudy) -> Any:
                               ". An interval holds for the minutes its pairs ran; on a shared machine the ratio can "
                               "move further between sittings (`advisor confirm` adds one and pools them)"
                               if len(sittings) == 1 else "") + (
-                              f". {note}" if (note := resident_note(list(study.confirmations.values()))) else "")
+                              f". {note}" if (note := resident_note(study.confirmations.values())) else "")
                           + (
                               f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"
                               if noise else "") + (
@@ -343,8 +343,7 @@ def front_table(study: StoredStudy) -> Any:
                   caption_justify="left")
     rows = front_rows(study)
     # a busy or unsettled timing marks its samples/s (the reference a disturbed baseline shows is a median)
-    marks = {row.record.number: [] if row.record.baseline and reference else speed_caveats(row.record.get("telemetry"))
-             for row in rows}
+    marks = {row.record.number: [] if row.record.baseline and reference else row.record.caveats for row in rows}
     if (said := legend(c.kind for found in marks.values() for c in found)):
         table.caption = f"{table.caption}. {said}"
     latency = any(row.record.latency is not None for row in rows)  # an inference study's

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import shlex
 
-from advisor.core.caveats import legend, mark, speed_caveats
+from advisor.core.caveats import legend, mark
 from advisor.core.errors import StudyError
 from advisor.core.pairs import resident_note
 from advisor.core.picks import PICKS, pick, tie_note
@@ -123,7 +123,7 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
         noise = study.metric_noise
         lines.append(f"- **{metric.name}**: the mean over seeds {', '.join(map(str, noise.seeds))}; "
                      f"its noise {metric.noise_text(noise.epsilon)}")
-    lines += [f"- **speed**: {_cell(c.text)}" for c in speed_caveats(record.get("telemetry"))]
+    lines += [f"- **speed**: {_cell(c.text)}" for c in record.caveats]
     lines.append(f"- **configuration**: {_code(record.description)}")
     return "\n".join(lines)
 
@@ -166,7 +166,7 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
             f"trials {', '.join(map(str, confirmed))} confirmed in pairs (95% intervals); the others are unconfirmed"
             if confirmed else "none confirmed in pairs yet: all are unconfirmed")
             + ": one trial against the baseline as measured by then"
-            + (f". {note}" if (note := resident_note(list(study.confirmations.values()))) else ""))
+            + (f". {note}" if (note := resident_note(study.confirmations.values())) else ""))
     lines += ["", "#### Picks", "", *_picks(study, storage_url), "", "#### Pareto front", ""]
     rows = front_rows(study)
     if not rows:
@@ -177,9 +177,8 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
     for row in rows:
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        said = speed_caveats(r.get("telemetry"))
-        kinds.update(c.kind for c in said)
-        lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(f.throughput)}{mark(said)} | "
+        kinds.update(c.kind for c in r.caveats)
+        lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(f.throughput)}{mark(r.caveats)} | "
                      f"{_cell(vs.throughput_text())} | {fmt_bytes(f.peak_memory_bytes)} | {_cell(vs.memory_text())} | "
                      f"{metric.value_text(f.score)} | {_cell(vs.metric_text(metric))} |")
     if (key := legend(kinds)):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from advisor.core.caveats import legend, mark, speed_caveats
+from advisor.core.caveats import legend, mark
 from advisor.core.config import TrialConfig
 from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
@@ -130,7 +130,7 @@ class TrialLine:
     @cached_property
     def caveats(self) -> list[Any]:
         """What makes its measured speed less sure (a busy machine, an unsettled timing)."""
-        return speed_caveats(self.record.get("telemetry")) if self.measured else []
+        return self.record.caveats if self.measured else []
 
     @property
     def metric_value(self) -> float | None:

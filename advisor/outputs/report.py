@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from advisor.core.caveats import legend, mark, speed_caveats
+from advisor.core.caveats import legend, mark
 from advisor.core.errors import StudyError
 from advisor.core.latency import fmt_ms
 from advisor.core.pairs import resident_note
@@ -130,7 +130,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          "ratios and Δ are to the baseline. A confirmed ratio is the median of paired runs against the baseline "
          "with its 95% interval and the number of pairs; an unconfirmed one is a single trial against the "
          "baseline as measured by then (the median of its latest measurements before the trial)."
-         + (f" {note}." if (note := resident_note(list(study.confirmations.values()))) else "")), "",
+         + (f" {note}." if (note := resident_note(study.confirmations.values())) else "")), "",
         f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | Δ {metric.name} |"
         + (" p50 / p95 / p99 latency | batch 1 |" if latency else ""),
         "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if latency else ""),
@@ -139,9 +139,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        said = speed_caveats(r.get("telemetry"))  # a busy machine, an unsettled timing
-        kinds.update(c.kind for c in said)
-        lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)}{mark(said)} | "
+        kinds.update(c.kind for c in r.caveats)  # a busy machine, an unsettled timing
+        lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)}{mark(r.caveats)} | "
                      f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
                      f"{vs.memory_text()} | {metric.value_text(f.score)} | {vs.metric_text(metric)} |"
                      + (_latency_cells(r) if latency else ""))

@@ -10,11 +10,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.core.caveats import speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.errors import StudyError
 from advisor.core.objectives import Figures, Versus
-from advisor.core.picks import PICKS, pick, tie_note
+from advisor.core.picks import PICKS, pick, tie_rival
 from advisor.core.stored import (
     EARLY_STOP,
     ESTIMATE,
@@ -66,7 +65,7 @@ class FrontRow:
                "throughput": self.figures.throughput, "peak_memory_bytes": self.figures.peak_memory_bytes,
                SCORE_OUT: self.figures.score, "throughput_iqr_rel": relative_iqr(r),
                # why its samples/s may read wrong: a busy machine, an unsettled timing (advisor.core.caveats)
-               "speed_caveats": [c.to_dict() for c in speed_caveats(r.get("telemetry"))]}
+               "speed_caveats": [c.to_dict() for c in r.caveats]}
         if self.versus.metric_delta is not None:  # the study has a baseline
             row.update(self.versus.to_dict())
         if r.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
@@ -179,7 +178,7 @@ def picks_line(study: StoredStudy) -> str | None:
         return None
     parts = []
     for how, record in chosen:
-        tie = tie_note(study, how, record)
-        tied = f" (a tie: {tie.split(' reads ')[0]} reads better within the noise)" if tie else ""
+        rival = tie_rival(study, how, record)
+        tied = f" (a tie: trial {rival[0].number} reads better within the noise)" if rival else ""
         parts.append(f"{how} trial {record.number}{tied}")
     return ", ".join(parts)

@@ -10,7 +10,6 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from advisor.core.caveats import speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.latency import Latency, fmt_ms
@@ -75,7 +74,7 @@ def describe(row: TrialRow, study_attrs: dict[str, Any], baseline: TrialConfig |
         text.append(f"probed: {fmt_rate(row.throughput)} samples/s ({thr}), {fmt_bytes(row.memory)} peak ({mem}) "
                     "vs the baseline\n")
     if row.state in ("complete", "probed"):  # a busy machine, a timing that did not settle (as every view says)
-        for caveat in speed_caveats(u.get("telemetry")):
+        for caveat in row.record.caveats:
             text.append(f"speed: {caveat.text}\n", style="yellow")
     if row.state == "probed":
         text.append(f"no training run needed: {u.get(TRAINING_SKIPPED)}\n", style="dim")

@@ -9,7 +9,6 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from advisor.core.caveats import mark as caveat_mark
-from advisor.core.caveats import speed_caveats
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.tui.cells import fit_cells
@@ -80,7 +79,7 @@ class TrialTable(DataTable):
         mark = " base" if row.baseline else (" *" if row.on_front else "")
         style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
         # " (busy)", " (unsettled)": its speed is less sure than the rest's (the detail pane says by how much)
-        rate = fmt_rate(row.throughput) + caveat_mark(speed_caveats(row.attrs.get("telemetry")))
+        rate = fmt_rate(row.throughput) + caveat_mark(row.record.caveats)
         if row.state == "probed":  # two-stage: speed and memory measured, no training run needed
             ratios = row.versus.cells()
             texts = [f"{row.number} p", rate, ratios[0], fmt_bytes(row.memory), ratios[1],
