@@ -77,14 +77,14 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
             running = [_pid(t) for t in trials if t.state.name == "RUNNING"]
             seen = [(t.number, _pid(t), t.state.name) for t in trials]
             if started == set(drivers) and running:
-                victim = drivers[running[0]]
+                victim = _stopped_mid_trial(drivers[running[0]], storage)
             time.sleep(0.1)
         if victim is None:  # the whole of each driver's output, not pytest's shortened repr
             logs = "\n".join(f"--- {p.name} (exit {d[0].poll()}):\n{p.read_text()[-4000:]}" for p, d in
                              ((workdir / f"driver-{os.path.basename(d[1])}.log", d) for d in (a, b)))
             pytest.fail(f"the two drivers did not both start a trial with one still running; seen {seen}\n{logs}")
         survivor = b if victim is a else a
-        victim[0].send_signal(signal.SIGKILL)
+        victim[0].send_signal(signal.SIGKILL)  # stopped, with a trial of its own still running
         victim[0].wait(timeout=30)
         _end(*victim)
         assert survivor[0].wait(timeout=400) == 0
@@ -99,6 +99,21 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
     interrupted = [t for t in trials if t.user_attrs.get("failure_class") == "interrupted"]
     assert interrupted and {_pid(t) for t in interrupted} == {str(victim[0].pid)}, logs
     assert "the driver running it is gone" in logs[f"driver-{os.path.basename(survivor[1])}.log"]
+
+
+def _stopped_mid_trial(driver: tuple[subprocess.Popen, str], storage: str) -> tuple[subprocess.Popen, str] | None:
+    """``driver``, stopped (SIGSTOP) while a trial of its own is still running in the study,
+    or None (it resumed: its trial finished between the poll and the stop). Stopped, it
+    cannot tell that trial, so the kill that follows lands mid-trial, however loaded the
+    machine is."""
+    proc = driver[0]
+    proc.send_signal(signal.SIGSTOP)
+    if any(t.state.name == "RUNNING" and "driver" in t.user_attrs and _pid(t) == str(proc.pid)
+           and not t.user_attrs.get("baseline")
+           for t in peek_trials(storage, STUDY)):
+        return driver
+    proc.send_signal(signal.SIGCONT)
+    return None
 
 
 def _pid(trial) -> str:
