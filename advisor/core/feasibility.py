@@ -22,8 +22,9 @@ alone, and the verdict says how sure it is:
 
 Without a noise estimate (one seed on each side) there is no interval: the point
 estimate decides, and the verdict says the noise is unknown. A configuration that keeps
-the baseline's arithmetic exactly (its metric reused from the baseline) is the baseline:
-``d`` = 0 and it is feasible. Plain numbers; nothing here imports a heavy library.
+the baseline's arithmetic exactly (its metric reused from the baseline, or its whole
+training run the baseline's) is the baseline: ``d`` = 0 at every seed, with no noise to
+weigh, and it is feasible (``same_numerics_verdict``). Plain numbers; nothing here imports a heavy library.
 """
 
 from __future__ import annotations
@@ -68,10 +69,11 @@ class Verdict:
     allowed: float
     seeds: int
     baseline_seeds: int
+    same_numerics: bool = False  # the baseline's own numerics: the same value at every seed
 
     @property
     def noise_known(self) -> bool:
-        return self.low != self.high
+        return self.low != self.high or self.same_numerics
 
     @property
     def decided(self) -> bool:
@@ -83,6 +85,8 @@ class Verdict:
         for a metric where lower is better the bounds are the metric's own, in its order
         ('feasible: -0.2 mse, its 95% upper bound +0.05 mse below +0.1 mse')."""
         d, edge = fmt(self.difference), fmt(-self.allowed)
+        if self.same_numerics:
+            return f"{self.kind}: trained with the baseline's numerics, so {d} at every seed"
         if not self.noise_known:
             return f"{self.kind}: {fmt(self.difference)} against {edge} allowed; the metric's noise is not known"
         # the score's lower bound is the metric's lower bound where higher is better, its upper one where not
@@ -96,6 +100,12 @@ class Verdict:
         first, last = (self.low, self.high) if higher_is_better else (self.high, self.low)
         return (f"{UNDECIDED}: {d}, its 95% bounds {fmt(first)} to {fmt(last)} straddle {edge}: within "
                 f"the noise with {self.seeds} seed(s) against the baseline's {self.baseline_seeds}")
+
+
+def same_numerics_verdict(seeds: int, allowed: float) -> Verdict:
+    """The verdict on a configuration that trains with the baseline's numerics (the same
+    value at every seed, the baseline's ``seeds`` of them): no difference, feasible."""
+    return Verdict(FEASIBLE, 0.0, 0.0, 0.0, allowed, seeds, seeds, same_numerics=True)
 
 
 def pooled_sd(*samples: Sequence[float]) -> tuple[float, int]:

@@ -32,6 +32,7 @@ from advisor.core.study_metric import EARLY_STOP as EARLY_STOP
 from advisor.core.study_metric import MAX_METRIC_DROP as MAX_METRIC_DROP
 from advisor.core.study_metric import METRIC_REUSED as METRIC_REUSED  # its keys, re-exported: read here
 from advisor.core.study_metric import METRIC_SEEDS as METRIC_SEEDS
+from advisor.core.study_metric import SAME_RUN as SAME_RUN
 from advisor.core.study_metric import MetricReading
 from advisor.core.two_stage import ProbeMargins
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any, Protocol
 
-from advisor.core.feasibility import Verdict, verdict
+from advisor.core.feasibility import Verdict, same_numerics_verdict, verdict
 from advisor.core.noise import MetricNoise
 from advisor.core.objectives import METRIC_DROP, Figures, Limits
 
@@ -29,6 +29,7 @@ class TrialRecord(Protocol):
 METRIC_REUSED = "accuracy_reused_from"  # the trial whose metric this one reuses (its stored key)
 EARLY_STOP = "early_stop"  # why and where the metric gate stopped a trial
 MAX_METRIC_DROP = "max_accuracy_drop"  # the study attribute of --max-metric-drop (its stored key)
+SAME_RUN = "trained_as"  # the trial (the baseline) whose whole training run this one's repeated: same numerics
 METRIC_SEEDS = "metric_seeds:"  # + trial number: that trial's metric over more seeds (undecided front candidates)
 
 
@@ -73,13 +74,14 @@ class MetricReading:
         """``record``'s metric, one value per seed it was trained with: the baseline's seeds
         (``metric_noise``) for the baseline, a front candidate's when it was trained with
         more (``METRIC_SEEDS``), and for a trial whose metric was reused from another (same
-        training numerics), that trial's values."""
+        training numerics), or whose whole training run repeated the baseline's
+        (``SAME_RUN``), that trial's values."""
         more = self.attrs.get(f"{METRIC_SEEDS}{record.number}")
         if isinstance(more, dict) and isinstance(more.get("values"), list) and more["values"]:
             return [float(v) for v in more["values"]]
         base = self.baseline
         source = record.get(METRIC_REUSED)
-        if base is not None and (record.number == base.number or source == base.number):
+        if base is not None and (record.number == base.number or self.same_numerics(record)):
             return self.baseline_values
         if source is not None:
             other = next((r for r in self.records if r.number == source), None)
@@ -101,10 +103,20 @@ class MetricReading:
         values = self.baseline_values
         return statistics.fmean(values) if values else None
 
+    def same_numerics(self, record: TrialRecord) -> bool:
+        """Whether ``record`` (not the baseline) trains with the baseline's numerics: its
+        metric reused from the baseline's, or its whole training run the baseline's."""
+        base = self.baseline
+        return base is not None and record.number != base.number and base.number in (
+            record.get(METRIC_REUSED), record.get(SAME_RUN))
+
     def verdict(self, record: TrialRecord) -> Verdict | None:
         """``record``'s metric against the baseline's, with the noise
-        (``advisor.core.feasibility``); None without both."""
+        (``advisor.core.feasibility``); None without both. A trial with the baseline's
+        numerics differs from it by nothing at every seed: feasible, with no noise to weigh."""
         values, reference = self.metric_values(record), self.baseline_metric
         if not values or reference is None:
             return None
+        if self.same_numerics(record):
+            return same_numerics_verdict(len(values), self.limits.allowed(reference))
         return verdict(values, self.baseline_values, self.limits.allowed(reference))

@@ -15,7 +15,12 @@ run stops early. ``advisor.study.run._training_queue`` applies them; the trial p
    model's state (weights and buffers, BatchNorm's running statistics included) within
    ``REUSE_TOLERANCE``, relative. Knobs that change numerics on some models (BatchNorm under
    DDP, recomputation updating running statistics twice) then fail the check on those
-   models and pass it on others.
+   models and pass it on others. A configuration that trained anyway (a knob outside
+   ``REUSE_KNOBS``, say gradient accumulation on a model where it changes nothing) and
+   whose whole run agrees with the baseline's within ``REUSE_TOLERANCE``
+   (``run_difference``: the learning curve, the last loss, the final metric) trained with
+   the baseline's numerics: its metric is the baseline's at every seed
+   (``advisor.core.study_metric``).
 3. **The metric gate.** The baseline's training run records its learning curve (mean
    training loss since the previous point, and the metric on the validation set) at
    ``CURVE_FRACTIONS`` of the study's sample budget, as do its extra seeds. Another
@@ -125,6 +130,40 @@ def fingerprint_difference(a: Any, b: Any) -> float | None:
     for x, y, scale in pairs:
         if not (math.isfinite(x) and math.isfinite(y)):
             return None
+        if scale > 0:
+            worst = max(worst, abs(x - y) / scale)
+    return worst
+
+
+def run_difference(a: Any, b: Any) -> float | None:
+    """The largest relative difference between two whole training runs: their learning
+    curves (the samples at every point, the mean loss and the metric there), their last
+    step's loss and their final metric (each a dict with ``curve``, ``final_loss`` and
+    ``score``); None when they cannot be compared (a point, a loss or a metric missing, or
+    points at other sample counts). Two runs within ``REUSE_TOLERANCE`` trained with the
+    same numerics from start to end.
+
+    Example:
+        >>> run = {"curve": [{"samples": 64, "loss": 2.0, "metric": 0.5}], "final_loss": 1.0, "score": 0.9}
+        >>> round(run_difference(run, dict(run, score=0.99)), 4)
+        0.0909
+        >>> run_difference(run, dict(run, curve=[])) is None
+        True
+    """
+    try:
+        ca, cb = list(a["curve"] or []), list(b["curve"] or [])
+        if not ca or len(ca) != len(cb) or any(x["samples"] != y["samples"] for x, y in zip(ca, cb, strict=True)):
+            return None
+        values = [(x[k], y[k]) for x, y in zip(ca, cb, strict=True) for k in ("loss", "metric")]
+        values += [(a["final_loss"], b["final_loss"]), (a["score"], b["score"])]
+        pairs = [(float(x), float(y)) for x, y in values]
+    except (KeyError, TypeError, ValueError):
+        return None
+    worst = 0.0
+    for x, y in pairs:
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return None
+        scale = max(abs(x), abs(y))
         if scale > 0:
             worst = max(worst, abs(x - y) / scale)
     return worst

@@ -31,6 +31,7 @@ from advisor.core.stored import (
     BASELINE_DISTURBED,
     EARLY_STOP,
     METRIC_REUSED,
+    SAME_RUN,
     TRAINING_SKIPPED,
     StoredStudy,
     TrialRecord,
@@ -64,6 +65,8 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     text += caveats  # a busy machine, or timing that did not settle (advisor.core.caveats)
     if record.get(METRIC_REUSED) is not None:
         text += f"  [{metric.name} from trial {record.get(METRIC_REUSED)}: same training numerics]"
+    elif record.get(SAME_RUN) is not None:
+        text += f"  [its training run repeated trial {record.get(SAME_RUN)}'s: same training numerics]"
     stop = record.get(EARLY_STOP)
     if stop:
         text += f"  stopped at {100 * stop['fraction']:.0f}% of the training budget: {stop['reason']}"
@@ -259,7 +262,10 @@ class TuneOutput:
                     f"({tally['early_stops']} stopped early by the metric gate); "
                     f"{plural(tally['probed_only'], 'configuration')} needed no training run (dominated beyond noise "
                     "by a feasible one), "
-                    f"{tally['metric_reused']} reused one (same training numerics)", markup=False)
+                    f"{tally['metric_reused']} reused one (same training numerics)"
+                    + (f"; {tally['trained_as_baseline']} of the training runs repeated the baseline's (same "
+                       "training numerics: judged as the baseline)" if tally["trained_as_baseline"] else ""),
+                    markup=False)
         for line in failures_text(study)[-5:]:
             c.print(f"  {line}", markup=False)
         overhead = timing["wall_s"] - timing["trial_compute_s"] - timing["confirm_s"] - timing["ray_startup_s"]

@@ -19,6 +19,7 @@ from advisor.core.stored import (
     ESTIMATE,
     METRIC_REUSED,
     PROBE_DONE,
+    SAME_RUN,
     SCORE_OUT,
     TRAINING_RUN,
     StoredStudy,
@@ -91,7 +92,8 @@ def relative_iqr(record: TrialRecord) -> float | None:
 def counts(study: StoredStudy) -> dict[str, Any]:
     """Trials by outcome: run (counted), completed, failed by class, infeasible, the
     proposals answered without running (duplicates, skipped), and two-stage evaluation's
-    probes, training runs, probed-only trials, reused metrics and early stops
+    probes, training runs, probed-only trials, reused metrics, training runs that repeated
+    the baseline's (same numerics) and early stops
     (``advisor tune --json`` 2 renamed accuracy_runs and accuracy_reused to these)."""
     ran = [r for r in study.records if r.counted]
     failed = Counter(r.failure_class or "unknown" for r in ran if r.state == "failed")
@@ -111,6 +113,7 @@ def counts(study: StoredStudy) -> dict[str, Any]:
             "training_runs": sum(1 for r in study.records if r.get(TRAINING_RUN) is not None),
             "probed_only": sum(1 for r in ran if r.state == "probed"),
             "metric_reused": sum(1 for r in ran if r.get(METRIC_REUSED) is not None),
+            "trained_as_baseline": sum(1 for r in ran if r.get(SAME_RUN) is not None),
             "early_stops": sum(1 for r in ran if r.get(EARLY_STOP))}
 
 

@@ -31,7 +31,15 @@ from advisor.core.latency import Latency
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import Figures
 from advisor.core.pairs import Confirmation
-from advisor.core.stored import EARLY_STOP, METRIC_REUSED, PROBE_WALL, TRAINING_RUN, TRAINING_SKIPPED, StoredStudy
+from advisor.core.stored import (
+    EARLY_STOP,
+    METRIC_REUSED,
+    PROBE_WALL,
+    SAME_RUN,
+    TRAINING_RUN,
+    TRAINING_SKIPPED,
+    StoredStudy,
+)
 from advisor.core.units import first_line
 from advisor.core.version import VERSION
 from advisor.machine.hardware import fingerprint
@@ -173,6 +181,7 @@ def trial_log(event: Finished, study: str, metric: MetricSpec) -> TrialLog:
                  "failure_message": (r.failure_message or "")[:MESSAGE_LIMIT]}
     for name, value in (("training_skipped", record.get(TRAINING_SKIPPED)),
                         ("metric_reused_from", record.get(METRIC_REUSED)),
+                        ("trained_as", record.get(SAME_RUN)),
                         ("early_stop", (record.get(EARLY_STOP) or {}).get("reason"))):
         if value is not None:
             tags[name] = first_line(str(value), MESSAGE_LIMIT)

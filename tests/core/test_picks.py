@@ -109,3 +109,29 @@ def test_metrics_within_the_noise_are_ties_for_the_best_metric():
     assert pick(noisy, "best-metric").number == 1  # within 2 pt of each other: the fewer knobs changed
     assert pick(StoredStudy("s", {}, records), "best-metric").number == 2  # no noise known: the highest
     assert pick(StoredStudy("s", {}, records), "most-accurate").number == 2  # its older name, still taken
+
+
+def test_a_trial_with_the_baseline_numerics_is_feasible_with_no_noise_to_weigh():
+    """A configuration whose whole training run repeated the baseline's (``SAME_RUN``), or whose
+    metric was reused from it, differs from it by nothing at every seed: feasible, whatever
+    the seed spread, where one seed's value alone against the seed mean is undecided."""
+    from advisor.core.stored import METRIC_REUSED, SAME_RUN
+
+    noisy = {METRIC_NOISE: {"seeds": [0, 1, 2], "values": [0.80, 0.97, 0.94]}}  # seed 0 a low draw
+    low = {"accuracy_drop": 0.09}  # as stored at the time: 0.8 against the mean 0.903, 1 pt allowed
+    records = [record(0, 1000, 100, 0.80, 0.0), TrialRecord(1, "complete", TrialConfig.from_dict(
+        {"batch_size": 32, "grad_accumulation": 2}), Figures(900, 80, 0.80), low, finished_at=10.0),
+        TrialRecord(2, "complete", TrialConfig.from_dict({"batch_size": 32, "grad_accumulation": 2, "threads": 1}),
+                    Figures(800, 80, 0.80), low, attrs={SAME_RUN: 0}, finished_at=20.0),
+        TrialRecord(3, "complete", TrialConfig.from_dict({"batch_size": 32, "threads": 1}),
+                    Figures(800, 100, 0.80), low, attrs={METRIC_REUSED: 0}, finished_at=30.0)]
+    study = StoredStudy("s", noisy, records)
+    alone = study.verdict(study.records[1])
+    assert alone.kind == "undecided" and not study.records[1].feasible  # one low seed: "infeasible for now"
+    for number in (2, 3):
+        r = study.records[number]
+        judged = study.verdict(r)
+        assert judged.kind == "feasible" and judged.same_numerics and judged.difference == 0.0
+        assert r.feasible and r.figures.score == sum(noisy[METRIC_NOISE]["values"]) / 3
+        assert judged.text() == "feasible: trained with the baseline's numerics, so +0 at every seed"
+        assert study.versus_baseline(r).metric_text() == "+0.0 pt"

@@ -252,6 +252,36 @@ def test_same_training_numerics_reuse_the_metric(study):
     assert numerics.number in run.queue.waiting  # its first steps differ: it trains
 
 
+def test_a_training_run_that_repeats_the_baselines_is_judged_as_the_baseline(study):
+    """A knob outside the reusable ones (gradient accumulation) that changes nothing on this
+    model: its training run repeats the baseline's from start to end, so it has the
+    baseline's numerics and its metric is the baseline's at every seed (feasible, though
+    seed 0 was a low draw). A run that differs anywhere is one seed against the mean."""
+    study.set_user_attr("accuracy_noise", {"seeds": [0, 1, 2], "values": [0.80, 0.97, 0.94], "sd": 0.09,
+                                           "epsilon": 0.18})  # seed 0 (the baseline's run) a low draw
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.80)
+    same = run.probed({"batch_size": 32, "grad_accumulation": 2}, 900.0, 70.0)
+    apart = run.probed({"batch_size": 32, "grad_accumulation": 4}, 800.0, 60.0)
+    for p in (same, apart):
+        run.queue.waiting[p.number].running = True
+    mine = run.finished(same.number, accuracy(0.80), 1.0)
+    drifted = accuracy(0.80)
+    drifted.telemetry["curve"] = [{"samples": 250, "loss": 1.001, "metric": 0.5}]  # apart by 1e-3 at one point
+    theirs = run.finished(apart.number, drifted, 1.0)
+    assert mine.get("trained_as") == 0 and theirs.get("trained_as") is None
+    assert mine.feasible  # as told: no difference from the baseline
+    assert [n for n in run.notes if "repeated the baseline's" in n] == [
+        f"trial {same.number}: its training run repeated the baseline's (the learning curve, the last loss and the "
+        "accuracy within 0.0e+00, relative): the baseline's numerics, so its accuracy is judged as the baseline's "
+        "over its seeds"]
+    stored = read_study(study)
+    records = {r.number: r for r in stored.records}
+    judged = stored.verdict(records[same.number])
+    assert judged.kind == "feasible" and judged.same_numerics and records[same.number].feasible
+    assert stored.verdict(records[apart.number]).kind == "undecided" and not records[apart.number].feasible
+
+
 def test_over_the_memory_cap_needs_no_training_run(study):
     run = Run(study, Limits(0.01, memory_cap=120.0))
     run.baseline(1000.0, 100.0)

@@ -51,6 +51,27 @@ def test_a_selective_study_stores_both_parts(ray_session, workdir, capsys):
     assert "probe   0" in out  # each probe is shown as it comes in
 
 
+def test_a_knob_that_changes_nothing_trains_once_and_is_read_as_the_baseline(ray_session, workdir, capsys):
+    """The fused optimizer is not among the knobs whose metric may be reused from the first
+    steps, so it trains; on this MLP it rounds as the unfused one does (measured: within
+    4e-7 over the whole run), so its run repeats the baseline's and it is read as the
+    baseline: the baseline's metric, feasible with no noise to weigh."""
+    space = workdir / "fused.yaml"
+    space.write_text("batch_size: 32\nprecision: fp32\nfused_optimizer: {choices: [false, true]}\n")
+    assert main(["tune", str(EXAMPLES / "digits_mlp.py"), "--space", str(space), "--trials", "2",
+                 "--train-samples", "640"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    stored = read_study(optuna.load_study(study_name="digits_mlp-fused", storage="sqlite:///advisor.db"))
+    [fused] = [r for r in stored.records if r.config.fused_optimizer and r.state == "complete"]
+    assert fused.get("trained_as") == stored.baseline.number and fused.get("accuracy_reused_from") is None
+    assert fused.get("accuracy_run")["wall_s"] > 0  # it trained: only afterwards is it known to change nothing
+    judged = stored.verdict(fused)
+    assert judged.kind == "feasible" and judged.same_numerics and fused.feasible
+    assert fused.figures.score == stored.baseline_metric
+    assert f"trial {fused.number}: its training run repeated the baseline's" in out
+    assert "[its training run repeated trial 0's: same training numerics]" in out
+
+
 def test_train_all_trains_every_configuration_in_one_process(ray_session, workdir, capsys):
     assert main([*ARGS[:-4], "--trials", "3", "--train", "all", "--metric-seeds", "1", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)

@@ -39,6 +39,7 @@ from advisor.core.stored import (
     PROBE_WALL,
     PROBED_AT,
     REUSE_DIFFERENCE,
+    SAME_RUN,
     SCORE,
     SEED_CONFIG,
     TRAINING_RUN,
@@ -53,6 +54,7 @@ from advisor.core.stored import (
     skipped_attrs,
 )
 from advisor.core.study_attrs import StudyAttrs
+from advisor.core.two_stage import REUSE_TOLERANCE, run_difference
 from advisor.search.strategy import Duplicate, Proposal, Skip, Strategy
 from advisor.study.run._trial_writes import record_result, tell_trial
 
@@ -273,9 +275,12 @@ class Ledger:
         trial.set_user_attr(INITIAL_LOSS, result.telemetry.get("initial_loss"))
         if stop:
             trial.set_user_attr(EARLY_STOP, stop)
+        same = not stop and not proposal.baseline and self._trained_as_baseline(number, result)
+        if same:
+            trial.set_user_attr(SAME_RUN, self.baseline_record.number)  # type: ignore[union-attr]
         figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0),
                           float(result.score))  # type: ignore[arg-type]
-        return self._complete(number, figures, early_stopped=bool(stop), baseline=proposal.baseline)
+        return self._complete(number, figures, early_stopped=bool(stop), baseline=proposal.baseline or same)
 
     def cancel_training(self, number: int, reason: str) -> TrialRecord:
         """The study stops before a probed trial's training run is done: stored as cancelled
@@ -303,9 +308,25 @@ class Ledger:
         self.emit(Note(f"trial {decision.number}: {self.metric.name} reused from trial {source.number} (same training "
                        f"numerics: its first steps agree within {decision.difference:.1e}, relative)"))
         figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), source.figures.score)
-        return self._complete(decision.number, figures)
+        return self._complete(decision.number, figures, baseline=source.baseline)  # the baseline's: no difference
 
     # ---- the steps ----------------------------------------------------------------------
+    def _trained_as_baseline(self, number: int, result: TrialResult) -> bool:
+        """Whether a training run repeated the baseline's (seed 0's) from start to end
+        (``advisor.core.two_stage.run_difference``): the baseline's numerics, said in a note."""
+        base = self.baseline_record
+        if base is None or base.get(EARLY_STOP) or base.get(METRIC_REUSED) is not None:
+            return False
+        diff = run_difference({"curve": result.telemetry.get("curve"), "final_loss": result.final_loss,
+                               "score": result.score},
+                              {"curve": base.get(CURVE), "final_loss": base.get("final_loss"), "score": base.get(SCORE)})
+        if diff is None or diff > REUSE_TOLERANCE:
+            return False
+        self.emit(Note(f"trial {number}: its training run repeated the baseline's (the learning curve, the last "
+                       f"loss and the {self.metric.name} within {diff:.1e}, relative): the baseline's numerics, so "
+                       f"its {self.metric.name} is judged as the baseline's over its seeds"))
+        return True
+
     def _complete(self, number: int, figures: Figures, early_stopped: bool = False,
                   baseline: bool = False) -> TrialRecord:
         reference = figures.score if baseline or self.reference_metric is None else self.reference_metric
