@@ -20,6 +20,7 @@ class TrialRecord(Protocol):
 
     number: int
     state: str
+    config: Any
     figures: Figures | None
     constraints: dict[str, float]
     baseline: bool
@@ -102,6 +103,19 @@ class MetricReading:
         """The reference every trial's metric is judged against: the baseline's seed mean."""
         values = self.baseline_values
         return statistics.fmean(values) if values else None
+
+    @property
+    def neutral_knobs(self) -> frozenset[str]:
+        """The knobs this study found to leave the model's numerics alone: those in which a
+        trial whose training run repeated the baseline's (``SAME_RUN``) differs from the
+        baseline. Another configuration that differs from a trained one only in these (or
+        ``REUSE_KNOBS``) may reuse its metric, once its probe's first steps agree."""
+        base = self.baseline
+        if base is None or base.config is None:
+            return frozenset()
+        reference = base.config.to_dict()
+        return frozenset(k for r in self.records if r.get(SAME_RUN) == base.number and r.config is not None
+                         for k, v in r.config.to_dict().items() if reference.get(k) != v)
 
     def same_numerics(self, record: TrialRecord) -> bool:
         """Whether ``record`` (not the baseline) trains with the baseline's numerics: its

@@ -20,7 +20,8 @@ run stops early. ``advisor.study.run._training_queue`` applies them; the trial p
    whose whole run agrees with the baseline's within ``REUSE_TOLERANCE``
    (``run_difference``: the learning curve, the last loss, the final metric) trained with
    the baseline's numerics: its metric is the baseline's at every seed
-   (``advisor.core.study_metric``).
+   (``advisor.core.study_metric``), and the knobs it changed count as reusable for the
+   rest of the study (``neutral_knobs``), the first steps' check still applying.
 3. **The metric gate.** The baseline's training run records its learning curve (mean
    training loss since the previous point, and the metric on the validation set) at
    ``CURVE_FRACTIONS`` of the study's sample budget, as do its extra seeds. Another

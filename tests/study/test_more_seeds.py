@@ -102,6 +102,37 @@ def test_decided_or_reused_candidates_need_no_more_seeds(study):
 
 
 
+def test_a_candidate_whose_metric_is_reused_gets_its_seeds_through_the_trial_that_measured_it(tmp_path):
+    """bf16 with one thread reuses bf16's metric (the same numerics) and is the faster of the
+    two: the candidate. Its seeds are bf16's: bf16's configuration trains with them, stored
+    as bf16's, and both trials read them (a candidate reused from another was left
+    undecided for good before)."""
+    from advisor.study.run._ledger import Reused
+
+    study, ledger = ledger_study(tmp_path, SPACE, "m", sampler=optuna.samplers.RandomSampler(seed=0))
+    base = ledger.propose_baseline()
+    ledger.tell(base.number, full(1000.0, BASE[0]), 1.0)
+    study.set_user_attr(METRIC_NOISE, {"seeds": [0, 1, 2], "values": BASE})
+    bf16 = ledger._hand_out(study.ask(), TrialConfig(batch_size=32, precision="bf16"))
+    source = ledger.tell(bf16.number, full(1100.0, 0.944), 1.0)
+    alone = ledger._hand_out(study.ask(), TrialConfig(batch_size=32, precision="bf16", threads=1))
+    ledger.apply(Reused(alone.number, full(1500.0, None), 1.0, source, 0.0))
+    assert [(r.number, seeds) for r, seeds in undecided_candidates(study, 6, 0)] == [(bf16.number, [1, 2])]
+    executor, notes = ScriptedSeeds({1: 0.951, 2: 0.950}), []
+    assert train_more_seeds(study, Workload(), TrialSettings(train_samples=100, seed=0), executor, top=6,
+                            timeout=60.0, stop=Stop(), on_event=notes.append, part="training") == 1
+    assert executor.asked == [(32, 1, "training"), (32, 2, "training")]  # bf16's configuration, once
+    assert f"{METRIC_SEEDS}{bf16.number}" in study.user_attrs and f"{METRIC_SEEDS}{alone.number}" not in study.user_attrs
+    stored = read_study(study)
+    for number in (bf16.number, alone.number):
+        record = next(r for r in stored.records if r.number == number)
+        assert record.figures.score == pytest.approx((0.944 + 0.951 + 0.950) / 3)
+        assert stored.verdict(record).kind == "feasible" and record.feasible
+    assert [n.text for n in notes][-1].startswith(
+        f"trial {bf16.number} (the metric of trial {alone.number} too): accuracy over seeds [0, 1, 2]: ")
+    assert undecided_candidates(study, 6, 0) == []
+
+
 def test_an_undecided_trial_beyond_the_allowed_drop_gets_the_seeds_that_may_clear_it(tmp_path):
     """Seen by a user: a trial whose one value was the baseline's own seed-0 value was off
     the front as "likely worse" than the baseline's seed mean, and never got the seeds that

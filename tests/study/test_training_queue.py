@@ -282,6 +282,34 @@ def test_a_training_run_that_repeats_the_baselines_is_judged_as_the_baseline(stu
     assert stored.verdict(records[apart.number]).kind == "undecided" and not records[apart.number].feasible
 
 
+def test_a_knob_found_neutral_on_the_model_lets_later_configurations_reuse_a_metric(study):
+    """Gradient accumulation always trains at first (not a reusable knob); once a run with it
+    repeated the baseline's, the study knows it leaves this model's numerics alone: a later
+    configuration that differs from a trained one only in it reuses that one's metric when
+    their first steps agree, and trains when they do not."""
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.9)
+    big = {**FP, "losses": [2.3, 2.1, 1.9, 1.7, 1.5]}  # batch size 64 steps otherwise
+    first = run.probed({"batch_size": 64, "grad_accumulation": 2}, 1500.0, 150.0, big)
+    assert run.settle() == []  # nothing learnt yet: it trains
+    wide = run.probed({"batch_size": 64}, 1600.0, 160.0, big)
+    assert run.settle() == []
+    run.queue.waiting[wide.number].running = True
+    run.finished(wide.number, TrialResult(ok=True, score=0.93, train_samples=1000, final_loss=0.4, telemetry={
+        "curve": [{"samples": 256, "loss": 0.9, "metric": 0.6}], "initial_loss": 2.3}), 1.0)
+    accumulated = run.probed({"batch_size": 32, "grad_accumulation": 2}, 800.0, 70.0, FP)
+    assert run.settle() == []  # not yet known to be neutral
+    run.queue.waiting[accumulated.number].running = True
+    assert run.finished(accumulated.number, accuracy(0.9), 1.0).get("trained_as") == 0  # now it is
+    assert read_study(study).neutral_knobs == {"grad_accumulation"}
+    [reused] = run.settle()  # the first one, still waiting: bs=64 with accumulation, as bs=64 stepped
+    assert reused.number == first.number and reused.get("accuracy_reused_from") == wide.number
+    assert reused.figures.score == 0.93
+    differs = run.probed({"batch_size": 64, "grad_accumulation": 4}, 1400.0, 140.0,
+                         {**big, "losses": [2.3, 2.1, 1.9, 1.7, 1.6]})
+    assert run.settle() == [] and differs.number in run.queue.waiting  # its first steps differ: it trains
+
+
 def test_over_the_memory_cap_needs_no_training_run(study):
     run = Run(study, Limits(0.01, memory_cap=120.0))
     run.baseline(1000.0, 100.0)

@@ -12,8 +12,9 @@ baseline's seed mean): the candidates are drawn from the front the study would h
 every undecided trial counted feasible (``_undecided_as_feasible``).
 Its values are stored as the study attribute ``metric_seeds:<trial>``;
 ``StoredStudy`` then reads the trial at its seed mean, judged again. A candidate whose
-metric was reused from another trial (the same training numerics) is left as it is: its
-values are that trial's.
+metric was reused from another trial (the same training numerics) is not trained itself: its
+values are that trial's: that trial trains with the seeds (on the front or not), and both
+read them.
 """
 
 from __future__ import annotations
@@ -42,14 +43,20 @@ def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[An
     noise = stored.metric_noise
     if noise is None or len(noise.seeds) < 2:
         return []
-    out = []
+    out: list[tuple[Any, list[int]]] = []
+    by_number = {r.number: r for r in stored.records}
     for record in candidates(_undecided_as_feasible(stored), top):
         judged = stored.verdict(record)
-        if judged is None or judged.decided or record.get(METRIC_REUSED) is not None:
+        if judged is None or judged.decided:
             continue
-        if f"{METRIC_SEEDS}{record.number}" in stored.attrs:
+        # a metric reused from another trial (the same numerics) is that trial's: it trains the seeds
+        source = record.get(METRIC_REUSED)
+        trained = record if source is None else by_number.get(source)
+        if trained is None or trained.figures is None or any(t.number == trained.number for t, _ in out):
+            continue
+        if f"{METRIC_SEEDS}{trained.number}" in stored.attrs:
             continue  # trained with them already (an earlier run of the study)
-        out.append((record, [s for s in noise.seeds if s != first_seed]))
+        out.append((trained, [s for s in noise.seeds if s != first_seed]))
     return out
 
 
@@ -96,7 +103,10 @@ def train_more_seeds(study: Any, workload: Any, settings: TrialSettings, executo
         judged = stored.verdict(next(r for r in stored.records if r.number == record.number))
         spec = stored.metric
         verdict_text = judged.text(spec.delta_text, spec.higher_is_better) if judged is not None else "no verdict"
-        on_event(Note(f"trial {record.number}: {spec.name} over seeds {used}: "
+        reusers = [r.number for r in stored.records if r.get(METRIC_REUSED) == record.number]
+        also = f" (the metric of trial{'s' if len(reusers) > 1 else ''} {', '.join(map(str, reusers))} too)" \
+            if reusers else ""
+        on_event(Note(f"trial {record.number}{also}: {spec.name} over seeds {used}: "
                       f"{', '.join(spec.value_text(v) for v in values)} (mean "
                       f"{spec.value_text(statistics.fmean(values))}); {verdict_text}"))
         # a verdict changes the front: an undecided trial that this one kept off the candidates may be

@@ -171,7 +171,7 @@ class TrainingQueue:
                 self.waiting.pop(number)
                 decided.append(ProbedOnly(number, over or _dominated_text(*by, mine, margins)))  # type: ignore[misc]
                 continue
-            reuse = self._reusable(w, stored.records)
+            reuse = self._reusable(w, stored.records, REUSE_KNOBS | stored.neutral_knobs)
             if reuse is not None:
                 self.waiting.pop(number)
                 decided.append(Reused(number, w.probe, w.wall_s, *reuse))
@@ -223,9 +223,11 @@ class TrainingQueue:
             return f"its peak memory ({w.figures[1] / 2**20:.1f} MiB) is over the memory cap ({cap / 2**20:.1f} MiB)"
         return None
 
-    def _reusable(self, w: Waiting, records: list[TrialRecord]) -> tuple[TrialRecord, float] | None:
+    def _reusable(self, w: Waiting, records: list[TrialRecord],
+                  knobs: frozenset[str]) -> tuple[TrialRecord, float] | None:
         """A trained trial (its metric measured) whose configuration differs from ``w``'s only in
-        ``REUSE_KNOBS`` and whose probe's fingerprint matches, with the difference."""
+        ``knobs`` (``REUSE_KNOBS`` and those the study found neutral on this model) and whose
+        probe's fingerprint matches, with the difference."""
         mine = w.probe.telemetry.get("fingerprint")
         if mine is None:
             return None
@@ -234,7 +236,7 @@ class TrainingQueue:
             if r.state != "complete" or r.config is None or r.get(METRIC_REUSED) is not None or r.get(EARLY_STOP):
                 continue
             other = r.config.to_dict()
-            if any(config[k] != other.get(k) for k in config if k not in REUSE_KNOBS):
+            if any(config[k] != other.get(k) for k in config if k not in knobs):
                 continue
             diff = fingerprint_difference(mine, (r.get("telemetry") or {}).get("fingerprint"))
             if diff is not None and diff <= REUSE_TOLERANCE:
