@@ -233,3 +233,16 @@ def test_a_figure_measured_before_a_disturbed_baseline_was_measured_again_keeps_
     assert again.versus_baseline(again.records[3]).throughput_ratio == pytest.approx(printed)
     assert live() == pytest.approx(printed)
     assert again.reference_at(last + 4) == 6000.0  # a figure measured after them: their median, trial 0 left out
+
+
+def test_detail_says_a_training_run_repeated_the_baselines(url):
+    """A trial stored with ``trained_as`` (its training run repeated the baseline's) says so."""
+    from dataclasses import replace
+
+    from advisor.core.stored import SAME_RUN
+
+    rows, data = _rows(url)
+    row = replace(rows[2], record=replace(rows[2].record, attrs={**rows[2].record.attrs, SAME_RUN: 0}))
+    text = str(describe(row, data.attrs, data.baseline.config))
+    assert "its training run repeated trial 0's (same training numerics: judged as the baseline over its seeds)" in text
+    assert "repeated trial" not in str(describe(rows[2], data.attrs, data.baseline.config))
