@@ -14,6 +14,7 @@ named the metric's keys after accuracy (``measured.accuracy``, ``vs_baseline.acc
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ def write_atomically(path: str | Path, text: str) -> Path:
         tmp.write_text(text)
         tmp.replace(path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder refuses even to unlink what is not there
+            tmp.unlink(missing_ok=True)
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
 

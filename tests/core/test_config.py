@@ -317,6 +317,28 @@ def test_an_export_to_a_device_or_pipe_writes_into_it_and_never_replaces_it(tmp_
     assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file either
 
 
+def test_a_read_only_folder_is_a_clear_error_not_a_traceback(tmp_path):
+    """A review's `advisor export -o best.yaml` in a read-only folder ended in two chained
+    tracebacks (the clean-up's unlink of the temporary file raised too): one error now. A
+    real read-only tmpfs where this machine lets the test mount one (as root)."""
+    import subprocess
+
+    from advisor.core.errors import ConfigError
+    from advisor.core.export_format import write_atomically
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    try:
+        with pytest.raises(ConfigError, match=r"cannot write .*best.yaml: Read-only file system"):
+            write_atomically(folder / "best.yaml", "config: {}\n")
+        assert list(folder.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
 def test_apply_warns_when_the_export_was_measured_on_another_model(tmp_path):
     """An export remembers its model's parameter count: apply() on a model with another
     count (an export from another model.py, a review's mix-up) warns; on the same model, or
