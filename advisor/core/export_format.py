@@ -91,6 +91,7 @@ def edited_since_export(config: TrialConfig, document: dict[str, Any]) -> list[s
 ALWAYS_WRITTEN = ("batch_size", "precision", "channels_last", "compile")
 MEASURED_AS = "_advisor_measured_as"  # a loaded export's workload kind, on its TrialConfig (not a field)
 MEASURED_MODEL = "_advisor_measured_parameters"  # ... and its model's parameter count (not a field either)
+MEASURED_DTYPE = "_advisor_measured_weights_dtype"  # ... and its weights' dtype as model() built them ("float32")
 
 
 def load_config(path: str | Path) -> TrialConfig:
@@ -126,7 +127,16 @@ def load_config(path: str | Path) -> TrialConfig:
     parameters = source.get("model_parameters") if isinstance(source, dict) else None
     if isinstance(parameters, int) and not isinstance(parameters, bool):
         object.__setattr__(config, MEASURED_MODEL, (parameters, source.get("workload")))
+    dtype = source.get("model_weights_dtype") if isinstance(source, dict) else None
+    if isinstance(dtype, str):
+        object.__setattr__(config, MEASURED_DTYPE, dtype)
     return config
+
+
+def measured_weights_dtype(config: TrialConfig) -> str | None:
+    """The dtype of the weights model() built in the study ``config`` was exported from
+    ("float32", "bfloat16"), when ``load_config`` read an export that records it."""
+    return getattr(config, MEASURED_DTYPE, None)
 
 
 def measured_workload(config: TrialConfig) -> str | None:

@@ -72,6 +72,7 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
             "config_sha256": config_sha256(record.config),  # what `measured` is of (a hand edit breaks it)
             "workload_kind": u.get("workload", "train"),  # apply(..., workload=this)
             "model_parameters": u.get("workload_parameters"),  # what model() built: apply() warns on another model
+            "model_weights_dtype": u.get("workload_weights_dtype"),  # ... and refuses it cast to another dtype
             "train_samples": u.get("settings", {}).get("train_samples"),
             "seed": (u.get("settings") or {}).get("seed", 0),  # the trials' (initial weights, shuffle)
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -16,12 +16,13 @@ from typing import Any
 
 from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, UnsupportedError
-from advisor.core.export_format import measured_model, measured_workload
+from advisor.core.export_format import measured_model, measured_weights_dtype, measured_workload
 from advisor.core.results import check_workload_kind
 from advisor.techniques.conv1d import conv1d_to_linear, needs_linear
 from advisor.techniques.prepared import Prepared, default_device
 from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import refusal
+from advisor.workload.structure import weights_dtype
 
 
 def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str | None = None, *,
@@ -166,7 +167,8 @@ def _check_model(model: Any, config: TrialConfig) -> None:
     """Refuse what apply() would silently build differently from what was measured: not a
     module, a module apply() already prepared, one already wrapped (DDP, FSDP, compiled), one
     already pruned when the configuration prunes, or one whose weights are no longer fp32
-    when the configuration autocasts over fp32 weights."""
+    when the configuration autocasts over fp32 weights, or (an export that records it) no
+    longer of the dtype model() built them in."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -187,6 +189,10 @@ def _check_model(model: Any, config: TrialConfig) -> None:
     if config.precision in ("bf16", "fp16") and cast is not None:
         raise UnsupportedError(f"apply(): precision {config.precision} autocasts over fp32 weights, and this "
                                f"model's weights are {cast}; {bare}")
+    built, now = measured_weights_dtype(config), weights_dtype(model)
+    if built is not None and now is not None and now != built:
+        raise UnsupportedError(f"apply(): the configuration was measured on model() as it builds its weights, in "
+                               f"{built}, and this model's weights are {now} (cast after model() built it?); {bare}")
 
 
 def _wrapper(model: Any) -> str:

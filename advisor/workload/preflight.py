@@ -21,7 +21,15 @@ from advisor.workload.contract import (
 from advisor.workload.downloads import PREFLIGHT_HINT
 from advisor.workload.splits import split_facts, user_splits
 from advisor.workload.stream import count_up_to, first_items, is_stream, shards_by_worker
-from advisor.workload.structure import blocks, is_conv1d, linear_like, own_weight, parametrized, prunable
+from advisor.workload.structure import (
+    blocks,
+    is_conv1d,
+    linear_like,
+    own_weight,
+    parametrized,
+    prunable,
+    weights_dtype,
+)
 from advisor.workload.user_code import preflight_limit, time_limit, user_code
 
 
@@ -98,6 +106,7 @@ def _preflight(workload: Workload) -> dict[str, Any]:
                                                              "started as DataLoader worker 0 of 2,")}
            if stream else {}),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "weights_dtype": weights_dtype(model),  # as model() builds them: apply() refuses the model cast
         "has_conv2d": any(isinstance(m, torch.nn.Conv2d) for m in model.modules()),
         "has_batchnorm": any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()),
         "linear_layers": sum(linear_like(m) for m in model.modules()),  # transformers' Conv1D too (GPT-2)

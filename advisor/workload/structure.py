@@ -9,6 +9,16 @@ from collections import Counter
 from typing import Any
 
 
+def weights_dtype(module: Any) -> str | None:
+    """The dtype most of the model's floating parameters have, by count ("float32",
+    "bfloat16"); None without any (or before a lazy module's first forward)."""
+    counts: Counter[str] = Counter()
+    for p in module.parameters():
+        if p.is_floating_point() and type(p).__name__ != "UninitializedParameter":
+            counts[str(p.dtype).removeprefix("torch.")] += p.numel()
+    return counts.most_common(1)[0][0] if counts else None
+
+
 def blocks(module: Any) -> list[Any]:
     """The model's blocks, each a unit for activation checkpointing and FSDP sharding: its
     repeated layers when it has them (a transformer's layers: the largest ModuleList or

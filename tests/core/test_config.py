@@ -339,6 +339,31 @@ def test_a_read_only_folder_is_a_clear_error_not_a_traceback(tmp_path):
         subprocess.run(["umount", str(folder)], check=True)
 
 
+def test_apply_refuses_a_model_cast_after_model_built_it(tmp_path):
+    """README: a model already cast is refused. A review's `Net().bfloat16()` with an fp32
+    export was accepted and failed at its first step. An export records the dtype model()
+    built the weights in; apply() refuses another, and takes a model built so (float64 here)."""
+    import torch
+
+    import advisor
+    from advisor.core.errors import UnsupportedError
+
+    path, doc = _full_export(tmp_path, TrialConfig(batch_size=32))
+    doc["source"] |= {"model_weights_dtype": "float32"}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    config = load_config(path)
+    advisor.apply(torch.nn.Linear(3, 3), config)
+    for cast in (torch.bfloat16, torch.float16, torch.float64):
+        with pytest.raises(UnsupportedError, match=r"apply\(\): the configuration was measured on model\(\) as it "
+                           rf"builds its weights, in float32, and this model's weights are {str(cast)[6:]} \(cast "
+                           r"after model\(\) built it\?\); pass the model as model\(\) builds it"):
+            advisor.apply(torch.nn.Linear(3, 3).to(cast), config)
+    doc["source"]["model_weights_dtype"] = "float64"  # a model.py whose model() builds float64 weights
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    advisor.apply(torch.nn.Linear(3, 3).double(), load_config(path))
+    advisor.apply(torch.nn.Linear(3, 3).double(), TrialConfig(batch_size=32))  # not an export: nothing to compare
+
+
 def test_apply_warns_when_the_export_was_measured_on_another_model(tmp_path):
     """An export remembers its model's parameter count: apply() on a model with another
     count (an export from another model.py, a review's mix-up) warns; on the same model, or

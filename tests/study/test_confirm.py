@@ -106,6 +106,7 @@ def test_confirmed_figures_are_shown_and_exported(confirmed, capsys, workdir):
     assert vs["confirmed"] is True and vs["pairs"] >= 1 and len(vs["throughput_interval"]) == 2
     assert document["measured"]["confirmation"]["trial"] == number
     assert document["source"]["model_parameters"] == stored.attrs["workload_parameters"] > 0  # apply() compares it
+    assert document["source"]["model_weights_dtype"] == "float32"  # ... and this: a model cast since is refused
     assert document["baseline"] == stored.baseline.config.to_dict()
     assert main(["export", "--storage", confirmed, "--study", "c", "--trial", str(number), "--format", "python",
                  "-o", "e.py"]) == 0

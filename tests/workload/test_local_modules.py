@@ -29,13 +29,14 @@ BASELINE = {"batch_size": 16}
 
 
 def model():
-    from shapes import width  # imported where it is used: counts too
-    return nn.Sequential(block(4, width()), nn.Linear(width(), 3))
+    from shapes import dtype, width  # imported where it is used: counts too
+    return nn.Sequential(block(4, width()), nn.Linear(width(), 3)).to(getattr(torch, dtype()))
 
 
 def datasets():
+    from shapes import dtype
     g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(96, 4, generator=g), torch.randint(0, 3, (96,), generator=g)
+    x, y = torch.randn(96, 4, generator=g).to(getattr(torch, dtype())), torch.randint(0, 3, (96,), generator=g)
     return TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:])
 '''
 BLOCKS = """from torch import nn
@@ -50,6 +51,10 @@ from pathlib import Path
 
 def width():
     return json.loads((Path(__file__).parent / "shape.json").read_text())["width"]
+
+
+def dtype():
+    return json.loads((Path(__file__).parent / "shape.json").read_text()).get("dtype", "float32")
 """
 
 
@@ -122,3 +127,9 @@ def test_a_study_resumes_only_with_the_helpers_and_the_model_it_measured(project
     wider = _plan(project)
     with pytest.raises(StudyError, match=r"another setup: the model.s parameters: 67 then, 131 now"):
         open_study(wider, open_storage(wider.storage_url))
+
+    (project / "shape.json").write_text(json.dumps({"width": 8, "dtype": "float64"}))  # as many, in another dtype
+    doubled = _plan(project)
+    assert doubled.study_attrs()["workload_weights_dtype"] == "float64" and attrs["workload_weights_dtype"] == "float32"
+    with pytest.raises(StudyError, match=r"another setup: the model.s weights: float32 then, float64 now"):
+        open_study(doubled, open_storage(doubled.storage_url))

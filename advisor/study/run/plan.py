@@ -68,6 +68,7 @@ class StudyPlan:
             "workload_sha256": self.workload.sha256,
             "workload_modules": local_modules(self.workload.path, self.workload.source),  # helpers beside it
             "workload_parameters": self.facts.get("parameters"),  # what model() built (None: no preflight)
+            "workload_weights_dtype": self.facts.get("weights_dtype"),  # ... and its weights' dtype
             "workload": self.options.workload,
             "workload_format": self.workload.kind,  # "model.py" or "lightning" (export speaks its terms)
             "workload_parts": {role: self.workload.names[role] for role in ("model", "datamodule")
@@ -203,6 +204,8 @@ def _differs(key: str, then: Any, now: Any) -> str:
         return "the modules beside model.py that it imports: " + ", ".join(changed)
     if key == "workload_parameters":
         return f"the model's parameters: {then:,} then, {now:,} now"
+    if key == "workload_weights_dtype":
+        return f"the model's weights: {then} then, {now} now"
     if key == "workload_sha256":  # its hash says only that: not which line
         return f"model.py's content changed (sha256 {str(then)[:12]}... then, {str(now)[:12]}... now)"
     if key in _FLAG_OF:
@@ -228,9 +231,9 @@ def _check_resumable(plan: StudyPlan, study: optuna.Study, attrs: dict[str, Any]
         if "eval_batch_size" not in raw:  # an older version's study: each trial's batch evaluated it (the same
             old["settings"]["eval_batch_size"] = attrs["settings"]["eval_batch_size"]  # for averaging metrics)
     diffs = [k for k in MUST_MATCH if k in old and old[k] != attrs[k]]
-    if None not in (old.get("workload_parameters"), attrs["workload_parameters"]) and (
-            old["workload_parameters"] != attrs["workload_parameters"]):  # a file model.py reads, say
-        diffs.append("workload_parameters")
+    for key in ("workload_parameters", "workload_weights_dtype"):  # a file or variable model.py reads, say
+        if None not in (old.get(key), attrs[key]) and old[key] != attrs[key]:
+            diffs.append(key)
     if diffs:
         doctor = "space" in diffs and any(d.reason.startswith(DROP_PREFIX) for d in plan.space.dropped)
         raise StudyError(
