@@ -131,6 +131,26 @@ def test_confirm_extends_without_losing_or_repeating_a_pair(confirmed, tmp_path,
             assert len(c.pairs) in (3, len(pairs))  # one more where the cap allowed it, never a repeat
 
 
+def test_the_same_tune_command_again_keeps_the_confirmed_pairs(confirmed, tmp_path, capsys, monkeypatch):
+    """A finished study's command run again resumes it: it must not re-measure what it
+    confirmed (a review's second run added a busy machine's sitting that replaced clean
+    figures with an interval of <0.01-100x); `advisor confirm` is what adds a sitting."""
+    monkeypatch.delenv("ADVISOR_CONFIRM")
+    shutil.copy(confirmed.removeprefix("sqlite:///"), tmp_path / "x.db")
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    before = {n: (c.pairs, c.status) for n, c in read_study(load(url, "c")).confirmations.items()}
+    where = Path(confirmed.removeprefix("sqlite:///")).parent  # the study's own model.py and space
+    model, space = where / "digits_mlp_256.py", where / "memory.yaml"
+    assert main(["tune", str(model), *FAST[2:], "--space", str(space), "--trials", "4", "--storage", url,
+                 "--study", "c", "--pairs", "4", "--confirm-top", "2", "--metric-seeds", "2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    after = {n: (c.pairs, c.status) for n, c in read_study(load(url, "c")).confirmations.items()}
+    assert after == before and before
+    done = sorted(n for n, (pairs, status) in before.items() if pairs and status != "running")
+    assert f"confirmed in an earlier run, kept as measured then: trial{'s' if len(done) > 1 else ''} " \
+           f"{', '.join(map(str, done))} (`advisor confirm --study c` adds a sitting of pairs" in out
+
+
 @pytest.mark.parametrize("ray_address", [None, "10.0.0.2:6379"])
 def test_confirm_runs_the_preflight_then_its_trials_read_the_caches_offline(confirmed, monkeypatch, ray_address):
     """As `advisor tune` does: the preflight (in this process) fetches what model.py

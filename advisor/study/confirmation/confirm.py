@@ -75,13 +75,19 @@ class Confirmer:
         trial_timeout: the limit for one probe, seconds.
         stop: why to stop (Ctrl-C, the study's --budget); checked while probes run. None: never.
         on_event: receives ``Paired`` and ``Note`` events.
+        new_sittings: whether a candidate confirmed in an earlier run gets a sitting of pairs
+            now (``advisor confirm``: what it is run for); False for ``advisor tune``, whose
+            same command again resumes the study and must not re-measure what it settled (a
+            review's second run of a finished command replaced clean figures with a busy
+            machine's).
     """
 
     def __init__(self, study: Any, workload: Any, settings: TrialSettings, executor: Executor,
                  options: ConfirmOptions = ConfirmOptions(), trial_timeout: float = 600.0,
-                 stop: Stop | None = None, on_event: Listener = ignore) -> None:
+                 stop: Stop | None = None, on_event: Listener = ignore, new_sittings: bool = True) -> None:
         self.study, self.workload, self.settings, self.executor = study, workload, settings, executor
         self.options, self.trial_timeout, self.emit = options, trial_timeout, on_event
+        self.new_sittings = new_sittings
         self.stop = stop if stop is not None else Stop()
         self.stored: StoredStudy | None = None
 
@@ -102,6 +108,7 @@ class Confirmer:
                         self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._stop_early,
                         sitting)
         chosen: dict[int, Candidate] = {}
+        kept: list[int] = []  # confirmed in an earlier run, left as they are (new_sittings False)
         rounds_run = 0
         while not self.stop.halted:
             # the cap counts the chosen that are still on the front: one that confirmed lower and
@@ -114,12 +121,19 @@ class Confirmer:
             new = new[: max(0, self.options.top - held)]
             for r in new:
                 c = stored.confirmations.get(r.number) or Confirmation(r.number)
-                c.settle(self.options.target, self.options.max_pairs, sitting)  # a new sitting, or a raised cap
+                if not self.new_sittings and c.pairs and c.done:
+                    kept.append(r.number)
+                else:
+                    c.settle(self.options.target, self.options.max_pairs, sitting)  # a new sitting, or a raised cap
                 chosen[r.number] = Candidate(f"trial {r.number}", r.config, c)  # type: ignore[arg-type]
             due = [c for c in chosen.values() if not c.confirmation.done]
             cap = self.options.max_pairs
             if not due:
-                full = sorted(n for n, c in chosen.items() if len(c.confirmation.pairs) >= cap)
+                full = sorted(n for n, c in chosen.items() if len(c.confirmation.pairs) >= cap and n not in kept)
+                if kept and not rounds_run:
+                    self.emit(Note(f"confirmed in an earlier run, kept as measured then: trial"
+                                   f"{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))} (`advisor confirm "
+                                   f"--study {stored.name}` adds a sitting of pairs, pooled with those)"))
                 if full and not rounds_run:  # `advisor confirm --pairs 3` on candidates that have 5 pairs
                     who = f"trials {', '.join(map(str, full))} have" if len(full) > 1 else f"trial {full[0]} has"
                     self.emit(Note(f"no pairs to add: {who} {cap} or more pairs "

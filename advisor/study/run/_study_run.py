@@ -263,7 +263,7 @@ class StudyRun:
         """Paired confirmation of the front against the baseline."""
         assert self.confirming is not None
         confirmer = Confirmer(self.study, self.plan.workload, self.plan.settings, self.measuring,
-                              self.confirming, self._timeout(base), stopping, self.emit)
+                              self.confirming, self._timeout(base), stopping, self.emit, new_sittings=False)
         try:
             confirmer.run()
         except TrialFailed as exc:
