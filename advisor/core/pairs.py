@@ -16,6 +16,7 @@ confirm``. Pairs stored before sittings were recorded are sitting 0.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -39,6 +40,18 @@ _SLACK = 1e-9  # the stopping rule's half-width is within the target up to round
 # cannot see that, so a resident memory interval is never narrower than +-1.96 SD of it
 RESIDENT_LOG_SD = 0.075
 RESIDENT_FLOOR = 1.96 * RESIDENT_LOG_SD  # the log half-width: about +-16%
+# a pair whose throughput ratio is this far (a factor) from the median of the configuration's other
+# counted pairs had a run disturbed beyond what its sentinel and blocks showed: within a sitting pairs
+# spread by a log SD of about 0.15 and sittings move by about 0.14 (benchmarks/drift.py), so a factor of
+# 2 is over 4 SDs; a review's pair read 0.15x among 0.57-0.72x with its sentinel at its median
+OUTLIER_FACTOR = 2.0
+OUTLIER_MIN_PAIRS = 3  # the counted pairs a median needs before it judges another pair
+# the caption's word on pooled sittings (a review read "median over that many pairs" beside a centre
+# that was the sittings' mean, and an interval of <0.01->100 with no word on why)
+SITTINGS_NOTE = ("Pairs from more than one sitting (one `advisor tune` or `advisor confirm`) are pooled: the centre is "
+                 "the mean of the sittings' own, and the interval allows for how far the sittings differ, so with "
+                 "two sittings (one degree of freedom) sittings that differ give a wide one; a third narrows it. "
+                 "Pairs with a disturbed run are left out while clean ones exist")
 
 
 def interpolate(a: float | None, b: float | None, w: float) -> float:
@@ -119,9 +132,36 @@ class Confirmation:
         """The latest sitting with a pair (0 without any)."""
         return max((p.sitting for p in self.pairs), default=0)
 
+    @property
+    def counted(self) -> list[Pair]:
+        """The pairs its figures are read from: those without a disturbed run (kept only
+        because every try was disturbed, or far off the others: ``outlier``); all of them
+        when none is clean. A sitting whose pairs were all disturbed then adds nothing (a
+        review's busy second sitting pulled a clean 1.23x (1.17-1.30) to 0.76x (<0.01-100))."""
+        clean = [p for p in self.pairs if not p.disturbed]
+        return clean if clean else list(self.pairs)
+
+    @property
+    def left_out(self) -> int:
+        """How many stored pairs its figures leave out (disturbed)."""
+        return len(self.pairs) - len(self.counted)
+
+    def outlier(self, pair: Pair) -> str | None:
+        """Why ``pair`` is off the configuration's counted pairs by more than
+        ``OUTLIER_FACTOR`` in throughput (from at least ``OUTLIER_MIN_PAIRS`` of them), or None."""
+        others = [p.throughput_ratio for p in self.counted if p is not pair]
+        if len(others) < OUTLIER_MIN_PAIRS or pair.throughput_ratio <= 0:
+            return None
+        median = statistics.median(others)
+        factor = max(pair.throughput_ratio / median, median / pair.throughput_ratio)
+        if factor <= OUTLIER_FACTOR:
+            return None
+        return (f"its throughput ratio {pair.throughput_ratio:.2f}x is {factor:.1f}x off the median "
+                f"{median:.2f}x of its {len(others)} other pairs")
+
     def _by_sitting(self, figure: str) -> list[list[float]]:
         groups: dict[int, list[float]] = {}
-        for p in self.pairs:
+        for p in self.counted:
             groups.setdefault(p.sitting, []).append(getattr(p, figure))
         return [groups[s] for s in sorted(groups)]
 
@@ -151,7 +191,7 @@ class Confirmation:
 
     def _mine(self, sitting: int | None) -> list[Pair]:
         current = self.sitting if sitting is None else sitting
-        return [p for p in self.pairs if p.sitting == current]
+        return [p for p in self.counted if p.sitting == current]
 
     def needed(self, target: float, sitting: int | None = None) -> int | None:
         """The pairs ``sitting`` (default: the latest) needs under Stein's rule for both
@@ -182,9 +222,8 @@ class Confirmation:
     def out_of_reach(self, target: float, max_pairs: int, sitting: int | None = None) -> str | None:
         """Why ``target`` cannot be met within ``max_pairs`` (known once the sitting's first
         stage is complete), with the half-width to expect at the cap; None if it can."""
-        mine = self._mine(sitting)
         need = self.needed(target, sitting)
-        room = max_pairs - (len(self.pairs) - len(mine))  # the pairs this sitting may have
+        room = self._room(max_pairs, sitting)
         if need is None or need <= room:
             return None
         at_cap = [math.sinh(self.log_halfwidth_at_cap(figure, max_pairs) or 0.0)
@@ -194,6 +233,12 @@ class Confirmation:
                 f"cap, where the interval will be about +-{100 * max(at_cap):.1f}% "
                 f"(--pairs {max_pairs - room + need} would reach the target)")
 
+    def _room(self, max_pairs: int, sitting: int | None) -> int:
+        """The pairs ``sitting`` (default: the latest) may count: the cap less the other
+        sittings' pairs and this sitting's disturbed ones."""
+        current, counted = self.sitting if sitting is None else sitting, {id(p) for p in self.counted}
+        return max_pairs - sum(1 for p in self.pairs if p.sitting != current or id(p) not in counted)
+
     def log_halfwidth_at_cap(self, figure: str, max_pairs: int) -> float | None:
         """The half-width (natural log) that the latest sitting's interval of ``figure``
         ("throughput_ratio" or "memory_ratio") is expected to have at the pair cap: Stein's,
@@ -201,7 +246,7 @@ class Confirmation:
         mine = self._mine(None)
         if len(mine) < FIRST_STAGE:
             return None
-        room = max_pairs - (len(self.pairs) - len(mine))  # the pairs this sitting may have
+        room = self._room(max_pairs, None)
         logs = logs_of([getattr(p, figure) for p in mine])
         expected = t975(FIRST_STAGE - 1) * sd(logs[:FIRST_STAGE]) / math.sqrt(max(1, room))
         return max(expected, self.memory_floor) if figure == "memory_ratio" else expected

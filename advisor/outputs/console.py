@@ -25,7 +25,7 @@ from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.latency import Latency, fmt_ms, over_limit_text
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.objectives import METRIC_DROP, Versus
-from advisor.core.pairs import resident_note
+from advisor.core.pairs import SITTINGS_NOTE, resident_note
 from advisor.core.results import TrialResult
 from advisor.core.stored import (
     BASELINE_DISTURBED,
@@ -338,7 +338,7 @@ def front_table(study: StoredStudy) -> Any:
                           "trial against the baseline as measured by then" + (
                               ". An interval holds for the minutes its pairs ran; on a shared machine the ratio can "
                               "move further between sittings (`advisor confirm` adds one and pools them)"
-                              if len(sittings) == 1 else "") + (
+                              if len(sittings) == 1 else f". {SITTINGS_NOTE}" if len(sittings) > 1 else "") + (
                               f". {note}" if (note := resident_note(study.confirmations.values())) else "")
                           + (
                               f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"

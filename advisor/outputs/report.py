@@ -20,7 +20,7 @@ from typing import Any
 from advisor.core.caveats import legend, mark
 from advisor.core.errors import StudyError
 from advisor.core.latency import fmt_ms
-from advisor.core.pairs import resident_note
+from advisor.core.pairs import SITTINGS_NOTE, resident_note
 from advisor.core.picks import PICKS, pick, tie_note
 from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
@@ -130,6 +130,8 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          "ratios and Δ are to the baseline. A confirmed ratio is the median of paired runs against the baseline "
          "with its 95% interval and the number of pairs; an unconfirmed one is a single trial against the "
          "baseline as measured by then (the median of its latest measurements before the trial)."
+         + (f" {SITTINGS_NOTE}." if len({p.sitting for c in study.confirmations.values() for p in c.pairs}) > 1
+            else "")
          + (f" {note}." if (note := resident_note(study.confirmations.values())) else "")), "",
         f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | Δ {metric.name} |"
         + (" p50 / p95 / p99 latency | batch 1 |" if latency else ""),

@@ -324,3 +324,21 @@ def test_the_floored_memory_interval_covers_a_ratio_that_moves_between_sittings(
         floored += c.memory.low <= truth <= c.memory.high
         raw += c.memory_measured.low <= truth <= c.memory_measured.high
     assert floored / 2000 >= 0.93 and raw / 2000 < 0.5, (floored, raw)
+
+
+def test_disturbed_pairs_are_left_out_while_clean_ones_exist():
+    """A sitting whose pairs were all disturbed (kept because every retry was) adds nothing
+    to the figures: a review's busy second sitting pulled a clean 1.23x (1.17-1.30) to
+    0.76x (<0.01-100). With no clean pair at all, every pair counts."""
+    from advisor.core.pairs import Confirmation, Pair
+
+    clean = [Pair(0.5, 1000.0, r, 100.0, 100.0) for r in (1220.0, 1240.0, 1210.0, 1250.0, 1230.0)]
+    busy = [Pair(0.5, 1000.0, r, 100.0, 100.0, sitting=1, disturbed="the opening baseline: moved")
+            for r in (495.0, 182.0)]
+    alone = Confirmation(4, clean)
+    pooled = Confirmation(4, clean + busy + [Pair(0.5, 1000.0, 1180.0, 100.0, 100.0, sitting=1)])
+    assert pooled.left_out == 2 and [p.throughput_ratio for p in pooled.counted][-1] == 1.18
+    assert pooled.throughput.center == pytest.approx(1.20, abs=0.02) and pooled.throughput.high < 2.0
+    assert Confirmation(4, clean + busy).throughput == alone.throughput  # the busy sitting adds nothing
+    assert Confirmation(4, busy).throughput.n == 2  # nothing clean: every pair counts
+    assert Confirmation(4, busy).left_out == 0

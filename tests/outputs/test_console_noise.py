@@ -57,7 +57,11 @@ def test_the_front_table_says_an_interval_of_one_sitting_holds_for_its_minutes()
     one = caption([0, 0, 0])
     assert "An interval holds for the minutes its pairs ran; on a shared machine the ratio can move further " \
            "between sittings (`advisor confirm` adds one and pools them)" in one
-    assert "An interval holds" not in caption([0, 0, 0, 1, 1, 1])  # pooled over two sittings already
+    two = caption([0, 0, 0, 1, 1, 1])
+    assert "An interval holds" not in two  # pooled over two sittings already, and said how (a review read
+    assert "Pairs from more than one sitting (one `advisor tune` or `advisor confirm`) are pooled: the centre is " \
+           "the mean of the sittings' own" in two and "(one degree of freedom)" in two  # "median over the pairs")
+    assert "more than one sitting" not in one
     assert "An interval holds" not in caption([])  # nothing confirmed: nothing to say of intervals
 
 

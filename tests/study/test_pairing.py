@@ -115,3 +115,20 @@ def test_pairs_carry_their_sitting_and_the_out_of_reach_word_comes_once_after_th
     reach = [n for n in notes if "out of reach" in n]
     assert len(reach) == 1 and reach[0].startswith("pairing c64: +-3.0% is out of reach")
     assert executor.asked.count(64) == 8
+
+
+def test_a_pair_far_off_the_others_is_kept_marked_and_left_out_of_the_figures():
+    """A review's pair read 0.15x among 0.57-0.72x with its sentinel at its median: one run
+    disturbed beyond what the readings showed. Kept in the stored pairs, marked, and left
+    out of the figures (so the pairing goes on for the pairs it needs)."""
+    executor = Scripted({32: 1000.0, 64: [650.0, 640.0, 660.0, 150.0, 655.0]})
+    c = Candidate("c64", BASE.replace(batch_size=64), Confirmation(64))
+    r, notes, _ = rounds(executor, max_pairs=5)
+    r.run(BASE, [c])
+    pairs = c.confirmation.pairs
+    assert len(pairs) == 5 and [bool(p.disturbed) for p in pairs] == [False, False, False, True, False]
+    assert pairs[3].disturbed.startswith("far off its other pairs: its throughput ratio 0.15x is 4.3x off the "
+                                         "median 0.65x of its 3 other pairs")
+    assert c.confirmation.left_out == 1 and c.confirmation.throughput.n == 4
+    assert c.confirmation.throughput.center == pytest.approx(0.651, abs=0.005)
+    assert any(n.startswith("pairing c64: a pair left out of its figures: its throughput ratio 0.15x") for n in notes)

@@ -123,8 +123,13 @@ class Rounds:
                 return
             for c, run in runs:
                 if run is not None:
-                    c.confirmation.pairs.append(_pair(opening, closing, run, self.sitting,
-                                                      resident=self.settings.device == "cpu"))
+                    pair = _pair(opening, closing, run, self.sitting, resident=self.settings.device == "cpu")
+                    off = None if pair.disturbed else c.confirmation.outlier(pair)
+                    if off:  # a run disturbed beyond what its sentinel and blocks showed: kept, not counted
+                        pair = replace(pair, disturbed=f"far off its other pairs: {off}")
+                        self.emit(Note(f"pairing {c.label}: a pair left out of its figures: {off} (a run of it "
+                                       "disturbed beyond what its sentinel and blocks showed)"))
+                    c.confirmation.pairs.append(pair)
                     c.confirmation.settle(self.target, self.max_pairs, self.sitting)
                     self._say_if_out_of_reach(c)
             for c, _ in runs:
@@ -176,7 +181,8 @@ class Rounds:
                 self.emit(Note(f"pairing {label}: a run was discarded ({why}); running it again"))
         factor, cleanest = min(tries, key=lambda t: t[0])
         self.emit(Note(f"pairing {label}: every try was disturbed; keeping the least disturbed one "
-                       f"({factor:.2f}x off the sentinel's median), marked in its pair"))
+                       f"({factor:.2f}x off the sentinel's median), marked in its pair and left out of the "
+                       "figures while there are clean pairs"))
         return cleanest
 
 
