@@ -227,7 +227,8 @@ def baseline_measurements(attrs: dict[str, Any], base: TrialRecord | None) -> li
     sentinel showed a disturbed machine) and the re-measurements. The driver (its live
     lines) and every reader of the stored study take them from here."""
     out = [(float(m["at"]), float(m["throughput"])) for m in attrs.get(BASELINE_MEASUREMENTS) or []
-           if isinstance(m, dict) and isinstance(m.get("at"), (int, float)) and m.get("throughput")]
+           if isinstance(m, dict) and isinstance(m.get("at"), (int, float)) and m.get("throughput")
+           and not m.get("disturbed")]  # every try disturbed: on record, no reference
     when = figure_time(base) if base is not None else None
     if base is not None and base.figures and when is not None and not (
             out and attrs.get(BASELINE_DISTURBED)):  # a disturbed trial 0 is no reference
@@ -308,7 +309,7 @@ class StoredStudy(MetricReading):
         """How far apart two probes must be to differ beyond noise, from the baseline's own
         measurements in this study (its probe and its re-measurements)."""
         measured = [(m.get("throughput"), m.get("peak_memory_bytes"))
-                    for m in self.attrs.get(BASELINE_MEASUREMENTS) or [] if isinstance(m, dict)]
+                    for m in self.attrs.get(BASELINE_MEASUREMENTS) or [] if isinstance(m, dict) and not m.get("disturbed")]
         base = self.baseline
         if base is not None and base.probe is not None:
             measured.append(base.probe)

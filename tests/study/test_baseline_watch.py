@@ -226,3 +226,49 @@ def test_a_swinging_machine_gets_one_remeasurement_per_trial_not_a_loop():
     resumed = BaselineWatch(study, SimpleNamespace(path="m.py", source="", sha256=""),
                             TrialSettings(train_samples=10), TrialConfig(), executor, Stop(), lambda e: None)
     assert resumed.base_reading == pytest.approx(0.004)  # a resumed study reads the same
+
+
+class _ScriptedExecutor(_RecordingExecutor):
+    """A stand-in executor answering each baseline run with the next of ``runs``."""
+
+    def __init__(self, runs) -> None:
+        super().__init__()
+        self.runs = iter(runs)
+
+    def wait(self, handles, timeout):
+        return [(h, next(self.runs)) for h in handles]
+
+
+@pytest.mark.parametrize("second, reference, kept", [
+    (run(20, throughput=98_000.0), 99_000.0, "once more"),  # one run off by 28x: the next one stands
+    (run(20, throughput=3_600.0), 51_800.0, "once more"),  # twice alike: it stands (the median of two, until
+    # a majority of the latest measurements says the machine changed)
+    (run(0, throughput=3_600.0), 100_000.0, "on record"),  # every try disturbed: never the reference
+])
+def test_a_remeasurement_far_off_the_reference_is_run_again_and_a_disturbed_one_never_stands(second, reference, kept):
+    """A review's baseline was measured again at 3,552 samples/s, 0.08x the reference, and
+    ratios from there read 31x: one run far off the reference is run once more, and a
+    re-measurement whose every try was disturbed is kept on record, not as the reference."""
+    from advisor.core.objectives import Figures
+    from advisor.core.stored import TrialRecord, baseline_measurements
+
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+    notes = []
+    first = run(20, throughput=3_552.0) if kept != "on record" else run(0, throughput=3_552.0)
+    w = BaselineWatch(study, SimpleNamespace(path="m.py", source="", sha256=""), TrialSettings(train_samples=10),
+                      TrialConfig(), _ScriptedExecutor([first, second]), Stop(), lambda e: notes.append(e.text))
+    w.references = [100_000.0]
+    for _ in range(5):  # the study's blocks so far: a limit to judge the runs' blocks by
+        w.why_disturbed(run(20))
+    w.remeasure("the noise sentinel drifted since the baseline was last measured", counted=4, last_trial=3, timeout=10)
+    assert w.base_throughput == pytest.approx(reference)
+    said = " ".join(notes)
+    if kept == "once more":
+        assert "measuring the baseline again: it read 3,552 samples/s, 28.2x off the reference 100,000; running " \
+               "it once more" in said
+    else:
+        assert "every try was disturbed" in said and "kept on record, not as a reference: ratios stay to 100,000" \
+               in said
+        base = TrialRecord(0, "complete", TrialConfig(), Figures(100_000.0, 1.0, 0.9), baseline=True, finished_at=1.0)
+        stored = [m for m in study.user_attrs[BASELINE_MEASUREMENTS]]
+        assert stored[-1]["disturbed"] and baseline_measurements(study.user_attrs, base) == [(1.0, 100_000.0)]

@@ -31,6 +31,7 @@ from advisor.core.feasibility import verdict
 from advisor.core.interference import InterferencePool, disturbance, rerun_reason, summary_of
 from advisor.core.noise import MetricNoise, SentinelJudge, disturbed_alone, reading_of, recent_reference
 from advisor.core.objectives import Limits, Versus, ratio
+from advisor.core.pairs import OUTLIER_FACTOR
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.settle import tolerance_from
 from advisor.core.stop import Stop
@@ -229,6 +230,7 @@ class BaselineWatch:
         """Measure the baseline again (a probe; once more if the machine was disturbed)."""
         self.counted_at_last = counted  # also when it fails: try again only after more trials
         tries: list[TrialResult] = []
+        why: str | None = None
         for attempt in range(2):
             result = self._run(self.baseline, probe_settings(self.settings), timeout)
             if self.stop.halted:
@@ -240,10 +242,24 @@ class BaselineWatch:
                 return
             why = self.why_disturbed(result)
             tries.append(result)
+            far = self._far_off(result) if why is None and attempt == 0 else None
+            if far:  # twice in a row, the machine changed; once, a run disturbed beyond its readings
+                self.emit(Note(f"measuring the baseline again: {far}; running it once more"))
+                why = far
+                continue
             if why is None:
                 break
-            if attempt == 1:
-                result = cleanest(tries, why)
+        if why is not None:
+            result = cleanest(tries, why)
+        if why is not None and self.base_throughput:  # on record, not the reference (a review's 0.08x run was)
+            self.base_reading = self.judge.median
+            self.measurements = self.attrs.add_baseline_measurement(
+                {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
+                 "peak_memory_bytes": result.peak_memory_bytes, "reason": reason, "host": result.host,
+                 "disturbed": why})
+            self.emit(Note(f"baseline measured again ({reason}): every try was disturbed (the last: {why}); "
+                           f"kept on record, not as a reference: ratios stay to {self.base_throughput:,.0f} samples/s"))
+            return
         reading = reading_of(result.telemetry)
         trial0 = (self.judge.disturbed(self.base_reading) if self.base_reading is not None and
                   self.judge.median is not None and not self.measurements else None)
@@ -262,6 +278,17 @@ class BaselineWatch:
         self.emit(Note(f"baseline measured again ({reason}): {result.throughput:,.0f} samples/s{change}; "
                        f"ratios from here are to the median of its latest measurements, "
                        f"{self.base_throughput:,.0f} samples/s"))
+
+    def _far_off(self, result: TrialResult) -> str | None:
+        """Why a clean re-measurement is too far off the reference to stand alone (more than
+        ``OUTLIER_FACTOR`` either way), or None."""
+        previous = self.base_throughput
+        if not previous or not result.throughput:
+            return None
+        factor = max(result.throughput / previous, previous / result.throughput)
+        if factor <= OUTLIER_FACTOR:
+            return None
+        return f"it read {result.throughput:,.0f} samples/s, {factor:.1f}x off the reference {previous:,.0f}"
 
     def _run(self, config: TrialConfig, settings: TrialSettings, timeout: float) -> TrialResult:
         payload = TrialPayload.of(self.workload, config, settings, interference_limit=self.limit,
