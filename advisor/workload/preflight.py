@@ -84,8 +84,16 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     model.train()
     seen = _SeenCalls()
     listed = "" if workload.collate is not None or stream else _listed_inputs(train[0])  # a stream: not read again
-    with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples{listed},"), seen:
-        output = forward(model, inputs)
+    try:
+        with user_code(f"{workload.where('model')}: the model's forward, on a batch of 2 training samples{listed},"), \
+                seen:
+            output = forward(model, inputs)
+    except WorkloadError as exc:  # float64 inputs to float32 weights read as the model's fault: say whose it is
+        hint = _dtype_hint(model, inputs)
+        if hint is None:
+            raise
+        first, _, frames = str(exc).partition("\n")
+        raise WorkloadError(f"{first} ({hint})\n{frames}".rstrip()) from None
     value = call(workload, "loss", output, target)
     check_loss(workload, value)
     value.backward()
@@ -121,6 +129,22 @@ def _preflight(workload: Workload) -> dict[str, Any]:
         "optimizer_class": type(opt).__name__,
         "optimizer_fused": "fused" in getattr(opt, "defaults", {}),  # torch's classes with a fused kernel
     } | facts | ({"notes": workload.notes(model)} if workload.notes is not None else {})
+
+
+def _dtype_hint(model: Any, inputs: Any) -> str | None:
+    """When the batch's floating inputs are of another dtype than the model's weights (a
+    dataset of float64 numpy arrays, say), what to change; else None."""
+    import torch
+
+    tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs.values()) if isinstance(
+        inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else []
+    found = next((t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
+    weights = weights_dtype(model)
+    if found is None or weights is None or str(found).removeprefix("torch.") == weights:
+        return None
+    shown = str(found).removeprefix("torch.")
+    return (f"the batch's inputs are {shown} and the model's weights {weights}: have datasets() return {weights} "
+            f"inputs (a numpy float64 array: torch.from_numpy(x).float()), or build the model in {shown}")
 
 
 def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tuple[Any, Any]:

@@ -219,6 +219,23 @@ def test_error_names_function_and_shows_the_users_frames_only(tmp_path):
     assert "advisor/" not in text and "contract.py" not in text
 
 
+def test_float64_inputs_are_said_to_be_the_datasets_not_the_models(tmp_path):
+    """A review's dataset of float64 numpy arrays read as the model's fault ("mat1 and mat2
+    must have the same dtype"): the message says which dtype each side has, and what to do."""
+    data64 = GOOD_DATA.replace("torch.randn(64, 4)", "torch.randn(64, 4, dtype=torch.float64)")
+    with pytest.raises(WorkloadError) as info:
+        preflight(load_workload(write_model(tmp_path, data64 + MLP)))
+    first = str(info.value).splitlines()[0]
+    assert "the model's forward, on a batch of 2 training samples" in first and "raised RuntimeError" in first
+    assert first.endswith("(the batch's inputs are float64 and the model's weights float32: have datasets() return "
+                          "float32 inputs (a numpy float64 array: torch.from_numpy(x).float()), or build the model "
+                          "in float64)")
+    with pytest.raises(WorkloadError) as info:  # a forward that fails otherwise: no word on dtypes
+        preflight(load_workload(write_model(tmp_path, GOOD_DATA + MLP.replace(
+            "torch.nn.Linear(8, 2))", "torch.nn.Linear(8, 2), torch.nn.Unflatten(1, (5, 5)))"), "other.py")))
+    assert "raised RuntimeError" in str(info.value) and "the batch's inputs are" not in str(info.value)
+
+
 def test_an_import_that_never_ends_is_stopped_naming_where_it_was(workdir, capsys, monkeypatch):
     """A model.py whose import never finishes (a server it waits for, a loop) hung
     `advisor tune` with no output; now its import is bounded ($ADVISOR_IMPORT_TIMEOUT)."""
