@@ -73,8 +73,13 @@ def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
     if rival is None:
         return ""
     best, what = rival
-    return (f"trial {best.number} reads {what} but not beyond the noise, so they tie; a tie goes to "
-            f"the configuration that changes fewer knobs{' (here the baseline itself)' if chosen.baseline else ''}")
+    changed = _changed_knobs(study)
+    if changed(chosen) < changed(best):
+        rule = f"the configuration that changes fewer knobs{' (here the baseline itself)' if chosen.baseline else ''}"
+    else:  # as many knobs changed (a review read "fewer knobs" of two one-knob changes): what decided it
+        then = "less memory" if OLDER_PICKS.get(how, how) == "fastest" else "more throughput"
+        rule = f"the configuration that changes fewer knobs, and between as many, to the one with {then}"
+    return f"trial {best.number} reads {what} but not beyond the noise, so they tie; a tie goes to {rule}"
 
 
 def tie_rival(study: StoredStudy, how: str, chosen: TrialRecord) -> tuple[TrialRecord, str] | None:

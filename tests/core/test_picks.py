@@ -80,6 +80,20 @@ def test_overlapping_intervals_are_ties_won_by_fewer_knobs_then_less_memory():
     assert pick(StoredStudy("s", {}, records), "fastest").number == 3  # nothing confirmed: single readings decide
 
 
+def test_a_tie_between_as_many_changed_knobs_says_memory_decided_it():
+    """A review read "a tie goes to the configuration that changes fewer knobs" of two
+    configurations that each change one knob: between as many, less memory decides."""
+    records = [record(0, 1000, 100, 0.95, 0.0), record(1, 1480, 80, 0.95, 10.0, batch_size=16),
+               record(2, 1520, 120, 0.95, 20.0, precision="bf16")]
+    attrs = {f"{CONFIRMATION}1": confirmed_at(1, [1.40, 1.48, 1.56, 1.45, 1.51], memory=0.8),
+             f"{CONFIRMATION}2": confirmed_at(2, [1.44, 1.52, 1.60, 1.49, 1.55], memory=1.2)}
+    study = StoredStudy("s", attrs, records)
+    chosen = pick(study, "fastest")
+    assert chosen.number == 1 and tie_note(study, "fastest", chosen).endswith(
+        "so they tie; a tie goes to the configuration that changes fewer knobs, and between as many, to the one "
+        "with less memory")
+
+
 def test_a_tie_says_which_trial_reads_better_and_why_it_is_not_picked():
     records = [record(0, 1000, 100, 0.95, 0.0), record(1, 1480, 100, 0.95, 10.0, precision="bf16"),
                record(2, 1520, 120, 0.95, 20.0, precision="bf16", compile=True, channels_last=True)]
