@@ -51,6 +51,8 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     if record.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
         measured["latency"] = record.latency.to_dict() | {
             "summary": f"{record.latency.text()} (single forward calls, each synchronised; on this study's hardware)"}
+    if record.get(SCORE) is not None:  # its run at the study's seed alone: what `advisor measure` runs again
+        measured["seed_score"] = record.get(SCORE)
     if record.figures is not None:  # the metric as itself ("score" above is its score: higher is better)
         measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.score)}
     if record.figures is not None and not record.feasible:  # said; a feasible trial's export is as it was

@@ -48,6 +48,7 @@ def test_measure_pairs_against_the_baseline_and_compares(ray_session, exported, 
     assert thr["stored_within_now"] == (now["low"] <= thr["stored"] <= now["high"])
     assert data["full_run"]["ok"] and data["full_run"]["score"] is not None and "accuracy" not in data["full_run"]
     assert data["figures"]["score"]["difference"] == pytest.approx(data["full_run"]["score"] - 0.9639)
+    assert data["figures"]["score"]["same_seed"] is True  # the study's run at its seed, which the full run repeats
     # the recorded study names another file (and hash) than the MLP measured now: said so
     assert any("is not the file the config was measured with" in n for n in data["notes"])
     assert captured.err.count("pair ") == 2 and "full run" in captured.err
@@ -67,6 +68,31 @@ def test_measure_without_a_stored_baseline_uses_model_py(ray_session, exported, 
     assert "names no baseline" in out.out and "baseline  bs=32 fp32" in out.out
     assert "throughput vs baseline" in out.out
     assert not any(line.startswith("full run") for line in out.out.splitlines())  # --no-metric
+
+
+def test_the_metric_is_compared_with_the_studys_run_at_the_same_seed():
+    """A review's `advisor measure` printed -7.5 pt: one run at seed 0 against a three-seed
+    mean (the trial read as the baseline's), with nothing about the seeds' spread of 22 pt.
+    An export has the study's run at its seed: the full run repeats that run."""
+    from rich.console import Console
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.metric import MetricSpec
+    from advisor.core.results import TrialResult
+    from advisor.outputs.remeasure import Remeasured, comparison_table
+
+    document = {"measured": {"score": 0.5139, "seed_score": 0.4389,
+                             "vs_baseline": {"metric_noise_epsilon": 0.2179}}}
+    result = Remeasured(TrialConfig(), TrialConfig(), document, full_run=TrialResult(ok=True, score=0.4389),
+                        metric=MetricSpec())
+    console = Console(width=300, record=True)
+    console.print(comparison_table(result))
+    text = " ".join(console.export_text().split())
+    assert "│ accuracy │ 0.4389 │ 0.4389 │ +0.0 pt (the study's seed-to-seed noise: +-21.79 pt) │" in text
+    assert "against the study's run at the same seed" in text
+    older = Remeasured(TrialConfig(), TrialConfig(), {"measured": {"score": 0.5139}},
+                       full_run=TrialResult(ok=True, score=0.4389))
+    assert older.metric_figures()["stored"] == 0.5139 and older.metric_figures()["same_seed"] is False
 
 
 @pytest.mark.parametrize("change, message", [

@@ -71,6 +71,8 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     # study predates recording it
     assert now["source"].pop("model_parameters") is None
     assert now["source"].pop("model_weights_dtype") is None  # (a fifth review: apply() refuses the model cast)
+    # ... and the trial's run at the study's seed alone, which `advisor measure` runs again (a fifth review)
+    assert now["measured"].pop("seed_score") == now["measured"]["score"]
     # added since (the figures-you-can-trust issue): the baseline's configuration, and
     # whether the ratios were confirmed in pairs (this study predates confirmation)
     assert now.pop("baseline")["batch_size"] == 32  # the baseline trial's configuration
