@@ -102,7 +102,11 @@ def user_code(where: str, importing: bool = False) -> Iterator[None]:
             raise WorkloadError((f"{where} raised KeyboardInterrupt itself (not a Ctrl-C)\n"
                                  + user_frames(exc)).rstrip()) from None
         except Exception as exc:  # user code: any exception is a contract problem
-            raise WorkloadError(f"{where} raised {type(exc).__name__}: {exc}\n{user_frames(exc)}".rstrip()) from None
+            hint = (" (advisor imports model.py as a file of its own, not as part of a package: import what is "
+                    "beside it by its own name, `from nets import Net`, or a package by its full name)"
+                    if importing and isinstance(exc, ImportError) and "relative import" in str(exc) else "")
+            raise WorkloadError(f"{where} raised {type(exc).__name__}: {exc}{hint}\n{user_frames(exc)}".rstrip()) \
+                from None
 
 
 IMPORT_TIMEOUT_S = 300.0  # default of $ADVISOR_IMPORT_TIMEOUT

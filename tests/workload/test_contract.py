@@ -38,6 +38,9 @@ VIOLATIONS = [
      "found the class Net itself: return Net(...), an instance"),
     ("not-python", "\x00\x01binary garbage ]]]\n", "not valid Python"),
     ("import-error", "import not_a_module_anywhere\n", "ModuleNotFoundError"),
+    ("relative-import", "from .nets import Net\n", "attempted relative import with no known parent package (advisor "
+     "imports model.py as a file of its own, not as part of a package: import what is beside it by its own name, "
+     "`from nets import Net`, or a package by its full name)"),
     ("raises-on-import", "raise RuntimeError('boom at import')\n", "boom at import"),
     ("no-model", GOOD_DATA, "model() is missing"),
     ("no-datasets", "import torch\n" + GOOD_MODEL, "datasets() is missing"),
