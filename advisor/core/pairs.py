@@ -147,9 +147,11 @@ class Confirmation:
         return len(self.pairs) - len(self.counted)
 
     def outlier(self, pair: Pair) -> str | None:
-        """Why ``pair`` is off the configuration's counted pairs by more than
-        ``OUTLIER_FACTOR`` in throughput (from at least ``OUTLIER_MIN_PAIRS`` of them), or None."""
-        others = [p.throughput_ratio for p in self.counted if p is not pair]
+        """Why ``pair`` is off the configuration's counted pairs of its own sitting by more than
+        ``OUTLIER_FACTOR`` in throughput (from at least ``OUTLIER_MIN_PAIRS`` of them), or None.
+        Its own sitting's: a later sitting that disagrees as a whole widens the interval (the
+        random effects), it is not thrown out pair by pair against the first."""
+        others = [p.throughput_ratio for p in self.counted if p is not pair and p.sitting == pair.sitting]
         if len(others) < OUTLIER_MIN_PAIRS or pair.throughput_ratio <= 0:
             return None
         median = statistics.median(others)
@@ -157,7 +159,7 @@ class Confirmation:
         if factor <= OUTLIER_FACTOR:
             return None
         return (f"its throughput ratio {pair.throughput_ratio:.2f}x is {factor:.1f}x off the median "
-                f"{median:.2f}x of its {len(others)} other pairs")
+                f"{median:.2f}x of its {len(others)} other pairs in this sitting")
 
     def _by_sitting(self, figure: str) -> list[list[float]]:
         groups: dict[int, list[float]] = {}

@@ -121,8 +121,13 @@ class MetricReading:
         """Whether ``record`` (not the baseline) trains with the baseline's numerics: its
         metric reused from the baseline's, or its whole training run the baseline's."""
         base = self.baseline
-        return base is not None and record.number != base.number and base.number in (
-            record.get(METRIC_REUSED), record.get(SAME_RUN))
+        if base is None or record.number == base.number:
+            return False
+        if base.number in (record.get(METRIC_REUSED), record.get(SAME_RUN)):
+            return True
+        source = record.get(METRIC_REUSED)  # reused from a trial that itself trained as the baseline
+        other = next((r for r in self.records if r.number == source), None) if source is not None else None
+        return other is not None and other.get(SAME_RUN) == base.number
 
     def verdict(self, record: TrialRecord) -> Verdict | None:
         """``record``'s metric against the baseline's, with the noise

@@ -11,7 +11,7 @@ from typing import Any
 
 from advisor.core.errors import ConfigError, StudyError
 from advisor.core.export_format import FORMAT_VERSION, config_sha256, serialise, write_atomically
-from advisor.core.stored import SCORE, SCORE_OUT, TRAINING_SKIPPED, StoredStudy, TrialRecord
+from advisor.core.stored import METRIC_REUSED, SCORE, SCORE_OUT, TRAINING_SKIPPED, StoredStudy, TrialRecord
 
 FORMATS = ("yaml", "json", "python", "hf", "accelerate", "torchrun")
 # a format in another tool's terms -> the export document's key for its section
@@ -37,6 +37,15 @@ def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
     return record
 
 
+def _seed_score(study: StoredStudy, record: TrialRecord) -> float | None:
+    """The score of ``record``'s run at the study's seed: its own, or for a metric reused from
+    another trial, that trial's (older studies stored a reused metric at its seed mean)."""
+    source = record.get(METRIC_REUSED)
+    other = next((r for r in study.records if r.number == source), None) if source is not None else None
+    value = (other if other is not None else record).get(SCORE)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     """The export file's content: the config, where it came from, what was measured."""
     assert record.config is not None
@@ -51,8 +60,9 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     if record.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
         measured["latency"] = record.latency.to_dict() | {
             "summary": f"{record.latency.text()} (single forward calls, each synchronised; on this study's hardware)"}
-    if record.get(SCORE) is not None:  # its run at the study's seed alone: what `advisor measure` runs again
-        measured["seed_score"] = record.get(SCORE)
+    own = _seed_score(study, record)
+    if own is not None:  # its run at the study's seed alone: what `advisor measure` runs again
+        measured["seed_score"] = own
     if record.figures is not None:  # the metric as itself ("score" above is its score: higher is better)
         measured["metric"] = study.metric.to_dict() | {"value": study.metric.shown(record.figures.score)}
     if record.figures is not None and not record.feasible:  # said; a feasible trial's export is as it was

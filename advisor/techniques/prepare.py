@@ -188,7 +188,8 @@ def _check_model(model: Any, config: TrialConfig) -> None:
     cast = next((p.dtype for p in model.parameters() if p.is_floating_point() and p.dtype != torch.float32), None)
     if config.precision in ("bf16", "fp16") and cast is not None:
         raise UnsupportedError(f"apply(): precision {config.precision} autocasts over fp32 weights, and this "
-                               f"model's weights are {cast}; {bare}")
+                               f"model's weights are {str(cast).removeprefix('torch.')} (as model() builds them, "
+                               "or cast since): build them in float32 for autocast")
     built, now = measured_weights_dtype(config), weights_dtype(model)
     if built is not None and now is not None and now != built:
         raise UnsupportedError(f"apply(): the configuration was measured on model() as it builds its weights, in "

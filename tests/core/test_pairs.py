@@ -342,3 +342,18 @@ def test_disturbed_pairs_are_left_out_while_clean_ones_exist():
     assert Confirmation(4, clean + busy).throughput == alone.throughput  # the busy sitting adds nothing
     assert Confirmation(4, busy).throughput.n == 2  # nothing clean: every pair counts
     assert Confirmation(4, busy).left_out == 0
+
+
+def test_a_later_sitting_that_disagrees_as_a_whole_is_not_thrown_out_pair_by_pair():
+    """A pair is judged far off against its own sitting's pairs: a second sitting reading
+    2.3x the first (a review's case) is pooled, and widens the interval, as documented."""
+    from advisor.core.pairs import Confirmation, Pair
+
+    c = Confirmation(1, [Pair(0.5, 1000.0, 1000.0 * r, 100.0, 100.0) for r in (0.55, 0.6, 0.5, 0.58, 0.52)])
+    for r in (1.25, 1.3, 1.2, 1.28, 1.22):
+        p = Pair(0.5, 1000.0, 1000.0 * r, 100.0, 100.0, sitting=1)
+        assert c.outlier(p) is None
+        c.pairs.append(p)
+    assert c.left_out == 0 and c.throughput.n == 10 and c.throughput.low < 0.55 < 1.25 < c.throughput.high
+    odd = Pair(0.5, 1000.0, 150.0, 100.0, 100.0, sitting=1)
+    assert c.outlier(odd).endswith("is 8.3x off the median 1.25x of its 5 other pairs in this sitting")

@@ -139,7 +139,11 @@ def test_a_trial_with_the_baseline_numerics_is_feasible_with_no_noise_to_weigh()
                     Figures(800, 80, 0.80), low, attrs={SAME_RUN: 0}, finished_at=20.0),
         TrialRecord(3, "complete", TrialConfig.from_dict({"batch_size": 32, "threads": 1}),
                     Figures(800, 100, 0.80), low, attrs={METRIC_REUSED: 0}, finished_at=30.0)]
+    records.append(TrialRecord(4, "complete", TrialConfig.from_dict({"batch_size": 32, "grad_accumulation": 2,
+                                                                     "threads": 2}),
+                               Figures(850, 80, 0.80), low, attrs={METRIC_REUSED: 2}, finished_at=40.0))
     study = StoredStudy("s", noisy, records)
+    assert study.verdict(study.records[4]).same_numerics  # reused from a trial that trained as the baseline
     alone = study.verdict(study.records[1])
     assert alone.kind == "undecided" and not study.records[1].feasible  # one low seed: "infeasible for now"
     for number in (2, 3):

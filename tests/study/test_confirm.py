@@ -139,16 +139,27 @@ def test_the_same_tune_command_again_keeps_the_confirmed_pairs(confirmed, tmp_pa
     shutil.copy(confirmed.removeprefix("sqlite:///"), tmp_path / "x.db")
     url = f"sqlite:///{tmp_path / 'x.db'}"
     before = {n: (c.pairs, c.status) for n, c in read_study(load(url, "c")).confirmations.items()}
+    study = load(url, "c")
+    cut, done_before = next(iter(before)), dict(before)
+    interrupted = read_study(study).confirmations[cut]  # as a run cut short mid-confirmation leaves it
+    interrupted.status = "running"
+    study.set_user_attr(f"{CONFIRMATION}{cut}", interrupted.to_dict())
+    before = {n: (c.pairs, c.status) for n, c in read_study(load(url, "c")).confirmations.items()}
     where = Path(confirmed.removeprefix("sqlite:///")).parent  # the study's own model.py and space
     model, space = where / "digits_mlp_256.py", where / "memory.yaml"
     assert main(["tune", str(model), *FAST[2:], "--space", str(space), "--trials", "4", "--storage", url,
                  "--study", "c", "--pairs", "4", "--confirm-top", "2", "--metric-seeds", "2"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     after = {n: (c.pairs, c.status) for n, c in read_study(load(url, "c")).confirmations.items()}
-    assert after == before and before
+    assert {n: v for n, v in after.items() if n != cut} == {n: v for n, v in before.items() if n != cut}
+    pairs_then, pairs_now = before[cut][0], after[cut][0]
+    assert pairs_now[: len(pairs_then)] == pairs_then and len(pairs_now) > len(pairs_then)  # it went on
+    assert {p.sitting for p in pairs_now} == {0}  # ... in its own sitting, not pooled as a second one
     done = sorted(n for n, (pairs, status) in before.items() if pairs and status != "running")
-    assert f"confirmed in an earlier run, kept as measured then: trial{'s' if len(done) > 1 else ''} " \
-           f"{', '.join(map(str, done))} (`advisor confirm --study c` adds a sitting of pairs" in out
+    if done:
+        assert f"confirmed in an earlier run, kept as measured then: trial{'s' if len(done) > 1 else ''} " \
+               f"{', '.join(map(str, done))} (`advisor confirm --study c` adds a sitting of pairs" in out
+    assert done_before
 
 
 @pytest.mark.parametrize("ray_address", [None, "10.0.0.2:6379"])

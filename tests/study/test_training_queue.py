@@ -245,6 +245,7 @@ def test_same_training_numerics_reuse_the_metric(study):
     assert same.number in done and differs.number not in done
     rec = done[same.number]
     assert rec.state == "complete" and rec.figures.score == 0.9 and rec.get("accuracy_reused_from") == 0
+    assert rec.get("accuracy") == 0.9  # the baseline's run at the study's seed, as measured
     assert rec.get("accuracy_reuse_difference") == 0.0
     source = read_study(study).records[0]  # trained on the budget; the probe stepped as long as its timing took
     assert rec.get("train_samples") == source.get("train_samples") == 1000 and rec.get("final_loss") == 0.5
@@ -308,6 +309,21 @@ def test_a_knob_found_neutral_on_the_model_lets_later_configurations_reuse_a_met
     differs = run.probed({"batch_size": 64, "grad_accumulation": 4}, 1400.0, 140.0,
                          {**big, "losses": [2.3, 2.1, 1.9, 1.7, 1.6]})
     assert run.settle() == [] and differs.number in run.queue.waiting  # its first steps differ: it trains
+
+
+def test_a_reused_metric_is_stored_as_the_sources_run_at_the_studys_seed(study):
+    """The study reads the baseline at its seed mean; a trial reusing its metric stores the
+    baseline's run at the study's seed (what `advisor measure` runs again), not that mean (a
+    review's export said 0.6499, the mean, beside a run of 0.6196)."""
+    study.set_user_attr("accuracy_noise", {"seeds": [0, 1, 2], "values": [0.9, 0.95, 0.97]})
+    run = Run(study)
+    run.baseline(1000.0, 100.0, acc=0.9)
+    same = run.probed({"batch_size": 32, "threads": 1}, 600.0, 100.0, FP)
+    [rec] = run.settle()
+    assert rec.number == same.number and rec.get("accuracy") == 0.9 and rec.figures.score == 0.9
+    stored = read_study(study)
+    reread = next(r for r in stored.records if r.number == same.number)
+    assert reread.figures.score == pytest.approx(0.94)  # read, as the baseline, at the seeds' mean
 
 
 def test_over_the_memory_cap_needs_no_training_run(study):

@@ -308,7 +308,8 @@ def test_apply_refuses_what_it_would_build_differently_from_what_was_measured(tm
     with pytest.raises(UnsupportedError, match="already wrapped \\(torch.compile\\)"):
         apply(torch.compile(mlp()), {"compile": True}, device="cpu")
     with pytest.raises(UnsupportedError, match="autocasts over fp32 weights, and this model's weights are "
-                                               "torch.bfloat16"):
+                                               r"bfloat16 \(as model\(\) builds them, or cast since\): build them "
+                                               "in float32 for autocast"):
         apply(mlp().to(torch.bfloat16), {"precision": "bf16"}, device="cpu")
     (tmp_path / "best.yaml").write_text("config: {}\n")
     for config, device, model, expected in (

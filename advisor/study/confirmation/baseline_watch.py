@@ -231,7 +231,8 @@ class BaselineWatch:
         self.counted_at_last = counted  # also when it fails: try again only after more trials
         tries: list[TrialResult] = []
         why: str | None = None
-        for attempt in range(2):
+        far_seen = False
+        for _ in range(2):
             result = self._run(self.baseline, probe_settings(self.settings), timeout)
             if self.stop.halted:
                 return
@@ -242,8 +243,9 @@ class BaselineWatch:
                 return
             why = self.why_disturbed(result)
             tries.append(result)
-            far = self._far_off(result) if why is None and attempt == 0 else None
+            far = self._far_off(result) if why is None and not far_seen else None
             if far:  # twice in a row, the machine changed; once, a run disturbed beyond its readings
+                far_seen = True
                 self.emit(Note(f"measuring the baseline again: {far}; running it once more"))
                 why = far
                 continue
@@ -257,7 +259,7 @@ class BaselineWatch:
                 {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
                  "peak_memory_bytes": result.peak_memory_bytes, "reason": reason, "host": result.host,
                  "disturbed": why})
-            self.emit(Note(f"baseline measured again ({reason}): every try was disturbed (the last: {why}); "
+            self.emit(Note(f"baseline measured again ({reason}): no try could stand (the last: {why}); "
                            f"kept on record, not as a reference: ratios stay to {self.base_throughput:,.0f} samples/s"))
             return
         reading = reading_of(result.telemetry)

@@ -103,12 +103,15 @@ class Confirmer:
             raise TrialFailed(f"study {stored.name!r} has no completed baseline to confirm against")
         judge = SentinelJudge(x for x in (reading_of(r.get("telemetry")) for r in stored.records) if x is not None)
         earlier = [p.sitting for c in stored.confirmations.values() for p in c.pairs]
-        sitting = max(earlier) + 1 if earlier else 0  # pairs measured now are a sitting of their own
+        # pairs measured now are a sitting of their own; the same `advisor tune` again goes on with its
+        # own (a review's interrupted confirmation, resumed, pooled one more pair as a second sitting)
+        sitting = (max(earlier) + (1 if self.new_sittings else 0)) if earlier else 0
         rounds = Rounds(self.executor, self.workload, self.settings, judge, self.options.target,
                         self.options.max_pairs, self.trial_timeout, self.stop, self.emit, self._store, self._stop_early,
                         sitting)
         chosen: dict[int, Candidate] = {}
         kept: list[int] = []  # confirmed in an earlier run, left as they are (new_sittings False)
+        said_kept = False
         rounds_run = 0
         while not self.stop.halted:
             # the cap counts the chosen that are still on the front: one that confirmed lower and
@@ -128,12 +131,13 @@ class Confirmer:
                 chosen[r.number] = Candidate(f"trial {r.number}", r.config, c)  # type: ignore[arg-type]
             due = [c for c in chosen.values() if not c.confirmation.done]
             cap = self.options.max_pairs
+            if kept and not said_kept:
+                said_kept = True
+                self.emit(Note(f"confirmed in an earlier run, kept as measured then: trial"
+                               f"{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))} (`advisor confirm "
+                               f"--study {stored.name}` adds a sitting of pairs, pooled with those)"))
             if not due:
                 full = sorted(n for n, c in chosen.items() if len(c.confirmation.pairs) >= cap and n not in kept)
-                if kept and not rounds_run:
-                    self.emit(Note(f"confirmed in an earlier run, kept as measured then: trial"
-                                   f"{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))} (`advisor confirm "
-                                   f"--study {stored.name}` adds a sitting of pairs, pooled with those)"))
                 if full and not rounds_run:  # `advisor confirm --pairs 3` on candidates that have 5 pairs
                     who = f"trials {', '.join(map(str, full))} have" if len(full) > 1 else f"trial {full[0]} has"
                     self.emit(Note(f"no pairs to add: {who} {cap} or more pairs "

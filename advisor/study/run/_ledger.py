@@ -301,13 +301,15 @@ class Ledger:
         assert source.figures is not None
         trial.set_user_attr(METRIC_REUSED, source.number)
         trial.set_user_attr(REUSE_DIFFERENCE, decision.difference)
-        trial.set_user_attr(SCORE, source.figures.score)
+        own = source.get(SCORE)  # its run at the study's seed, not a seed mean the stored study reads it at
+        score = float(own) if isinstance(own, (int, float)) else source.figures.score
+        trial.set_user_attr(SCORE, score)
         for key in ("train_samples", "final_loss"):  # the metric's training run: the source's (not the probe's steps)
             trial.set_user_attr(key, source.get(key))
         trial.set_user_attr(WALL, decision.probe_wall_s)
         self.emit(Note(f"trial {decision.number}: {self.metric.name} reused from trial {source.number} (same training "
                        f"numerics: its first steps agree within {decision.difference:.1e}, relative)"))
-        figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), source.figures.score)
+        figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), score)
         return self._complete(decision.number, figures, baseline=source.baseline)  # the baseline's: no difference
 
     # ---- the steps ----------------------------------------------------------------------
