@@ -102,6 +102,8 @@ class Versus:
     epsilon: float = 0.0
     baseline: bool = False  # the baseline against itself: 1.00x by definition, neither confirmed nor not
     verdict: Verdict | None = None  # the metric against the baseline's seeds (advisor.core.feasibility)
+    left_out: int = 0  # confirmed: stored pairs with a disturbed run, left out of the figures
+    all_disturbed: bool = False  # confirmed from pairs that every one had a disturbed run (none clean)
 
     @property
     def metric_within_noise(self) -> bool:
@@ -112,7 +114,8 @@ class Versus:
                 "metric_delta": self.metric_delta, "confirmed": self.confirmed,
                 "throughput_interval": list(self.throughput_interval) if self.throughput_interval else None,
                 "memory_interval": list(self.memory_interval) if self.memory_interval else None,
-                "pairs": self.pairs, "metric_noise_epsilon": self.epsilon,
+                "pairs": self.pairs, "pairs_left_out": self.left_out, "all_pairs_disturbed": self.all_disturbed,
+                "metric_noise_epsilon": self.epsilon,
                 "metric_within_noise": self.metric_within_noise,
                 "metric_verdict": self.verdict.kind if self.verdict is not None else None,
                 "metric_bounds": [self.verdict.low, self.verdict.high] if self.verdict is not None else None}
@@ -125,18 +128,28 @@ class Versus:
             return "1.00x", "1.00x", ""
         thr = _ratio_text(self.throughput_ratio, self.throughput_interval, 0, self.confirmed, short=True)
         mem = _ratio_text(self.memory_ratio, self.memory_interval, 0, self.confirmed, short=True)
-        return thr, mem, str(self.pairs) if self.confirmed else "-"
+        marks = "*" if self.all_disturbed or self.left_out else ""  # the table's caption says what it means
+        return thr, mem, f"{self.pairs}{marks}" if self.confirmed else "-"
 
     def throughput_text(self) -> str:
         """'1.52x (1.46-1.58), 8 pairs', or '1.52x unconfirmed' ('1.00x' for the baseline)."""
         if self.baseline:
             return "1.00x"
-        return _ratio_text(self.throughput_ratio, self.throughput_interval, self.pairs, self.confirmed)
+        return _ratio_text(self.throughput_ratio, self.throughput_interval, self.pairs, self.confirmed) + self._pairs_said()
 
     def memory_text(self) -> str:
         if self.baseline:
             return "1.00x"
-        return _ratio_text(self.memory_ratio, self.memory_interval, self.pairs, self.confirmed)
+        return _ratio_text(self.memory_ratio, self.memory_interval, self.pairs, self.confirmed) + self._pairs_said()
+
+    def _pairs_said(self) -> str:
+        """What a count of confirmed pairs leaves unsaid: every one disturbed, or how many
+        disturbed pairs were left out (a review read '8 pairs' of eight disturbed ones)."""
+        if not self.confirmed:
+            return ""
+        if self.all_disturbed:
+            return ", every one with a disturbed run"
+        return f" ({self.left_out} disturbed left out)" if self.left_out else ""
 
     def metric_text(self, metric: MetricSpec = DEFAULT_METRIC) -> str:
         """'+0.3 pt', '-0.8 pt, undecided' (within the noise of the allowed drop: the

@@ -46,6 +46,9 @@ RESIDENT_FLOOR = 1.96 * RESIDENT_LOG_SD  # the log half-width: about +-16%
 # 2 is over 4 SDs; a review's pair read 0.15x among 0.57-0.72x with its sentinel at its median
 OUTLIER_FACTOR = 2.0
 OUTLIER_MIN_PAIRS = 3  # the counted pairs a median needs before it judges another pair
+# the caption's word on a pair count marked * (a review read "8 pairs" of eight disturbed pairs)
+DISTURBED_PAIRS_NOTE = ("* after a pair count: pairs with a disturbed run were left out of that row's figures (the "
+                        "count is of those kept), or every one of its pairs had one and none could be left out")
 # the caption's word on pooled sittings (a review read "median over that many pairs" beside a centre
 # that was the sittings' mean, and an interval of <0.01->100 with no word on why)
 SITTINGS_NOTE = ("Pairs from more than one sitting (one `advisor tune` or `advisor confirm`) are pooled: the centre is "

@@ -347,7 +347,8 @@ class StoredStudy(MetricReading):
         if c is not None and c.throughput is not None and c.memory is not None:
             thr, mem = c.throughput, c.memory
             return Versus(thr.center, mem.center, delta, True, (thr.low, thr.high), (mem.low, mem.high), thr.n,
-                          self.epsilon, verdict=judged)
+                          self.epsilon, verdict=judged, left_out=c.left_out,
+                          all_disturbed=bool(c.pairs) and all(p.disturbed for p in c.pairs))
         return Versus(ratio(record.figures.throughput, self.reference_throughput(record)),
                       ratio(record.figures.peak_memory_bytes, base.figures.peak_memory_bytes), delta,
                       epsilon=self.epsilon, verdict=judged)

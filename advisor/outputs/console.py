@@ -25,7 +25,7 @@ from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.latency import Latency, fmt_ms, over_limit_text
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.objectives import METRIC_DROP, Versus
-from advisor.core.pairs import SITTINGS_NOTE, resident_note
+from advisor.core.pairs import DISTURBED_PAIRS_NOTE, SITTINGS_NOTE, resident_note
 from advisor.core.results import TrialResult
 from advisor.core.stored import (
     BASELINE_DISTURBED,
@@ -352,6 +352,8 @@ def front_table(study: StoredStudy) -> Any:
     marks = {row.record.number: [] if row.record.baseline and reference else row.record.caveats for row in rows}
     if (said := legend(c.kind for found in marks.values() for c in found)):
         table.caption = f"{table.caption}. {said}"
+    if any(row.versus.left_out or row.versus.all_disturbed for row in rows):
+        table.caption = f"{table.caption}. {DISTURBED_PAIRS_NOTE}"
     latency = any(row.record.latency is not None for row in rows)  # an inference study's
     for name, justify in (("trial", "right"), ("configuration", "left"), ("samples/s", "right"),
                           ("vs base", "right"), ("peak memory", "right"), ("vs base", "right"), ("pairs", "right"),

@@ -5,6 +5,7 @@ with the figures stored when it was recommended."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.errors import ConfigError, TrialFailed
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.export_format import edited_since_export, read_export
+from advisor.core.intervals import ratio_end
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
@@ -171,8 +173,11 @@ def comparison_table(result: Remeasured) -> Any:
     """A rich Table: each figure as stored, as measured now (paired), and the verdict."""
     from rich.table import Table
 
-    n = len(result.confirmation.pairs)
-    table = Table("figure", "stored", f"now ({n} pair{'s' if n != 1 else ''} against the baseline)", "verdict",
+    thr_now = result.confirmation.throughput
+    n = thr_now.n if thr_now is not None else 0  # the pairs its figures count (disturbed ones left out)
+    left = result.confirmation.left_out
+    table = Table("figure", "stored", f"now ({n} pair{'s' if n != 1 else ''} against the baseline"
+                  + (f"; {left} disturbed left out" if left else "") + ")", "verdict",
                   title="stored vs measured again on this machine", title_justify="left",
                   caption="ratios: the config against the baseline run around it, median (95% interval); "
                           "the metric: one full run of the config" + (
@@ -181,13 +186,16 @@ def comparison_table(result: Remeasured) -> Any:
                   caption_justify="left")
     for key, name in (("throughput_ratio", "throughput vs baseline"), ("memory_ratio", "peak memory vs baseline")):
         f = result.ratio(key)
+        span = f["stored_interval"]
         stored = "-" if f["stored"] is None else f"{f['stored']:.2f}x" + (
-            f" ({f['stored_interval'][0]:.2f}-{f['stored_interval'][1]:.2f})"
-            if f["stored_confirmed"] and f["stored_interval"] and f["stored_interval"][1] is not None
-            else " unconfirmed")
-        now = Interval.from_dict(f["now"]).text() if f["now"] else "-"
+            (f" ({ratio_end(span[0])}-{ratio_end(span[1])})" if span[1] is not None and math.isfinite(span[1])
+             else " (unbounded)") if f["stored_confirmed"] and span else " unconfirmed")
+        today = Interval.from_dict(f["now"]) if f["now"] else None
+        now = today.text() if today is not None else "-"
         verdict = ""
-        if "stored_within_now" in f:
+        if today is not None and not math.isfinite(today.high):  # any stored ratio lies "within" it
+            verdict = "today's interval is unbounded: no verdict"
+        elif "stored_within_now" in f:
             verdict = "stored ratio within today's interval" if f["stored_within_now"] else (
                 "intervals overlap" if f.get("intervals_overlap") else "stored ratio outside today's interval")
         table.add_row(name, stored, now, verdict)

@@ -94,3 +94,36 @@ def test_a_baseline_whose_first_run_was_disturbed_shows_the_reference_its_ratios
         in disturbed
     quiet = table({BASELINE_MEASUREMENTS: measured})  # trial 0 stood: the row is its own run, as measured
     assert "│ bs=64 fp32 │ 466 │" in quiet and "first run was disturbed" not in quiet
+
+
+def test_confirmed_figures_say_when_pairs_were_disturbed():
+    """A review read `0.35x (0.08-1.48), 8 pairs` of eight pairs that each had a disturbed run,
+    and `1 pair` where seven more were left out: both are said."""
+    from rich.console import Console
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.objectives import Figures
+    from advisor.core.pairs import Confirmation, Pair
+    from advisor.core.stored import CONFIRMATION, StoredStudy, TrialRecord
+    from advisor.outputs.console import front_table
+
+    records = [TrialRecord(0, "complete", TrialConfig(), Figures(1000.0, 100.0, 0.95), {"accuracy_drop": -0.01},
+                           baseline=True, finished_at=0.0),
+               TrialRecord(1, "complete", TrialConfig(precision="bf16"), Figures(1500.0, 90.0, 0.95),
+                           {"accuracy_drop": -0.01}, finished_at=1.0)]
+
+    def study(disturbed: list[bool]) -> StoredStudy:
+        pairs = [Pair(0.5, 1000.0, 1000.0 * r, 100.0, 90.0, disturbed="the configuration: moved" if d else "")
+                 for r, d in zip((1.49, 1.5, 1.51, 1.48, 1.52), disturbed)]
+        return StoredStudy("s", {f"{CONFIRMATION}1": Confirmation(1, pairs, "confirmed").to_dict()}, records)
+
+    every = study([True] * 5)
+    vs = every.versus_baseline(records[1])
+    assert vs.throughput_text().endswith("5 pairs, every one with a disturbed run") and vs.all_disturbed
+    some = study([False, False, True, False, True]).versus_baseline(records[1])
+    assert some.throughput_text().endswith(", 3 pairs (2 disturbed left out)") and some.to_dict()["pairs_left_out"] == 2
+    assert study([False] * 5).versus_baseline(records[1]).throughput_text().endswith(", 5 pairs")
+    console = Console(width=400, record=True)
+    console.print(front_table(every))
+    text = " ".join(console.export_text().split())
+    assert "│ 5* │" in text and "* after a pair count: pairs with a disturbed run were left out" in text

@@ -95,6 +95,27 @@ def test_the_metric_is_compared_with_the_studys_run_at_the_same_seed():
     assert older.metric_figures()["stored"] == 0.5139 and older.metric_figures()["same_seed"] is False
 
 
+def test_the_table_counts_the_pairs_it_reads_and_gives_no_verdict_on_an_unbounded_interval():
+    """A review's `measure`: 'now (2 pairs ...)' over a cell of 1 pair, a stored '(0.00-inf)',
+    and 'stored ratio within today's interval' of an unbounded one."""
+    from rich.console import Console
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.pairs import Confirmation, Pair
+    from advisor.outputs.remeasure import Remeasured, comparison_table
+
+    pairs = [Pair(0.5, 1000.0, 1900.0, 100.0, 100.0), Pair(0.5, 1000.0, 200.0, 100.0, 100.0, disturbed="moved")]
+    document = {"measured": {"vs_baseline": {"throughput_ratio": 1.92, "confirmed": True,
+                                             "throughput_interval": [0.0, None], "pairs": 1}}}
+    result = Remeasured(TrialConfig(), TrialConfig(), document, confirmation=Confirmation(1, pairs, "capped"))
+    console = Console(width=300, record=True)
+    console.print(comparison_table(result))
+    text = " ".join(console.export_text().split())
+    assert "now (1 pair against the baseline; 1 disturbed left out)" in text
+    assert "│ throughput vs baseline │ 1.92x (unbounded) │" in text and "0.00-inf" not in text
+    assert "today's interval is unbounded: no verdict" in text and "within today's interval" not in text
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["config"].update(precision="fp64"), "config.precision: expected one of"),
     (lambda d: d["config"].update(warp_speed=True), "config.warp_speed: unknown key"),

@@ -78,6 +78,7 @@ def test_it_exports_what_it_exported_then(old_study, capsys):
     assert now.pop("baseline")["batch_size"] == 32  # the baseline trial's configuration
     vs = now["measured"]["vs_baseline"]
     assert vs.pop("confirmed") is False and vs.pop("pairs") == 0
+    assert vs.pop("pairs_left_out") == 0 and vs.pop("all_pairs_disturbed") is False  # (a sixth review)
     for key in ("throughput_interval", "memory_interval"):
         assert vs.pop(key) is None
     assert vs.pop("metric_noise_epsilon") == 0 and vs.pop("metric_within_noise") is False
