@@ -11,6 +11,7 @@ an optional dependency (``advisor[report]``), imported only when a report is wri
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import tempfile
@@ -22,7 +23,7 @@ from advisor.core.errors import StudyError
 from advisor.core.latency import fmt_ms
 from advisor.core.pairs import SITTINGS_NOTE, resident_note
 from advisor.core.picks import PICKS, pick, tie_note
-from advisor.core.stored import MAX_METRIC_DROP, StoredStudy, TrialRecord
+from advisor.core.stored import BASELINE_DISTURBED, MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
 from advisor.outputs.summary import KnobEffect, counts, failures_text, front_rows, knob_effects
@@ -138,16 +139,25 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
         "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if latency else ""),
     ]
     kinds: set[str] = set()
+    # a baseline whose first run was disturbed shows the reference its ratios are to, as tune's table
+    # does (a review read 25,052 here beside tune's 30,239)
+    reference = study.reference_at(math.inf) if study.attrs.get(BASELINE_DISTURBED) else None
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        kinds.update(c.kind for c in r.caveats)  # a busy machine, an unsettled timing
-        lines.append(f"| {label} | `{_cell(r.description)}` | {fmt_rate(f.throughput)}{mark(r.caveats)} | "
+        shown = r.baseline and reference is not None
+        caveats = [] if shown else r.caveats
+        kinds.update(c.kind for c in caveats)  # a busy machine, an unsettled timing
+        rate = fmt_rate(reference if shown else f.throughput)  # type: ignore[arg-type]
+        lines.append(f"| {label} | `{_cell(r.description)}` | {rate}{mark(caveats)} | "
                      f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
                      f"{vs.memory_text()} | {metric.value_text(f.score)} | {vs.metric_text(metric)} |"
                      + (_latency_cells(r) if latency else ""))
     if (key := legend(kinds)):
         lines += ["", key + "."]
+    if reference is not None:
+        lines += ["", "The baseline's first run was disturbed: its samples/s is the median of its latest "
+                      "re-measurements, the reference the ratios are to."]
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "

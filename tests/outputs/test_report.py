@@ -227,3 +227,21 @@ def test_the_trial_count_accounts_for_probed_only_trials(tmp_path):
     assert main(["report", "--storage", url, "-o", str(tmp_path / "r")]) == 0
     assert "- Trials run: 12 (completed 9, probed only 1, failed 2: error 1, oom 1)" in \
         (tmp_path / "r" / "report.md").read_text().splitlines()
+
+
+def test_a_disturbed_baseline_shows_the_reference_as_tunes_table_does(tmp_path):
+    """A review's report listed the baseline at its disturbed first run (25,052 samples/s)
+    beside tune's and `advisor trials`' re-measured reference (30,239)."""
+    import optuna
+
+    from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = write_recorded_study(url)
+    later = max(t.datetime_complete.timestamp() for t in study.trials if t.datetime_complete) + 10
+    study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": later + i, "throughput": v}
+                                                for i, v in enumerate((7000.0, 7100.0, 7050.0))])
+    study.set_user_attr(BASELINE_DISTURBED, "its first run: the sentinel read 9x apart")
+    text = write_report(read_study(optuna.load_study(study_name=NAME, storage=url)), tmp_path / "r").read_text()
+    assert table_row(text, "0 (baseline)").startswith("| 0 (baseline) | `bs=64 fp32` | 7,050 | 1.00x |")
+    assert "The baseline's first run was disturbed: its samples/s is the median of its latest re-measurements" in text
