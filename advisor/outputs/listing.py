@@ -16,7 +16,15 @@ from advisor.core.config import TrialConfig
 from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import METRIC_DROP, Versus
-from advisor.core.stored import BASELINE_DISTURBED, MAX_METRIC_DROP, SEED_CONFIG, StoredStudy, TrialRecord
+from advisor.core.stored import (
+    BASELINE_DISTURBED,
+    MAX_METRIC_DROP,
+    METRIC_REUSED,
+    SAME_RUN,
+    SEED_CONFIG,
+    StoredStudy,
+    TrialRecord,
+)
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 
 # the states of TrialRecord, in the order they are listed
@@ -151,6 +159,8 @@ class TrialLine:
                 "duplicate_of": r.duplicate_of, "finished": _iso(_local(r.finished_at)),
                 # why its samples/s may read wrong (advisor.core.caveats): [{"kind": "busy", "text": ...}]
                 "speed_caveats": [c.to_dict() for c in self.caveats],
+                # its metric another trial's (the same training numerics): reused from it, or trained as it
+                "metric_reused_from": r.get(METRIC_REUSED), "trained_as": r.get(SAME_RUN),
                 # an inference trial's per-request latency (advisor.core.latency); None for training
                 "latency": r.latency.to_dict() if r.latency is not None else None}
 
@@ -220,6 +230,8 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
             failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"
         elif line.caveats and not (r.baseline and reference):  # the marks' sentences, in this column
             failure = "; ".join(c.text for c in line.caveats)
+        numerics = _numerics(r, metric.name)  # a review: trials never said which metric was another's
+        failure = "; ".join(x for x in (failure, numerics) if x)
         rows.append([*cells, failure])
     if (said := legend((c.kind for line in lines for c in line.caveats if not (line.record.baseline and reference)),
                        "the last column says by how much")):
@@ -229,6 +241,16 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     for row in rows:
         _row(table, row)
     return table
+
+
+def _numerics(r: TrialRecord, metric: str) -> str:
+    """Where a trial's metric comes from when it did not train for it alone: reused from
+    another trial's, or its training run repeated the baseline's; '' otherwise."""
+    if r.get(METRIC_REUSED) is not None:
+        return f"{metric} from trial {r.get(METRIC_REUSED)} (same training numerics)"
+    if r.get(SAME_RUN) is not None:
+        return f"its training run repeated trial {r.get(SAME_RUN)}'s (same training numerics)"
+    return ""
 
 
 def _row(table: Any, cells: list[str]) -> None:

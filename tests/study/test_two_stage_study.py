@@ -70,6 +70,11 @@ def test_a_knob_that_changes_nothing_trains_once_and_is_read_as_the_baseline(ray
     assert fused.figures.score == stored.baseline_metric
     assert f"trial {fused.number}: its training run repeated the baseline's" in out
     assert "[its training run repeated trial 0's: same training numerics]" in out
+    assert main(["trials", "digits_mlp-fused", "--json"]) == 0  # `advisor trials` says it too (a review)
+    listed = {t["trial"]: t for t in json.loads(capsys.readouterr().out)["trials"]}
+    assert listed[fused.number]["trained_as"] == 0 and listed[fused.number]["metric_reused_from"] is None
+    assert main(["trials", "digits_mlp-fused"]) == 0
+    assert "its training run repeated trial 0's (same training numerics)" in " ".join(capsys.readouterr().out.split())
 
 
 def test_train_all_trains_every_configuration_in_one_process(ray_session, workdir, capsys):
