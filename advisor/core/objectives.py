@@ -135,7 +135,8 @@ class Versus:
         """'1.52x (1.46-1.58), 8 pairs', or '1.52x unconfirmed' ('1.00x' for the baseline)."""
         if self.baseline:
             return "1.00x"
-        return _ratio_text(self.throughput_ratio, self.throughput_interval, self.pairs, self.confirmed) + self._pairs_said()
+        return (_ratio_text(self.throughput_ratio, self.throughput_interval, self.pairs, self.confirmed)
+                + self._pairs_said())
 
     def memory_text(self) -> str:
         if self.baseline:

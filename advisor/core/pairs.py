@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from advisor.core.intervals import FIRST_STAGE, Interval, interval, logs_of, pairs_needed, pooled_interval, sd, t975
+from advisor.core.noise import off_by
 
 __all__ = ["DEFAULT_MAX_PAIRS", "DEFAULT_TARGET", "DEFAULT_TOP", "FIRST_STAGE", "LEVEL", "MIN_PAIRS", "STATUSES",
            "Confirmation", "Interval", "Pair", "beaten", "interpolate", "interval", "settled", "t975"]
@@ -149,6 +150,11 @@ class Confirmation:
         """How many stored pairs its figures leave out (disturbed)."""
         return len(self.pairs) - len(self.counted)
 
+    @property
+    def all_disturbed(self) -> bool:
+        """Whether every pair had a disturbed run (so none could be left out)."""
+        return bool(self.pairs) and all(p.disturbed for p in self.pairs)
+
     def outlier(self, pair: Pair) -> str | None:
         """Why ``pair`` is off the configuration's counted pairs of its own sitting by more than
         ``OUTLIER_FACTOR`` in throughput (from at least ``OUTLIER_MIN_PAIRS`` of them), or None.
@@ -158,7 +164,7 @@ class Confirmation:
         if len(others) < OUTLIER_MIN_PAIRS or pair.throughput_ratio <= 0:
             return None
         median = statistics.median(others)
-        factor = max(pair.throughput_ratio / median, median / pair.throughput_ratio)
+        factor = off_by(pair.throughput_ratio, median)
         if factor <= OUTLIER_FACTOR:
             return None
         return (f"its throughput ratio {pair.throughput_ratio:.2f}x is {factor:.1f}x off the median "
@@ -241,8 +247,7 @@ class Confirmation:
     def _room(self, max_pairs: int, sitting: int | None) -> int:
         """The pairs ``sitting`` (default: the latest) may count: the cap less the other
         sittings' pairs and this sitting's disturbed ones."""
-        current, counted = self.sitting if sitting is None else sitting, {id(p) for p in self.counted}
-        return max_pairs - sum(1 for p in self.pairs if p.sitting != current or id(p) not in counted)
+        return max_pairs - (len(self.pairs) - len(self._mine(sitting)))
 
     def log_halfwidth_at_cap(self, figure: str, max_pairs: int) -> float | None:
         """The half-width (natural log) that the latest sitting's interval of ``figure``

@@ -10,6 +10,7 @@ through it.
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -53,6 +54,9 @@ TRAINING_RUN = "accuracy_run"  # the training run's own phases, wall time and pe
 CURVE = "curve"  # the learning curve (EARLY_STOP: why and where the gate stopped it)
 INITIAL_LOSS = "initial_loss"  # a training run's loss at its first step (the untrained model's)
 REUSE_DIFFERENCE = "accuracy_reuse_difference"  # how close the first steps of a reused metric's trials were
+# what a table's caption says when the baseline's row shows ``StoredStudy.shown_baseline_reference``
+DISTURBED_BASELINE_NOTE = ("The baseline's first run was disturbed: its samples/s is the median of its latest "
+                           "re-measurements, the reference the ratios are to")
 # TrialResult.score is stored under this key (the name studies have always had); the other
 # stored keys that still say "accuracy" above are likewise kept, so older studies read the same
 SCORE = "accuracy"
@@ -126,6 +130,16 @@ class TrialRecord:
         """Why its measured speed may read wrong: a busy machine, a timing that did not settle
         (``advisor.core.caveats``); [] for a clean one and for one without a timing."""
         return speed_caveats(self.attrs.get("telemetry"))
+
+    def metric_source(self, metric: str) -> str:
+        """Where its metric comes from when it did not train for it alone ('accuracy from
+        trial 3': reused; "its training run repeated trial 0's": trained as the baseline; ''
+        otherwise): each view adds its own words on the numerics."""
+        if self.get(METRIC_REUSED) is not None:
+            return f"{metric} from trial {self.get(METRIC_REUSED)}"
+        if self.get(SAME_RUN) is not None:
+            return f"its training run repeated trial {self.get(SAME_RUN)}'s"
+        return ""
 
     @property
     def probe(self) -> tuple[float, float] | None:
@@ -221,14 +235,19 @@ def figure_time(record: TrialRecord) -> float | None:
     return record.get(PROBED_AT) or record.finished_at
 
 
+def reference_measurements(measurements: Any) -> list[dict[str, Any]]:
+    """The stored re-measurements of the baseline that may be references: those with a
+    throughput whose tries were not all disturbed (those are on record only)."""
+    return [m for m in measurements or [] if isinstance(m, dict) and m.get("throughput") and not m.get("disturbed")]
+
+
 def baseline_measurements(attrs: dict[str, Any], base: TrialRecord | None) -> list[tuple[float, float]]:
     """(when, throughput) of every measurement of the baseline, in time order, from the
     study's attributes ``attrs`` and its baseline trial ``base``: trial 0 (unless its
     sentinel showed a disturbed machine) and the re-measurements. The driver (its live
     lines) and every reader of the stored study take them from here."""
-    out = [(float(m["at"]), float(m["throughput"])) for m in attrs.get(BASELINE_MEASUREMENTS) or []
-           if isinstance(m, dict) and isinstance(m.get("at"), (int, float)) and m.get("throughput")
-           and not m.get("disturbed")]  # every try disturbed: on record, no reference
+    out = [(float(m["at"]), float(m["throughput"])) for m in reference_measurements(attrs.get(BASELINE_MEASUREMENTS))
+           if isinstance(m.get("at"), (int, float))]
     when = figure_time(base) if base is not None else None
     if base is not None and base.figures and when is not None and not (
             out and attrs.get(BASELINE_DISTURBED)):  # a disturbed trial 0 is no reference
@@ -309,7 +328,7 @@ class StoredStudy(MetricReading):
         """How far apart two probes must be to differ beyond noise, from the baseline's own
         measurements in this study (its probe and its re-measurements)."""
         measured = [(m.get("throughput"), m.get("peak_memory_bytes"))
-                    for m in self.attrs.get(BASELINE_MEASUREMENTS) or [] if isinstance(m, dict) and not m.get("disturbed")]
+                    for m in reference_measurements(self.attrs.get(BASELINE_MEASUREMENTS))]
         base = self.baseline
         if base is not None and base.probe is not None:
             measured.append(base.probe)
@@ -319,6 +338,17 @@ class StoredStudy(MetricReading):
         """The baseline's reference at ``record``'s time (its probe's, when it was probed
         first): ``reference_at``."""
         return self.reference_at(figure_time(record))
+
+    @property
+    def shown_baseline_reference(self) -> float | None:
+        """What the tables show as the baseline's samples/s when its first run was disturbed:
+        the reference its ratios are to (``DISTURBED_BASELINE_NOTE``); None when its own run stands."""
+        return self.reference_at(math.inf) if self.baseline is not None and self.attrs.get(BASELINE_DISTURBED) else None
+
+    @property
+    def sittings(self) -> set[int]:
+        """The sittings its confirmations' pairs were measured in."""
+        return {p.sitting for c in self.confirmations.values() for p in c.pairs}
 
     def reference_at(self, when: float | None) -> float | None:
         """The baseline's reference throughput at ``when`` (POSIX seconds; None: trial
@@ -347,8 +377,7 @@ class StoredStudy(MetricReading):
         if c is not None and c.throughput is not None and c.memory is not None:
             thr, mem = c.throughput, c.memory
             return Versus(thr.center, mem.center, delta, True, (thr.low, thr.high), (mem.low, mem.high), thr.n,
-                          self.epsilon, verdict=judged, left_out=c.left_out,
-                          all_disturbed=bool(c.pairs) and all(p.disturbed for p in c.pairs))
+                          self.epsilon, verdict=judged, left_out=c.left_out, all_disturbed=c.all_disturbed)
         return Versus(ratio(record.figures.throughput, self.reference_throughput(record)),
                       ratio(record.figures.peak_memory_bytes, base.figures.peak_memory_bytes), delta,
                       epsilon=self.epsilon, verdict=judged)

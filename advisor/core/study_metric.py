@@ -47,7 +47,8 @@ class MetricReading:
         is read at its seed mean: its figure, and its feasibility against the baseline's
         mean (a metric gate's stop stays infeasible)."""
         object.__setattr__(self, "records", [self._over_seeds(r) for r in self.records])
-        self.__dict__.pop("baseline", None)  # read again from the records as they now are
+        for name in ("baseline", "_by_number"):  # read again from the records as they now are
+            self.__dict__.pop(name, None)
 
     def _over_seeds(self, record: TrialRecord) -> TrialRecord:
         values = self.metric_values(record) if record.state == "complete" and record.figures else []
@@ -62,6 +63,14 @@ class MetricReading:
         return replace(record, figures=record.figures._replace(score=mean),  # type: ignore[union-attr]
                        constraints=constraints)
 
+
+    @cached_property
+    def _by_number(self) -> dict[int, TrialRecord]:
+        return {r.number: r for r in self.records}
+
+    def record_of(self, number: Any) -> TrialRecord | None:
+        """The trial numbered ``number`` (None for none, or for a number that is not one)."""
+        return self._by_number.get(number) if isinstance(number, int) else None
 
     @cached_property
     def limits(self) -> Limits:
@@ -85,7 +94,7 @@ class MetricReading:
         if base is not None and (record.number == base.number or self.same_numerics(record)):
             return self.baseline_values
         if source is not None:
-            other = next((r for r in self.records if r.number == source), None)
+            other = self.record_of(source)
             if other is not None and other.get(METRIC_REUSED) is None:
                 return self.metric_values(other)
         return [record.figures.score] if record.figures is not None else []
@@ -125,8 +134,7 @@ class MetricReading:
             return False
         if base.number in (record.get(METRIC_REUSED), record.get(SAME_RUN)):
             return True
-        source = record.get(METRIC_REUSED)  # reused from a trial that itself trained as the baseline
-        other = next((r for r in self.records if r.number == source), None) if source is not None else None
+        other = self.record_of(record.get(METRIC_REUSED))  # reused from a trial that trained as the baseline
         return other is not None and other.get(SAME_RUN) == base.number
 
     def verdict(self, record: TrialRecord) -> Verdict | None:

@@ -127,8 +127,13 @@ def fingerprint_difference(a: Any, b: Any) -> float | None:
             pairs.append((float(sa), float(sb), math.sqrt(max(float(qa), float(qb)) * n)))
     except (KeyError, TypeError, ValueError):
         return None
+    return _largest_difference(pairs)
+
+
+def _largest_difference(values: list[tuple[float, float, float]]) -> float | None:
+    """The largest ``|x - y| / scale`` over ``(x, y, scale)``; None if a value is not finite."""
     worst = 0.0
-    for x, y, scale in pairs:
+    for x, y, scale in values:
         if not (math.isfinite(x) and math.isfinite(y)):
             return None
         if scale > 0:
@@ -157,17 +162,10 @@ def run_difference(a: Any, b: Any) -> float | None:
             return None
         values = [(x[k], y[k]) for x, y in zip(ca, cb, strict=True) for k in ("loss", "metric")]
         values += [(a["final_loss"], b["final_loss"]), (a["score"], b["score"])]
-        pairs = [(float(x), float(y)) for x, y in values]
+        pairs = [(float(x), float(y), max(abs(float(x)), abs(float(y)))) for x, y in values]
     except (KeyError, TypeError, ValueError):
         return None
-    worst = 0.0
-    for x, y in pairs:
-        if not (math.isfinite(x) and math.isfinite(y)):
-            return None
-        scale = max(abs(x), abs(y))
-        if scale > 0:
-            worst = max(worst, abs(x - y) / scale)
-    return worst
+    return _largest_difference(pairs)
 
 
 @dataclass(frozen=True)

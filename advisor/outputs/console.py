@@ -3,7 +3,6 @@ final summary (the Pareto front against the baseline, counts, timing, next comma
 
 from __future__ import annotations
 
-import math
 import shlex
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,10 +27,8 @@ from advisor.core.objectives import METRIC_DROP, Versus
 from advisor.core.pairs import DISTURBED_PAIRS_NOTE, SITTINGS_NOTE, resident_note
 from advisor.core.results import TrialResult
 from advisor.core.stored import (
-    BASELINE_DISTURBED,
+    DISTURBED_BASELINE_NOTE,
     EARLY_STOP,
-    METRIC_REUSED,
-    SAME_RUN,
     TRAINING_SKIPPED,
     StoredStudy,
     TrialRecord,
@@ -63,10 +60,8 @@ def trial_text(r: TrialResult, record: TrialRecord, vs: Versus | None, metric: M
     text = (f"{r.throughput:,.0f} samples/s, {fmt_bytes(r.peak_memory_bytes)}{energy}, "
             f"{metric.name} {metric.value_text(r.score)}{latency}{ratios}")
     text += caveats  # a busy machine, or timing that did not settle (advisor.core.caveats)
-    if record.get(METRIC_REUSED) is not None:
-        text += f"  [{metric.name} from trial {record.get(METRIC_REUSED)}: same training numerics]"
-    elif record.get(SAME_RUN) is not None:
-        text += f"  [its training run repeated trial {record.get(SAME_RUN)}'s: same training numerics]"
+    if (source := record.metric_source(metric.name)):
+        text += f"  [{source}: same training numerics]"
     stop = record.get(EARLY_STOP)
     if stop:
         text += f"  stopped at {100 * stop['fraction']:.0f}% of the training budget: {stop['reason']}"
@@ -329,9 +324,8 @@ def front_table(study: StoredStudy) -> Any:
     from rich.table import Table
 
     noise, metric = study.metric_noise, study.metric
-    sittings = {p.sitting for c in study.confirmations.values() for p in c.pairs}
-    # a baseline whose first run was disturbed shows the reference its ratios are to, not that run
-    reference = study.reference_at(math.inf) if study.attrs.get(BASELINE_DISTURBED) else None
+    sittings = study.sittings
+    reference = study.shown_baseline_reference  # a disturbed first run: the reference its ratios are to
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
                   caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
                           "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
@@ -343,8 +337,7 @@ def front_table(study: StoredStudy) -> Any:
                           + (
                               f". Metric noise (seeds {noise.seeds}): {metric.noise_text(noise.epsilon)}"
                               if noise else "") + (
-                              ". The baseline's first run was disturbed: its samples/s is the median of its "
-                              "latest re-measurements, the reference the ratios are to" if reference else "") +
+                              f". {DISTURBED_BASELINE_NOTE}" if reference else "") +
                           f". {metric.name}: {metric.direction_word}",
                   caption_justify="left")
     rows = front_rows(study)

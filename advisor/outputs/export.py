@@ -40,8 +40,7 @@ def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:
 def _seed_score(study: StoredStudy, record: TrialRecord) -> float | None:
     """The score of ``record``'s run at the study's seed: its own, or for a metric reused from
     another trial, that trial's (older studies stored a reused metric at its seed mean)."""
-    source = record.get(METRIC_REUSED)
-    other = next((r for r in study.records if r.number == source), None) if source is not None else None
+    other = study.record_of(record.get(METRIC_REUSED))
     value = (other if other is not None else record).get(SCORE)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 

@@ -5,7 +5,6 @@ records (``advisor.core.stored``) into a typed row; the table and ``--json`` for
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -17,7 +16,7 @@ from advisor.core.latency import fmt_ms
 from advisor.core.metric import MetricSpec
 from advisor.core.objectives import METRIC_DROP, Versus
 from advisor.core.stored import (
-    BASELINE_DISTURBED,
+    DISTURBED_BASELINE_NOTE,
     MAX_METRIC_DROP,
     METRIC_REUSED,
     SAME_RUN,
@@ -186,14 +185,12 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
 
     metric = study.metric
     has_base = study.baseline is not None
-    # a baseline whose first run was disturbed shows the reference its ratios are to (as the front table)
-    reference = study.reference_at(math.inf) if has_base and study.attrs.get(BASELINE_DISTURBED) else None
+    reference = study.shown_baseline_reference  # a disturbed first run: the reference its ratios are to
     table = Table(title=f"Trials of {study.name}", title_justify="left",
                   caption=("Ratios are to the baseline: confirmed in pairs with the 95% interval, else unconfirmed "
                            "(one trial against the baseline as measured by then). " if has_base else
                            "No completed baseline: no ratios. ") + (
-                      "The baseline's first run was disturbed: its samples/s is the median of its latest "
-                      "re-measurements, the reference the ratios are to. " if reference else "")
+                      f"{DISTURBED_BASELINE_NOTE}. " if reference else "")
                   + f"{metric.name}: {metric.direction_word}",
                   caption_justify="left")
     columns = [("trial", "right"), ("state", "left"), ("configuration", "left"), ("samples/s", "right"),
@@ -230,8 +227,8 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
             failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"
         elif line.caveats and not (r.baseline and reference):  # the marks' sentences, in this column
             failure = "; ".join(c.text for c in line.caveats)
-        numerics = _numerics(r, metric.name)  # a review: trials never said which metric was another's
-        failure = "; ".join(x for x in (failure, numerics) if x)
+        source = r.metric_source(metric.name)  # a review: trials never said which metric was another's
+        failure = "; ".join(x for x in (failure, f"{source} (same training numerics)" if source else "") if x)
         rows.append([*cells, failure])
     if (said := legend((c.kind for line in lines for c in line.caveats if not (line.record.baseline and reference)),
                        "the last column says by how much")):
@@ -241,16 +238,6 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     for row in rows:
         _row(table, row)
     return table
-
-
-def _numerics(r: TrialRecord, metric: str) -> str:
-    """Where a trial's metric comes from when it did not train for it alone: reused from
-    another trial's, or its training run repeated the baseline's; '' otherwise."""
-    if r.get(METRIC_REUSED) is not None:
-        return f"{metric} from trial {r.get(METRIC_REUSED)} (same training numerics)"
-    if r.get(SAME_RUN) is not None:
-        return f"its training run repeated trial {r.get(SAME_RUN)}'s (same training numerics)"
-    return ""
 
 
 def _row(table: Any, cells: list[str]) -> None:

@@ -11,7 +11,6 @@ an optional dependency (``advisor[report]``), imported only when a report is wri
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import tempfile
@@ -23,7 +22,7 @@ from advisor.core.errors import StudyError
 from advisor.core.latency import fmt_ms
 from advisor.core.pairs import SITTINGS_NOTE, resident_note
 from advisor.core.picks import PICKS, pick, tie_note
-from advisor.core.stored import BASELINE_DISTURBED, MAX_METRIC_DROP, StoredStudy, TrialRecord
+from advisor.core.stored import DISTURBED_BASELINE_NOTE, MAX_METRIC_DROP, StoredStudy, TrialRecord
 from advisor.core.units import fmt_bytes, fmt_rate, fmt_ratio
 from advisor.outputs import report_plots as plots
 from advisor.outputs.summary import KnobEffect, counts, failures_text, front_rows, knob_effects
@@ -131,17 +130,16 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
          "ratios and Δ are to the baseline. A confirmed ratio is the median of paired runs against the baseline "
          "with its 95% interval and the number of pairs; an unconfirmed one is a single trial against the "
          "baseline as measured by then (the median of its latest measurements before the trial)."
-         + (f" {SITTINGS_NOTE}." if len({p.sitting for c in study.confirmations.values() for p in c.pairs}) > 1
-            else "")
+         + (f" {SITTINGS_NOTE}." if len(study.sittings) > 1 else "")
          + (f" {note}." if (note := resident_note(study.confirmations.values())) else "")), "",
         f"| trial | configuration | samples/s | vs base | peak memory | vs base | {metric.name} | Δ {metric.name} |"
         + (" p50 / p95 / p99 latency | batch 1 |" if latency else ""),
         "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if latency else ""),
     ]
     kinds: set[str] = set()
-    # a baseline whose first run was disturbed shows the reference its ratios are to, as tune's table
-    # does (a review read 25,052 here beside tune's 30,239)
-    reference = study.reference_at(math.inf) if study.attrs.get(BASELINE_DISTURBED) else None
+    # a disturbed first run shows the reference its ratios are to, as tune's table does (a review read
+    # 25,052 here beside tune's 30,239)
+    reference = study.shown_baseline_reference
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
@@ -156,8 +154,7 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
     if (key := legend(kinds)):
         lines += ["", key + "."]
     if reference is not None:
-        lines += ["", "The baseline's first run was disturbed: its samples/s is the median of its latest "
-                      "re-measurements, the reference the ratios are to."]
+        lines += ["", f"{DISTURBED_BASELINE_NOTE}."]
     lines += ["", "## Recommended", "", *_picks(study, storage_url), "",
               "## Plots", "",
               ("The front is over all three objectives, so in a two-objective view some front trials "

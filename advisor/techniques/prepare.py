@@ -22,7 +22,7 @@ from advisor.techniques.conv1d import conv1d_to_linear, needs_linear
 from advisor.techniques.prepared import Prepared, default_device
 from advisor.techniques.registry import TECHNIQUES
 from advisor.techniques.rules import refusal
-from advisor.workload.structure import weights_dtype
+from advisor.workload.structure import dtype_name, weights_dtype
 
 
 def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, workload: str | None = None, *,
@@ -188,7 +188,7 @@ def _check_model(model: Any, config: TrialConfig) -> None:
     cast = next((p.dtype for p in model.parameters() if p.is_floating_point() and p.dtype != torch.float32), None)
     if config.precision in ("bf16", "fp16") and cast is not None:
         raise UnsupportedError(f"apply(): precision {config.precision} autocasts over fp32 weights, and this "
-                               f"model's weights are {str(cast).removeprefix('torch.')} (as model() builds them, "
+                               f"model's weights are {dtype_name(cast)} (as model() builds them, "
                                "or cast since): build them in float32 for autocast")
     built, now = measured_weights_dtype(config), weights_dtype(model)
     if built is not None and now is not None and now != built:

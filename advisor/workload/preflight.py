@@ -23,6 +23,7 @@ from advisor.workload.splits import split_facts, user_splits
 from advisor.workload.stream import count_up_to, first_items, is_stream, shards_by_worker
 from advisor.workload.structure import (
     blocks,
+    dtype_name,
     is_conv1d,
     linear_like,
     own_weight,
@@ -140,9 +141,9 @@ def _dtype_hint(model: Any, inputs: Any) -> str | None:
         inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else []
     found = next((t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
     weights = weights_dtype(model)
-    if found is None or weights is None or str(found).removeprefix("torch.") == weights:
+    if found is None or weights is None or dtype_name(found) == weights:
         return None
-    shown = str(found).removeprefix("torch.")
+    shown = dtype_name(found)
     return (f"the batch's inputs are {shown} and the model's weights {weights}: have datasets() return {weights} "
             f"inputs (a numpy float64 array: torch.from_numpy(x).float()), or build the model in {shown}")
 

@@ -9,13 +9,18 @@ from collections import Counter
 from typing import Any
 
 
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype as users write it: 'float32', not 'torch.float32'."""
+    return str(dtype).removeprefix("torch.")
+
+
 def weights_dtype(module: Any) -> str | None:
     """The dtype most of the model's floating parameters have, by count ("float32",
     "bfloat16"); None without any (or before a lazy module's first forward)."""
     counts: Counter[str] = Counter()
     for p in module.parameters():
         if p.is_floating_point() and type(p).__name__ != "UninitializedParameter":
-            counts[str(p.dtype).removeprefix("torch.")] += p.numel()
+            counts[dtype_name(p.dtype)] += p.numel()
     return counts.most_common(1)[0][0] if counts else None
 
 

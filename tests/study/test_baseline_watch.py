@@ -272,3 +272,17 @@ def test_a_remeasurement_far_off_the_reference_is_run_again_and_a_disturbed_one_
         base = TrialRecord(0, "complete", TrialConfig(), Figures(100_000.0, 1.0, 0.9), baseline=True, finished_at=1.0)
         stored = [m for m in study.user_attrs[BASELINE_MEASUREMENTS]]
         assert stored[-1]["disturbed"] and baseline_measurements(study.user_attrs, base) == [(1.0, 100_000.0)]
+
+
+def test_a_resumed_study_takes_no_disturbed_remeasurement_as_a_reference():
+    """A re-measurement stored as disturbed is on record only: the driver of a resumed study
+    reads the references as every reader of the stored study does (it took it before)."""
+    from advisor.core.stored import baseline_measurements
+
+    study = optuna.create_study(directions=["maximize", "minimize", "maximize"])
+    stored = [{"at": 1.0, "throughput": 1000.0}, {"at": 2.0, "throughput": 80.0, "disturbed": "moved"},
+              {"at": 3.0, "throughput": 1000.0}]
+    study.set_user_attr(BASELINE_MEASUREMENTS, stored)
+    w = BaselineWatch(study, None, TrialSettings(train_samples=10), TrialConfig(), None, Stop(), lambda e: None)
+    assert w.references == [1000.0, 1000.0] and w.base_throughput == 1000.0
+    assert baseline_measurements(study.user_attrs, None) == [(1.0, 1000.0), (3.0, 1000.0)]

@@ -14,7 +14,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.latency import Latency, fmt_ms
 from advisor.core.objectives import METRIC_DROP
-from advisor.core.stored import EARLY_STOP, METRIC_REUSED, REUSE_DIFFERENCE, SAME_RUN, TRAINING_SKIPPED
+from advisor.core.stored import EARLY_STOP, METRIC_REUSED, REUSE_DIFFERENCE, TRAINING_SKIPPED
 from advisor.core.units import fmt_bytes, fmt_energy, fmt_rate
 from advisor.machine.hardware import describe_fingerprint
 from advisor.tui.data import TrialRow
@@ -55,12 +55,10 @@ def describe(row: TrialRow, study_attrs: dict[str, Any], baseline: TrialConfig |
             stop = u[EARLY_STOP]
             text.append(f"training run stopped at {100 * stop['fraction']:.0f}% of the budget: {stop['reason']}\n",
                         style="yellow")
-        if u.get(METRIC_REUSED) is not None:
-            text.append(f"{row.metric.name} from trial {u[METRIC_REUSED]} (same training numerics: first steps agree "
-                        f"within {u.get(REUSE_DIFFERENCE, 0):.1e})\n", style="dim")
-        elif u.get(SAME_RUN) is not None:
-            text.append(f"its training run repeated trial {u[SAME_RUN]}'s (same training numerics: judged as "
-                        "the baseline over its seeds)\n", style="dim")
+        if (source := row.record.metric_source(row.metric.name)):
+            how = (f"first steps agree within {u.get(REUSE_DIFFERENCE, 0):.1e}" if u.get(METRIC_REUSED) is not None
+                   else "judged as the baseline over its seeds")
+            text.append(f"{source} (same training numerics: {how})\n", style="dim")
         if u.get("energy_per_sample_j") is not None:
             power = (u.get("telemetry") or {}).get("energy", {}).get("power_w")
             text.append(f"energy {fmt_energy(u['energy_per_sample_j'])}"

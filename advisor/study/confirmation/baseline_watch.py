@@ -29,7 +29,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.events import Listener, Note
 from advisor.core.feasibility import verdict
 from advisor.core.interference import InterferencePool, disturbance, rerun_reason, summary_of
-from advisor.core.noise import MetricNoise, SentinelJudge, disturbed_alone, reading_of, recent_reference
+from advisor.core.noise import MetricNoise, SentinelJudge, disturbed_alone, off_by, reading_of, recent_reference
 from advisor.core.objectives import Limits, Versus, ratio
 from advisor.core.pairs import OUTLIER_FACTOR
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
@@ -39,6 +39,7 @@ from advisor.core.stored import (
     TrialRecord,
     baseline_measurements,
     read_trial,
+    reference_measurements,
     reference_throughput_at,
 )
 from advisor.core.study_attrs import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, StudyAttrs
@@ -77,9 +78,10 @@ class BaselineWatch:
         self.base_reading = ((last.get("sentinel_median_s") or last.get("sentinel_s")) if last is not None
                              else reading_of(base.get("telemetry")) if base else None)
         self.base_disturbed = self.attrs.baseline_disturbed()
+        usable = reference_measurements(self.measurements)  # a disturbed one is on record only: as StoredStudy
         trial0 = [base.figures.throughput] if base and base.figures and not (
-            self.measurements and self.base_disturbed) else []  # as StoredStudy reads it
-        self.references: list[float] = trial0 + [m["throughput"] for m in self.measurements if m.get("throughput")]
+            usable and self.base_disturbed) else []  # reads it
+        self.references: list[float] = trial0 + [m["throughput"] for m in usable]
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
         self.runs: dict[int, list[TrialResult]] = {}  # a trial's disturbed runs so far, by trial number
@@ -253,24 +255,21 @@ class BaselineWatch:
                 break
         if why is not None:
             result = cleanest(tries, why)
+        reading = reading_of(result.telemetry)
+        entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
+                 "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading,
+                 "sentinel_median_s": self.judge.median, "reason": reason, "host": result.host}
         if why is not None and self.base_throughput:  # on record, not the reference (a review's 0.08x run was)
             self.base_reading = self.judge.median
-            self.measurements = self.attrs.add_baseline_measurement(
-                {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
-                 "peak_memory_bytes": result.peak_memory_bytes, "reason": reason, "host": result.host,
-                 "disturbed": why})
+            self.measurements = self.attrs.add_baseline_measurement(entry | {"disturbed": why})
             self.emit(Note(f"baseline measured again ({reason}): no try could stand (the last: {why}); "
                            f"kept on record, not as a reference: ratios stay to {self.base_throughput:,.0f} samples/s"))
             return
-        reading = reading_of(result.telemetry)
         trial0 = (self.judge.disturbed(self.base_reading) if self.base_reading is not None and
                   self.judge.median is not None and not self.measurements else None)
         if trial0:  # trial 0's own sentinel was off: it is no reference
             self.attrs.set_baseline_disturbed(trial0)
             self.base_disturbed = True
-        entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
-                 "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading,
-                 "sentinel_median_s": self.judge.median, "reason": reason, "host": result.host}
         self.measurements = self.attrs.add_baseline_measurement(entry)  # with any another driver added
         # the machine's state it was measured in: the median of the recent readings (its own
         # included), not its one reading, which a swing can put off that median at once
@@ -287,7 +286,7 @@ class BaselineWatch:
         previous = self.base_throughput
         if not previous or not result.throughput:
             return None
-        factor = max(result.throughput / previous, previous / result.throughput)
+        factor = off_by(result.throughput, previous)
         if factor <= OUTLIER_FACTOR:
             return None
         return f"it read {result.throughput:,.0f} samples/s, {factor:.1f}x off the reference {previous:,.0f}"

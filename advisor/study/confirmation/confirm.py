@@ -160,10 +160,10 @@ class Confirmer:
             rounds_run += 1
             stored = self.stored = read_study(self.study)  # the confirmed figures can change the front
         on_front = {r.number for r in stored.front()}
-        by_number = {r.number: r for r in stored.records}
         for n in sorted(set(chosen) - on_front):  # said, not left for the reader to notice missing
-            if rounds_run and n in stored.confirmations and by_number[n].feasible:
-                vs = stored.versus_baseline(by_number[n])
+            record = stored.record_of(n)
+            if rounds_run and n in stored.confirmations and record is not None and record.feasible:
+                vs = stored.versus_baseline(record)
                 self.emit(Note(f"trial {n} left the front: confirmed at throughput {vs.throughput_text()}, memory "
                                f"{vs.memory_text()}, another configuration beats it on the confirmed figures"))
         return {n: c.confirmation for n, c in chosen.items()}

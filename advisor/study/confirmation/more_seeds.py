@@ -44,14 +44,13 @@ def undecided_candidates(study: Any, top: int, first_seed: int) -> list[tuple[An
     if noise is None or len(noise.seeds) < 2:
         return []
     out: list[tuple[Any, list[int]]] = []
-    by_number = {r.number: r for r in stored.records}
     for record in candidates(_undecided_as_feasible(stored), top):
         judged = stored.verdict(record)
         if judged is None or judged.decided:
             continue
         # a metric reused from another trial (the same numerics) is that trial's: it trains the seeds
         source = record.get(METRIC_REUSED)
-        trained = record if source is None else by_number.get(source)
+        trained = record if source is None else stored.record_of(source)
         if trained is None or trained.figures is None or any(t.number == trained.number for t, _ in out):
             continue
         if f"{METRIC_SEEDS}{trained.number}" in stored.attrs:

@@ -280,7 +280,7 @@ class Ledger:
             trial.set_user_attr(SAME_RUN, self.baseline_record.number)  # type: ignore[union-attr]
         figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0),
                           float(result.score))  # type: ignore[arg-type]
-        return self._complete(number, figures, early_stopped=bool(stop), baseline=proposal.baseline or same)
+        return self._complete(number, figures, early_stopped=bool(stop), own_reference=proposal.baseline or same)
 
     def cancel_training(self, number: int, reason: str) -> TrialRecord:
         """The study stops before a probed trial's training run is done: stored as cancelled
@@ -310,18 +310,18 @@ class Ledger:
         self.emit(Note(f"trial {decision.number}: {self.metric.name} reused from trial {source.number} (same training "
                        f"numerics: its first steps agree within {decision.difference:.1e}, relative)"))
         figures = Figures(float(probe.throughput or 0.0), float(probe.peak_memory_bytes or 0), score)
-        return self._complete(decision.number, figures, baseline=source.baseline)  # the baseline's: no difference
+        return self._complete(decision.number, figures, own_reference=source.baseline)  # the baseline's numerics
 
     # ---- the steps ----------------------------------------------------------------------
     def _trained_as_baseline(self, number: int, result: TrialResult) -> bool:
         """Whether a training run repeated the baseline's (seed 0's) from start to end
         (``advisor.core.two_stage.run_difference``): the baseline's numerics, said in a note."""
         base = self.baseline_record
-        if base is None or base.get(EARLY_STOP) or base.get(METRIC_REUSED) is not None:
+        if base is None or base.get(EARLY_STOP):
             return False
-        diff = run_difference({"curve": result.telemetry.get("curve"), "final_loss": result.final_loss,
-                               "score": result.score},
-                              {"curve": base.get(CURVE), "final_loss": base.get("final_loss"), "score": base.get(SCORE)})
+        mine = {"curve": result.telemetry.get("curve"), "final_loss": result.final_loss, "score": result.score}
+        diff = run_difference(mine, {"curve": base.get(CURVE), "final_loss": base.get("final_loss"),
+                                     "score": base.get(SCORE)})
         if diff is None or diff > REUSE_TOLERANCE:
             return False
         self.emit(Note(f"trial {number}: its training run repeated the baseline's (the learning curve, the last "
@@ -330,8 +330,10 @@ class Ledger:
         return True
 
     def _complete(self, number: int, figures: Figures, early_stopped: bool = False,
-                  baseline: bool = False) -> TrialRecord:
-        reference = figures.score if baseline or self.reference_metric is None else self.reference_metric
+                  own_reference: bool = False) -> TrialRecord:
+        """Tell trial ``number`` with ``figures``; its metric is judged against the baseline's,
+        or against its own with ``own_reference`` (the baseline, and a trial with its numerics)."""
+        reference = figures.score if own_reference or self.reference_metric is None else self.reference_metric
         constraints = self.limits.constraints(figures, reference)
         if early_stopped:  # infeasible by the gate's decision, whatever the figure where it stopped
             constraints[METRIC_DROP] = max(constraints[METRIC_DROP], 1e-9)
