@@ -86,7 +86,7 @@ def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
         if c.status != "failed" and len(c.pairs) >= 2:  # as wide as sittings move a CPU's memory ratio, at least
             low, high = vs.memory_interval
             assert min(math.log(high / vs.memory_ratio), math.log(vs.memory_ratio / low)) >= RESIDENT_FLOOR - 1e-9
-        assert vs.confirmed and vs.pairs == len(c.pairs) and vs.throughput_ratio == pytest.approx(c.throughput.center)
+        assert vs.confirmed and vs.pairs == len(c.counted) and vs.throughput_ratio == pytest.approx(c.throughput.center)
     # every completed trial carries its sentinel readings
     for r in stored.records:
         if r.state == "complete":
