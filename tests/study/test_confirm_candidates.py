@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from advisor.core.config import TrialConfig
 from advisor.core.objectives import Figures
+from advisor.core.pairs import Confirmation, Pair
 from advisor.core.picks import PICKS, pick
 from advisor.core.stored import StoredStudy, TrialRecord
-from advisor.study.confirmation.confirm import candidates
+from advisor.core.study_attrs import CONFIRMATION
+from advisor.study.confirmation.confirm import candidates, near_front
 
 
 def record(number: int, thr: float, mem: float, acc: float, **config) -> TrialRecord:
@@ -34,3 +36,28 @@ def test_only_what_could_still_be_picked_is_confirmed():
     assert set(chosen) == picked | {2} and 6 not in chosen
     assert chosen[: len(picked - {0})] == [n for n in dict.fromkeys(pick(study, h).number for h in PICKS) if n != 0]
     assert candidates(study, top=2) == candidates(study, top=6)[:2]
+
+
+def test_a_trial_off_the_front_within_the_probe_noise_is_confirmed_too():
+    """trust.py's study B: bf16 alone read 1.02x beside a combination at 1.06x with less
+    memory, was never confirmed, and the picks went to the combination; the same command's
+    other run confirmed bf16 at 1.38x. No baseline re-measurements here: the default probe
+    margins (30% throughput, 10% memory) apply."""
+    records = [record(0, 1000, 100, 0.95),
+               record(1, 1020, 100, 0.95, precision="bf16"),  # off the front by 4%: within the noise
+               record(2, 1060, 80, 0.95, precision="bf16", grad_accumulation=2),  # the front's fastest
+               record(3, 700, 60, 0.95, precision="bf16", grad_accumulation=4),  # the smallest
+               record(4, 600, 100, 0.95, threads=1)]  # beaten beyond the noise by trial 2 on both
+    study = StoredStudy("s", {}, records)
+    front = {r.number for r in study.front()}
+    assert 1 not in front and 4 not in front and {2, 3} <= front
+    assert [r.number for r in near_front(study)] == [r.number for r in study.front()] + [1]
+    chosen = [r.number for r in candidates(study, top=6)]
+    assert 1 in chosen and 4 not in chosen
+    assert chosen.index(1) > chosen.index(2)  # the picks first
+
+    # once confirmed, its confirmed figures decide: behind the front, it is not brought back
+    slow = Confirmation(1, [Pair(0.5, 1000.0, 900.0, 100.0, 100.0)] * 5)
+    confirmed = StoredStudy("s", {f"{CONFIRMATION}1": slow.to_dict()}, records)
+    assert 1 not in {r.number for r in near_front(confirmed)}
+    assert 1 not in [r.number for r in candidates(confirmed, top=6)]

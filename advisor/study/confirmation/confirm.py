@@ -25,6 +25,7 @@ from advisor.core.picks import PICKS, pick
 from advisor.core.results import TrialSettings
 from advisor.core.stop import Stop
 from advisor.core.stored import StoredStudy, TrialRecord, read_study
+from advisor.core.two_stage import dominates_beyond_noise
 from advisor.core.study_attrs import StudyAttrs
 from advisor.core.units import plural
 from advisor.runner.executor import Executor
@@ -32,14 +33,42 @@ from advisor.study.confirmation.pairing import Candidate, Rounds
 from advisor.study.options.tune_options import ConfirmOptions, check_confirm_options
 
 
+def near_front(study: StoredStudy) -> list[TrialRecord]:
+    """The feasible front, then the completed feasible trials that only an unconfirmed
+    reading keeps off it: no trial of the front beats them beyond the probe noise on both
+    throughput and memory (``dominates_beyond_noise``, two-stage evaluation's rule) at a
+    metric they do not beat beyond its noise. Paired, such a trial may well join the front:
+    a single probe on this 2-core machine moves 10-30%, and a study (benchmarks/trust.py,
+    study B) read bf16 alone at 1.02x beside a combination at 1.06x with less memory, never
+    confirmed bf16, and picked the combination (confirmed 1.03x) where the same command's
+    other run confirmed bf16 at 1.38x. A trial confirmed in pairs is off the front on its
+    confirmed figures: it is not brought back."""
+    front = study.front()
+    on_front = {r.number for r in front}
+    margins, eps = study.probe_margins, study.epsilon
+    shown = {r.number: study.relative_figures(r) for r in front}
+    near = []
+    for r in study.records:
+        if r.number in on_front or r.baseline or r.state != "complete" or not r.feasible or r.config is None:
+            continue
+        if study.versus_baseline(r).confirmed:
+            continue
+        f = study.relative_figures(r)
+        if not any(dominates_beyond_noise(shown[s.number][:2], f[:2], margins)
+                   and shown[s.number].score >= f.score - eps for s in front):
+            near.append(r)
+    return front + near
+
+
 def candidates(study: StoredStudy, top: int) -> list[TrialRecord]:
     """The configurations that could still be picked: the export picks first, then the
-    rest of the feasible front that is within the noise of a pick on that pick's own
+    rest of the feasible front, and the trials off it within the noise (``near_front``),
+    that are within the noise of a pick on that pick's own
     objective (throughput within the probe noise of the fastest, memory within it of the
     smallest, the metric within its noise of the best one), fastest first; never the
-    baseline itself; at most ``top``. The rest of the front cannot change a pick, so it
+    baseline itself; at most ``top``. The rest cannot change a pick, so it
     is not confirmed (issue 31: confirmation sized to the decision)."""
-    front = [r for r in study.front() if not r.baseline and r.config is not None]
+    front = [r for r in near_front(study) if not r.baseline and r.config is not None]
     if not front:
         return []
     chosen: dict[int, TrialRecord] = {}
@@ -111,6 +140,7 @@ class Confirmer:
                         sitting)
         chosen: dict[int, Candidate] = {}
         kept: list[int] = []  # confirmed in an earlier run, left as they are (new_sittings False)
+        off_front: set[int] = set()  # chosen while off the front within the noise (``near_front``)
         said_kept = False
         rounds_run = 0
         while not self.stop.halted:
@@ -118,10 +148,17 @@ class Confirmer:
             # left it frees its place for the trial that pushed it off (README command 1: trial 15
             # confirmed at 1.81x, trial 7's unconfirmed 1.84x then dominated it, and the picks
             # fell back to a confirmed 1.42x while 7 stayed unconfirmed)
-            on_front = {r.number for r in stored.front()}
-            held = sum(1 for n in chosen if n in on_front)
+            near = {r.number for r in near_front(stored)}  # the front, and what only the noise keeps off it
+            held = sum(1 for n in chosen if n in near)
             new = [r for r in candidates(stored, self.options.top) if r.number not in chosen]
             new = new[: max(0, self.options.top - held)]
+            off = [r.number for r in new if r.number not in {f.number for f in stored.front()}]
+            off_front.update(off)
+            if off:
+                self.emit(Note(f"trial{'s' if len(off) > 1 else ''} {', '.join(map(str, off))} "
+                               f"{'are' if len(off) > 1 else 'is'} off the front by less than the probe noise "
+                               f"({stored.probe_margins.text()}): confirmed too, as pairs may bring "
+                               f"{'them' if len(off) > 1 else 'it'} onto it"))
             for r in new:
                 c = stored.confirmations.get(r.number) or Confirmation(r.number)
                 if not self.new_sittings and c.pairs and c.done:
@@ -164,8 +201,9 @@ class Confirmer:
             record = stored.record_of(n)
             if rounds_run and n in stored.confirmations and record is not None and record.feasible:
                 vs = stored.versus_baseline(record)
-                self.emit(Note(f"trial {n} left the front: confirmed at throughput {vs.throughput_text()}, memory "
-                               f"{vs.memory_text()}, another configuration beats it on the confirmed figures"))
+                self.emit(Note(f"trial {n} {'stays off' if n in off_front else 'left'} the front: confirmed at "
+                               f"throughput {vs.throughput_text()}, memory {vs.memory_text()}, another "
+                               "configuration beats it on the confirmed figures"))
         return {n: c.confirmation for n, c in chosen.items()}
 
     def _store(self, candidate: Candidate, wall_s: float) -> None:
