@@ -25,8 +25,8 @@ from advisor.core.picks import PICKS, pick
 from advisor.core.results import TrialSettings
 from advisor.core.stop import Stop
 from advisor.core.stored import StoredStudy, TrialRecord, read_study
-from advisor.core.two_stage import dominates_beyond_noise
 from advisor.core.study_attrs import StudyAttrs
+from advisor.core.two_stage import dominates_beyond_noise
 from advisor.core.units import plural
 from advisor.runner.executor import Executor
 from advisor.study.confirmation.pairing import Candidate, Rounds
