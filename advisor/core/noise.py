@@ -15,7 +15,11 @@ latest measurements (trial 0 and its re-measurements) taken by the time the figu
 measured, never to one probe: after readings 1.0, 0.73, 1.0 the reference is 1.0
 (``recent_reference``). A measurement taken later never changes a figure's reference, so
 the ratio ``advisor tune`` printed when the trial finished is the one every later reader
-(the explorer, ``--json``, the export) shows.
+(the explorer, ``--json``, the export) shows. The search's own decisions (which
+combinations to try, the model of the knobs' effects) may look both ways: they take the
+median of the ``RECENT`` measurements nearest in time to the figure, later ones included
+(``nearest_reference``), so that one probe of the baseline that read fast or slow does not
+shift every one-knob seed measured before the baseline was measured again.
 
 **The metric's noise (seed to seed).** The baseline is trained with ``NOISE_SEEDS``
 seeds; ``epsilon`` = 2 x their standard deviation. A difference in the metric within
@@ -140,6 +144,19 @@ def recent_reference(measurements: list[tuple[float, float]], when: float | None
     if when is not None:
         ordered = [m for m in ordered if m[0] <= when]
     return statistics.median(m[1] for m in ordered[-RECENT:]) if ordered else None
+
+
+def nearest_reference(measurements: list[tuple[float, float]], when: float) -> float | None:
+    """The baseline's reference for a decision about a figure measured at ``when``: the
+    median of the ``RECENT`` measurements ``(at, throughput)`` nearest to it in time, before
+    or after (ties to the earlier); None without any.
+
+    Example:
+        >>> nearest_reference([(0.0, 100.0), (10.0, 80.0), (50.0, 90.0), (60.0, 90.0)], 5.0)
+        90.0
+    """
+    nearest = sorted(measurements, key=lambda m: (abs(m[0] - when), m[0]))[:RECENT]
+    return statistics.median(m[1] for m in nearest) if nearest else None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from advisor.core.caveats import Caveat, speed_caveats
 from advisor.core.config import TrialConfig
 from advisor.core.latency import Latency
 from advisor.core.metric import MetricSpec
-from advisor.core.noise import MetricNoise, recent_reference
+from advisor.core.noise import MetricNoise, nearest_reference, recent_reference
 from advisor.core.objectives import Figures, Versus, pareto_front, ratio, satisfied
 from advisor.core.pairs import Confirmation
 from advisor.core.results import NOT_COUNTED, TrialResult
@@ -338,6 +338,24 @@ class StoredStudy(MetricReading):
         """The baseline's reference at ``record``'s time (its probe's, when it was probed
         first): ``reference_at``."""
         return self.reference_at(figure_time(record))
+
+    def decision_reference(self, record: TrialRecord) -> float | None:
+        """The baseline's reference for the search's decisions about ``record``: the
+        measurements nearest to its time, later ones included (``nearest_reference``);
+        what is shown keeps ``reference_throughput``."""
+        when = figure_time(record)
+        found = nearest_reference(self.baseline_measurements, when) if when is not None else None
+        return found if found is not None else self.reference_throughput(record)
+
+    @property
+    def measured_after_trials(self) -> bool:
+        """Whether the baseline was measured again (a measurement that may be a reference)
+        after the last counted trial's figure was measured."""
+        last = max((t for r in self.records if r.counted and not r.baseline
+                    if (t := figure_time(r)) is not None), default=None)
+        again = [float(m["at"]) for m in reference_measurements(self.attrs.get(BASELINE_MEASUREMENTS))
+                 if isinstance(m.get("at"), (int, float))]
+        return bool(again) and (last is None or max(again) >= last)
 
     @property
     def shown_baseline_reference(self) -> float | None:

@@ -5,7 +5,9 @@ each configuration to ``decide()``, stores what comes back and tells the strateg
 
 1. the baseline (the user's current setup) first, alone (the ledger enqueues it);
 2. with the ``default`` sampler, the baseline with one knob changed (``one_knob``), then,
-   once those are in, two combinations of the changes that paid off (``combine``), then,
+   once those are in and the baseline is measured again (``reference_due``; every ratio
+   the search decides on is to the baseline's measurements nearest it in time,
+   ``StoredStudy.decision_reference``), two combinations of the changes that paid off (``combine``), then,
    three proposals in four (``MODEL_EVERY``), the best candidate under a model of the
    knobs' effects fitted to every measurement so far (``effects``): all are returned by
    ``to_queue()`` for the ledger to queue ahead of the sampler;
@@ -103,12 +105,14 @@ class Strategy:
         device: the device type trials run on ("cuda" / "cpu"): combinations it cannot run
             are skipped (``advisor.techniques.rules.device_conflicts``); None: not checked.
         combined: the study's combination step was done by an earlier run.
+        remeasures: the driver measures the baseline again when ``reference_due`` asks
+            (``advisor tune``'s ``BaselineWatch``): the combination step waits for it once.
         on_event: receives a ``Note`` when a failure rule is learnt.
     """
 
     def __init__(self, space: SearchSpace, baseline: TrialConfig, *, workload: str, sampler: str, budget: int,
                  limits: Limits, max_devices: int | None = None, device: str | None = None,
-                 combined: bool = False, on_event: Listener = ignore) -> None:
+                 combined: bool = False, remeasures: bool = False, on_event: Listener = ignore) -> None:
         self.space, self.baseline = space, baseline
         self.workload, self.budget, self.limits = workload, budget, limits
         self.max_devices, self.device, self.emit = max_devices, device, on_event
@@ -120,6 +124,9 @@ class Strategy:
         self._combine_due = sampler == "default" and not combined
         self._model_due = sampler == "default"
         self._turn, self._model_said = 0, False
+        # the combination step waits, once, for the baseline to be measured again after the seeds
+        # (the driver's ``BaselineWatch`` does it while ``reference_due``)
+        self._reference_asked, self.reference_due = not remeasures, False
         self._learned = 0  # trials learnt
         self._model_idle_at: int | None = None  # how many were learnt when the model last had nothing to propose
         self._neighbours: dict[str, list[TrialConfig]] = {}  # a configuration's one-knob changes, by key
@@ -135,7 +142,8 @@ class Strategy:
                  stored: Callable[[], StoredStudy]) -> Queued | None:
         """What the ledger queues before it asks the sampler: the one-knob seeds (first
         call), then, once no queued trial waits and the seeds are in, the combinations.
-        None: nothing can be proposed until this driver's trials in flight are stored.
+        None: nothing can be proposed until this driver's trials in flight are stored, or
+        (``reference_due``) until the driver has measured the baseline again after the seeds.
 
         Args:
             own_in_flight: this driver has trials proposed and not yet stored.
@@ -153,6 +161,15 @@ class Strategy:
                 return Queued()
             if own_in_flight:
                 return None  # every seed's result first
+            if not self._reference_asked and baseline is not None and baseline.figures is not None:
+                # then the baseline measured again, once: the seeds' ratios rest on trial 0's one
+                # probe until then (trust.py's study B read every seed ~15% low against a fast one,
+                # so bf16's 1.02x was no move, while the same command's other run found 1.18x)
+                self._reference_asked = True
+                if not stored().measured_after_trials:
+                    self.reference_due = True
+                    return None
+            self.reference_due = False
             self._combine_due = False
             chosen = self._combinations(baseline, stored()) if baseline is not None and baseline.figures else []
             if chosen:
@@ -234,7 +251,7 @@ class Strategy:
     # ---- the steps -------------------------------------------------------------------
     def _combinations(self, base: TrialRecord, stored: StoredStudy) -> list[TrialConfig]:
         """The combinations of one-knob changes that paid off, each trial's throughput
-        rescaled to the baseline's reference as it stood when it ran (the combination step
+        rescaled to the baseline's measurements nearest to it (``_measured``; the combination step
         divides by trial 0's); probed-only trials count with their probe's figures."""
         assert base.figures is not None
         measured = [(c, f) for c, f, _ in self._measured(base, stored)]
@@ -261,8 +278,9 @@ class Strategy:
 
     def _measured(self, base: TrialRecord, stored: StoredStudy) -> list[tuple[TrialConfig, Figures, bool]]:
         """Every counted trial but the baseline, with its figures, its throughput rescaled to
-        the baseline's reference as it stood when it ran (to trial 0's), and whether its
-        metric was measured; probed-only trials count with their probe's figures."""
+        the baseline's measurements nearest to it in time, later ones included
+        (``StoredStudy.decision_reference``; to trial 0's), and whether its metric was
+        measured; probed-only trials count with their probe's figures."""
         assert base.figures is not None
         first, held = base.figures.throughput, base.figures.score
         out = []
@@ -271,7 +289,7 @@ class Strategy:
                 continue
             if r.state == "failed":  # its training run failed after the probe: not a result to learn from
                 continue
-            reference = stored.reference_throughput(r) or first
+            reference = stored.decision_reference(r) or first
             if r.figures is not None:
                 out.append((r.config, r.figures._replace(throughput=r.figures.throughput * first / reference), True))
             elif r.probe is not None:

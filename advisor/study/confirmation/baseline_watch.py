@@ -214,14 +214,17 @@ class BaselineWatch:
         self.references = []
         self.remeasure(f"its first run was disturbed: {why}", counted, last_trial, timeout)
 
-    def remeasure_reason(self, counted: int, seeds_done: bool) -> str | None:
-        """Why the baseline should be measured again now, or None. A drift is acted on once
+    def remeasure_reason(self, counted: int, seeds_done: bool, before_combining: bool = False) -> str | None:
+        """Why the baseline should be measured again now, or None (``before_combining``: the
+        search's combination step waits for it, ``Strategy.reference_due``). A drift is acted on once
         per trial counted at most: on a machine whose readings swing, measuring the baseline
         again and again found it drifted again each time (22 measurements in a row, and the
         study's four trials took 239 s), never running a trial."""
         since = counted - self.counted_at_last
         if since > 0 and self.judge.drifted(self.base_reading):
             return "the noise sentinel drifted since the baseline was last measured"
+        if before_combining and since > 0:
+            return "the one-knob seeds are in; their combinations are chosen against it"
         if seeds_done and not self.measurements and since > 0:
             return "the one-knob seeds are in"
         if since >= REMEASURE_EVERY:

@@ -96,7 +96,7 @@ class RunContext:
             strategy = Strategy(plan.space, plan.baseline, workload=options.workload, sampler=options.sampler,
                                 budget=options.trials, limits=options.limits, max_devices=gpu_slots,
                                 device=plan.settings.device,
-                                combined=StudyAttrs(study).combined(), on_event=emit)
+                                combined=StudyAttrs(study).combined(), remeasures=True, on_event=emit)
             ledger = Ledger(study, strategy, options.limits, driver=drivers.id, on_event=emit)
             queue = None
             if options.two_stage:

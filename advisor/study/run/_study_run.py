@@ -229,7 +229,8 @@ class StudyRun:
             self.context.keep_up()
             done = parts.done
             more = done + parts.in_flight() < self.options.trials  # trials still to start
-            remeasure = watch.remeasure_reason(done, self.strategy.seeds_done) if more else None
+            remeasure = (watch.remeasure_reason(done, self.strategy.seeds_done, self.strategy.reference_due)
+                         if more else None)
             if remeasure and not self.slots:  # alone on the machine, like every measurement
                 if time.monotonic() >= self.deadline:
                     self.ended = self.deadline_why
@@ -249,6 +250,10 @@ class StudyRun:
                 self.ended = self.deadline_why
                 break
             if not self.slots and not (self.queue is not None and self.queue.waiting):
+                if self.strategy.reference_due:  # the search waits for the baseline's re-measurement
+                    if not (more and watch.remeasure_reason(parts.done, self.strategy.seeds_done, True)):
+                        self.strategy.reference_due = False  # none is due now: it goes on without
+                    continue  # (the loop's first step measures it)
                 if self.ledger.others_running and parts.done < self.options.trials:
                     time.sleep(WAIT_S)  # other drivers' trials: stored, or failed with their driver
                     continue
