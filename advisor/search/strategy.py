@@ -234,6 +234,11 @@ class Strategy:
                             "nothing was measured meanwhile. Run the same command again once it is free: the study "
                             "resumes")
 
+    def without_reference(self) -> None:
+        """The driver has no re-measurement of the baseline to give now (``reference_due``):
+        the combination step goes on with the measurements there are."""
+        self.reference_due = False
+
     @property
     def seeds_done(self) -> bool:
         """The one-knob seeds are measured (their combinations queued), or there were none."""

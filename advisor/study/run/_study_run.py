@@ -252,7 +252,7 @@ class StudyRun:
             if not self.slots and not (self.queue is not None and self.queue.waiting):
                 if self.strategy.reference_due:  # the search waits for the baseline's re-measurement
                     if not (more and watch.remeasure_reason(parts.done, self.strategy.seeds_done, True)):
-                        self.strategy.reference_due = False  # none is due now: it goes on without
+                        self.strategy.without_reference()  # none is due now: it goes on without
                     continue  # (the loop's first step measures it)
                 if self.ledger.others_running and parts.done < self.options.trials:
                     time.sleep(WAIT_S)  # other drivers' trials: stored, or failed with their driver
