@@ -128,3 +128,42 @@ def test_a_run_whose_own_blocks_show_a_busy_machine_is_run_again_not_kept(tmp_pa
     assert [n for n in notes if "a run was discarded" in n] == [
         "pairing trial 1: a run was discarded (interference disturbed 5 of its 6 timed blocks (run-queue wait or "
         "steal over 50% of the block, by the trial's spread): too few clean blocks remain); running it again"]
+
+
+class PairsAt(ScriptedPairs):
+    """A scripted executor (named as such) answering each configuration at ``speeds``."""
+
+    def __init__(self, speeds: dict[tuple[int, str], float]) -> None:
+        super().__init__()
+        self.speeds = speeds
+
+    def submit(self, number, payload):
+        key = (payload.config.batch_size, payload.config.precision)
+        self.asked.append(key)
+        return Handle(number, time.monotonic(), TrialResult(ok=True, throughput=self.speeds[key],
+                                                            peak_memory_bytes=100.0,
+                                                            step_time_median_s=1.0 / self.speeds[key]))
+
+
+def test_a_trial_confirmed_from_off_the_front_keeps_its_place_under_the_cap(tmp_path):
+    """bf16 at bs=32 reads 3% behind the fastest and is confirmed too (``near_front``); it
+    confirms lower and stays off the front. Its place stays taken: with --confirm-top 2
+    nothing more is paired (freed, README command 1 confirmed 10 configurations with a cap
+    of 6). bs=64 fp32, off the front within the memory noise, is never paired."""
+    study, ledger = ledger_study(tmp_path, SPACE, "p")
+    ledger.tell(ledger.propose_baseline().number, full(1000.0), 1.0)
+    for config, figure, memory in ((TrialConfig(batch_size=64, precision="bf16"), 1900.0, 98.0),  # 1: the front
+                                   (TrialConfig(batch_size=32, precision="bf16"), 1840.0, 99.0),  # 2: 3% behind
+                                   (TrialConfig(batch_size=64), 1100.0, 99.5)):  # 3: within the memory noise
+        trial = ledger._hand_out(study.ask(), config)
+        ledger.tell(trial.number, full(figure, memory), 1.0)
+    stored = read_study(study)
+    assert [r.number for r in stored.front()] == [1]
+    executor, notes = PairsAt({(32, "fp32"): 1000.0, (64, "bf16"): 1900.0, (32, "bf16"): 1200.0,
+                               (64, "fp32"): 1100.0}), []
+    Confirmer(study, Workload(), TrialSettings(train_samples=100), executor, ConfirmOptions(top=2, max_pairs=3),
+              on_event=lambda e: notes.append(getattr(e, "text", ""))).run()
+    assert (32, "bf16") in executor.asked and (64, "fp32") not in executor.asked
+    assert any(n.startswith("trial 2 is off the front by less than the probe noise") for n in notes), notes
+    assert any(n.startswith("trial 2 stays off the front: confirmed at throughput 1.20x") for n in notes), notes
+    assert set(read_study(study).confirmations) == {1, 2}
