@@ -154,7 +154,8 @@ class Confirmer:
             held = sum(1 for n in chosen if n in near or n in off_front)
             new = [r for r in candidates(stored, self.options.top) if r.number not in chosen]
             new = new[: max(0, self.options.top - held)]
-            off = [r.number for r in new if r.number not in {f.number for f in stored.front()}]
+            on_front = {r.number for r in stored.front()}  # once, not per candidate (the front is O(n^2))
+            off = [r.number for r in new if r.number not in on_front]
             off_front.update(off)
             if off:
                 self.emit(Note(f"trial{'s' if len(off) > 1 else ''} {', '.join(map(str, off))} "
