@@ -57,9 +57,14 @@ class StudyAttrs:
 
     # ---- what the study is -------------------------------------------------------------
     def write_identity(self, attrs: Mapping[str, Any]) -> None:
-        """The plan's attributes of a new study (or a resumed one's, after its checks)."""
+        """The plan's attributes of a new study (or a resumed one's, after its checks), the
+        identity mark last: another driver opening the same study meanwhile sees it as advisor's
+        only once the whole identity is stored (``being_created`` until then)."""
         for key, value in attrs.items():
-            self.study.set_user_attr(key, value)
+            if key != IDENTITY_MARK:
+                self.study.set_user_attr(key, value)
+        if IDENTITY_MARK in attrs:
+            self.study.set_user_attr(IDENTITY_MARK, attrs[IDENTITY_MARK])
 
     def metric(self) -> MetricSpec:
         return MetricSpec.from_dict(self.study.user_attrs.get(METRIC))
@@ -129,3 +134,11 @@ def is_advisor_study(attrs: Mapping[str, Any], directions: int) -> bool:
     """A study advisor wrote (three objectives and its plan's attributes), not another
     program's Optuna study in the same storage."""
     return directions == 3 and IDENTITY_MARK in attrs
+
+
+def being_created(attrs: Mapping[str, Any], directions: int, trials: int) -> bool:
+    """A study another `advisor tune` has just created and is still writing its identity
+    into (Optuna creates a study first, its attributes follow one by one): advisor's three
+    objectives, no identity mark yet and no trial. Another program's empty three-objective
+    study looks the same until its creator has had the time to write one."""
+    return directions == 3 and IDENTITY_MARK not in attrs and trials == 0

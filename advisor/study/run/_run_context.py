@@ -82,7 +82,7 @@ class RunContext:
                 storage.watch(lambda text: emit(Note(text)))
 
             def stored() -> dict[str, Any] | None:  # the study's attributes, once it exists
-                summary = stores.summary(storage, plan.study_name)
+                summary = stores.summary(storage, plan.study_name, wait_s=stores.CREATION_WAIT_S)
                 if summary is None:
                     return None
                 if not stores.is_advisor_study(summary):

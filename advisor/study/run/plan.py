@@ -161,21 +161,26 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
     import optuna
 
     attrs = plan.study_attrs()
-    if plan.study_name in stores.other_studies(storage):
+    found = stores.summary(storage, plan.study_name, wait_s=stores.CREATION_WAIT_S)
+    if found is not None and not stores.is_advisor_study(found):
         raise StudyError(f"a study named {plan.study_name!r} in {shown_url(plan.storage_url)} is another program's "
-                         "Optuna study, not advisor's: advisor would not add its trials to it. Use --study NEW_NAME")
-    exists = plan.study_name in stores.study_names(storage)
+                         "Optuna study, not advisor's: advisor would not add its trials to it"
+                         + (" (or an `advisor tune` stopped as it created it: it holds no trial and no identity)"
+                            if found.n_trials == 0 and len(found.directions) == 3 else "")
+                         + ". Use --study NEW_NAME")
     study = optuna.create_study(storage=storage, study_name=plan.study_name, load_if_exists=True,
                                 directions=list(DIRECTIONS),
                                 sampler=make_sampler(plan.options.sampler, plan.options.seed))
+    # another driver may have created it since it was looked for: its identity, once written, is checked
+    exists = found is not None or IDENTITY_MARK in StudyAttrs(study).all()
     if exists:
         try:
             _check_resumable(plan, study, attrs, on_event)
         except StudyError:
             from advisor.study.run._drivers import Drivers, nothing_measured
 
-            if not nothing_measured(study, Drivers(study)):
-                raise
+            if found is None or not nothing_measured(study, Drivers(study)):
+                raise  # (one another driver created since this one looked is that driver's to run)
             # an earlier run's baseline failed and nothing else ran (a version that kept such
             # studies): replaced, so that the fixed model.py runs with the same command
             optuna.delete_study(study_name=plan.study_name, storage=storage)
@@ -184,6 +189,9 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> op
             return open_study(plan, storage, on_event)
     else:
         StudyAttrs(study).write_identity(attrs)
+        # two drivers that both found no study both write an identity; the last one written
+        # is the study's, and a driver whose setup it is not stops here as on resuming
+        _check_resumable(plan, study, attrs, ignore)
         # what optuna-dashboard and other Optuna tools call the three values (an API Optuna
         # marks experimental since 3.2; it warns on every call)
         with warnings.catch_warnings():

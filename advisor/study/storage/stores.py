@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor.core.errors import StudyError
+from advisor.core.study_attrs import being_created
 from advisor.core.study_attrs import is_advisor_study as is_advisor
 from advisor.core.units import first_line
 from advisor.study.storage.guard import open_guarded, shown_url, wait_s_from_env
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     import optuna
 
 DEFAULT_STORAGE = "sqlite:///advisor.db"
+CREATION_WAIT_S = 20.0  # how long a driver waits for a study another driver is creating to get its identity
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 
 
@@ -179,13 +182,21 @@ def study_names(storage: Any, advisor_only: bool = False) -> list[str]:
             if not advisor_only or is_advisor_study(s)]
 
 
-def summary(storage: Any, name: str) -> Any:
+def summary(storage: Any, name: str, wait_s: float = 0.0) -> Any:
     """Optuna's summary of study ``name`` in ``storage`` (its directions and attributes, read
-    in one query), or None when there is no such study."""
+    in one query), or None when there is no such study. With ``wait_s``, a study another
+    driver is creating right now (``being_created``) is read again until its identity is
+    stored, for up to ``wait_s`` seconds: two `advisor tune` started together on one study
+    would otherwise take the other's half-made study for another program's."""
     import optuna
 
-    found = [s for s in optuna.get_all_study_summaries(storage, include_best_trial=False) if s.study_name == name]
-    return found[0] if found else None
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = [s for s in optuna.get_all_study_summaries(storage, include_best_trial=False) if s.study_name == name]
+        if not found or not being_created(found[0].user_attrs, len(found[0].directions), found[0].n_trials) \
+                or time.monotonic() >= deadline:
+            return found[0] if found else None
+        time.sleep(0.2)
 
 
 def other_studies(storage: Any) -> list[str]:
