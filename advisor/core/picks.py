@@ -27,8 +27,9 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
 
     fastest: highest throughput ratio; smallest: lowest peak memory ratio; best-metric:
     the best metric (its direction); balanced: closest to the ideal point after scaling each objective to
-    [0, 1] over the front (the metric only where it spreads beyond its noise). Ties as the
-    module says.
+    [0, 1] over the front (the metric only where it spreads beyond its noise); a trial whose
+    intervals reach as near as the closest one's reach far ties with it. Ties as the module
+    says (for balanced, as for fastest: fewer knobs, then less memory).
     """
     how = OLDER_PICKS.get(how, how)
     if how not in PICKS:
@@ -59,9 +60,11 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         top = max(figures[r.number].score for r in pool)
         ties = [r for r in pool if top - figures[r.number].score <= study.epsilon]
         return min(ties, key=tie_break(memory_first=False))
-    points = list(figures.values())
-    return min(pool, key=lambda r: (_distance_to_ideal(figures[r.number], points, study.epsilon), changed(r),
-                                    -figures[r.number].throughput))
+    best = _nearest(pool, figures, study.epsilon, changed)
+    scale = _Scale(list(figures.values()), study.epsilon)
+    reach = {r.number: scale.reach(figures[r.number], versus[r.number]) for r in pool}
+    ties = [r for r in pool if reach[r.number][0] <= reach[best.number][1]]
+    return min(ties, key=tie_break(memory_first=True))
 
 
 def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
@@ -77,7 +80,7 @@ def tie_note(study: StoredStudy, how: str, chosen: TrialRecord) -> str:
     if changed(chosen) < changed(best):
         rule = f"the configuration that changes fewer knobs{' (here the baseline itself)' if chosen.baseline else ''}"
     else:  # as many knobs changed (a review read "fewer knobs" of two one-knob changes): what decided it
-        then = "less memory" if OLDER_PICKS.get(how, how) == "fastest" else "more throughput"
+        then = "less memory" if OLDER_PICKS.get(how, how) in ("fastest", "balanced") else "more throughput"
         rule = f"the configuration that changes fewer knobs, and between as many, to the one with {then}"
     return f"trial {best.number} reads {what} but not beyond the noise, so they tie; a tie goes to {rule}"
 
@@ -86,11 +89,18 @@ def tie_rival(study: StoredStudy, how: str, chosen: TrialRecord) -> tuple[TrialR
     """The trial that reads better than ``chosen`` on the ``how`` pick's own figure, with that
     figure in words ('faster (throughput 1.52x (...))'); None when ``chosen`` reads best."""
     how = OLDER_PICKS.get(how, how)
-    if how not in _INDEX:
+    if how not in PICKS:
         return None
     pool, versus, figures = _pool(study)
     if chosen.number not in figures:
         return None
+    if how == "balanced":
+        best = _nearest(pool, figures, study.epsilon, _changed_knobs(study))
+        if best.number == chosen.number:
+            return None
+        vs = versus[best.number]
+        return best, (f"nearer the balanced point (throughput {vs.throughput_text()}, peak memory "
+                      f"{vs.memory_text()})")
     if how == "fastest":
         best = max(pool, key=lambda r: figures[r.number].throughput)
         what = f"faster (throughput {versus[best.number].throughput_text()})"
@@ -135,18 +145,44 @@ def _changed_knobs(study: StoredStudy) -> Callable[[TrialRecord], int]:
     return count
 
 
-def _distance_to_ideal(point: Figures, front: list[Figures], epsilon: float = 0.0) -> float:
-    """Distance to the ideal point, each objective scaled to [0, 1] over the front; the
-    metric counts only where it spreads more than its noise (``epsilon``)."""
-    total = 0.0
-    for i, direction in enumerate(DIRECTIONS):
-        values = [p[i] for p in front]
-        lo, hi = min(values), max(values)
-        if hi == lo or (i == METRIC and hi - lo <= epsilon):
-            continue
-        score = (point[i] - lo) / (hi - lo)
-        if direction == "minimize":
-            score = 1.0 - score
-        total += (1.0 - score) ** 2
-    return total**0.5
+def _nearest(pool: list[TrialRecord], figures: dict[int, Figures], epsilon: float,
+             changed: Callable[[TrialRecord], int]) -> TrialRecord:
+    """The pooled trial whose figures lie nearest the ideal point (ties on the figures
+    themselves: fewer knobs changed, then more throughput)."""
+    scale = _Scale(list(figures.values()), epsilon)
+    return min(pool, key=lambda r: (scale.distance(figures[r.number]), changed(r), -figures[r.number].throughput))
+
+
+class _Scale:
+    """Each objective scaled to [0, 1] over the pooled trials' figures, 1 the best; the
+    metric only where it spreads more than its noise (``epsilon``)."""
+
+    def __init__(self, points: list[Figures], epsilon: float = 0.0) -> None:
+        self.ranges: dict[int, tuple[float, float]] = {}
+        for i in range(len(DIRECTIONS)):
+            values = [p[i] for p in points]
+            lo, hi = min(values), max(values)
+            if hi > lo and not (i == METRIC and hi - lo <= epsilon):
+                self.ranges[i] = (lo, hi)
+
+    def score(self, i: int, value: float) -> float:
+        lo, hi = self.ranges[i]
+        score = min(1.0, max(0.0, (value - lo) / (hi - lo)))
+        return 1.0 - score if DIRECTIONS[i] == "minimize" else score
+
+    def distance(self, point: Figures, ends: dict[int, float] | None = None) -> float:
+        """Distance to the ideal point (1 on every scaled objective), ``ends`` replacing some of
+        ``point``'s figures."""
+        ends = ends or {}
+        return sum((1.0 - self.score(i, ends.get(i, point[i]))) ** 2 for i in self.ranges) ** 0.5
+
+    def reach(self, point: Figures, versus: Versus) -> tuple[float, float]:
+        """The nearest and farthest the trial can lie from the ideal point within its confirmed
+        95% intervals (a single reading: its figures, both ways)."""
+        thr, mem = versus.throughput_interval, versus.memory_interval
+        best = {0: thr[1]} if thr else {}
+        worst = {0: thr[0]} if thr else {}
+        if mem:
+            best[1], worst[1] = mem[0], mem[1]
+        return self.distance(point, best), self.distance(point, worst)
 

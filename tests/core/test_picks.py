@@ -153,3 +153,34 @@ def test_a_trial_with_the_baseline_numerics_is_feasible_with_no_noise_to_weigh()
         assert r.feasible and r.figures.score == sum(noisy[METRIC_NOISE]["values"]) / 3
         assert judged.text() == "feasible: trained with the baseline's numerics, so +0 at every seed"
         assert study.versus_baseline(r).metric_text() == "+0.0 pt"
+
+
+def test_balanced_ties_within_the_intervals_go_to_fewer_knobs_then_less_memory():
+    """balanced takes the trial nearest the ideal point; one whose confirmed intervals reach
+    nearer than that trial's reach far is a tie, and a tie goes to fewer changed knobs (as
+    for fastest). Before, balanced took the nearest single figure whatever its interval."""
+    records = [record(0, 1000, 100, 0.95, 0.0), record(1, 1500, 100, 0.95, 10.0, precision="bf16"),
+               record(2, 1450, 80, 0.95, 20.0, precision="bf16", compile=True, channels_last=True),
+               record(3, 700, 50, 0.95, 30.0, grad_accumulation=4),
+               record(4, 1300, 78, 0.95, 40.0, batch_size=16)]
+    attrs = {f"{CONFIRMATION}1": confirmed_at(1, [1.49, 1.50, 1.51, 1.50, 1.50]),
+             f"{CONFIRMATION}2": confirmed_at(2, [1.44, 1.45, 1.46, 1.45, 1.45], memory=0.8),
+             f"{CONFIRMATION}3": confirmed_at(3, [0.69, 0.70, 0.71, 0.70, 0.70], memory=0.5)}
+    tight = StoredStudy("s", {**attrs, f"{CONFIRMATION}4": confirmed_at(4, [1.29, 1.30, 1.31, 1.30, 1.30],
+                                                                         memory=0.78)}, records)
+    assert pick(tight, "balanced").number == 2  # the nearest, beyond the noise of the others
+    assert tie_note(tight, "balanced", pick(tight, "balanced")) == ""
+    wide = StoredStudy("s", {**attrs, f"{CONFIRMATION}4": confirmed_at(4, [1.10, 1.45, 1.30, 1.18, 1.48],
+                                                                        memory=0.78)}, records)
+    chosen = pick(wide, "balanced")
+    assert chosen.number == 4  # its interval reaches nearer the ideal point than trial 2's: one knob, not three
+    note = tie_note(wide, "balanced", chosen)
+    assert note.startswith("trial 2 reads nearer the balanced point (throughput 1.45x (")
+    assert note.endswith("not beyond the noise, so they tie; a tie goes to the configuration that changes fewer "
+                         "knobs")
+    # between as many changed knobs, less memory decides
+    one_knob = [*records[:2], record(2, 1450, 80, 0.95, 20.0, compile=True), *records[3:]]
+    same = StoredStudy("s", {**attrs, f"{CONFIRMATION}4": confirmed_at(4, [1.10, 1.45, 1.30, 1.18, 1.48],
+                                                                        memory=0.78)}, one_knob)
+    chosen = pick(same, "balanced")
+    assert chosen.number == 4 and tie_note(same, "balanced", chosen).endswith("to the one with less memory")
