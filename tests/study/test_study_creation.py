@@ -66,10 +66,12 @@ def test_a_study_another_driver_is_creating_is_waited_for_and_joined(tmp_path, q
 
     other = threading.Thread(target=finish)
     other.start()
-    t = time.monotonic()
-    study = open_study(plan, storage)  # before: StudyError "another program's Optuna study"
+    t, notes = time.monotonic(), []
+    study = open_study(plan, storage, lambda e: notes.append(e.text))  # before: "another program's Optuna study"
     other.join()
     assert 0.8 < time.monotonic() - t < stores.CREATION_WAIT_S
+    assert notes == [f"study {plan.study_name!r} is being created by another `advisor tune` (no identity stored "
+                     "yet): waiting up to 20 s for it"]
     assert study._study_id == made._study_id and StudyAttrs(study).all() == plan.study_attrs()
 
 

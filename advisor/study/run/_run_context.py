@@ -81,8 +81,11 @@ class RunContext:
             if hasattr(storage, "watch"):  # an RDB storage: say when it waits for the database
                 storage.watch(lambda text: emit(Note(text)))
 
+            waited: list[str] = []  # stored() waited for a study's creator: open_study need not wait as long again
+
             def stored() -> dict[str, Any] | None:  # the study's attributes, once it exists
-                summary = stores.summary(storage, plan.study_name, wait_s=stores.CREATION_WAIT_S)
+                summary = stores.summary(storage, plan.study_name, wait_s=stores.CREATION_WAIT_S,
+                                         on_wait=lambda text: (emit(Note(text)), waited.append(text)))
                 if summary is None:
                     return None
                 if not stores.is_advisor_study(summary):
@@ -90,7 +93,7 @@ class RunContext:
                 return dict(summary.user_attrs)
 
             plan = settle(plan, stored, executor, stop, emit)  # the default training budget, capped by time
-            study = open_study(plan, storage, emit)
+            study = open_study(plan, storage, emit, creation_wait_s=1.0 if waited else stores.CREATION_WAIT_S)
             drivers = join_study(study, storage, plan, emit)
             gpu_slots = executor.slots if executor.device == "cuda" else None
             strategy = Strategy(plan.space, plan.baseline, workload=options.workload, sampler=options.sampler,

@@ -154,14 +154,17 @@ def drop_failed(space: SearchSpace, hw: Hardware, facts: dict[str, Any], failed:
     return filter_space(SearchSpace(space.name, tuple(knobs), space.dropped + tuple(dropped)), hw, facts)
 
 
-def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore) -> optuna.Study:
+def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore,
+               creation_wait_s: float = stores.CREATION_WAIT_S) -> optuna.Study:
     """Create the study, or resume it when its setup matches (else StudyError, writing
     nothing). Trials a killed driver left running are marked failed when this driver joins
-    it (``advisor.study.run._drivers.join_study``)."""
+    it (``advisor.study.run._drivers.join_study``). A study another driver is creating is
+    waited for, up to ``creation_wait_s`` (``stores.summary``)."""
     import optuna
 
     attrs = plan.study_attrs()
-    found = stores.summary(storage, plan.study_name, wait_s=stores.CREATION_WAIT_S)
+    found = stores.summary(storage, plan.study_name, wait_s=creation_wait_s,
+                           on_wait=lambda text: on_event(Note(text)))
     if found is not None and not stores.is_advisor_study(found):
         raise StudyError(f"a study named {plan.study_name!r} in {shown_url(plan.storage_url)} is another program's "
                          "Optuna study, not advisor's: advisor would not add its trials to it"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,20 +183,25 @@ def study_names(storage: Any, advisor_only: bool = False) -> list[str]:
             if not advisor_only or is_advisor_study(s)]
 
 
-def summary(storage: Any, name: str, wait_s: float = 0.0) -> Any:
+def summary(storage: Any, name: str, wait_s: float = 0.0, on_wait: Callable[[str], None] | None = None) -> Any:
     """Optuna's summary of study ``name`` in ``storage`` (its directions and attributes, read
     in one query), or None when there is no such study. With ``wait_s``, a study another
     driver is creating right now (``being_created``) is read again until its identity is
     stored, for up to ``wait_s`` seconds: two `advisor tune` started together on one study
-    would otherwise take the other's half-made study for another program's."""
+    would otherwise take the other's half-made study for another program's. ``on_wait`` is
+    told once when it waits."""
     import optuna
 
-    deadline = time.monotonic() + wait_s
+    deadline, said = time.monotonic() + wait_s, False
     while True:
         found = [s for s in optuna.get_all_study_summaries(storage, include_best_trial=False) if s.study_name == name]
         if not found or not being_created(found[0].user_attrs, len(found[0].directions), found[0].n_trials) \
                 or time.monotonic() >= deadline:
             return found[0] if found else None
+        if on_wait is not None and not said:
+            on_wait(f"study {name!r} is being created by another `advisor tune` (no identity stored yet): waiting up "
+                    f"to {wait_s:.0f} s for it")
+            said = True
         time.sleep(0.2)
 
 
