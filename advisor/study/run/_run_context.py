@@ -83,9 +83,12 @@ class RunContext:
 
             waited: list[str] = []  # stored() waited for a study's creator: open_study need not wait as long again
 
+            def waiting(text: str) -> None:
+                emit(Note(text))
+                waited.append(text)
+
             def stored() -> dict[str, Any] | None:  # the study's attributes, once it exists
-                summary = stores.summary(storage, plan.study_name, wait_s=stores.CREATION_WAIT_S,
-                                         on_wait=lambda text: (emit(Note(text)), waited.append(text)))
+                summary = stores.summary(storage, plan.study_name, wait_s=stores.CREATION_WAIT_S, on_wait=waiting)
                 if summary is None:
                     return None
                 if not stores.is_advisor_study(summary):
