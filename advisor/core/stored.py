@@ -363,6 +363,17 @@ class StoredStudy(MetricReading):
         the reference its ratios are to (``DISTURBED_BASELINE_NOTE``); None when its own run stands."""
         return self.reference_at(math.inf) if self.baseline is not None and self.attrs.get(BASELINE_DISTURBED) else None
 
+    def shown_throughput(self, record: TrialRecord) -> float | None:
+        """``record``'s samples/s as every view shows it: the baseline's reference when its
+        first run was disturbed (``shown_baseline_reference``), else its own figure (its probe's
+        when it was probed only). A review read the reference in the front table and the
+        disturbed run's 218 samples/s under "Recommended" and in the export."""
+        if record.baseline and (reference := self.shown_baseline_reference) is not None:
+            return reference
+        if record.figures is not None:
+            return record.figures.throughput
+        return record.probe[0] if record.probe is not None else None
+
     @property
     def sittings(self) -> set[int]:
         """The sittings its confirmations' pairs were measured in."""

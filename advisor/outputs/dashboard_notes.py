@@ -25,7 +25,7 @@ from advisor.core.caveats import legend, mark
 from advisor.core.errors import StudyError
 from advisor.core.pairs import resident_note
 from advisor.core.picks import PICKS, pick, tie_note
-from advisor.core.stored import MAX_METRIC_DROP, TRAINING_SKIPPED, StoredStudy, TrialRecord
+from advisor.core.stored import DISTURBED_BASELINE_NOTE, MAX_METRIC_DROP, TRAINING_SKIPPED, StoredStudy, TrialRecord
 from advisor.core.units import first_line, fmt_bytes, fmt_rate
 from advisor.outputs.console import infeasible_text
 from advisor.outputs.summary import counts, front_rows
@@ -102,7 +102,7 @@ def trial_note(study: StoredStudy, record: TrialRecord, on_front: set[int], pick
     if tags:
         lines += ["; ".join(tags), ""]
     lines += [f"| | trial {record.number} | vs the baseline |", "|---|---:|---:|",
-              f"| throughput | {fmt_rate(measured[0])} samples/s | {_cell(vs.throughput_text())} |",
+              f"| throughput | {fmt_rate(study.shown_throughput(record))} samples/s | {_cell(vs.throughput_text())} |",
               f"| peak memory | {fmt_bytes(measured[1])} | {_cell(vs.memory_text())} |"]
     if record.figures is not None:
         lines.append(f"| {metric.name} | {metric.value_text(record.figures.score)} | "
@@ -149,7 +149,8 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
     if base is not None and base.figures is not None:
         f = base.figures
         noise = study.metric_noise
-        lines.append(f"- **Baseline**: trial {base.number} {_code(base.description)}: {fmt_rate(f.throughput)} "
+        lines.append(f"- **Baseline**: trial {base.number} {_code(base.description)}: "
+                     f"{fmt_rate(study.shown_throughput(base))} "
                      f"samples/s, {fmt_bytes(f.peak_memory_bytes)}, {metric.name} {metric.value_text(f.score)}"
                      + (f" (mean of {len(noise.values)} seeds, noise {metric.noise_text(noise.epsilon)})"
                         if noise is not None and noise.values else ""))
@@ -177,12 +178,17 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
     for row in rows:
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        kinds.update(c.kind for c in r.caveats)
-        lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(f.throughput)}{mark(r.caveats)} | "
+        shown = r.baseline and study.shown_baseline_reference is not None  # the reference, as tune's table
+        caveats = [] if shown else r.caveats
+        kinds.update(c.kind for c in caveats)
+        lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(study.shown_throughput(r))}"
+                     f"{mark(caveats)} | "
                      f"{_cell(vs.throughput_text())} | {fmt_bytes(f.peak_memory_bytes)} | {_cell(vs.memory_text())} | "
                      f"{metric.value_text(f.score)} | {_cell(vs.metric_text(metric))} |")
     if (key := legend(kinds)):
         lines += ["", key + "."]
+    if study.shown_baseline_reference is not None:
+        lines += ["", f"{DISTURBED_BASELINE_NOTE}."]
     return "\n".join(lines)
 
 

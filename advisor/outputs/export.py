@@ -11,7 +11,15 @@ from typing import Any
 
 from advisor.core.errors import ConfigError, StudyError
 from advisor.core.export_format import FORMAT_VERSION, config_sha256, serialise, write_atomically
-from advisor.core.stored import METRIC_REUSED, SCORE, SCORE_OUT, TRAINING_SKIPPED, StoredStudy, TrialRecord
+from advisor.core.stored import (
+    DISTURBED_BASELINE_NOTE,
+    METRIC_REUSED,
+    SCORE,
+    SCORE_OUT,
+    TRAINING_SKIPPED,
+    StoredStudy,
+    TrialRecord,
+)
 
 FORMATS = ("yaml", "json", "python", "hf", "accelerate", "torchrun")
 # a format in another tool's terms -> the export document's key for its section
@@ -51,9 +59,12 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     # the score the study compares: the seed mean where the trial trained with more seeds (its first seed's
     # alone is stored with the trial; a review read 0.8333 here beside the metric's 0.8370)
     score = record.figures.score if record.figures is not None else record.get(SCORE)
-    measured = {"throughput": record.get("throughput"), "peak_memory_bytes": record.get("peak_memory_bytes"),
+    measured = {"throughput": study.shown_throughput(record) if record.figures is not None else record.get("throughput"),
+                "peak_memory_bytes": record.get("peak_memory_bytes"),
                 SCORE_OUT: score, **{k: record.get(k) for k in ("step_time_median_s", "step_time_iqr_s",
                                                                             "compile_s")}}
+    if record.baseline and study.shown_baseline_reference is not None:  # its own run was disturbed
+        measured |= {"throughput_first_run": record.get("throughput"), "throughput_note": DISTURBED_BASELINE_NOTE}
     if record.get("energy_per_sample_j") is not None:  # a GPU's energy counter, over the timed steps
         measured["energy_per_sample_j"] = record.get("energy_per_sample_j")
     if record.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)

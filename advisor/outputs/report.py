@@ -68,7 +68,7 @@ def write_report(study: StoredStudy, out_dir: str | os.PathLike[str], storage_ur
     except OSError as exc:
         raise StudyError(f"report output {out} cannot be created: {exc.strerror or exc}") from None
     trials = [r for r in study.records if r.state == "complete"]
-    effects = knob_effects(trials, base)
+    effects = knob_effects(study, trials)
     energy, latency = plots.has_energy(base, trials), plots.has_latency(base)
     text = _markdown(study, base, effects, storage_url, energy)
     try:
@@ -192,7 +192,8 @@ def _picks(study: StoredStudy, storage_url: str | None = None) -> list[str]:
     lines = []
     where = "" if storage_url in (None, DEFAULT_STORAGE) else f" --storage {shlex.quote(storage_url)}"
     for how, r in chosen:
-        thr, mem, acc = r.figures  # type: ignore[misc]
+        _, mem, acc = r.figures  # type: ignore[misc]
+        thr = study.shown_throughput(r)  # a disturbed baseline: the reference its ratios are to
         vs = study.versus_baseline(r)
         command = f"advisor export{where} --study {shlex.quote(study.name)} --trial {r.number} -o {how}.yaml"
         lines.append(f"- **{how}**: trial {r.number} `{r.description}`: "
@@ -218,7 +219,7 @@ def report_data(study: StoredStudy, path: Path, storage_url: str | None = None) 
     except StudyError as exc:
         picks, nothing = {}, str(exc)
     completed = [r for r in study.records if r.state == "complete"]
-    effects = knob_effects(completed, base)
+    effects = knob_effects(study, completed)
     names = ((*plots.FILES, plots.ENERGY) if plots.has_energy(base, completed) else plots.FILES) + (
         (plots.LATENCY,) if plots.has_latency(base) else ())
     front = []

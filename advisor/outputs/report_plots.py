@@ -41,7 +41,7 @@ def write_plots(out: Path, study: StoredStudy, trials: list[TrialRecord], base: 
 
     front = {r.number for r in study.front()}
     measured = [r for r in trials if r.figures is not None]
-    points = [{"n": r.number, "x": r.figures.throughput, "mem": r.figures.peak_memory_bytes / MiB,
+    points = [{"n": r.number, "x": study.shown_throughput(r), "mem": r.figures.peak_memory_bytes / MiB,
                "acc": _shown(study, r.figures.score), "feasible": r.feasible, "front": r.number in front}
               for r in measured]
     assert base.figures is not None

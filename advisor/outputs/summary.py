@@ -52,6 +52,7 @@ class FrontRow:
     record: TrialRecord
     on_front: bool
     versus: Versus  # every figure None when the study has no completed baseline
+    reference: float | None = None  # the baseline's row when its first run was disturbed: what its ratios are to
 
     @property
     def figures(self) -> Figures:
@@ -67,6 +68,8 @@ class FrontRow:
                SCORE_OUT: self.figures.score, "throughput_iqr_rel": relative_iqr(r),
                # why its samples/s may read wrong: a busy machine, an unsettled timing (advisor.core.caveats)
                "speed_caveats": [c.to_dict() for c in r.caveats]}
+        if self.reference is not None:  # the samples/s the tables show for it (DISTURBED_BASELINE_NOTE)
+            row["reference_throughput"] = self.reference
         if self.versus.metric_delta is not None:  # the study has a baseline
             row.update(self.versus.to_dict())
         if r.latency is not None:  # an inference trial's per-request latency (advisor.core.latency)
@@ -80,7 +83,9 @@ def front_rows(study: StoredStudy) -> list[FrontRow]:
     front = study.front()
     on_front = {r.number for r in front}
     shown = front + ([base] if base is not None and base.number not in on_front else [])
-    return [FrontRow(r, r.number in on_front, study.versus_baseline(r)) for r in sorted(shown, key=lambda r: r.number)]
+    reference = study.shown_baseline_reference
+    return [FrontRow(r, r.number in on_front, study.versus_baseline(r), reference if r.baseline else None)
+            for r in sorted(shown, key=lambda r: r.number)]
 
 
 def relative_iqr(record: TrialRecord) -> float | None:
@@ -139,13 +144,23 @@ class KnobEffect:
         return f"{self.knob}={self.value if isinstance(self.value, str) else json.dumps(self.value)}"
 
 
-def knob_effects(records: list[TrialRecord], base: TrialRecord) -> list[KnobEffect]:
-    """Per value of every knob that varies among ``records`` (completed): the median
-    ratios to the baseline. Marginal medians over the trials the search ran, not
-    controlled one-knob experiments. Knobs come in TrialConfig order, values ascending."""
-    assert base.figures is not None
+def knob_effects(study: StoredStudy, records: list[TrialRecord]) -> list[KnobEffect]:
+    """Per value of every knob that varies among ``records`` (completed): the medians of
+    their ratios to the baseline as every table shows them (``versus_baseline``: to the
+    baseline as measured by each trial's time, confirmed where confirmed; a review read 28x
+    here beside 1.89x in the front, both to a disturbed first run). Marginal medians over
+    the trials the search ran, not controlled one-knob experiments. Knobs come in
+    TrialConfig order, values ascending."""
+    base = study.baseline
+    assert base is not None and base.figures is not None
     configs = [(r, r.config.to_dict()) for r in records if r.config is not None and r.figures is not None]
-    b_thr, b_mem, b_acc = base.figures
+    b_acc = base.figures.score
+    versus = {r.number: study.versus_baseline(r) for r, _ in configs}
+
+    def median(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
     effects = []
     for key in TrialConfig.keys():
         groups: dict[str, list[TrialRecord]] = {}
@@ -157,8 +172,8 @@ def knob_effects(records: list[TrialRecord], base: TrialRecord) -> list[KnobEffe
             rs = groups[text]
             effects.append(KnobEffect(
                 key, json.loads(text), len(rs),
-                statistics.median(r.figures.throughput for r in rs) / b_thr if b_thr else None,  # type: ignore[union-attr]
-                statistics.median(r.figures.peak_memory_bytes for r in rs) / b_mem if b_mem else None,  # type: ignore[union-attr]
+                median([versus[r.number].throughput_ratio for r in rs]),
+                median([versus[r.number].memory_ratio for r in rs]),
                 statistics.median(r.figures.score - b_acc for r in rs)))  # type: ignore[union-attr]
     return effects
 

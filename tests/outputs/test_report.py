@@ -143,7 +143,7 @@ def test_knob_effects_match_a_hand_computation(recorded):
 
     study = read_study(st.load(st.open_storage(recorded["url"], must_exist=True), NAME))
     trials = [r for r in study.records if r.state == "complete"]
-    effects = {e.label: e for e in knob_effects(trials, study.baseline)}
+    effects = {e.label: e for e in knob_effects(study, trials)}
     fp32 = effects["precision=fp32"]
     assert fp32.n == 8
     assert fp32.throughput_ratio == pytest.approx(6873.5 / 6736)
@@ -245,3 +245,42 @@ def test_a_disturbed_baseline_shows_the_reference_as_tunes_table_does(tmp_path):
     text = write_report(read_study(optuna.load_study(study_name=NAME, storage=url)), tmp_path / "r").read_text()
     assert table_row(text, "0 (baseline)").startswith("| 0 (baseline) | `bs=64 fp32` | 7,050 | 1.00x |")
     assert "The baseline's first run was disturbed: its samples/s is the median of its latest re-measurements" in text
+
+
+def test_a_disturbed_baseline_is_the_reference_in_every_view(tmp_path):
+    """A review (a busy machine, a tiny transformer): trial 0's disturbed run read 218
+    samples/s, the re-measured reference 3,559. The front table showed the reference, but
+    "Recommended" and the export showed 218, and each knob's effect read 28x and 19x beside
+    the front's 2.8x and 1.9x. Every view now takes the reference."""
+    from advisor.core.config import TrialConfig
+    from advisor.core.objectives import Figures
+    from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, StoredStudy, TrialRecord
+    from advisor.outputs.export import export_document
+
+    def record(number, thr, mem, at, **config):
+        return TrialRecord(number, "complete", TrialConfig.from_dict({"batch_size": 32, **config}),
+                           Figures(thr, mem, 0.9), {"accuracy_drop": 0.0}, baseline=number == 0, finished_at=at,
+                           attrs={"throughput": thr, "peak_memory_bytes": mem})
+
+    records = [record(0, 218.0, 100.0, 0.0), record(1, 6700.0, 150.0, 10.0, precision="bf16"),
+               record(2, 9800.0, 180.0, 20.0, batch_size=64)]
+    attrs = {BASELINE_MEASUREMENTS: [{"at": at, "throughput": 3500.0} for at in (1.0, 2.0, 3.0)],
+             BASELINE_DISTURBED: "its first run: the sentinel read 9x apart"}
+    study = StoredStudy("s", attrs, records)
+    effects = {e.label: e for e in knob_effects(study, records)}
+    assert effects["precision=bf16"].throughput_ratio == pytest.approx(6700 / 3500)  # was 6700 / 218: 30.7x
+    assert effects["batch_size=64"].throughput_ratio == pytest.approx(9800 / 3500)
+    assert effects["precision=fp32"].throughput_ratio == pytest.approx((1.0 + 9800 / 3500) / 2)
+    text = write_report(study, tmp_path / "r").read_text()
+    smallest = next(line for line in text.splitlines() if line.startswith("- **smallest**"))
+    assert smallest.startswith("- **smallest**: trial 0 `bs=32 fp32`: 3,500 samples/s (1.00x)"), smallest
+    assert "| `precision=bf16` | 1.91x |" in text
+    measured = export_document(study, records[0])["measured"]
+    assert measured["throughput"] == 3500.0 and measured["throughput_first_run"] == 218.0
+    assert measured["throughput_note"].startswith("The baseline's first run was disturbed")
+    assert "throughput_first_run" not in export_document(study, records[1])["measured"]
+    from advisor.outputs.summary import front_rows
+
+    rows = {row.record.number: row.to_dict() for row in front_rows(study)}  # tune --json, report --json
+    assert rows[0]["throughput"] == 218.0 and rows[0]["reference_throughput"] == 3500.0
+    assert "reference_throughput" not in rows[2]
