@@ -34,6 +34,7 @@ class TrialRow:
     versus: Versus = NO_BASELINE
     on_front: bool = False
     metric: MetricSpec = DEFAULT_METRIC  # the study's metric: its name, and how its scores read
+    reference: float | None = None  # the baseline's re-measured samples/s when its first run was disturbed
 
     @property
     def number(self) -> int:
@@ -67,7 +68,11 @@ class TrialRow:
 
     @property
     def throughput(self) -> float | None:
-        probe = self.record.probe  # a probed-only trial's too
+        """Its samples/s (a probed-only trial's too); the baseline's reference, the ratios' own,
+        when its first run was disturbed (DISTURBED_BASELINE_NOTE), as every table shows it."""
+        if self.reference is not None:
+            return self.reference
+        probe = self.record.probe
         return probe[0] if probe else None
 
     @property
@@ -169,7 +174,9 @@ class StudyData:
         if study is None:
             return Loaded(None, [], self.filters)  # live: the study is created when Ray is up
         stored = read_study(study)
-        rows = [TrialRow(r, stored.versus_baseline(r), metric=stored.metric) for r in stored.records]
+        reference = stored.shown_baseline_reference
+        rows = [TrialRow(r, stored.versus_baseline(r), metric=stored.metric, reference=reference if r.baseline else None)
+                for r in stored.records]
         filters = self.filters
         _mark_front(rows, stored, filters)
         return Loaded(stored, rows, filters)

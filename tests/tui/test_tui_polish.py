@@ -246,3 +246,25 @@ def test_detail_says_a_training_run_repeated_the_baselines(url):
     text = str(describe(row, data.attrs, data.baseline.config))
     assert "its training run repeated trial 0's (same training numerics: judged as the baseline over its seeds)" in text
     assert "repeated trial" not in str(describe(rows[2], data.attrs, data.baseline.config))
+
+
+def test_a_disturbed_baseline_reads_its_reference_in_the_explorer(url):
+    """As in every table: the baseline's row shows the re-measured reference its ratios are
+    to, not its disturbed first run; the detail pane says which it is."""
+    import optuna
+
+    from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS
+
+    study = optuna.load_study(study_name="digits_cnn-cpu", storage=url)
+    last = max(t.datetime_complete.timestamp() for t in study.trials if t.datetime_complete)
+    study.set_user_attr(BASELINE_MEASUREMENTS, [{"at": last + i, "throughput": v}
+                                                for i, v in ((1, 7000.0), (2, 7100.0), (3, 7050.0))])
+    rows, data = _rows(url)
+    assert rows[0].throughput == rows[0].record.probe[0] == 6736.0  # its own run stands: shown as measured
+    study.set_user_attr(BASELINE_DISTURBED, "its first run: the sentinel read 9x apart")
+    rows, data = _rows(url)
+    assert rows[0].throughput == 7050.0 and rows[3].throughput == rows[3].record.probe[0]
+    assert [c[0] for c in TrialTable._figure_cells(rows[0])][1] == "7,050"
+    text = str(describe(rows[0], data.attrs, data.baseline.config))
+    assert "The baseline's first run was disturbed: its samples/s is the median of its latest re-measurements, " \
+           "the reference the ratios are to: 7,050 samples/s" in text

@@ -14,7 +14,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.latency import CONSTRAINT as LATENCY_CONSTRAINT
 from advisor.core.latency import Latency, fmt_ms
 from advisor.core.objectives import METRIC_DROP
-from advisor.core.stored import EARLY_STOP, METRIC_REUSED, REUSE_DIFFERENCE, TRAINING_SKIPPED
+from advisor.core.stored import DISTURBED_BASELINE_NOTE, EARLY_STOP, METRIC_REUSED, REUSE_DIFFERENCE, TRAINING_SKIPPED
 from advisor.core.units import fmt_bytes, fmt_energy, fmt_rate
 from advisor.machine.hardware import describe_fingerprint
 from advisor.tui.data import TrialRow
@@ -77,6 +77,8 @@ def describe(row: TrialRow, study_attrs: dict[str, Any], baseline: TrialConfig |
     if row.state in ("complete", "probed"):  # a busy machine, a timing that did not settle (as every view says)
         for caveat in row.record.caveats:
             text.append(f"speed: {caveat.text}\n", style="yellow")
+        if row.reference is not None:
+            text.append(f"{DISTURBED_BASELINE_NOTE}: {fmt_rate(row.reference)} samples/s\n", style="yellow")
     if row.state == "probed":
         text.append(f"no training run needed: {u.get(TRAINING_SKIPPED)}\n", style="dim")
     elif row.state in ("failed", "skipped"):

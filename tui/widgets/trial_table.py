@@ -79,7 +79,7 @@ class TrialTable(DataTable):
         mark = " base" if row.baseline else (" *" if row.on_front else "")
         style = "bold" if row.on_front else ("dim" if row.state == "complete" and not row.feasible else "")
         # " (busy)", " (unsettled)": its speed is less sure than the rest's (the detail pane says by how much)
-        rate = fmt_rate(row.throughput) + caveat_mark(row.record.caveats)
+        rate = fmt_rate(row.throughput) + ("" if row.reference is not None else caveat_mark(row.record.caveats))
         if row.state == "probed":  # two-stage: speed and memory measured, no training run needed
             ratios = row.versus.cells()
             texts = [f"{row.number} p", rate, ratios[0], fmt_bytes(row.memory), ratios[1],
