@@ -107,6 +107,11 @@ class Versus:
 
     @property
     def metric_within_noise(self) -> bool:
+        """Whether the noise cannot tell the metric from the baseline's: its verdict's 95%
+        bounds straddle 0 where the verdict weighed the noise (the seeds on both sides), else
+        within epsilon (2 sd of one seed)."""
+        if self.verdict is not None and self.verdict.noise_known:
+            return self.verdict.low <= 0.0 <= self.verdict.high
         return within_noise(self.metric_delta, self.epsilon)
 
     def to_dict(self) -> dict[str, Any]:

@@ -4,8 +4,8 @@ each a trial of the feasible Pareto front, chosen on its ratios to the baseline.
 Picks are made on confirmed figures: once any trial of the front is confirmed in pairs,
 only the confirmed ones (and the baseline) are picked from, so an unconfirmed single
 reading never beats a confirmed interval. Figures that the noise cannot tell apart are
-ties: confirmed intervals that overlap the best one's, and metrics within the metric's
-noise (epsilon) of the best. A tie goes to the configuration that changes fewer knobs
+ties: confirmed intervals that overlap the best one's, and metrics whose difference from
+the best one's the verdicts' bounds do not tell from 0 (``StoredStudy.metric_tie``). A tie goes to the configuration that changes fewer knobs
 from the baseline, then to the one with less memory (the faster one, for ``smallest``).
 Paired confirmation confirms the picks first (``advisor.study.confirmation.confirm``). ``most-accurate``
 is ``best-metric``'s older name, still taken."""
@@ -57,8 +57,8 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         ties = [r for r in pool if span[r.number][0] <= span[best.number][1]]
         return min(ties, key=tie_break(memory_first=False))
     if how == "best-metric":
-        top = max(figures[r.number].score for r in pool)
-        ties = [r for r in pool if top - figures[r.number].score <= study.epsilon]
+        top = max(pool, key=lambda r: figures[r.number].score)
+        ties = [r for r in pool if study.metric_tie(top, r)]
         return min(ties, key=tie_break(memory_first=False))
     best = _nearest(pool, figures, study.epsilon, changed)
     scale = _Scale(list(figures.values()), study.epsilon)

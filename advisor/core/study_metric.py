@@ -5,14 +5,16 @@ with, its verdict (``advisor.core.feasibility``), and the trials read at their s
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import replace
 from functools import cached_property
 from typing import Any, Protocol
 
-from advisor.core.feasibility import Verdict, same_numerics_verdict, verdict
+from advisor.core.feasibility import Verdict, pooled_sd, same_numerics_verdict, verdict
 from advisor.core.noise import MetricNoise
 from advisor.core.objectives import METRIC_DROP, Figures, Limits
+from advisor.core.student import t95
 
 
 class TrialRecord(Protocol):
@@ -147,3 +149,29 @@ class MetricReading:
         if self.same_numerics(record):
             return same_numerics_verdict(len(values), self.limits.allowed(reference))
         return verdict(values, self.baseline_values, self.limits.allowed(reference))
+
+    def metric_tie(self, a: TrialRecord, b: TrialRecord) -> bool:
+        """Whether the noise cannot tell ``a``'s metric from ``b``'s: the one-sided 95% bounds
+        of their difference straddle 0, the verdicts' rule (``advisor.core.feasibility``),
+        over both trials' seeds and the baseline's, the spread pooled. Against the baseline
+        it is the other trial's own verdict: a review read "feasible: -0.066, its 95% upper
+        bound -0.005" beside "a tie: trial 2 reads better within the noise" (the old rule, 2 sd
+        of one seed, whatever the seed counts). Without a noise estimate: equal metrics only."""
+        if a.number == b.number:
+            return True
+        base = self.baseline
+        for trial, other in ((a, b), (b, a)):
+            if base is not None and other.number == base.number:
+                judged = self.verdict(trial)
+                if judged is not None and judged.noise_known:
+                    return judged.low <= 0.0 <= judged.high
+        va, vb = self.metric_values(a), self.metric_values(b)
+        if not va or not vb:
+            return False
+        d = statistics.fmean(va) - statistics.fmean(vb)
+        samples = [va, vb] + ([self.baseline_values] if base is not None and base.number not in (a.number, b.number)
+                              else [])
+        sd, df = pooled_sd(*samples)
+        if df == 0 or sd == 0.0:
+            return d == 0.0
+        return abs(d) <= t95(df) * sd * math.sqrt(1 / len(va) + 1 / len(vb))

@@ -184,3 +184,27 @@ def test_balanced_ties_within_the_intervals_go_to_fewer_knobs_then_less_memory()
                                                                         memory=0.78)}, one_knob)
     chosen = pick(same, "balanced")
     assert chosen.number == 4 and tie_note(same, "balanced", chosen).endswith("to the one with less memory")
+
+
+def test_the_best_metric_tie_and_within_noise_follow_the_verdicts_bounds():
+    """A review (a regression study): "feasible: -0.066, its 95% upper bound -0.005" beside
+    "best-metric trial 0 (a tie: trial 2 reads better within the noise)" and, in the export,
+    metric_within_noise true beside bounds that exclude 0. The tie and the label now use the
+    verdict's bounds, which weigh the seeds on both sides; before, 2 sd of one seed."""
+    from advisor.core.stored import METRIC_SEEDS
+
+    noisy = {METRIC_NOISE: {"seeds": [0, 1, 2], "values": [0.95, 0.94, 0.96]}}  # sd 0.01: epsilon 0.02
+    records = [record(0, 1000, 100, 0.950, 0.0),
+               record(1, 900, 90, 0.968, 10.0, precision="bf16", channels_last=True)]  # less memory: on the front
+    # trained over 3 seeds: +1.8 pt, within 2 sd of one seed but beyond its bounds (+-1.7 pt over 3 + 3 seeds)
+    beyond = StoredStudy("s", {**noisy, f"{METRIC_SEEDS}1": {"seeds": [0, 1, 2], "values": [0.958, 0.968, 0.978]}},
+                         records)
+    vs = beyond.versus_baseline(beyond.records[1])
+    assert vs.verdict.low > 0 and not vs.metric_within_noise and vs.metric_text() == "+1.8 pt"  # not "within noise"
+    assert pick(beyond, "best-metric").number == 1
+    assert tie_note(beyond, "best-metric", pick(beyond, "best-metric")) == ""
+    # one seed: the same +1.8 pt is within its bounds (+-3.4 pt): a tie, to the baseline (no knob changed)
+    one = StoredStudy("s", noisy, records)
+    assert one.versus_baseline(one.records[1]).metric_within_noise
+    chosen = pick(one, "best-metric")
+    assert chosen.number == 0 and tie_note(one, "best-metric", chosen).startswith("trial 1 reads better")
