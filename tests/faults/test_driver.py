@@ -71,6 +71,9 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     keys = [t.user_attrs["config_key"] for t in measured]
     assert len(keys) == len(set(keys)) == TOTAL  # the study reached its total, each config once
     assert sum(1 for t in after if t.user_attrs.get("baseline")) == 1
+    assert main([*ARGS, "--trials", str(TOTAL)]) == 0  # once more: a review's rerun said nothing of why it ran nothing
+    assert (f"the study already holds its {TOTAL} trial(s) (--trials {TOTAL} is the study's total): nothing more "
+            "to search; a larger --trials runs more") in " ".join(capsys.readouterr().out.split())
 
 
 def _wait_for(db, name: str, condition, proc, timeout: float = 400.0) -> list:

@@ -225,6 +225,9 @@ class StudyRun:
         the context's, watched by the baseline's ``watch``)."""
         timeout = self._timeout(base)
         self.emit(TimeoutSet(timeout))
+        if parts.done >= self.options.trials:  # the same command again, after the study finished its search
+            self.emit(Note(f"the study already holds its {parts.done} trial(s) (--trials {self.options.trials} is the "
+                           "study's total): nothing more to search; a larger --trials runs more"))
         while self.stop_reason is None:
             self.context.keep_up()
             done = parts.done
