@@ -90,3 +90,29 @@ def test_a_failed_baseline_leaves_no_study_and_the_fixed_file_runs_with_the_same
     path.write_text(DIVERGES.replace('value * float("nan")', "value"))
     assert main(args) == 0  # the same command, on the fixed file: a new study, not "a different workload_sha256"
     assert load(workdir / "advisor.db", "model-default").trials[0].state.name == "COMPLETE"
+
+
+def test_a_baseline_failing_in_the_users_forward_says_so_below_its_traceback(ray_session, workdir, capsys):
+    """A review read "ValueError: boom on the 2nd batch. The study held nothing else, ..." glued
+    onto the last line of the user's traceback: the sentence now has a line of its own."""
+    path = workdir / "model.py"
+    path.write_text(DIVERGES.replace("    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))",
+                                     "    return Raises()").replace('value * float("nan")', "value")
+                    + '''
+
+class Raises(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 3)
+
+    def forward(self, x):
+        if len(x) > 2:  # the preflight's two samples pass
+            raise ValueError("boom on a full batch")
+        return self.layer(x)
+''')
+    assert main(["tune", str(path), "--trials", "1", "--no-confirm", *FAST]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    at = lines.index("ValueError: boom on a full batch")
+    assert lines[at - 1].strip() == 'raise ValueError("boom on a full batch")'  # the user's frame
+    assert lines[at + 1] == ("The study held nothing else, so it was not kept: fix model.py and run the same "
+                             "command again")
