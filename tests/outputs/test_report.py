@@ -284,3 +284,34 @@ def test_a_disturbed_baseline_is_the_reference_in_every_view(tmp_path):
     rows = {row.record.number: row.to_dict() for row in front_rows(study)}  # tune --json, report --json
     assert rows[0]["throughput"] == 218.0 and rows[0]["reference_throughput"] == 3500.0
     assert "reference_throughput" not in rows[2]
+
+
+def test_the_trials_table_says_which_reference_an_unconfirmed_ratio_is_to():
+    """A review read 3,359 samples/s at 0.83x beside a baseline of 3,296: the ratio was to the
+    baseline as measured by then (4,033), which no cell showed. The note column says it where
+    it differs from the baseline's row by more than 5%."""
+    import io
+
+    from rich.console import Console
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.objectives import Figures
+    from advisor.core.stored import BASELINE_DISTURBED, BASELINE_MEASUREMENTS, StoredStudy, TrialRecord
+    from advisor.outputs.listing import trial_lines, trials_table
+
+    def record(number, thr, at, **config):
+        return TrialRecord(number, "complete", TrialConfig.from_dict({"batch_size": 16, **config}),
+                           Figures(thr, 100.0, 0.9), {"accuracy_drop": 0.0}, baseline=number == 0, finished_at=at,
+                           attrs={"throughput": thr, "peak_memory_bytes": 100.0})
+
+    records = [record(0, 900.0, 0.0), record(1, 3359.0, 10.0, precision="bf16"),
+               record(2, 3500.0, 100.0, batch_size=32)]
+    measured = [{"at": at, "throughput": v} for at, v in ((5.0, 4033.0), (6.0, 4033.0), (7.0, 4040.0),
+                                                           (90.0, 3296.0), (91.0, 3296.0), (92.0, 3300.0))]
+    study = StoredStudy("s", {BASELINE_MEASUREMENTS: measured, BASELINE_DISTURBED: "its first run"}, records)
+    console = Console(file=io.StringIO(), width=400)
+    console.print(trials_table(study, trial_lines(study)))
+    rows = {line.split("│")[1].strip(): line for line in console.file.getvalue().splitlines() if "│" in line}
+    assert "3,296" in rows["0 (baseline)"] and "0.83x unconfirmed" in rows["1"]
+    assert "ratio to the baseline as measured by then: 4,033 samples/s" in rows["1"]
+    assert "as measured by then" not in rows["2"]  # its reference is the baseline's row: nothing to say
