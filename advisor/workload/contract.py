@@ -177,7 +177,7 @@ def _near(module: ModuleType, name: str) -> str:
     own = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__
            and n not in (*_REQUIRED, *_OPTIONAL)]
     close = difflib.get_close_matches(name, own, n=1, cutoff=0.75)
-    return f" (did you mean to name {close[0]}() {name}()?)" if close else ""
+    return f" (model.py defines {close[0]}(): did you mean to name it {name}()?)" if close else ""
 
 
 def _baseline(module: ModuleType, path: Path, problems: list[str]) -> dict[str, Any]:

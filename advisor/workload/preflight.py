@@ -102,9 +102,16 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     model.eval()
     with torch.no_grad():
         if workload.validate is None:  # the metric on validation items, as every trial's evaluation computes it
-            with user_code(f"{workload.where('model')}: the model's forward, in eval mode, on a batch of 2 "
-                           "validation samples,"):
-                output = forward(model, val_inputs)
+            try:
+                with user_code(f"{workload.where('model')}: the model's forward, in eval mode, on a batch of 2 "
+                               "validation samples,"):
+                    output = forward(model, val_inputs)
+            except WorkloadError as exc:  # the training batch passed: the splits may differ, not the model
+                hint = _splits_hint(workload, inputs, val_inputs)
+                if hint is None:
+                    raise
+                first, _, frames = str(exc).partition("\n")
+                raise WorkloadError(f"{first} ({hint})\n{frames}".rstrip()) from None
         check_metric(workload, call(workload, "metric", output, val_target) if workload.validate is None
                      else _validate(workload, model, val_inputs, val_target))
     return {
@@ -146,6 +153,27 @@ def _dtype_hint(model: Any, inputs: Any) -> str | None:
     shown = dtype_name(found)
     return (f"the batch's inputs are {shown} and the model's weights {weights}: have datasets() return {weights} "
             f"inputs (a numpy float64 array: torch.from_numpy(x).float()), or build the model in {shown}")
+
+
+def _splits_hint(workload: Workload, train: Any, val: Any) -> str | None:
+    """When the validation batch's input tensors have other shapes than the training
+    batch's (beyond the batch dimension), which: the model took the training batch, so
+    datasets()' two splits disagree. None when they agree (or cannot be compared)."""
+    import torch
+
+    def shapes(inputs: Any) -> list[tuple[int, ...]] | None:
+        tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs.values()) if isinstance(
+            inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else None
+        if tensors is None or not all(isinstance(t, torch.Tensor) for t in tensors):
+            return None
+        return [tuple(t.shape[1:]) for t in tensors]
+
+    a, b = shapes(train), shapes(val)
+    if a is None or b is None or a == b:
+        return None
+    shown = (lambda s: ", ".join(str(list(x)) for x in s))  # noqa: E731
+    return (f"the training batch passed; {workload.where('datasets')} gives validation inputs of shape "
+            f"{shown(b)} per sample, the training inputs {shown(a)}: its two splits differ")
 
 
 def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tuple[Any, Any]:

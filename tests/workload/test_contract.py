@@ -121,7 +121,8 @@ VIOLATIONS = [
     ("validation-items-wrong", "import torch\nfrom torch.utils.data import TensorDataset\n" + GOOD_MODEL +
      "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
      "    return TensorDataset(torch.randn(64, 4), y), TensorDataset(torch.randn(16, 5), y[:16])\n",
-     "the model's forward, in eval mode, on a batch of 2 validation samples, raised RuntimeError"),
+     "the model's forward, in eval mode, on a batch of 2 validation samples, raised RuntimeError: mat1 and mat2 "
+     "shapes cannot be multiplied (2x5 and 4x2) (the training batch passed; "),
     # the defaults (no loss(), no metric()) on a model they cannot read: said as such, not as the user's loss()
     ("default-loss-on-a-tuple", GOOD_DATA + "class Net(torch.nn.Linear):\n    def forward(self, x):\n"
      "        return super().forward(x), x\ndef model():\n    return Net(4, 2)\n",
@@ -138,7 +139,8 @@ VIOLATIONS = [
      "float32 values of shape (2,), not class indices"),
     ("datasets-misspelt", GOOD_MODEL.replace("def model", "import torch\ndef model") +
      GOOD_DATA.replace("def datasets", "def dataset"),
-     "datasets() is missing (required by the model.py contract) (did you mean to name dataset() datasets()?)"),
+     "datasets() is missing (required by the model.py contract) (model.py defines dataset(): did you mean to name "
+     "it datasets()?)"),
     ("input-a-list-of-numbers", "import torch\n" + GOOD_MODEL +
      "def datasets():\n    items = [([0.1 * i, 0.2, 0.3, 0.4], i % 2) for i in range(64)]\n    return items, items\n",
      "the model's forward, on a batch of 2 training samples (each item's input is a list of 4 numbers: torch's "
