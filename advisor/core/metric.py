@@ -45,18 +45,20 @@ class MetricSpec:
         if not isinstance(described, dict):
             raise WorkloadError(f"{where}: METRIC must be a dict such as {{'name': 'perplexity', "
                                 f"'higher_is_better': False}}, found {type(described).__name__}")
+        problems = []  # every one at once, as BASELINE's are (a review fixed them one run at a time)
         unknown = sorted(set(described) - set(KEYS))
         if unknown:
             import difflib
 
+            # a suggestion only of a key it does not give already ('lower_is_better' beside 'higher_is_better')
             near = [f"{k!r}: did you mean {close[0]!r}?" for k in unknown
-                    if (close := difflib.get_close_matches(k, list(KEYS), n=1))]
-            raise WorkloadError(f"{where}: METRIC: unknown key(s) {', '.join(map(repr, unknown))} "
-                                f"(expected {', '.join(KEYS)})" + (f"; {'; '.join(near)}" if near else ""))
-        for key, kind in KEYS.items():
-            if key in described and not isinstance(described[key], kind):
-                raise WorkloadError(f"{where}: METRIC[{key!r}] must be a {kind.__name__}, found "
-                                    f"{described[key]!r}")
+                    if (close := difflib.get_close_matches(k, [x for x in KEYS if x not in described], n=1))]
+            problems.append(f"unknown key(s) {', '.join(map(repr, unknown))} (expected {', '.join(KEYS)})"
+                            + (f"; {'; '.join(near)}" if near else ""))
+        problems += [f"METRIC[{key!r}] must be a {kind.__name__}, found {described[key]!r}"
+                     for key, kind in KEYS.items() if key in described and not isinstance(described[key], kind)]
+        if problems:
+            raise WorkloadError(f"{where}: METRIC: {'; '.join(problems)}")
         name = described.get("name", "accuracy" if not own_metric else "metric").strip()
         if not name or len(name) > 40:
             raise WorkloadError(f"{where}: METRIC['name'] must be 1 to 40 characters, found {described.get('name')!r}")

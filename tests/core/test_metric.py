@@ -37,6 +37,10 @@ def test_a_lower_is_better_metric_reads_as_itself():
     ({"name": "ppl", "higher_is_better": "no"}, "METRIC['higher_is_better'] must be a bool, found 'no'"),
     ({"name": ""}, "METRIC['name'] must be 1 to 40 characters"),
     (["ppl"], "METRIC must be a dict"),
+    # every problem at once; no suggestion of a key it gives already (a review's METRIC)
+    ({"name": "acc", "higher_is_better": "yes", "lower_is_better": False},
+     "m.py: METRIC: unknown key(s) 'lower_is_better' (expected name, higher_is_better, fraction, unit); "
+     "METRIC['higher_is_better'] must be a bool, found 'yes'"),
 ])
 def test_a_bad_description_names_what_and_where(described, message):
     with pytest.raises(WorkloadError, match="m.py") as info:
