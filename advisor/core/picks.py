@@ -12,10 +12,12 @@ is ``best-metric``'s older name, still taken."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from advisor.core.errors import StudyError
 from advisor.core.objectives import DIRECTIONS, METRIC, Figures, Versus
+from advisor.core.pairs import RESIDENT_FLOOR
 from advisor.core.stored import StoredStudy, TrialRecord
 
 PICKS = ("fastest", "smallest", "best-metric", "balanced")
@@ -52,7 +54,9 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         ties = [r for r in pool if span[r.number][1] >= span[best.number][0]]
         return min(ties, key=tie_break(memory_first=True))
     if how == "smallest":
-        span = {r.number: _span(versus[r.number].memory_interval, figures[r.number].peak_memory_bytes) for r in pool}
+        floor = _resident_floor(study)
+        span = {r.number: _span(versus[r.number].memory_interval, figures[r.number].peak_memory_bytes,
+                                0.0 if r.baseline else floor) for r in pool}
         best = min(pool, key=lambda r: figures[r.number].peak_memory_bytes)
         ties = [r for r in pool if span[r.number][0] <= span[best.number][1]]
         return min(ties, key=tie_break(memory_first=False))
@@ -130,9 +134,20 @@ def _pool(study: StoredStudy) -> tuple[list[TrialRecord], dict[int, Versus], dic
     return pool, versus, {r.number: study.relative_figures(r) for r in pool}
 
 
-def _span(interval: tuple[float, float] | None, value: float) -> tuple[float, float]:
-    """A figure's confirmed 95% interval, or the single reading as a point."""
-    return interval if interval is not None else (value, value)
+def _span(interval: tuple[float, float] | None, value: float, floor: float = 0.0) -> tuple[float, float]:
+    """A figure's confirmed 95% interval, or the single reading as a point (widened by
+    ``floor``, a log half-width, where one is known for single readings)."""
+    return interval if interval is not None else (value * math.exp(-floor), value * math.exp(floor))
+
+
+def _resident_floor(study: StoredStudy) -> float:
+    """The least log half-width of a CPU trial's memory ratio (``RESIDENT_FLOOR``: resident
+    peaks move between processes by about +-16%), for its single reading as for a confirmed
+    interval; 0 for a GPU's allocator peaks. A review read `smallest trial 1` at 0.98x
+    unconfirmed, no tie said, where the README calls such differences noise."""
+    settings = study.attrs.get("settings")
+    device = settings.get("device", "cpu") if isinstance(settings, dict) else "cpu"
+    return RESIDENT_FLOOR if device == "cpu" else 0.0
 
 
 def _changed_knobs(study: StoredStudy) -> Callable[[TrialRecord], int]:

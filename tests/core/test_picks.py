@@ -208,3 +208,20 @@ def test_the_best_metric_tie_and_within_noise_follow_the_verdicts_bounds():
     assert one.versus_baseline(one.records[1]).metric_within_noise
     chosen = pick(one, "best-metric")
     assert chosen.number == 0 and tie_note(one, "best-metric", chosen).startswith("trial 1 reads better")
+
+
+def test_a_cpu_memory_reading_within_the_resident_noise_ties_for_the_smallest():
+    """A review: `smallest trial 1` at 0.98x unconfirmed memory, no tie said, where the README
+    calls a CPU's memory differences under +-16% noise. A single CPU memory reading spans
+    the resident floor (as a confirmed interval is floored), so it ties with the baseline,
+    and the tie goes to the baseline; beyond the floor, or on a GPU, it does not tie."""
+    records = [record(0, 1000, 100, 0.95, 0.0), record(1, 900, 98, 0.95, 10.0, precision="bf16")]
+    cpu = StoredStudy("s", {"settings": {"device": "cpu"}}, records)
+    chosen = pick(cpu, "smallest")
+    assert chosen.number == 0
+    assert tie_note(cpu, "smallest", chosen) == (
+        "trial 1 reads smaller (peak memory 0.98x unconfirmed) but not beyond the noise, so they tie; a tie goes "
+        "to the configuration that changes fewer knobs (here the baseline itself)")
+    assert pick(StoredStudy("s", {"settings": {"device": "cuda"}}, records), "smallest").number == 1
+    far = [records[0], record(1, 900, 70, 0.95, 10.0, precision="bf16")]  # 0.70x: beyond +-16% on both sides
+    assert pick(StoredStudy("s", {"settings": {"device": "cpu"}}, far), "smallest").number == 1

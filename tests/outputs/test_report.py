@@ -84,7 +84,9 @@ def test_pareto_table_has_the_front_with_ratios_and_the_baseline_marked(recorded
 
 def test_recommended_picks_come_with_export_commands_that_work(recorded, workdir, capsys):
     text = recorded["text"]
-    expected = {"fastest": 2, "smallest": 4, "best-metric": 3, "balanced": 1}
+    # smallest: trial 4's 0.96x unconfirmed is within a CPU's resident noise (+-16%) of the baseline: a tie,
+    # to the baseline (it picked trial 4, at 0.61x the speed, before)
+    expected = {"fastest": 2, "smallest": 0, "best-metric": 3, "balanced": 1}
     for how, number in expected.items():
         command = f"advisor export --storage {recorded['url']} --study {NAME} --trial {number} -o {how}.yaml"
         line = next(line for line in text.splitlines() if line.startswith(f"- **{how}**:"))
