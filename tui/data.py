@@ -175,8 +175,8 @@ class StudyData:
             return Loaded(None, [], self.filters)  # live: the study is created when Ray is up
         stored = read_study(study)
         reference = stored.shown_baseline_reference
-        rows = [TrialRow(r, stored.versus_baseline(r), metric=stored.metric, reference=reference if r.baseline else None)
-                for r in stored.records]
+        rows = [TrialRow(r, stored.versus_baseline(r), metric=stored.metric,
+                         reference=reference if r.baseline else None) for r in stored.records]
         filters = self.filters
         _mark_front(rows, stored, filters)
         return Loaded(stored, rows, filters)

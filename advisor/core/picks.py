@@ -4,9 +4,12 @@ each a trial of the feasible Pareto front, chosen on its ratios to the baseline.
 Picks are made on confirmed figures: once any trial of the front is confirmed in pairs,
 only the confirmed ones (and the baseline) are picked from, so an unconfirmed single
 reading never beats a confirmed interval. Figures that the noise cannot tell apart are
-ties: confirmed intervals that overlap the best one's, and metrics whose difference from
-the best one's the verdicts' bounds do not tell from 0 (``StoredStudy.metric_tie``). A tie goes to the configuration that changes fewer knobs
-from the baseline, then to the one with less memory (the faster one, for ``smallest``).
+ties: confirmed intervals that overlap the best one's (a CPU's single memory reading spans
+the resident floor, as a confirmed interval does), balanced distances within the
+intervals' reach, and metrics whose difference from the best one's the verdicts' bounds do
+not tell from 0 (``StoredStudy.metric_tie``). A tie goes to the configuration that changes
+fewer knobs from the baseline, then to the one with less memory (the faster one, for
+``smallest`` and ``best-metric``).
 Paired confirmation confirms the picks first (``advisor.study.confirmation.confirm``). ``most-accurate``
 is ``best-metric``'s older name, still taken."""
 
