@@ -353,11 +353,9 @@ class StoredStudy(MetricReading):
         after the last counted trial's figure was measured."""
         last = max((t for r in self.records if r.counted and not r.baseline
                     if (t := figure_time(r)) is not None), default=None)
-        again = [float(m["at"]) for m in reference_measurements(self.attrs.get(BASELINE_MEASUREMENTS))
-                 if isinstance(m.get("at"), (int, float))]
-        return bool(again) and (last is None or max(again) >= last)
+        return last is None or any(at >= last for at, _ in self.baseline_measurements)
 
-    @property
+    @cached_property
     def shown_baseline_reference(self) -> float | None:
         """What the tables show as the baseline's samples/s when its first run was disturbed:
         the reference its ratios are to (``DISTURBED_BASELINE_NOTE``); None when its own run stands."""
@@ -373,6 +371,11 @@ class StoredStudy(MetricReading):
         if record.figures is not None:
             return record.figures.throughput
         return record.probe[0] if record.probe is not None else None
+
+    def shown_caveats(self, record: TrialRecord) -> list[Caveat]:
+        """``record``'s speed caveats as the tables show them: none for a disturbed baseline's
+        row, which shows its re-measured reference (``shown_throughput``), not its own run."""
+        return [] if record.baseline and self.shown_baseline_reference is not None else record.caveats
 
     @property
     def sittings(self) -> set[int]:

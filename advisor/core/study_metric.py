@@ -159,18 +159,16 @@ class MetricReading:
         of one seed, whatever the seed counts). Without a noise estimate: equal metrics only."""
         if a.number == b.number:
             return True
-        base = self.baseline
-        for trial, other in ((a, b), (b, a)):
-            if base is not None and other.number == base.number:
-                judged = self.verdict(trial)
-                if judged is not None and judged.noise_known:
-                    return judged.low <= 0.0 <= judged.high
+        base = self.baseline.number if self.baseline is not None else None
+        if base in (a.number, b.number):
+            judged = self.verdict(b if a.number == base else a)
+            if judged is not None and judged.noise_known:
+                return judged.low <= 0.0 <= judged.high
         va, vb = self.metric_values(a), self.metric_values(b)
         if not va or not vb:
             return False
         d = statistics.fmean(va) - statistics.fmean(vb)
-        samples = [va, vb] + ([self.baseline_values] if base is not None and base.number not in (a.number, b.number)
-                              else [])
+        samples = [va, vb] + ([self.baseline_values] if base is not None and base not in (a.number, b.number) else [])
         sd, df = pooled_sd(*samples)
         if df == 0 or sd == 0.0:
             return d == 0.0

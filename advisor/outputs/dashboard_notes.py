@@ -178,8 +178,7 @@ def study_note(study: StoredStudy, storage_url: str | None = None) -> str:
     for row in rows:
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        shown = r.baseline and study.shown_baseline_reference is not None  # the reference, as tune's table
-        caveats = [] if shown else r.caveats
+        caveats = study.shown_caveats(r)  # a disturbed baseline's row: its reference, as tune's table
         kinds.update(c.kind for c in caveats)
         lines.append(f"| {label} | {_cell(_code(r.description))} | {fmt_rate(study.shown_throughput(r))}"
                      f"{mark(caveats)} | "

@@ -59,7 +59,7 @@ def export_document(study: StoredStudy, record: TrialRecord) -> dict[str, Any]:
     # the score the study compares: the seed mean where the trial trained with more seeds (its first seed's
     # alone is stored with the trial; a review read 0.8333 here beside the metric's 0.8370)
     score = record.figures.score if record.figures is not None else record.get(SCORE)
-    measured = {"throughput": study.shown_throughput(record) if record.figures is not None else record.get("throughput"),
+    measured = {"throughput": study.shown_throughput(record) if record.baseline else record.get("throughput"),
                 "peak_memory_bytes": record.get("peak_memory_bytes"),
                 SCORE_OUT: score, **{k: record.get(k) for k in ("step_time_median_s", "step_time_iqr_s",
                                                                             "compile_s")}}

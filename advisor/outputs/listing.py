@@ -202,8 +202,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
         columns += [("p50 / p99 latency", "right"), ("batch 1", "right")]
     columns += [("failure / note", "left")]
     rows = []
-    base_speed = reference or (study.baseline.figures.throughput
-                               if study.baseline is not None and study.baseline.figures is not None else None)
+    base_speed = study.shown_throughput(study.baseline) if study.baseline is not None else None
     for line in lines:
         r, measured = line.record, line.measured
         state = SHOWN.get(r.state, _state(r)) + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")

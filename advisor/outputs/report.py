@@ -143,10 +143,9 @@ def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],
     for row in front_rows(study):
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ', not on the front'}"
-        shown = r.baseline and reference is not None
-        caveats = [] if shown else r.caveats
+        caveats = study.shown_caveats(r)
         kinds.update(c.kind for c in caveats)  # a busy machine, an unsettled timing
-        rate = fmt_rate(reference if shown else f.throughput)  # type: ignore[arg-type]
+        rate = fmt_rate(study.shown_throughput(r))  # type: ignore[arg-type]
         lines.append(f"| {label} | `{_cell(r.description)}` | {rate}{mark(caveats)} | "
                      f"{vs.throughput_text()} | {fmt_bytes(f.peak_memory_bytes)} | "
                      f"{vs.memory_text()} | {metric.value_text(f.score)} | {vs.metric_text(metric)} |"

@@ -144,8 +144,7 @@ def _dtype_hint(model: Any, inputs: Any) -> str | None:
     dataset of float64 numpy arrays, say), what to change; else None."""
     import torch
 
-    tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs.values()) if isinstance(
-        inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else []
+    tensors = _input_tensors(inputs)
     found = next((t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
     weights = weights_dtype(model)
     if found is None or weights is None or dtype_name(found) == weights:
@@ -161,19 +160,26 @@ def _splits_hint(workload: Workload, train: Any, val: Any) -> str | None:
     datasets()' two splits disagree. None when they agree (or cannot be compared)."""
     import torch
 
-    def shapes(inputs: Any) -> list[tuple[int, ...]] | None:
-        tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs.values()) if isinstance(
-            inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else None
-        if tensors is None or not all(isinstance(t, torch.Tensor) for t in tensors):
+    def shapes(inputs: Any) -> str | None:  # per sample: "[6]", "[3, 8, 8], [4]"
+        tensors = _input_tensors(inputs)
+        if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
             return None
-        return [tuple(t.shape[1:]) for t in tensors]
+        return ", ".join(str(list(t.shape[1:])) for t in tensors)
 
     a, b = shapes(train), shapes(val)
     if a is None or b is None or a == b:
         return None
-    shown = (lambda s: ", ".join(str(list(x)) for x in s))  # noqa: E731
     return (f"the training batch passed; {workload.where('datasets')} gives validation inputs of shape "
-            f"{shown(b)} per sample, the training inputs {shown(a)}: its two splits differ")
+            f"{b} per sample, the training inputs {a}: its two splits differ")
+
+
+def _input_tensors(inputs: Any) -> list[Any]:
+    """A batch's inputs as a list: the tensor itself, a dict's values or a sequence's items
+    ([] for anything else)."""
+    import torch
+
+    return [inputs] if isinstance(inputs, torch.Tensor) else list(inputs.values()) if isinstance(
+        inputs, dict) else list(inputs) if isinstance(inputs, (list, tuple)) else []
 
 
 def _batch(workload: Workload, data: Any, role: str, default_collate: Any) -> tuple[Any, Any]:

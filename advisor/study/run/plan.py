@@ -14,7 +14,7 @@ from advisor.core.errors import SpaceError, StudyError, WorkloadError
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.objectives import DIRECTIONS, OBJECTIVES
 from advisor.core.results import TrialSettings, default_train_samples
-from advisor.core.study_attrs import IDENTITY_MARK, METRIC, TRAINING_BUDGET, StudyAttrs
+from advisor.core.study_attrs import IDENTITY_MARK, METRIC, TRAINING_BUDGET, StudyAttrs, being_created
 from advisor.machine.doctor_store import DROP_PREFIX, Verdict, failures
 from advisor.machine.hardware import Hardware, detect, fingerprint
 from advisor.runner.cluster import cluster_hardware
@@ -169,7 +169,7 @@ def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore,
         raise StudyError(f"a study named {plan.study_name!r} in {shown_url(plan.storage_url)} is another program's "
                          "Optuna study, not advisor's: advisor would not add its trials to it"
                          + (" (or an `advisor tune` stopped as it created it: it holds no trial and no identity)"
-                            if found.n_trials == 0 and len(found.directions) == 3 else "")
+                            if being_created(found.user_attrs, len(found.directions), found.n_trials) else "")
                          + ". Use --study NEW_NAME")
     study = optuna.create_study(storage=storage, study_name=plan.study_name, load_if_exists=True,
                                 directions=list(DIRECTIONS),

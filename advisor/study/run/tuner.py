@@ -82,9 +82,10 @@ class Tuner:
             self._study_run.run()
         except (BaselineFailed, WorkloadError) as exc:  # the baseline failed (with --skip-preflight: model.py did)
             if _forget_unmeasured(context):
-                said = str(exc)  # a traceback ends it: the sentence goes on a line of its own, not onto its last
-                raise type(exc)(f"{said}{chr(10) if chr(10) in said else '. '}The study held nothing else, so it was "
-                                "not kept: fix model.py and run the same command again") from None
+                said = str(exc)
+                then = "\n" if "\n" in said else ". "  # below a traceback, not glued onto its last line
+                raise type(exc)(f"{said}{then}The study held nothing else, so it was not kept: fix model.py and run "
+                                "the same command again") from None
             raise
         return StudyOutcome(context.study, self._stop.reason or self._study_run.stop_reason,
                             self._study_run.space_exhausted)
