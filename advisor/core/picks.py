@@ -67,8 +67,8 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         top = max(pool, key=lambda r: figures[r.number].score)
         ties = [r for r in pool if study.metric_tie(top, r)]
         return min(ties, key=tie_break(memory_first=False))
-    best = _nearest(pool, figures, study.epsilon, changed)
     scale = _Scale(list(figures.values()), study.epsilon)
+    best = _nearest(pool, figures, scale, changed)
     reach = {r.number: scale.reach(figures[r.number], versus[r.number]) for r in pool}
     ties = [r for r in pool if reach[r.number][0] <= reach[best.number][1]]
     return min(ties, key=tie_break(memory_first=True))
@@ -102,7 +102,7 @@ def tie_rival(study: StoredStudy, how: str, chosen: TrialRecord) -> tuple[TrialR
     if chosen.number not in figures:
         return None
     if how == "balanced":
-        best = _nearest(pool, figures, study.epsilon, _changed_knobs(study))
+        best = _nearest(pool, figures, _Scale(list(figures.values()), study.epsilon), _changed_knobs(study))
         if best.number == chosen.number:
             return None
         vs = versus[best.number]
@@ -163,11 +163,10 @@ def _changed_knobs(study: StoredStudy) -> Callable[[TrialRecord], int]:
     return count
 
 
-def _nearest(pool: list[TrialRecord], figures: dict[int, Figures], epsilon: float,
+def _nearest(pool: list[TrialRecord], figures: dict[int, Figures], scale: _Scale,
              changed: Callable[[TrialRecord], int]) -> TrialRecord:
-    """The pooled trial whose figures lie nearest the ideal point (ties on the figures
-    themselves: fewer knobs changed, then more throughput)."""
-    scale = _Scale(list(figures.values()), epsilon)
+    """The pooled trial whose figures lie nearest the ideal point of ``scale`` (ties on the
+    figures themselves: fewer knobs changed, then more throughput)."""
     return min(pool, key=lambda r: (scale.distance(figures[r.number]), changed(r), -figures[r.number].throughput))
 
 
