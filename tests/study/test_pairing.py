@@ -113,7 +113,7 @@ def test_pairs_carry_their_sitting_and_the_out_of_reach_word_comes_once_after_th
     assert len(c.confirmation.pairs) == 8 and {p.sitting for p in c.confirmation.pairs} == {3}
     assert c.confirmation.status == "capped"  # pairing went on to the cap
     reach = [n for n in notes if "out of reach" in n]
-    assert len(reach) == 1 and reach[0].startswith("pairing c64: +-3.0% is out of reach")
+    assert len(reach) == 1 and reach[0].startswith("pairing c64: throughput's +-3.0% is out of reach")
     assert executor.asked.count(64) == 8
 
 
