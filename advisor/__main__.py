@@ -1,5 +1,3 @@
-import sys
+from advisor.cli.main import entry
 
-from advisor.cli.main import main
-
-sys.exit(main())
+entry()

@@ -31,7 +31,7 @@ def test_the_wheel_installs_only_the_advisor_package(tmp_path):
         package = init.relative_to(REPO).as_posix()
         assert package in names, f"{package} is not in the wheel: add it to [tool.setuptools] packages"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "advisor = advisor.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "advisor = advisor.cli.main:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_presets_and_the_explorer_load_under_the_advisor_name():
