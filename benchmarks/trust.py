@@ -16,12 +16,13 @@ Figures (benchmarks/results/trust.json; the headline keys go to summary.json):
 - trust.confirm_share: confirmation's share of A's wall time;
 - trust.ci_halfwidth: the median relative half-width of A's confirmed throughput intervals.
 
-    python benchmarks/trust.py [--model examples/digits_cnn.py] [--trials 20]
+    python benchmarks/trust.py [--model examples/digits_cnn.py] [--trials 20] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -152,8 +153,13 @@ def main() -> int:
     parser.add_argument("--model", default=str(REPO / "examples" / "digits_cnn.py"))
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--out", default=str(HERE / "results" / "trust.json"))
+    parser.add_argument("--keep", metavar="DIR", help="keep the three studies' databases (a.db, b.db, c.db) in DIR, "
+                        "to read them again (picks under other rules, `advisor report`); default: a temporary folder")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="advisor-trust-") as tmp:
+    if args.keep:  # absolute: study A and B run with the repository as their working directory
+        args.keep = str(Path(args.keep).resolve())
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="advisor-trust-")) as tmp:
         urls = {k: f"sqlite:///{Path(tmp) / f'{k}.db'}" for k in "abc"}
         print("A: README command 1 (seed 0) ...", flush=True)
         run_a = run_cli(args.model, args.trials, 0, urls["a"])
