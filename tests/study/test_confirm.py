@@ -281,7 +281,10 @@ def test_old_study_is_confirmed_with_its_model_file(ray_session, workdir, capsys
     assert main(["confirm", "--storage", url, "--study", "compat", "--pairs", "2", "--confirm-top", "1",
                  "--model", str(data / "study_before_layers_model.py")]) == 0
     stored = read_study(load(url, "compat"))
-    assert len(stored.confirmations) == 1 and len(next(iter(stored.confirmations.values())).pairs) == 2
+    # --confirm-top 1 holds one place on the front: a candidate that confirms lower and leaves it frees
+    # the place for the trial that pushed it off (under load the suite saw two confirmed this way)
+    assert stored.confirmations and all(len(c.pairs) == 2 for c in stored.confirmations.values())
+    assert len(set(stored.confirmations) & {r.number for r in stored.front()}) <= 1
 
 
 @pytest.mark.parametrize("argv, message", [
