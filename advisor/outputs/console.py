@@ -328,7 +328,9 @@ def front_table(study: StoredStudy) -> Any:
     reference = study.shown_baseline_reference  # a disturbed first run: the reference its ratios are to
     table = Table(title=f"Pareto front of {study.name} (feasible trials)", title_justify="left",
                   caption="· marks the baseline when it is not itself on the front. Ratios are to the baseline: "
-                          "confirmed in pairs, as median (95% interval) over that many pairs; unconfirmed: one "
+                          "confirmed in pairs, as median (95% interval) over that many pairs run beside it after the "
+                          "search (samples/s is the trial's own run in the search: divided by the baseline's it "
+                          "need not give the confirmed ratio); unconfirmed: one "
                           "trial against the baseline as measured by then" + (
                               ". An interval holds for the minutes its pairs ran; on a shared machine the ratio can "
                               "move further between sittings (`advisor confirm` adds one and pools them)"

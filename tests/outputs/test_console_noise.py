@@ -63,6 +63,9 @@ def test_the_front_table_says_an_interval_of_one_sitting_holds_for_its_minutes()
            "the mean of the sittings' own" in two and "(one degree of freedom)" in two  # "median over the pairs")
     assert "more than one sitting" not in one
     assert "An interval holds" not in caption([])  # nothing confirmed: nothing to say of intervals
+    # README command 1's table read 8,761 samples/s beside 1.23x (1.21-1.25) and a baseline of 9,006
+    assert ("over that many pairs run beside it after the search (samples/s is the trial's own run in the search: "
+            "divided by the baseline's it need not give the confirmed ratio)") in one
 
 
 def test_a_baseline_whose_first_run_was_disturbed_shows_the_reference_its_ratios_are_to():
