@@ -223,7 +223,7 @@ class Confirmation:
         mine = self._mine(sitting)
         need = {figure: pairs_needed([getattr(p, figure) for p in mine], self.target_of(figure, target))
                 for figure in ("throughput_ratio", "memory_ratio")}
-        return None if None in need.values() else {k: v for k, v in need.items() if v is not None}
+        return None if None in need.values() else need  # type: ignore[return-value]
 
     def needed(self, target: float, sitting: int | None = None) -> int | None:
         """The pairs ``sitting`` (default: the latest) needs under Stein's rule for both

@@ -344,7 +344,7 @@ def front_table(study: StoredStudy) -> Any:
                   caption_justify="left")
     rows = front_rows(study)
     # a busy or unsettled timing marks its samples/s (the reference a disturbed baseline shows is a median)
-    marks = {row.record.number: [] if row.record.baseline and reference else row.record.caveats for row in rows}
+    marks = {row.record.number: study.shown_caveats(row.record) for row in rows}
     if (said := legend(c.kind for found in marks.values() for c in found)):
         table.caption = f"{table.caption}. {said}"
     if any(row.versus.left_out or row.versus.all_disturbed for row in rows):
@@ -359,8 +359,8 @@ def front_table(study: StoredStudy) -> Any:
         r, f, vs = row.record, row.figures, row.versus
         label = f"{r.number}{' (baseline)' if r.baseline else ''}{'' if row.on_front else ' ·'}"
         thr, mem, pairs = vs.cells()
-        rate = reference if r.baseline and reference else f.throughput
-        cells = [label, r.description, fmt_rate(rate) + mark(marks[r.number]), thr, fmt_bytes(f.peak_memory_bytes),
+        cells = [label, r.description, fmt_rate(study.shown_throughput(r)) + mark(marks[r.number]), thr,  # type: ignore[arg-type]
+                 fmt_bytes(f.peak_memory_bytes),
                  mem, pairs,
                  metric.value_text(f.score), vs.metric_text(metric)]
         if latency:

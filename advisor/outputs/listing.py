@@ -203,6 +203,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
     columns += [("failure / note", "left")]
     rows = []
     base_speed = study.shown_throughput(study.baseline) if study.baseline is not None else None
+    kinds: set[str] = set()  # of the caveats the rows show, for the legend
     for line in lines:
         r, measured = line.record, line.measured
         state = SHOWN.get(r.state, _state(r)) + (f" of {r.duplicate_of}" if r.duplicate_of is not None else "")
@@ -211,9 +212,11 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
                 not line.versus.verdict.decided and set(k for k, v in r.constraints.items() if v > 0) == {METRIC_DROP}
             state += " (counted infeasible for now: undecided)" if undecided else " (infeasible)"
         description = line.config.describe() if line.config is not None else ""
-        speed = reference if r.baseline and reference else measured[0] if measured else None
+        shown_reference = bool(r.baseline and reference)  # its row shows the reference, not its disturbed run
+        caveats = [] if shown_reference else line.caveats
+        speed = reference if shown_reference else measured[0] if measured else None
         cells = [f"{r.number}{' (baseline)' if r.baseline else ''}", state, description,
-                 fmt_rate(speed) + ("" if r.baseline and reference else mark(line.caveats)) if speed else "-",
+                 fmt_rate(speed) + mark(caveats) if speed else "-",
                  fmt_bytes(measured[1]) if measured else "-",
                  metric.value_text(r.figures.score) if r.figures is not None else "-"]
         if has_base:
@@ -226,14 +229,14 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
         failure = ""
         if r.failure_class or r.failure_message:
             failure = f"[{r.failure_class or '?'}] {first_line(r.failure_message, 80)}"
-        elif line.caveats and not (r.baseline and reference):  # the marks' sentences, in this column
-            failure = "; ".join(c.text for c in line.caveats)
+        elif caveats:  # the marks' sentences, in this column
+            failure = "; ".join(c.text for c in caveats)
         source = r.metric_source(metric.name)  # a review: trials never said which metric was another's
         then = _reference_then(study, line, base_speed)
         failure = "; ".join(x for x in (failure, f"{source} (same training numerics)" if source else "", then) if x)
         rows.append([*cells, failure])
-    if (said := legend((c.kind for line in lines for c in line.caveats if not (line.record.baseline and reference)),
-                       "the last column says by how much")):
+        kinds.update(c.kind for c in caveats)
+    if (said := legend(kinds, "the last column says by how much")):
         table.caption = f"{table.caption}. {said}"
     for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
