@@ -155,12 +155,16 @@ def drop_failed(space: SearchSpace, hw: Hardware, facts: dict[str, Any], failed:
 
 
 def open_study(plan: StudyPlan, storage: Any, on_event: Listener = ignore,
-               creation_wait_s: float = stores.CREATION_WAIT_S) -> optuna.Study:
+               creation_wait_s: float | None = None) -> optuna.Study:
     """Create the study, or resume it when its setup matches (else StudyError, writing
     nothing). Trials a killed driver left running are marked failed when this driver joins
     it (``advisor.study.run._drivers.join_study``). A study another driver is creating is
-    waited for, up to ``creation_wait_s`` (``stores.summary``)."""
+    waited for, up to ``creation_wait_s`` (``stores.summary``; by default
+    ``stores.CREATION_WAIT_S``, read when called)."""
     import optuna
+
+    if creation_wait_s is None:
+        creation_wait_s = stores.CREATION_WAIT_S
 
     attrs = plan.study_attrs()
     found = stores.summary(storage, plan.study_name, wait_s=creation_wait_s,
