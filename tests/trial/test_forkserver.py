@@ -27,7 +27,8 @@ def test_preload_leaves_out_modules_next_to_model_py(tmp_path, monkeypatch):
     """A helper module beside model.py may be edited between studies: never preloaded;
     installed libraries are, even from a virtual environment inside the working directory."""
     (tmp_path / "my_helpers_xyz.py").write_text("X = 1\n")
-    model = write_model(tmp_path, "import json\nimport my_helpers_xyz\nimport no_such_module_xyz\nimport torch.nn\n")
+    model = write_model(tmp_path, "import json\nimport my_helpers_xyz\nimport no_such_module_xyz\nimport torch.nn\n"
+                                  "from json import dumps\nfrom my_helpers_xyz import X\nfrom torch.nn import Linear\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import torch
 
@@ -35,6 +36,8 @@ def test_preload_leaves_out_modules_next_to_model_py(tmp_path, monkeypatch):
     names = preload_list(model.read_text())
     assert "json" in names and "torch.nn" in names and "torch" in names
     assert "my_helpers_xyz" not in names and "no_such_module_xyz" not in names
+    # the names taken from installed libraries (a lazy library imports them on first use)
+    assert "torch.nn:Linear" in names and "json:dumps" not in names and "my_helpers_xyz:X" not in names
 
 
 def test_exit_descriptions():
@@ -221,10 +224,12 @@ def datasets():
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     return TensorDataset(x, (x[:, 0] > 0).long()), TensorDataset(x[:32], (x[:32, 0] > 0).long())
 '''
-# the same, importing an installed library neither torch nor advisor imports (and a standard
-# module); its metric says whether the trial process started with that library imported
+# the same, importing an installed library neither torch nor advisor imports, and a name from
+# a library that imports it lazily (scipy: stats on first use); its metric says whether the
+# trial process started with both imported
 WITH_LIBRARY = PLAIN.replace(
-    "import torch\n", "import sys\nPRELOADED = 'yaml' in sys.modules\nimport yaml\nimport torch\n") + '''
+    "import torch\n", "import sys\nPRELOADED = 'yaml' in sys.modules and 'scipy.stats' in sys.modules\n"
+                      "import yaml\nfrom scipy import stats\nimport torch\n") + '''
 
 def metric(output, target):
     return torch.tensor(float(PRELOADED))
@@ -260,8 +265,10 @@ def test_a_later_workloads_libraries_are_preloaded_by_a_new_fork_server(tmp_path
     assert "yaml" not in forkserver._PRELOADED
     assert run(WITH_STDLIB, "with_stdlib.py")[1] == first  # a standard module alone: not worth a new server
     score, server = run(WITH_LIBRARY, "with_library.py")
-    assert score == 1.0 and server != first and {"yaml", "torch"} <= set(forkserver._PRELOADED)
+    assert score == 1.0 and server != first and {"yaml", "torch", "scipy:stats"} <= set(forkserver._PRELOADED)
     assert run(PLAIN, "plain_again.py")[1] == server  # nothing missing: the same server
+    # a new name from a library the server has imported: no new server (the trial looks it up)
+    assert run(PLAIN.replace("TensorDataset\n", "TensorDataset, DataLoader\n", 1), "new_name.py")[1] == server
     deadline = time.monotonic() + 10
     while forkserver._RETIRED and time.monotonic() < deadline:  # the replaced server exits and is reaped
         forkserver._reap()
