@@ -70,7 +70,7 @@ def test_a_quantized_gpt2_is_estimated_and_trained_with_its_conv1d_layers_swappe
 ], ids=["plain", "checkpointing-bf16", "fsdp"])
 def test_a_transformers_model_trains_under_the_knobs(config):
     payload = TrialPayload.of(load_workload(GPT2), TrialConfig(**config),
-                              TrialSettings(train_samples=1024, max_timing_s=1.0))
+                              TrialSettings(train_samples=512, max_timing_s=0.5))
     result = run_as_trial(payload)
     assert result.ok, result.failure_message
     assert result.throughput > 0 and result.peak_memory_bytes > 0
