@@ -99,7 +99,7 @@ def test_single_with_several_devices_is_refused():
 ], ids=["ddp", "fsdp", "ddp-fp16-hook-accumulation", "ddp-pruning-qat"])
 def test_two_gloo_ranks_train_and_results_are_aggregated(config):
     """digits_mlp has no BatchNorm: its accuracy does not depend on per-rank batch statistics."""
-    result = run_trial(_payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64, **config}))
+    result = run_as_trial(_payload(EXAMPLES / "digits_mlp.py", {"batch_size": 64, **config}))
     assert result.ok, result.failure_message
     ranks = result.telemetry["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1] and len({r["pid"] for r in ranks}) == 2
