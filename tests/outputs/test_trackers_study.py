@@ -53,7 +53,8 @@ def test_a_real_study_logs_each_trial_and_its_confirmation_once(ray_session, wor
                      "threads: {choices: [2, 1]}\n")
     model = digits_mlp_at_batch_256(workdir)
     fast = [*FAST, "--space", str(space)]
-    code = main(["tune", str(model), *fast, "--trials", "4", "--pairs", "2",
+    # one pair (a round of three probes): `advisor confirm` below adds the second, logged the same way
+    code = main(["tune", str(model), *fast, "--trials", "4", "--pairs", "1",
                  "--confirm-top", "1", "--json", "--log-to", log_to])
     out, err = capsys.readouterr()
     assert code == 0, err

@@ -33,10 +33,11 @@ def load(url, name):
 
 @pytest.fixture(scope="module")
 def confirmed(ray_session, tmp_path_factory):
-    """One real study with confirmation (2 pairs at most, 2 configurations) and seeds. Its
-    space holds two changes that save memory far beyond the noise on any machine at any load
-    (from the digits MLP's batch of 256: an eighth of the batch, four micro-batches: about
-    0.7x each), so the front has candidates to confirm whatever the timings say (with the
+    """One real study with confirmation (2 pairs at most, 2 configurations) and seeds: the
+    baseline and its two one-knob seeds (their combination is left out: nothing here needs
+    it). Its space holds two changes that save memory far beyond the noise on any machine at
+    any load (from the digits MLP's batch of 256: an eighth of the batch, four micro-batches:
+    about 0.7x each), so the front has candidates to confirm whatever the timings say (with the
     quick space, a loaded machine once made the baseline dominate every trial, and nothing
     was confirmed)."""
     import os
@@ -50,7 +51,7 @@ def confirmed(ray_session, tmp_path_factory):
     os.environ.pop("ADVISOR_CONFIRM", None)
     os.environ.pop("ADVISOR_METRIC_SEEDS", None)
     try:
-        code = main(["tune", str(model), *FAST[2:], "--space", str(space), "--trials", "4",
+        code = main(["tune", str(model), *FAST[2:], "--space", str(space), "--trials", "3",
                      "--storage", url, "--study", "c", "--pairs", "2", "--confirm-top", "2", "--metric-seeds", "2", "--json"])
     finally:
         for k, v in old.items():
@@ -95,7 +96,9 @@ def test_a_study_confirms_its_front_and_stores_the_pairs(confirmed, capsys):
 
 
 def test_confirmed_figures_are_shown_and_exported(confirmed, capsys, workdir):
-    assert main(["confirm", "--storage", confirmed, "--study", "c", "--pairs", "2"]) == 0  # nothing more due
+    # nothing more due: the fixture's own --pairs and --confirm-top (with the default --confirm-top 6, a
+    # trial off the front by less than the probe noise is a candidate too: six more probes)
+    assert main(["confirm", "--storage", confirmed, "--study", "c", "--pairs", "2", "--confirm-top", "2"]) == 0
     out = capsys.readouterr().out
     assert "pairs" in out and "confirmed in pairs" in out
     stored = read_study(load(confirmed, "c"))
@@ -148,7 +151,7 @@ def test_the_same_tune_command_again_keeps_the_confirmed_pairs(confirmed, tmp_pa
     before = {n: (c.pairs, c.status) for n, c in read_study(load(url, "c")).confirmations.items()}
     where = Path(confirmed.removeprefix("sqlite:///")).parent  # the study's own model.py and space
     model, space = where / "digits_mlp_256.py", where / "memory.yaml"
-    assert main(["tune", str(model), *FAST[2:], "--space", str(space), "--trials", "4", "--storage", url,
+    assert main(["tune", str(model), *FAST[2:], "--space", str(space), "--trials", "3", "--storage", url,
                  "--study", "c", "--pairs", "4", "--confirm-top", "2", "--metric-seeds", "2"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     after = {n: (c.pairs, c.status) for n, c in read_study(load(url, "c")).confirmations.items()}
@@ -278,12 +281,14 @@ def test_old_study_is_confirmed_with_its_model_file(ray_session, workdir, capsys
     url = "sqlite:///old.sqlite"
     assert main(["confirm", "--storage", url, "--study", "compat", "--model", "missing.py"]) == 2
     assert "--model PATH" in capsys.readouterr().err
-    assert main(["confirm", "--storage", url, "--study", "compat", "--pairs", "2", "--confirm-top", "1",
+    # one pair each (a round of three probes): what is tested is that the old study is confirmed with its
+    # model file and as asked, not how pairs pool (the fixture's study above)
+    assert main(["confirm", "--storage", url, "--study", "compat", "--pairs", "1", "--confirm-top", "1",
                  "--model", str(data / "study_before_layers_model.py")]) == 0
     stored = read_study(load(url, "compat"))
     # --confirm-top 1 holds one place on the front: a candidate that confirms lower and leaves it frees
     # the place for the trial that pushed it off (under load the suite saw two confirmed this way)
-    assert stored.confirmations and all(len(c.pairs) == 2 for c in stored.confirmations.values())
+    assert stored.confirmations and all(len(c.pairs) == 1 for c in stored.confirmations.values())
     assert len(set(stored.confirmations) & {r.number for r in stored.front()}) <= 1
 
 
