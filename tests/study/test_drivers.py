@@ -64,6 +64,25 @@ def test_who_is_alive(study):
         sleeper.kill()
 
 
+def test_an_earlier_driver_of_this_process_that_never_left_is_gone_at_once(study):
+    """`advisor.tune()` run again in one process (a notebook) after the storage failed under
+    the first run, which could not record that it stopped: the first run's record has this
+    host and pid, but it runs no more, so its RUNNING trials are stale at once, not after
+    GRACE_S of silence. A driver of this process that still runs is alive."""
+    clock = Clock()
+    first = Drivers(study, "h", clock=clock)
+    first.beat(force=True)
+    second = Drivers(study, "h", clock=clock)
+    second.beat(force=True)
+    assert second.alive(first.id) and first.alive(second.id)  # two live drivers of one process
+    first.attrs.set_heartbeat = lambda *args: (_ for _ in ()).throw(OSError("disk full"))  # FAKE: storage fails
+    with pytest.raises(OSError):
+        first.leave()
+    assert not second.alive(first.id) and second.others() == []
+    _record(study, "a-run-before", second.host, os.getpid(), clock.now)  # an earlier run of this process
+    assert not second.alive("a-run-before")
+
+
 def test_the_heartbeat_is_written_when_due(study):
     clock = Clock()
     me = Drivers(study, "h", clock=clock)

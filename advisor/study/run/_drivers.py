@@ -4,8 +4,9 @@
 Each driver announces itself in a study attribute (``driver:<id>``: host, pid, hardware,
 a heartbeat renewed every ``BEAT_S`` seconds, also while it waits on a long measurement:
 ``Beating``) and tags each trial it starts with its id (``DRIVER``). A trial left RUNNING
-by a driver that is gone (on this host: its process no longer exists; elsewhere: no
-heartbeat for ``GRACE_S`` seconds) is stale: any driver marks it failed, and its
+by a driver that is gone (on this host: its process no longer exists, or it is this
+process and that driver no longer runs in it; elsewhere: no heartbeat for ``GRACE_S``
+seconds) is stale: any driver marks it failed, and its
 configuration runs again. One-off steps of the study (the baseline's extra seeds, the
 final confirmation) are claimed (``claim``) so that one driver does them while the others
 go on.
@@ -42,6 +43,10 @@ PREFIX = DRIVER_PREFIX  # study attribute: + a driver's id -> its record (adviso
 BEAT_S = 5.0  # how often a driver renews its heartbeat
 GRACE_S = 60.0  # a driver on another host is gone when its heartbeat is older than this
 SETTLE_S = 0.5  # how long a claim is left before it is read back
+# the drivers running in this process (announced, not yet left): a record of this host and
+# pid under another id is an earlier run of this process (`advisor.tune()` again in a notebook
+# after an outage or a full disk left its "stopped" unwritten), gone, not a live peer
+_IN_THIS_PROCESS: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -97,12 +102,14 @@ class Drivers:
         if not force and now - self._beaten < BEAT_S:
             return False
         self._beaten = now
+        _IN_THIS_PROCESS.add(self.id)
         self.attrs.set_heartbeat(self.id, {"host": self.host, "pid": os.getpid(), "at": now,
                                            "hardware": self.hardware})
         return True
 
     def leave(self) -> None:
         """Recorded as stopped (its RUNNING trials, if any, are stale at once)."""
+        _IN_THIS_PROCESS.discard(self.id)  # gone from this process, even when the storage refuses the record
         self.attrs.set_heartbeat(self.id, {"host": self.host, "pid": os.getpid(), "at": self.clock(),
                                            "hardware": self.hardware, "stopped": True})
 
@@ -120,6 +127,8 @@ class Drivers:
         if peer is None or peer.stopped:
             return False
         if peer.host == self.host:
+            if peer.pid == os.getpid():
+                return peer.id in _IN_THIS_PROCESS
             return _process_exists(peer.pid) and self.clock() - peer.at < GRACE_S
         return self.clock() - peer.at < GRACE_S
 
