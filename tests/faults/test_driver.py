@@ -25,8 +25,8 @@ pytestmark = pytest.mark.ray
 
 ARGS = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "300"]
 # the killed study's total: killed after 2 trials with a third under way, the resumed run
-# still has trials of its own to run after the ones it adopts or fails
-TOTAL = 5
+# still has at least one trial of its own to run after the one it adopts or fails
+TOTAL = 4
 
 
 @pytest.mark.timeout(300)
@@ -157,8 +157,8 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
     state = tempfile.mkdtemp(prefix="advk2-")
     env = {**os.environ, "ADVISOR_RAY_DIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)
-    args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "60000",
-            "--metric-seeds", "1", "--trials", "2"]  # the training run trains ~2,000 steps: seconds
+    args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "30000",
+            "--metric-seeds", "1", "--trials", "2"]  # the training run trains ~1,000 steps: a second or more
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = workdir / "advisor.db"

@@ -23,7 +23,7 @@ from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtur
 pytestmark = pytest.mark.ray
 
 STUDY = "two-drivers"
-TRIALS = 8  # one driver is killed once both have started a trial after the baseline: the survivor runs the rest
+TRIALS = 5  # one driver is killed once both have started a trial after the baseline: the survivor runs the rest
 
 
 def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.ray
 
 STUDY = "digits_mlp-bs"
 SPACE = "batch_size: {choices: [16, 32, 64, 128]}\nthreads: {choices: [1, 2]}\n"
-WAIT_S = 15  # $ADVISOR_STORAGE_WAIT: how long the driver waits for the server
+WAIT_S = 10  # $ADVISOR_STORAGE_WAIT: how long the driver waits for the server (the restart takes ~3 s of it)
 DOWN_S = 2.0  # how long the restart keeps the server down once the driver waits: a few of its tries fail
 
 
@@ -258,23 +258,34 @@ def test_a_finished_study_holds_no_idle_connections_to_the_server(pg_server, pg_
 OPEN_AT_ONCE = """
 import os, sys, time
 from pathlib import Path
-while not Path(sys.argv[2]).exists():  # all start together
-    time.sleep(0.005)
 from advisor.study.storage.stores import open_storage
-open_storage(sys.argv[1])
+folder, urls = Path(sys.argv[1]), sys.argv[2:]
+for round_, url in enumerate(urls):  # each round: all start together on a new database
+    (folder / f"ready{round_}-{os.getpid()}").touch()
+    while not (folder / f"go{round_}").exists():
+        time.sleep(0.005)
+    open_storage(url)
 """
 
 
 def test_drivers_opening_a_new_database_at_once_all_open_it(pg_server, quiet_optuna):  # noqa: F811
     """Two drivers started together on a new PostgreSQL database both create Optuna's tables;
     the one that loses the race (a duplicate pg_type row, a relation that already exists)
-    opens it again and finds them, instead of exiting with the server's error."""
-    for round_ in range(3):
-        url = pg_server.create_database()
-        go = Path(tempfile.mkdtemp()) / f"go{round_}"
-        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, url, str(go)], stderr=subprocess.PIPE,
-                                  text=True) for _ in range(4)]
-        time.sleep(2.0)  # every process has imported what it needs and waits
-        go.touch()
+    opens it again and finds them, instead of exiting with the server's error. Three rounds,
+    each on a new database, of the same four processes (Python starts once in each)."""
+    urls = [pg_server.create_database() for _ in range(3)]
+    folder = Path(tempfile.mkdtemp())
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(folder), *urls], stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    try:
+        for round_ in range(len(urls)):
+            deadline = time.monotonic() + 120  # until every process waits for the round (or one has exited)
+            while len(list(folder.glob(f"ready{round_}-*"))) < len(procs) and time.monotonic() < deadline \
+                    and all(p.poll() is None for p in procs):
+                time.sleep(0.01)
+            (folder / f"go{round_}").touch()
         errors = [p.communicate(timeout=120)[1] for p in procs]
-        assert [p.returncode for p in procs] == [0] * 4, [e[-1500:] for e in errors if e]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0] * len(procs), [e[-1500:] for e in errors if e]
