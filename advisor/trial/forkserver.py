@@ -36,7 +36,7 @@ from advisor.trial.process import (
     normal_priority,
     rebuild_thread_pool,
 )
-from advisor.workload.local_modules import imported_names
+from advisor.workload.local_modules import imported_from, imported_names
 
 # Imported by the fork server whatever the workload imports (torch._dynamo: every torch
 # optimizer imports it on construction, ~1.5 s).
@@ -90,24 +90,6 @@ def preload_list(source: str) -> list[str]:
     names = [f"{module}:{name}" for module, name in imported_from(source)
              if module in keep and module.split(".")[0] not in sys.stdlib_module_names]
     return list(dict.fromkeys([*ALWAYS, *keep, *names]))
-
-
-def imported_from(source: str) -> list[tuple[str, str]]:
-    """``(module, name)`` for each name model.py's top level takes from an absolute module.
-
-    Example:
-        >>> imported_from("from transformers import GPT2Config, GPT2LMHeadModel as M\\nfrom . import x")
-        [('transformers', 'GPT2Config'), ('transformers', 'GPT2LMHeadModel')]
-    """
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    return [(node.module, alias.name) for node in tree.body
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-            for alias in node.names if alias.name != "*"]
 
 
 def _installed_paths() -> list[Path]:

@@ -33,17 +33,35 @@ def imported_names(source: str, anywhere: bool = True) -> list[str]:
         >>> imported_names("import torch\\ndef f():\\n    from blocks import Block\\n")
         ['torch', 'blocks']
     """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
+    tree = _parsed(source)
     names: list[str] = []
-    for node in ast.walk(tree) if anywhere else tree.body:
+    for node in (ast.walk(tree) if anywhere else tree.body) if tree is not None else ():
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
     return list(dict.fromkeys(names))
+
+
+def imported_from(source: str) -> list[tuple[str, str]]:
+    """``(module, name)`` for each name ``source``'s top level takes from an absolute module
+    (``from a.b import c``); [] when it does not parse.
+
+    Example:
+        >>> imported_from("from transformers import GPT2Config, GPT2LMHeadModel as M\\nfrom . import x")
+        [('transformers', 'GPT2Config'), ('transformers', 'GPT2LMHeadModel')]
+    """
+    tree = _parsed(source)
+    return [(node.module, alias.name) for node in (tree.body if tree is not None else ())
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+            for alias in node.names if alias.name != "*"]
+
+
+def _parsed(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
 
 
 def _local_files(name: str, folder: Path) -> list[Path]:
