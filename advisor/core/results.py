@@ -113,6 +113,9 @@ class TrialPayload:
     # a file the trial's process creates as it starts (set by an executor on the trial's machine):
     # its trial timeout counts from then, not from the submission (``advisor.runner.executor.overran``)
     started_file: str | None = None
+    # what the trial's fork server imports ahead, as "module:name" (``Technique.preload``): set by
+    # the executor from the knob values its study may try; a running server is not replaced for it
+    preload: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, workload: Any, config: TrialConfig, settings: TrialSettings,
@@ -128,14 +131,16 @@ class TrialPayload:
                 "workload_sha256": self.workload_sha256, "config": self.config.to_dict(),
                 "settings": self.settings.to_dict(), "gate": self.gate, "estimate": self.estimate,
                 "memory_cap": self.memory_cap, "interference_limit": self.interference_limit,
-                "timing_tolerance": self.timing_tolerance, "driver": self.driver, "started_file": self.started_file}
+                "timing_tolerance": self.timing_tolerance, "driver": self.driver, "started_file": self.started_file,
+                "preload": list(self.preload)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialPayload:
         return cls(data["workload_path"], data["workload_source"], data["workload_sha256"],
                    TrialConfig.from_dict(data["config"]), TrialSettings.from_dict(data["settings"]), data.get("gate"),
                    bool(data.get("estimate", False)), data.get("memory_cap"), data.get("interference_limit"),
-                   data.get("timing_tolerance"), data.get("driver"), data.get("started_file"))
+                   data.get("timing_tolerance"), data.get("driver"), data.get("started_file"),
+                   tuple(data.get("preload") or ()))
 
     def driver_pid_here(self) -> int | None:
         """The driver's pid when it runs on this machine, else None."""

@@ -28,6 +28,7 @@ from advisor.runner.executor import run_one
 from advisor.runner.ray_executor import RayExecutor
 from advisor.study.confirmation.confirm import ConfirmOptions, check_confirm_options
 from advisor.study.confirmation.pairing import Candidate, Rounds
+from advisor.techniques.registry import preloads
 from advisor.techniques.rules import device_conflicts, refusal
 from advisor.workload.contract import load_workload
 from advisor.workload.downloads import trial_switches
@@ -155,7 +156,8 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
     for note in result.notes:
         on_event(Note(note))
     # its preflight filled this machine's caches: the runs here read them offline (advisor.workload.downloads)
-    executor = RayExecutor(hardware.device, ray_address, env=trial_switches(ray_address)).start()
+    executor = RayExecutor(hardware.device, ray_address, env=trial_switches(ray_address),
+                           preload=preloads(config.to_dict().items())).start()
     try:
         candidate = Candidate("the config", config, result.confirmation)
         Rounds(executor, workload, settings, SentinelJudge(), target, pairs, trial_timeout, Stop(), on_event,

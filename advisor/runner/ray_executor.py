@@ -71,13 +71,18 @@ class RayExecutor:
         state_dir: the embedded instance's temp dir (created private to the user).
         env: environment variables every trial's Ray worker starts with (a runtime env of its
             own: a library that reads one at import, in the warm fork server, sees it too).
+        preload: what the trials' fork servers import ahead (``TrialPayload.preload``,
+            ``advisor.techniques.registry.preloads`` of the values the trials may take), on a
+            CPU only: on a GPU a library imported in the fork server could initialise CUDA there,
+            and every later trial would then start a fresh interpreter (``advisor.trial.forkserver``).
     """
 
     def __init__(self, device: str = "cpu", address: str | None = None, state_dir: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> None:
         self.device = device
         self.address = address
         self.env = dict(env or {})
+        self.preload = tuple(preload) if device == "cpu" else ()
         self.state_dir = state_dir or default_state_dir()
         self.started_here = False
         self.resources: dict[str, float] = {}
@@ -194,6 +199,8 @@ class RayExecutor:
         one that the whole cluster could not host is answered at once instead of waiting forever."""
         import ray
 
+        if self.preload and not payload.preload:
+            payload = dataclasses.replace(payload, preload=self.preload)
         resources = dict(self.resources)
         config = payload.config
         for refresh in (False, True):  # the cluster as last seen, then as it is now (a node may have gone)

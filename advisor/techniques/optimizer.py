@@ -89,6 +89,11 @@ class CompileOptimizer(Technique):
 
         return Compile().unavailable(True, hw) if value else None
 
+    def preload(self, value: Any) -> tuple[str, ...]:
+        from advisor.techniques.compile import INDUCTOR
+
+        return (INDUCTOR,) if value else ()
+
     def apply(self, value: Any, prepared: Prepared) -> None:
         if value:
             prepared.step.optimizer_setup.append(compile_step)

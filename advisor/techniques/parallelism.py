@@ -70,6 +70,9 @@ class Parallelism(Technique):
                 "parameters) and this model has fewer than two; pipeline_split() in model.py can name where")
         return None
 
+    def preload(self, value: Any) -> tuple[str, ...]:
+        return ("torch.export:_trace",) if value == "pp" else ()  # a pipeline's split traces the model (~0.2-0.7 s)
+
     def apply(self, value: Any, prepared: Prepared) -> None:
         devices = prepared.config.devices
         if value == "single":

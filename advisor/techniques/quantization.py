@@ -52,6 +52,9 @@ class Quantization(Technique):
                 return f"int4 weight-only needs compute capability >= 8.0; this machine has {hw.gpu_names()}"
         return None
 
+    def preload(self, value: Any) -> tuple[str, ...]:
+        return ("torchao:quantization",) if value != "none" else ()
+
     def pointless(self, value: Any, facts: dict[str, Any]) -> str | None:
         if value != "none" and facts.get("linear_layers") == 0:
             return "torchao quantizes nn.Linear layers (and transformers Conv1D, made nn.Linear) and the model has none"

@@ -10,6 +10,9 @@ the knob whose ``apply`` reads it. A new knob: its ``TrialConfig`` field (one li
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from advisor.techniques._base import Technique
 from advisor.techniques.attention import SdpaBackend
 from advisor.techniques.channels_last import ChannelsLast
@@ -55,3 +58,10 @@ APPLY_ORDER: tuple[Technique, ...] = (
     CompileMode(), Compile(),
 )
 TECHNIQUES: dict[str, Technique] = {t.key: t for t in APPLY_ORDER}
+
+
+def preloads(values: Iterable[tuple[str, Any]]) -> tuple[str, ...]:
+    """What trials of these ``(knob, value)`` pairs import lazily (``Technique.preload``),
+    each once, in the order the pairs come."""
+    return tuple(dict.fromkeys(m for key, value in values if key in TECHNIQUES
+                               for m in TECHNIQUES[key].preload(value)))

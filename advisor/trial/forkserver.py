@@ -125,7 +125,8 @@ def _context(payload: TrialPayload) -> Any:
         return _CONTEXT
     if _RETIRED:
         _reap()
-    missing = [name for name in preload_list(payload.workload_source) if name not in _PRELOADED]
+    wanted = [*preload_list(payload.workload_source), *payload.preload]
+    missing = [name for name in dict.fromkeys(wanted) if name not in _PRELOADED]
     # a library not imported yet is worth a new server; a name from one already imported is
     # not (most such names are plain attributes: torch's nn), so it is resolved by the trial
     worth_a_server = any(":" not in name and name.split(".")[0] not in sys.stdlib_module_names for name in missing)

@@ -277,6 +277,74 @@ def test_a_later_workloads_libraries_are_preloaded_by_a_new_fork_server(tmp_path
     assert forkserver._RETIRED == []
 
 
+# whether torch.compile's inductor was imported before model.py (the fork server had it)
+INDUCTOR_AHEAD = PLAIN.replace("import torch\n", "import sys\nAHEAD = 'torch._inductor.compile_fx' in sys.modules\n"
+                                                 "import torch\n") + '''
+
+def metric(output, target):
+    return torch.tensor(float(AHEAD))
+'''
+
+
+def test_what_the_space_may_try_is_imported_by_a_new_fork_server_only(tmp_path, monkeypatch):
+    """A payload's ``preload`` (what its study's knob values import lazily: compile's inductor)
+    is imported by the fork server it starts, so no compiled trial imports it (~0.8 s each
+    here); a running server is not replaced for it (a new one costs seconds)."""
+    from multiprocessing import forkserver as mp_forkserver
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+    from advisor.techniques.compile import INDUCTOR
+    from advisor.trial import forkserver
+    from advisor.workload.contract import load_workload
+
+    for name, value in (("_SPAWN_ONLY", False), ("_CONTEXT", None), ("_PRELOADED", ()), ("_CHECKED", set()),
+                        ("_RETIRED", [])):
+        monkeypatch.setattr(forkserver, name, value)
+    workload = load_workload(str(write_model(tmp_path, INDUCTOR_AHEAD, "ahead.py")))
+
+    def run(preload: tuple[str, ...]) -> tuple[float, int]:
+        payload = TrialPayload(str(workload.path), workload.source, workload.sha256, TrialConfig(batch_size=16),
+                               TrialSettings(train_samples=32), preload=preload)
+        result = forkserver.run_forked(payload)
+        assert result.ok and result.telemetry["trial_process"] == "forked", result.failure_message
+        return result.score, mp_forkserver._forkserver._forkserver_pid
+
+    score, server = run((INDUCTOR,))
+    assert score == 1.0 and INDUCTOR in forkserver._PRELOADED
+    assert run(()) == (1.0, server)  # the same server, still holding it
+    monkeypatch.setattr(forkserver, "_CHECKED", set())
+    monkeypatch.setattr(forkserver, "_PRELOADED", tuple(n for n in forkserver._PRELOADED if n != INDUCTOR))
+    assert run((INDUCTOR,))[1] == server  # a server said to lack it is kept: the trial imports it itself
+
+
+def test_the_executor_stamps_its_preload_on_cpu_only():
+    from advisor.runner.ray_executor import RayExecutor
+    from advisor.techniques.compile import INDUCTOR
+    from advisor.techniques.registry import preloads
+
+    ahead = preloads([("compile", False), ("compile", True), ("compile_optimizer", True), ("parallelism", "pp"),
+                      ("parallelism", "single"), ("quantization", "none"), ("batch_size", 64)])
+    assert ahead == (INDUCTOR, "torch.export:_trace")
+    assert RayExecutor("cpu", preload=ahead).preload == ahead
+    assert RayExecutor("cuda", preload=ahead).preload == ()  # an import must not initialise CUDA in the server
+
+
+def test_a_study_preloads_what_its_space_may_try(tmp_path):
+    from advisor.study.options.tune_options import TuneOptions
+    from advisor.study.run.plan import plan_study
+    from advisor.techniques.compile import INDUCTOR
+
+    def ahead(space: str) -> tuple[str, ...]:
+        (tmp_path / "s.yaml").write_text(space)
+        return plan_study(TuneOptions(workload_path=str(EXAMPLES / "digits_mlp.py"), space=str(tmp_path / "s.yaml"),
+                                      skip_preflight=True, train_samples=64,
+                                      storage=f"sqlite:///{tmp_path / 's.db'}")).preload()
+
+    assert ahead("batch_size: {choices: [32, 64]}\ncompile: {choices: [false, true]}\n") == (INDUCTOR,)
+    assert ahead("batch_size: {choices: [32, 64]}\nprecision: {choices: [fp32, bf16]}\n") == ()
+
+
 @pytest.mark.ray
 def test_trial_processes_take_their_own_thread_count(ray_session):
     """torch fixes its thread count at import, in the fork server: a single trial gets the

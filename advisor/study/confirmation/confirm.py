@@ -256,6 +256,7 @@ def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None =
     """
     from advisor.core.errors import WorkloadError
     from advisor.runner.ray_executor import RayExecutor
+    from advisor.techniques.registry import preloads
     from advisor.workload.contract import load_workload
     from advisor.workload.downloads import trial_switches
     from advisor.workload.preflight import preflight
@@ -281,7 +282,8 @@ def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None =
                       "nothing to confirm"))
         return {}
     preflight(workload)
-    executor = RayExecutor(settings.device, ray_address, env=trial_switches(ray_address)).start()
+    ahead = preloads(item for r in candidates(stored, options.top) for item in r.config.to_dict().items())
+    executor = RayExecutor(settings.device, ray_address, env=trial_switches(ray_address), preload=ahead).start()
     try:
         return Confirmer(study, workload, settings, executor, options, trial_timeout, stop, on_event).run()
     finally:

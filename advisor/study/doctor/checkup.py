@@ -28,6 +28,7 @@ from advisor.core.units import first_line
 from advisor.machine.doctor_store import BUILTIN, FAILS, Verdict
 from advisor.machine.hardware import Hardware
 from advisor.study.doctor.offered import Option, changes
+from advisor.techniques.registry import preloads
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import Workload
 
@@ -119,7 +120,9 @@ def run_doctor(hw: Hardware, subjects: list[Subject], options: list[list[Option]
     (SIGINT), it returns what ran: that model's outcome ``interrupted``, later models too."""
     from advisor.runner.ray_executor import RayExecutor
 
-    executor = RayExecutor(hw.device).start()
+    ahead = preloads(item for opts in options for o in opts if o.config is not None
+                     for item in o.config.to_dict().items())
+    executor = RayExecutor(hw.device, preload=ahead).start()
     try:
         runner = _Runner(executor, timeout, on_run)
         outcomes: list[Outcome] = []

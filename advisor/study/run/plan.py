@@ -24,7 +24,7 @@ from advisor.study.options.option import declared, must_match
 from advisor.study.options.tune_options import TuneOptions
 from advisor.study.storage import stores
 from advisor.study.storage.guard import shown_url
-from advisor.techniques.registry import TECHNIQUES
+from advisor.techniques.registry import TECHNIQUES, preloads
 from advisor.techniques.rules import refusal
 from advisor.workload.contract import Workload, load_workload
 from advisor.workload.local_modules import local_modules
@@ -60,6 +60,12 @@ class StudyPlan:
     storage_url: str
     # the default training budget as decided before the study (advisor.study.run._training_budget); None: not in play
     training_budget: dict[str, Any] | None = None
+
+    def preload(self) -> tuple[str, ...]:
+        """What the trials of this space import lazily (``Technique.preload``: compile's
+        inductor, a pipeline's tracer, torchao), for the executor's fork servers."""
+        values = [(k.name, v) for k in self.space.knobs for v in k.choices]
+        return preloads([*self.baseline.to_dict().items(), *values])
 
     def study_attrs(self) -> dict[str, Any]:
         """What the study stores about itself (checked again when it is resumed)."""

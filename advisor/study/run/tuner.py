@@ -71,7 +71,7 @@ class Tuner:
             from advisor.runner.ray_executor import RayExecutor
 
             self.executor = RayExecutor(self.plan.hardware.device, self.options.ray_address,
-                                        env=trial_env(self.plan)).start()
+                                        env=trial_env(self.plan), preload=self.plan.preload()).start()
         return self.executor
 
     def run(self) -> StudyOutcome:
