@@ -1,9 +1,24 @@
 """A real 2-node local Ray cluster (ray.cluster_utils.Cluster) for the scripts beside this
-file, each run in a process of its own by tests/faults/test_cluster.py: its state and auth
-token in a fresh temp dir, a head node of one CPU and a worker node."""
+file: its state and auth token in a fresh temp dir, a head node of one CPU and a worker node.
+
+Run as a script, it runs scripts beside it one after another on one cluster (started once:
+a cluster start costs seconds), each in a folder of its own and with a worker node of its
+own (the one before, if still there, is removed). tests/faults/test_cluster.py runs it in a
+process of its own (it needs its own Ray, not the test session's):
+
+    python tests/clusters/local_cluster.py SCRIPT FOLDER ARGS... [-- SCRIPT FOLDER ARGS...]...
+
+A script (node_loss.py, spanning.py, gpu_resource.py) defines WORKER (its worker node's
+resources), run(cluster, worker, args) -> exit status and, optionally, env() (variables set
+before the cluster starts, so that its nodes' workers inherit them). Each part's output lies
+between the lines `== SCRIPT` and `== SCRIPT exit STATUS`; the process exits with the first
+non-zero status."""
+import importlib
 import os
 import secrets
+import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 
@@ -22,3 +37,54 @@ def start_cluster(prefix: str, env: dict[str, str] | None = None, **worker: int)
     node = cluster.add_node(**({"num_cpus": 1} | worker))
     cluster.wait_for_nodes()
     return cluster, node, state
+
+
+def replace_worker(cluster, worker, **resources: int):
+    """Remove ``worker`` (unless a part already did) and add a fresh worker node with
+    ``resources``; once the cluster counts exactly its head and that node alive, the node."""
+    if worker in cluster.worker_nodes:
+        cluster.remove_node(worker)
+    node = cluster.add_node(**({"num_cpus": 1} | resources))
+    cluster.wait_for_nodes()
+    return node
+
+
+def run_parts(argv: list[str]) -> int:
+    """ARGV: SCRIPT FOLDER ARGS... groups separated by "--", run in that order on one cluster."""
+    parts, group = [], []
+    for arg in [*argv, "--"]:
+        if arg != "--":
+            group.append(arg)
+        elif group:
+            parts.append(group)
+            group = []
+    modules = [importlib.import_module(name) for name, *_ in parts]
+    env: dict[str, str] = {}
+    for module in modules:
+        env |= module.env() if hasattr(module, "env") else {}
+    cluster, worker, _ = start_cluster("advc-", env, **modules[0].WORKER)
+    print("cluster", cluster.address, flush=True)
+    status = 0
+    for i, (module, (name, folder, *args)) in enumerate(zip(modules, parts)):
+        print(f"== {name}", flush=True)
+        try:
+            if i:
+                worker = replace_worker(cluster, worker, **module.WORKER)
+            os.chdir(folder)
+            code = module.run(cluster, worker, args)
+        except SystemExit as exc:  # argparse's
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        except Exception:
+            traceback.print_exc()
+            code = 1
+        print(f"== {name} exit {code}", flush=True)
+        status = status or code
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(run_parts(sys.argv[1:]))

@@ -82,20 +82,26 @@ def test_a_local_ray_that_fails_to_start_is_started_once_more():
     machine can draw the same one (ray-project/ray#53906): the start is tried again. The
     collision cannot be provoked on demand, so ray.init here is a stand-in that fails as one
     does: on every try (the error says it tried twice), then on the first try only (Ray's
-    own second start follows)."""
+    own second start follows). Before its second try the executor draws a random wait (its
+    ports are drawn at random too); the draw is noted, and not slept here."""
     state = tempfile.mkdtemp(prefix="advr-")
     script = textwrap.dedent(f"""
         import pathlib
         import ray
+        import advisor.runner.ray_executor as ray_executor
         from advisor.core.errors import SchedulerError
         from advisor.runner.ray_executor import RayExecutor
-        real, calls = ray.init, []
+        real, calls, waits = ray.init, [], []
         def flaky(*args, **kwargs):  # the stand-in: a collision, then (with "once") Ray's own start
             calls.append(1)
             if len(calls) == 1 or always:
                 raise RuntimeError("Failed to start GCS: address 127.0.0.1:53421 already in use")
             return real(*args, **kwargs)
-        ray.init = flaky
+        class Draws:  # the executor's random wait between tries, noted (an interval of seconds) as 0 s
+            def uniform(self, low, high):
+                waits.append(0 < low < high)
+                return 0.0
+        ray.init, ray_executor.random = flaky, Draws()
         for always in (True, False):
             calls.clear()
             try:
@@ -104,17 +110,19 @@ def test_a_local_ray_that_fails_to_start_is_started_once_more():
                 ray.shutdown()
             except SchedulerError as exc:
                 print("ERROR", len(calls), exc)
+        print("WAITS", waits)
     """)
     try:
         run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     finally:
         shutil.rmtree(state, ignore_errors=True)
     lines = run.stdout.splitlines()
-    assert run.returncode == 0 and len(lines) == 2, run.stdout + run.stderr
+    assert run.returncode == 0 and len(lines) == 3, run.stdout + run.stderr
     assert lines[0].startswith("ERROR 2 cannot start Ray on this machine (its state in ") and lines[0].endswith(
         "(tried 2 times): RuntimeError: Failed to start GCS: address 127.0.0.1:53421 already in use "
         "(README: Troubleshooting)"), lines[0]
     assert lines[1] == "STARTED 2 True", run.stdout + run.stderr
+    assert lines[2] == "WAITS [True, True]", lines[2]  # a wait before each second try
 
 
 def test_a_study_leaves_no_fork_server_folder_in_the_temp_folder(tmp_path):
