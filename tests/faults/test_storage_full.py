@@ -6,11 +6,10 @@ once space is freed the same command resumes the study to its total."""
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
+import threading
 import time
 
 import optuna
@@ -18,7 +17,7 @@ import pytest
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES, kill_processes_of
+from conftest import EXAMPLES
 from peek import peek_trials
 
 pytestmark = pytest.mark.ray
@@ -66,35 +65,42 @@ def _finished(url: str) -> int:
     return sum(t.state.name in ("COMPLETE", "PRUNED") for t in peek_trials(url.removeprefix("sqlite:///"), STUDY))
 
 
+def _fill_once_a_trial_is_stored(url: str, directory: str, returned: threading.Event, filled: list) -> None:
+    """Fill ``directory``'s file system once the driver (in the main thread) has stored a
+    trial, unless it returned first; ``filled`` gets the filler's path and when it was full."""
+    deadline = time.monotonic() + 240
+    while _finished(url) < 1 and not returned.is_set() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not returned.is_set():
+        filled.append((_fill(directory), time.monotonic()))
+
+
 @pytest.mark.timeout(400)
 def test_a_full_disk_stops_the_study_cleanly_and_the_same_command_resumes(ray_session, small_fs, workdir, capsys,
                                                                           quiet_optuna):
+    """The driver runs in this process (on the session's Ray), in the main thread as the
+    command's does; the test's thread fills the disk meanwhile."""
     db = os.path.join(small_fs, "advisor.db")
     url = f"sqlite:///{db}"
     space = workdir / "bs.yaml"
     space.write_text("batch_size: {choices: [16, 32, 64, 128]}\nthreads: {choices: [1, 2]}\n")
     args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", str(space), "--train-samples", "300",
             "--storage", url, "--trials", "4", "--no-tui"]
-    state = tempfile.mkdtemp(prefix="advfullr-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state}
-    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    returned, filled = threading.Event(), []
+    filler_thread = threading.Thread(target=_fill_once_a_trial_is_stored, args=(url, small_fs, returned, filled),
+                                     daemon=True)
+    filler_thread.start()
     try:
-        deadline = time.monotonic() + 240
-        while _finished(url) < 1 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert proc.poll() is None, "the study ended before the disk filled"
-        filler = _fill(small_fs)
-        filled_at = time.monotonic()
-        stdout, stderr = proc.communicate(timeout=240)
-        stopped_s = time.monotonic() - filled_at
+        code = main(args)
+        returned_at = time.monotonic()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_processes_of(state)  # its embedded Ray, should it outlive it
-        shutil.rmtree(state, ignore_errors=True)
-    assert proc.returncode == 1, (stdout[-3000:], stderr[-3000:])
+        returned.set()
+        filler_thread.join(timeout=60)
+    stdout, stderr = capsys.readouterr()
+    assert filled, ("the study ended before the disk filled", stdout[-3000:], stderr[-3000:])
+    filler, filled_at = filled[0]
+    stopped_s = returned_at - filled_at
+    assert code == 1, (stdout[-3000:], stderr[-3000:])
     assert "advisor tune: error: storage sqlite:///" in stderr and "is lost: the disk holding it is full" in stderr
     assert db in stderr and "free space there, then run the same command again" in stderr, stderr
     assert "Traceback" not in stderr

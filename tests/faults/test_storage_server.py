@@ -9,8 +9,7 @@ configuration measured once and no trial created twice; `advisor export` reads i
 
 from __future__ import annotations
 
-import os
-import shutil
+import io
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from advisor.cli.main import main
 from advisor.study.run._drivers import GRACE_S
 from advisor.study.storage.guard import TOKEN
 
-from conftest import EXAMPLES, kill_processes_of
+from conftest import EXAMPLES
 from peek import peek_trials
 from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 
@@ -33,36 +32,43 @@ pytestmark = pytest.mark.ray
 
 STUDY = "digits_mlp-bs"
 SPACE = "batch_size: {choices: [16, 32, 64, 128]}\nthreads: {choices: [1, 2]}\n"
-WAIT_S = 10  # $ADVISOR_STORAGE_WAIT: how long the driver waits for the server (the restart takes ~3 s of it)
-DOWN_S = 2.0  # how long the restart keeps the server down once the driver waits: a few of its tries fail
+# $ADVISOR_STORAGE_WAIT: how long the driver waits for the server. The restart takes ~1.5 s of it (its
+# tries, 0.1 s apart doubling, find it back at 1.5 s or 3.1 s; the last one is at the wait's end)
+WAIT_S = 6
+DOWN_S = 1.0  # how long the restart keeps the server down once the driver waits: a few of its tries fail
 
 
-class _Output:
-    """A process's stdout or stderr as it comes: ``wait_for`` a line."""
+class _Output(io.StringIO):
+    """sys.stdout or sys.stderr of the driver, run in this process: ``wait_for`` a line as
+    it comes (written by the driver's thread, waited for by the test's)."""
 
-    def __init__(self, stream) -> None:
-        self.text, self.closed, self._grew = "", False, threading.Condition()
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed_for_test, self._grew = False, threading.Condition()
 
-    def _read(self, stream) -> None:
-        for line in stream:
-            with self._grew:
-                self.text += line
-                self._grew.notify_all()
+    def write(self, text: str) -> int:
         with self._grew:
-            self.closed = True
+            written = super().write(text)
+            self._grew.notify_all()
+        return written
+
+    @property
+    def text(self) -> str:
+        with self._grew:
+            return self.getvalue()
+
+    def close_for_test(self) -> None:
+        """The driver has returned: ``wait_for`` stops waiting."""
+        with self._grew:
+            self.closed_for_test = True
             self._grew.notify_all()
 
     def wait_for(self, text: str, timeout: float, start: int = 0) -> bool:
         """Whether ``text`` appears after ``start`` (a length of ``self.text``) within
-        ``timeout`` seconds (False at once when the stream ends without it)."""
+        ``timeout`` seconds (False at once when the driver has returned without it)."""
         with self._grew:
-            return self._grew.wait_for(lambda: text in self.text[start:] or self.closed, timeout) \
-                and text in self.text[start:]
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
+            return self._grew.wait_for(lambda: text in self.getvalue()[start:] or self.closed_for_test, timeout) \
+                and text in self.getvalue()[start:]
 
 
 def _args(space, url: str, trials: int) -> list[str]:
@@ -76,70 +82,96 @@ def _finished(url: str) -> int:
     return sum(t.state.name in ("COMPLETE", "PRUNED") for t in peek_trials(url, STUDY))
 
 
+def _restart_then_outage(pg_server, url: str, out: _Output, returned: threading.Event,  # noqa: F811
+                         events: list, problems: list) -> None:
+    """What the test does to the server while the driver runs (in the main thread): a
+    restart shorter than the wait once a trial is stored, an outage longer than it once a
+    second one is. A check that fails goes into ``problems``; the server is left running
+    only if the outage was not reached."""
+
+    def check(ok: bool, why: str) -> bool:
+        if not ok:
+            problems.append(why)
+        return ok
+
+    deadline = time.monotonic() + 240
+    while _finished(url) < 1 and not returned.is_set() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not check(_finished(url) >= 1 and not returned.is_set(), "no trial stored before the restart"):
+        return
+    # the restart: down until the driver has asked the storage and said it waits (it renews its
+    # heartbeat every drivers.BEAT_S whatever its trials are doing; GRACE_S is when the study's other
+    # drivers would take it for gone), then up again well within the wait: ridden out
+    start = len(out.text)
+    pg_server.stop()
+    down_at = time.monotonic()
+    noticed = out.wait_for("is not answering", timeout=GRACE_S, start=start)
+    events.append(("noticed", round(time.monotonic() - down_at, 1)))
+    if noticed:
+        time.sleep(DOWN_S)
+    pg_server.start()
+    events.append(("restarted", round(time.monotonic() - down_at, 1)))
+    if not check(noticed, "the driver did not notice the server down"):
+        return
+    # its next try within the wait finds it back (tries are at most 5 s apart)
+    if not check(out.wait_for("is back after", timeout=WAIT_S + 30, start=start),
+                 "the driver did not get the server back"):
+        return
+    events.append(("back", round(time.monotonic() - down_at, 1)))
+    while _finished(url) < 2 and not returned.is_set() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not check(not returned.is_set(), "the study ended before the outage"):
+        return
+    pg_server.stop()  # longer than the wait: the study stops
+    events.append(("outage", time.monotonic()))
+
+
 @pytest.mark.timeout(420)
-def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resumes(ray_session, pg_server, pg_database,  # noqa: F811
-                                                                          workdir, capsys, quiet_optuna):
+def test_a_study_on_postgresql_rides_out_a_restart_stops_on_an_outage_and_resumes(
+        ray_session, pg_server, pg_database, workdir, capsys, monkeypatch, quiet_optuna):  # noqa: F811
+    """The driver runs in this process (on the session's Ray), in the main thread as the
+    command's does; the test's thread restarts and stops the server meanwhile, watching
+    what the driver prints."""
     url = pg_database
     space = workdir / "bs.yaml"
     space.write_text(SPACE)
     args = _args(space, url, trials=5)
-    state = tempfile.mkdtemp(prefix="advpgr-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state, "ADVISOR_STORAGE_WAIT": str(WAIT_S), "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = _Output(proc.stdout), _Output(proc.stderr)
+    monkeypatch.setenv("ADVISOR_STORAGE_WAIT", str(WAIT_S))
+    out, err = _Output(), _Output()
     events: list[tuple[str, object]] = []
-
-    def seen() -> tuple:
-        return events, out.text[-3000:], err.text[-3000:]
-
+    problems: list[str] = []
+    returned = threading.Event()
+    server = threading.Thread(target=_restart_then_outage, args=(pg_server, url, out, returned, events, problems),
+                              daemon=True)
+    stdout_before, stderr_before = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
     try:
-        deadline = time.monotonic() + 240
-        while _finished(url) < 1 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _finished(url) >= 1 and proc.poll() is None, ("no trial stored before the restart", *seen())
-        # the restart: down until the driver has asked the storage and said it waits (it renews its
-        # heartbeat every drivers.BEAT_S whatever its trials are doing; GRACE_S is when the study's other
-        # drivers would take it for gone), then up again well within the wait: ridden out
-        start = len(out.text)
-        pg_server.stop()
-        down_at = time.monotonic()
-        noticed = out.wait_for("is not answering", timeout=GRACE_S, start=start)
-        events.append(("noticed", round(time.monotonic() - down_at, 1)))
-        if noticed:
-            time.sleep(DOWN_S)
-        pg_server.start()
-        events.append(("restarted", round(time.monotonic() - down_at, 1)))
-        assert noticed, ("the driver did not notice the server down", *seen())
-        # its next try within the wait finds it back (tries are at most 5 s apart)
-        assert out.wait_for("is back after", timeout=WAIT_S + 30, start=start), \
-            ("the driver did not get the server back", *seen())
-        events.append(("back", round(time.monotonic() - down_at, 1)))
-        while _finished(url) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert proc.poll() is None, ("the study ended before the outage", *seen())
-        pg_server.stop()  # longer than the wait: the study stops
-        stopped_at = time.monotonic()
-        proc.wait(timeout=90)
-        events.append(("exited", round(time.monotonic() - stopped_at, 1)))
+        server.start()
+        code = main(args)
+        returned.set()
+        events.append(("exited", round(time.monotonic() - dict(events).get("outage", time.monotonic()), 1)))
     finally:
-        proc.kill()
-        out.join(timeout=30)
-        err.join(timeout=30)
-        proc.stdout.close()
-        proc.stderr.close()
-        kill_processes_of(state)
-        shutil.rmtree(state, ignore_errors=True)
+        sys.stdout, sys.stderr = stdout_before, stderr_before
+        returned.set()
+        out.close_for_test()
+        err.close_for_test()
+        server.join(timeout=60)
         if not pg_server.running:
             pg_server.start()
-    stdout, stderr = out.text, err.text
-    assert proc.returncode == 1, seen()
+    captured = capsys.readouterr()  # what reached the streams the driver started with (a logger's handler)
+    stdout, stderr = out.text + captured.out, err.text + captured.err
+
+    def seen() -> tuple:
+        return events, stdout[-3000:], stderr[-3000:]
+
+    assert not problems, (problems, *seen())
+    assert not server.is_alive(), seen()
+    assert code == 1, seen()
     assert "is not answering" in stdout and "is back after" in stdout, stdout[-3000:]  # the restart, ridden out
     assert "advisor tune: error: storage postgresql+psycopg://advisor@127.0.0.1" in stderr, stderr[-3000:]
     assert "did not answer for" in stderr and "run the same command to resume" in stderr
     assert "Traceback" not in stderr
-    assert events[-1][1] < WAIT_S + 30, events  # stopped within the wait, plus stopping Ray
+    assert events[-1][1] < WAIT_S + 30, events  # stopped within the wait
 
     before = optuna.load_study(study_name=STUDY, storage=url).trials
     done_before = {t.number: t.values for t in before if t.state.name in ("COMPLETE", "PRUNED")}
@@ -198,7 +230,7 @@ def _restarts_under_load(server, url: str, restarts: int) -> tuple[int, list]:
     try:
         for i in range(restarts):
             time.sleep(rng.uniform(0.2, 0.6))
-            server.restart(down_s=rng.uniform(0.0, 1.0), mode="immediate" if i % 2 else "fast")
+            server.restart(down_s=rng.uniform(0.0, 0.5), mode="immediate" if i % 2 else "fast")
         after_last = len(told)
         deadline = time.monotonic() + 60
         while len(told) < after_last + 3 and time.monotonic() < deadline and not errors:
