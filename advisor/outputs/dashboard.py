@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.core.errors import AdvisorError
+from advisor.core.errors import AdvisorError, StorageError
 from advisor.core.events import Event, Finished, Listener, Note, Paired, ignore
 from advisor.core.stored import read_study
 from advisor.core.units import first_line
@@ -109,15 +109,19 @@ class DashboardNotes:
     is not installed: ``advisor dashboard`` writes them all later). A stored trial's note
     and the study's are written when the trial is stored, a trial's and the study's again
     when a confirmation pair lands; ``close()`` rewrites every note, once the front and
-    the picks are final. It opens the study's storage itself, on the first event. A note
-    that cannot be written never stops the study: ``notify`` is told once, and nothing
-    more is written."""
+    the picks are final. It opens the study's storage itself, on the first event, without
+    waiting for a database that does not answer: the study's own storage waits (a review saw
+    an outage stop the study after twice ``$ADVISOR_STORAGE_WAIT``, the notes' wait first).
+    A note that cannot be written never stops the study: a storage that does not answer
+    skips that write (the next event writes again, ``close`` every note), anything else
+    ends the notes; ``notify`` is told once either way."""
 
     def __init__(self, storage_url: str, study_name: str) -> None:
         self.url, self.name = storage_url, study_name
         self.active = installed()
         self.notify: Listener = ignore
         self._study: Any = None
+        self._told = False
 
     def event(self, event: Event) -> None:
         if isinstance(event, Finished):
@@ -139,9 +143,17 @@ class DashboardNotes:
                 from advisor.study.storage import stores
 
                 self._study = optuna.load_study(study_name=self.name,
-                                                storage=stores.open_storage(self.url, must_exist=True))
+                                                storage=stores.open_storage(self.url, must_exist=True, wait_s=0))
             write_notes(self._study, self.url, trials)
+        except StorageError as exc:  # not answering now: the study's storage waits for it; these notes do not
+            self._tell(f"optuna-dashboard notes: skipped while the storage does not answer ({first_line(exc, 200)}); "
+                       "written again with the next trial, and all of them at the end")
         except Exception as exc:  # the storage gone, a format optuna-dashboard changed: the study goes on
             self.active = False
-            self.notify(Note(f"optuna-dashboard notes: not written ({type(exc).__name__}: {first_line(exc, 300)}); "
-                             "`advisor dashboard` writes them later"))
+            self._tell(f"optuna-dashboard notes: not written ({type(exc).__name__}: {first_line(exc, 300)}); "
+                       "`advisor dashboard` writes them later")
+
+    def _tell(self, text: str) -> None:
+        if not self._told:
+            self._told = True
+            self.notify(Note(text))

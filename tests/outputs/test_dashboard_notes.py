@@ -18,7 +18,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
+from types import SimpleNamespace
 
 import pytest
 from dashboard_api import get, put
@@ -29,6 +31,7 @@ from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.storage import stores as st
 
 from conftest import REPO, exit_status
+from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 from recorded_study import NAME, add_probed_trial, write_recorded_study
 
 dashboard = pytest.importorskip("optuna_dashboard._app")
@@ -253,6 +256,41 @@ def test_a_running_study_writes_a_trials_note_when_it_is_stored_and_when_a_pair_
     broken.event(Paired(2, stored.records[2].config, c, 3.0))  # type: ignore[arg-type]
     broken.close()
     assert len(told) == 1 and "optuna-dashboard notes: not written" in told[0].text
+
+
+def test_a_database_that_stops_answering_skips_notes_without_waiting(pg_server, pg_database, monkeypatch):  # noqa: F811
+    """The notes never wait for the database: the study's own storage does (an outage once
+    stopped a study after twice $ADVISOR_STORAGE_WAIT, the notes' wait first). A write while
+    the server is down is skipped, said once; the next one, the server back, writes."""
+    from advisor.outputs.dashboard import DashboardNotes
+    from advisor.study.storage import guard
+
+    monkeypatch.setenv("ADVISOR_STORAGE_WAIT", "30")
+    study = write_recorded_study(pg_database)
+    stored = read_study(study)
+    record = next(r for r in stored.records if r.number == 3)
+    listener, told, slept = DashboardNotes(pg_database, NAME), [], []
+    listener.notify = told.append
+    listener.event(Finished(3, record.config, None, 5.0, record))  # type: ignore[arg-type]
+    assert told == []
+    pg_server.stop()
+    # the guard's clock, its sleep recorded (a stand-in, named as such): the wait between its tries
+    monkeypatch.setattr(guard, "time", SimpleNamespace(monotonic=time.monotonic, time=time.time, sleep=slept.append))
+    try:
+        for _ in range(2):
+            listener.event(Finished(3, record.config, None, 5.0, record))  # type: ignore[arg-type]
+    finally:
+        monkeypatch.undo()
+        pg_server.start()
+    assert slept == [] and listener.active
+    assert len(told) == 1 and "notes: skipped while the storage does not answer" in told[0].text
+    listener.close()  # the server back: every note written
+    assert len(told) == 1
+    from advisor.outputs.dashboard import note_api
+
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    trial_1 = study.get_trials(deepcopy=False)[1]._trial_id
+    assert "advisor" in note_api().get_note_from_system_attrs(attrs, trial_1)["body"]
 
 
 def test_other_optuna_studies_in_the_storage_are_left_alone(url, capsys):

@@ -124,13 +124,14 @@ def _check_sqlite(path: Path, url: str, timeout_s: float = 2.0) -> None:
         raise StudyError(f"storage {shown_url(url)!r}: {path} is not a usable SQLite database ({text})") from None
 
 
-def open_storage(url: str, must_exist: bool = False) -> Any:
+def open_storage(url: str, must_exist: bool = False, wait_s: float | None = None) -> Any:
     """Open an Optuna storage after ``check_storage``.
 
     ``sqlite:///path.db`` and other SQLAlchemy URLs open an RDBStorage that waits for a
-    database that restarts, and raises ``StorageError`` when it stays unreachable or its
-    disk is full (``advisor.study.storage.guard``); a path ending in ``.log`` or ``.jsonl``
-    (or ``journal:PATH``) opens a JournalFileBackend.
+    database that restarts (up to ``wait_s``, default ``$ADVISOR_STORAGE_WAIT``), and raises
+    ``StorageError`` when it stays unreachable or its disk is full
+    (``advisor.study.storage.guard``); a path ending in ``.log`` or ``.jsonl`` (or
+    ``journal:PATH``) opens a JournalFileBackend.
     """
     check_storage(url, must_exist)
     journal = _journal_path(url)
@@ -145,7 +146,7 @@ def open_storage(url: str, must_exist: bool = False) -> Any:
     try:
         # waits for a database that restarts; the driver (not must_exist) puts SQLite in WAL mode,
         # readers leave the file as they found it (advisor.study.storage.guard)
-        storage = open_guarded(url, write_ahead=not must_exist)
+        storage = open_guarded(url, wait_s=wait_s, write_ahead=not must_exist)
     except BaseException as exc:
         if new:
             sqlite.unlink(missing_ok=True)  # type: ignore[union-attr]  # nothing half-written
