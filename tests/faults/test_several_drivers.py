@@ -23,7 +23,9 @@ from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtur
 pytestmark = pytest.mark.ray
 
 STUDY = "two-drivers"
-TRIALS = 5  # one driver is killed once both have started a trial after the baseline: the survivor runs the rest
+# one driver is killed once both have started a trial after the baseline: the survivor runs the rest. With
+# 5, under heavy load the first driver ran every other trial while the second still waited (2 runs in 9)
+TRIALS = 7
 
 
 def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
