@@ -238,6 +238,17 @@ def metric(output, target):
 WITH_STDLIB = PLAIN.replace("import torch\n", "import wave\nimport torch\n")
 
 
+def fresh_fork_server(monkeypatch) -> None:
+    """Forget this process's fork server: an earlier test's server (started for other
+    workloads, holding other imports) is let go, so the next forked trial starts one."""
+    from advisor.trial import forkserver
+
+    for name, value in (("_SPAWN_ONLY", False), ("_CONTEXT", None), ("_PRELOADED", ()), ("_CHECKED", set()),
+                        ("_RETIRED", [])):
+        monkeypatch.setattr(forkserver, name, value)
+    assert forkserver._retire_server()
+
+
 def test_a_later_workloads_libraries_are_preloaded_by_a_new_fork_server(tmp_path, monkeypatch):
     """A worker's fork server outlives a study. When a later workload imports an installed
     library the running server has not imported, that server is replaced (once) by one that imports both
@@ -250,9 +261,7 @@ def test_a_later_workloads_libraries_are_preloaded_by_a_new_fork_server(tmp_path
     from advisor.trial import forkserver
     from advisor.workload.contract import load_workload
 
-    for name, value in (("_SPAWN_ONLY", False), ("_CONTEXT", None), ("_PRELOADED", ()), ("_CHECKED", set()),
-                        ("_RETIRED", [])):
-        monkeypatch.setattr(forkserver, name, value)
+    fresh_fork_server(monkeypatch)
     settings = TrialSettings(train_samples=32)
 
     def run(source: str, name: str) -> tuple[float, int]:
@@ -298,9 +307,7 @@ def test_what_the_space_may_try_is_imported_by_a_new_fork_server_only(tmp_path, 
     from advisor.trial import forkserver
     from advisor.workload.contract import load_workload
 
-    for name, value in (("_SPAWN_ONLY", False), ("_CONTEXT", None), ("_PRELOADED", ()), ("_CHECKED", set()),
-                        ("_RETIRED", [])):
-        monkeypatch.setattr(forkserver, name, value)
+    fresh_fork_server(monkeypatch)
     workload = load_workload(str(write_model(tmp_path, INDUCTOR_AHEAD, "ahead.py")))
 
     def run(preload: tuple[str, ...]) -> tuple[float, int]:
