@@ -17,7 +17,10 @@ editor sees a newer version and never overwrites advisor's text blindly.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import AdvisorError, StorageError
@@ -31,12 +34,41 @@ INSTALL = "pip install 'advisor[dashboard]' (or pip install optuna-dashboard)"
 
 
 def note_api() -> Any:
-    """optuna-dashboard's note module; AdvisorError (exit status 2) when it is not installed."""
+    """optuna-dashboard's note module; AdvisorError (exit status 2) when it is not installed.
+
+    Its ``_note`` module needs only Optuna, but importing it through the package runs
+    ``optuna_dashboard/__init__.py``, which loads the whole web app and, through Optuna's
+    importance code, scikit-learn and SciPy: about a second of every study's start (a
+    driver writes the notes as trials finish). So the module's own file is loaded alone,
+    once, unless the package is imported already (then its module is the one used)."""
+    global _NOTE
     try:
-        from optuna_dashboard import _note
-    except ImportError as exc:
+        spec = importlib.util.find_spec("optuna_dashboard")  # finds the package without running it
+    except (ImportError, ValueError) as exc:
         raise AdvisorError(f"optuna-dashboard is not installed ({first_line(exc, 200)}): {INSTALL}") from None
-    return _note
+    if spec is None:
+        raise AdvisorError(f"optuna-dashboard is not installed: {INSTALL}")
+    loaded = sys.modules.get("optuna_dashboard._note")
+    if loaded is not None:
+        return loaded
+    if _NOTE is None:
+        found = [Path(p) / "_note.py" for p in spec.submodule_search_locations or ()]
+        if found and found[0].is_file():
+            alone = importlib.util.spec_from_file_location("advisor._optuna_dashboard_note", found[0])
+            assert alone is not None and alone.loader is not None
+            module = importlib.util.module_from_spec(alone)
+            alone.loader.exec_module(module)
+            _NOTE = module
+        else:  # laid out otherwise (a later release): through the package, as it is meant to be imported
+            try:
+                from optuna_dashboard import _note
+            except ImportError as exc:
+                raise AdvisorError(f"optuna-dashboard is not installed ({first_line(exc, 200)}): {INSTALL}") from None
+            _NOTE = _note
+    return _NOTE
+
+
+_NOTE: Any = None  # optuna-dashboard's _note module, loaded alone (note_api)
 
 
 def installed() -> bool:

@@ -302,3 +302,28 @@ def test_other_optuna_studies_in_the_storage_are_left_alone(url, capsys):
     assert capsys.readouterr().out.splitlines() == [f"notes: study {NAME}: 11 notes written, 0 unchanged",
                                                     "notes: study someone-elses: not an advisor study, left alone"]
     assert not other._storage.get_study_system_attrs(other._study_id)  # no note, no key
+
+
+def test_a_study_writes_its_notes_without_loading_the_dashboard_app(url):
+    """A running study's notes take optuna-dashboard's note module alone: its package would
+    load the web app and, through Optuna's importance code, scikit-learn (about a second of
+    every study's start). Run in a fresh interpreter; the notes it writes are the ones the
+    dashboard's own API then serves."""
+    code = f"""
+import sys
+from advisor.core.events import Finished
+from advisor.core.stored import read_study
+from advisor.outputs.dashboard import DashboardNotes
+from advisor.study.storage import stores as st
+listener = DashboardNotes({url!r}, {NAME!r})
+record = next(r for r in read_study(st.load(st.open_storage({url!r}, must_exist=True), {NAME!r})).records
+              if r.number == 1)
+listener.event(Finished(1, record.config, None, 5.0, record))
+listener.close()
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("optuna_dashboard", "sklearn", "bottle")))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "[]"
+    _, notes, study_note = served(url)
+    assert "advisor" in notes[1] and "on the Pareto front" in notes[1] and study_note
