@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
@@ -77,6 +78,14 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ADVISOR_STORAGE", raising=False)
     return tmp_path
+
+
+def skip_without(module: str, reason: str | None = None) -> None:
+    """At a test module's top: skip the module when ``module`` is not installed, without
+    importing it (``pytest.importorskip`` imports it while each xdist worker collects every
+    module: lightning alone took ~2 s of each worker's start)."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(reason or f"{module} is not installed", allow_module_level=True)
 
 
 def exit_status(argv: list[str]) -> int:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from dashboard_api import get
 
 from advisor.study.storage import stores as st
 
+from conftest import skip_without
 from recorded_study import NAME, add_probed_trial, write_recorded_study
 
-dashboard = pytest.importorskip("optuna_dashboard._app")
+skip_without("optuna_dashboard")
 
 
 def test_the_dashboard_api_reads_a_study_with_probed_trials(tmp_path):
@@ -21,7 +21,9 @@ def test_the_dashboard_api_reads_a_study_with_probed_trials(tmp_path):
     study = write_recorded_study(url)
     trial = add_probed_trial(study, "dominated by trial 1")
     storage = st.open_storage(url)
-    app = dashboard.create_app(storage)
+    from optuna_dashboard._app import create_app
+
+    app = create_app(storage)
     study_id = storage.get_study_id_from_name(NAME)
     status, body = get(app, f"/api/studies/{study_id}")
     assert status.startswith("200"), body[:500]

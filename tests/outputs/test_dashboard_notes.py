@@ -30,11 +30,11 @@ from advisor.core.pairs import Confirmation, Pair
 from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.storage import stores as st
 
-from conftest import REPO, exit_status
+from conftest import REPO, exit_status, skip_without
 from pg_server import pg_database, pg_server  # noqa: F401  (fixtures)
 from recorded_study import NAME, add_probed_trial, write_recorded_study
 
-dashboard = pytest.importorskip("optuna_dashboard._app")
+skip_without("optuna_dashboard")
 CONFIRMED = {2: (1.70, 1.31), 1: (1.48, 1.02)}  # trial: (throughput ratio, memory ratio), made up
 WOBBLE = (0.99, 1.01, 1.0, 0.985, 1.015, 1.005)  # pair to pair, made up
 
@@ -68,7 +68,9 @@ def served(url: str) -> tuple[dict, dict[int, str], str]:
     """The study as optuna-dashboard's API gives it: its JSON, each trial's note by trial
     number, the study's note."""
     storage = st.open_storage(url, must_exist=True)
-    app = dashboard.create_app(storage)
+    from optuna_dashboard._app import create_app
+
+    app = create_app(storage)
     status, body = get(app, f"/api/studies/{storage.get_study_id_from_name(NAME)}")
     assert status.startswith("200"), body[:500]
     data = json.loads(body)
@@ -159,7 +161,9 @@ def test_writing_twice_writes_nothing_new_and_the_users_own_text_is_kept(url, ca
     assert capsys.readouterr().out.splitlines()[-1] == f"notes: study {NAME}: 0 notes written, 11 unchanged"
 
     # the user writes in trial 2's note with the dashboard's editor; then more pairs land
-    app = dashboard.create_app(storage)
+    from optuna_dashboard._app import create_app
+
+    app = create_app(storage)
     _, notes, _ = served(url)
     trial_id = next(t._trial_id for t in storage.get_all_trials(study_id) if t.number == 2)
     mine = notes[2] + "\nMy own note: try this one in production.\n"

@@ -13,12 +13,12 @@ import pytest
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, skip_without
 from recorded_study import write_recorded_study
 
-pytest.importorskip("transformers")
+skip_without("transformers")
 # transformers' Trainer needs accelerate (TrainingArguments refuses to pick a device without it)
-pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate: pip install accelerate")
+skip_without("accelerate", "transformers' Trainer needs accelerate: pip install accelerate")
 
 CHANGES = {"batch_size": 8, "precision": "bf16", "grad_accumulation": 2, "activation_checkpointing": True,
            "fused_optimizer": True, "threads": 1}

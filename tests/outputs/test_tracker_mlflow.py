@@ -19,10 +19,11 @@ from advisor.core.events import Started
 from advisor.outputs.trackers import open_trackers
 from advisor.study.run.tuner import StudyOutcome
 
+from conftest import skip_without
 from recorded_study import NAME, MiB
 from tracker_events import CONFIRMED, RATIOS, finished, plan, recorded, replay, run
 
-mlflow = pytest.importorskip("mlflow")
+skip_without("mlflow")
 
 
 @pytest.fixture
@@ -35,6 +36,8 @@ def store(tmp_path, monkeypatch):
 
 
 def runs_of(uri, experiment=NAME):
+    import mlflow
+
     client = mlflow.MlflowClient(tracking_uri=uri)
     found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     studies = [r for r in found if r.data.tags["advisor.role"] == "study"]

@@ -13,10 +13,11 @@ from advisor.core.events import Started
 from advisor.outputs.trackers import open_trackers
 from advisor.study.run.tuner import StudyOutcome
 
+from conftest import skip_without
 from recorded_study import NAME
 from tracker_events import CONFIRMED, finished, plan, recorded, replay, run
 
-pytest.importorskip("tensorboard")
+skip_without("tensorboard")
 
 
 def read(folder):

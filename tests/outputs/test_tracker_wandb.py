@@ -13,11 +13,12 @@ import pytest
 from advisor.core.errors import StudyError
 from advisor.outputs.trackers import open_trackers
 
+from conftest import skip_without
 from recorded_study import NAME
 from tracker_events import CONFIRMED, RATIOS, plan, recorded, run
 from wandb_records import offline_runs, wandb_offline  # noqa: F401  (fixture)
 
-pytest.importorskip("wandb")
+skip_without("wandb")
 
 
 def test_each_trial_is_a_run_in_the_study_group(tmp_path, wandb_offline):  # noqa: F811  (the fixture)

@@ -11,10 +11,10 @@ import yaml
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, skip_without
 
 pytestmark = pytest.mark.ray
-pytest.importorskip("lightning")
+skip_without("lightning")
 
 
 def test_a_lightning_file_tunes_exports_and_runs_under_lightning(ray_session, workdir, capsys):

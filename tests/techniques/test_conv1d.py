@@ -17,7 +17,9 @@ from advisor.techniques.pruning import sparsity
 from advisor.techniques.quantization import quantized_layers
 from advisor.workload.structure import is_conv1d, linear_like, prunable
 
-pytest.importorskip("transformers")
+from conftest import skip_without
+
+skip_without("transformers")
 
 LAYERS = 2
 CONV1D = 4 * LAYERS  # c_attn, attn.c_proj, c_fc, mlp.c_proj per block

@@ -19,7 +19,9 @@ import torch
 
 from advisor.techniques.prepare import apply
 
-pytest.importorskip("torchao")
+from conftest import skip_without
+
+skip_without("torchao")
 
 
 @pytest.fixture

@@ -5,10 +5,6 @@ stepped as Lightning steps them, every knob in real trials, and bad files refuse
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("lightning")
-
-import lightning as L
 import torch
 
 from advisor.core.config import TrialConfig
@@ -17,7 +13,9 @@ from advisor.trial.entry import run_trial
 from advisor.workload.contract import forward, load_workload
 from advisor.workload.preflight import preflight
 
-from conftest import EXAMPLES, exit_status, run_as_trial, write_model
+from conftest import EXAMPLES, exit_status, run_as_trial, skip_without, write_model
+
+skip_without("lightning")
 
 EXAMPLE = EXAMPLES / "lightning_digits.py"
 
@@ -111,6 +109,8 @@ def _our_run(workload, batch_size, steps):
 def test_schedulers_step_as_lightning_steps_them(tmp_path):
     """Two schedulers on one optimizer (every 2 epochs; every 3 optimizer steps) give the
     same learning rate at every step as under Lightning's own Trainer."""
+    import lightning as L
+
     path = lightning_file(tmp_path)
     workload = load_workload(path)
     _, _, step, prepared, optimizer, batches = _our_run(workload, batch_size=8, steps=17)
@@ -131,6 +131,8 @@ def test_schedulers_step_as_lightning_steps_them(tmp_path):
 def test_the_metric_is_what_lightning_validate_reports():
     """validation_step's values over the epoch (a torchmetrics Metric, and a mean over
     batches of another size) agree with Trainer.validate on the same weights."""
+    import lightning as L
+
     workload = load_workload(EXAMPLE)
     _, val, step, prepared, optimizer, batches = _our_run(workload, batch_size=32, steps=45)
     for _ in range(45):  # one epoch and a step: the torchmetrics state must not carry training's

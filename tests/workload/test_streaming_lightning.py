@@ -5,10 +5,6 @@ ends when the stream does), a trial trained on it; a streaming val_dataloader re
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("lightning")
-
-import lightning as L
 from test_lightning import DATA, METRIC, _our_run, lightning_file
 
 from advisor.core.config import TrialConfig
@@ -17,7 +13,9 @@ from advisor.trial.entry import run_trial
 from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 
-from conftest import exit_status
+from conftest import exit_status, skip_without
+
+skip_without("lightning")
 
 STREAM = '''
 class Stream(torch.utils.data.IterableDataset):
@@ -42,6 +40,8 @@ def test_a_streaming_train_dataloader_is_accepted(tmp_path):
 def test_schedulers_step_as_lightning_steps_them_on_a_stream(tmp_path):
     """Epoch-interval and step-interval schedulers over a stream of 5 batches a pass give
     the same learning rate at every step as Lightning's Trainer on the same stream."""
+    import lightning as L
+
     workload = load_workload(lightning_file(tmp_path, data=STREAM_DATA))
     _, _, step, prepared, optimizer, batches = _our_run(workload, batch_size=8, steps=17)
     assert workload.start_trial is not None and step.lit.trainer.max_epochs == -1

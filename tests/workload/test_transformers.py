@@ -14,9 +14,9 @@ from advisor.workload.contract import load_workload
 from advisor.workload.preflight import preflight
 from advisor.workload.structure import blocks
 
-from conftest import EXAMPLES, run_as_trial
+from conftest import EXAMPLES, run_as_trial, skip_without
 
-pytest.importorskip("transformers")
+skip_without("transformers")
 GPT2 = EXAMPLES / "hf_gpt2.py"
 
 
