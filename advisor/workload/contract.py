@@ -216,6 +216,7 @@ def load_datasets(workload: Workload) -> tuple[Any, Any]:
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise WorkloadError(f"{where} must return (train, validation), found {_describe(pair)}")
     for role, data in zip(("train", "validation"), pair):
+        _refuse_loader(workload, where, role, data)
         if is_stream(data):
             _check_stream(workload, where, role, data)
             continue
@@ -233,6 +234,26 @@ def load_datasets(workload: Workload) -> tuple[Any, Any]:
                     items.append(data[index])
             _check_items(where, role, items, f"{role}[{{}}]")
     return pair[0], pair[1]
+
+
+def _refuse_loader(workload: Workload, where: str, role: str, data: Any) -> None:
+    """A DataLoader is not a dataset here: its items are whole batches, so a trial would batch
+    batches (samples/s counting batches, the metric on other data than meant), and the batch
+    size, workers and sampler are what advisor tries. A review found such a study finishing
+    with exit status 0 and meaningless figures."""
+    import torch
+
+    if not isinstance(data, torch.utils.data.DataLoader):
+        return
+    inner = data.dataset
+    custom = (data.collate_fn not in (torch.utils.data.default_collate, torch.utils.data.default_convert)
+              and workload.collate is None)
+    raise WorkloadError(
+        f"{where}: the {role} set is a DataLoader (batches of {data.batch_size}); expected the dataset it reads, "
+        f"whose items are single (input, target) samples: return loader.dataset (here "
+        f"{type(inner).__name__}) instead. advisor builds the loader itself, for each batch size, worker count and "
+        "sampler it tries (BASELINE's batch_size says yours)"
+        + ("; the loader's collate_fn goes in model.py as collate(items)" if custom else ""))
 
 
 def _check_stream(workload: Workload, where: str, role: str, data: Any) -> None:

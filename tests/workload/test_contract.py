@@ -150,6 +150,16 @@ VIOLATIONS = [
      "def datasets():\n    y = torch.randint(0, 2, (64,))\n"
      "    return TensorDataset(torch.randn(64, 4), y), [(torch.zeros(4), 0), (torch.zeros(3), 1)]\n",
      "datasets(): validation items"),
+    # DataLoaders: their items are whole batches (a study of one finished with exit status 0 and batches of batches)
+    ("train-a-dataloader", "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n" + GOOD_MODEL +
+     "def datasets():\n    d = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n"
+     "    return DataLoader(d, batch_size=32, shuffle=True), d\n",
+     "datasets(): the train set is a DataLoader (batches of 32); expected the dataset it reads, whose items are "
+     "single (input, target) samples: return loader.dataset (here TensorDataset) instead"),
+    ("validation-a-dataloader-with-its-collate", "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+     + GOOD_MODEL + "def datasets():\n    d = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n"
+     "    return d, DataLoader(d, batch_size=16, collate_fn=lambda items: items)\n",
+     "(BASELINE's batch_size says yours); the loader's collate_fn goes in model.py as collate(items)"),
 ]
 
 
@@ -159,7 +169,7 @@ def test_contract_violation_exits_2_with_message_and_writes_nothing(workdir, cap
     code = main(["tune", str(path), "--trials", "2"])
     err = capsys.readouterr().err
     assert code == 2
-    assert expected in err
+    assert expected in err, err
     assert str(path) in err  # the message names the file
     assert not (workdir / "advisor.db").exists()  # no study created
 
