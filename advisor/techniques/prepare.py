@@ -12,6 +12,8 @@ setup that was measured::
 
 from __future__ import annotations
 
+import json
+import warnings
 from typing import Any
 
 from advisor.core.config import TrialConfig
@@ -63,6 +65,10 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
             would not become what was measured: apply() prepared it already, it is wrapped
             already (DDP, FSDP, torch.compile), it carries pruning masks and the
             configuration prunes, or its weights are not fp32 under bf16/fp16 autocast.
+
+    Warns (UserWarning) when a value cannot run on ``device`` of this machine, as ``advisor
+    tune`` would refuse it there (TF32 or fp8 on a CPU, a CUDA-only kernel): it is applied
+    all the same, unmeasured.
     """
     import torch
 
@@ -74,6 +80,9 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     reason = refusal(config, workload, device.type)
     if reason:
         raise UnsupportedError(reason)
+    unfit = _device_refusal(config, device)
+    if unfit:  # applied all the same: a GPU's export tried on a CPU, the CPU-side of a GPU path
+        warnings.warn(f"{unfit}; applied all the same, but what runs here is not what was measured", stacklevel=2)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UnsupportedError(f"apply(): device {str(device)!r}, but torch sees no CUDA device here")
     values = config.to_dict()
@@ -94,6 +103,34 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
 
 
 APPLIED = "_advisor_applied"  # set on a model apply() prepared: a second apply() would stack the knobs
+
+# knobs whose rules count a node's devices or cores for ranks: the launcher (torchrun) decides
+# those, and the data-parallel techniques check the process group they find
+_LAYOUT = ("parallelism", "devices", "tp_size")
+
+
+def _device_refusal(config: TrialConfig, device: Any) -> str | None:
+    """Why a value of ``config`` cannot run on ``device`` of this machine, as ``advisor tune``
+    refuses it (the capability table): TF32, fp8 or the CUDA-only kernels on a CPU, a
+    compute capability too low, a missing compiler or torchao. A review applied an export
+    with TF32 and fp8 training to a CPU model without a word: TF32 did nothing and fp8 ran
+    its emulated path. apply() warns (UserWarning) and goes on: such a configuration's CPU
+    side still runs (module swaps, masks), which is how a GPU export is tried out on a laptop."""
+    from dataclasses import replace
+
+    from advisor.machine.hardware import detect
+
+    hw = detect()
+    if device.type != "cuda":  # a CPU model on a GPU machine: what a CPU trial could run
+        hw = replace(hw, gpus=())
+    for key, technique in TECHNIQUES.items():
+        if key in _LAYOUT:
+            continue
+        value = getattr(config, key)
+        why = technique.unavailable(value, hw)
+        if why:
+            return f"apply(): {key}={json.dumps(value)} cannot run on {device} here: {why}"
+    return None
 
 
 def _workload_of(workload: Any, config: TrialConfig) -> str:

@@ -146,7 +146,9 @@ class Prepared:
         default collate if None). A stream (an IterableDataset, ``advisor.workload.stream``)
         keeps its own order (``shuffle`` does not apply), is split among the data-parallel
         ranks item by item, and among DataLoader workers unless it shards itself. ``batch_size``:
-        instead of the configuration's (the whole batch: with ``per_rank``, split among the ranks)."""
+        instead of the configuration's (the whole batch: with ``per_rank``, split among the ranks).
+        ``drop_last``: the trials train on full batches only (True), and evaluate every item
+        (False, the default); a last batch of one item fails BatchNorm in training."""
         import torch
         from torch.utils.data import DataLoader, DistributedSampler
 

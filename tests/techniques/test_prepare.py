@@ -237,6 +237,27 @@ def test_apply_accepts_a_mapping_and_validates_it():
         apply(mlp(), {"precision": "fp64"}, device="cpu")
 
 
+def test_a_value_this_device_cannot_run_is_applied_with_a_warning_naming_it():
+    """As `advisor tune` would refuse it on this device (the capability table): TF32 and fp8
+    training on a CPU, pinned memory without a GPU. A review applied such an export to a CPU
+    model without a word."""
+    import warnings
+
+    for knob, value, why in [("precision", "tf32", "TF32 is a tensor-core format of NVIDIA GPUs"),
+                             ("pin_memory", True, "pinned memory speeds up host-to-GPU copies")]:
+        with pytest.warns(UserWarning) as caught:
+            prepared = apply(mlp(), {"batch_size": 32, knob: value}, device="cpu")
+        (text,) = [str(w.message) for w in caught if "cannot run on cpu" in str(w.message)]
+        assert text.startswith(f"apply(): {knob}={'true' if value is True else repr(value).replace(chr(39), chr(34))} "
+                               "cannot run on cpu here: ") and why in text, text
+        assert text.endswith("applied all the same, but what runs here is not what was measured")
+        assert caught[0].filename == __file__  # the caller's line
+        assert getattr(prepared.config, knob) == value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # what a CPU runs: not a word
+        apply(mlp(), {"batch_size": 32, "precision": "bf16", "threads": 1}, device="cpu")
+
+
 def test_apply_defaults_to_the_current_device():
     prepared = apply(mlp(), TrialConfig())
     assert prepared.device == default_device()
@@ -344,3 +365,25 @@ def test_accumulation_over_a_loaders_last_short_batch_of_dict_inputs():
     steps = [float(prepared.train_step(x, y, nn.functional.cross_entropy, optimizer))
              for x, y in prepared.loader(items, shuffle=True)]
     assert len(steps) == 2 and all(math.isfinite(s) for s in steps)  # 64, then the last 2
+
+
+def test_the_readme_training_loop_runs_as_the_trials_train(monkeypatch):
+    """README's apply() loop, as written there, on a BatchNorm model whose training set ends
+    in a batch of one item (513 samples, batch 32, accumulation 4): a review's copy of the
+    loop kept that batch (drop_last was not said) and BatchNorm refused it."""
+    import re
+
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    code = re.search(r"In your code:\n\n```python\n(.*?)```", text, re.S).group(1)
+    assert "prepared.loader(train_set, shuffle=True, drop_last=True)" in code
+    config = TrialConfig(batch_size=32, grad_accumulation=4)
+    monkeypatch.setattr(advisor, "load_config", lambda path: config)
+    model = nn.Sequential(nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 3))
+    g = torch.Generator().manual_seed(0)
+    train_set = torch.utils.data.TensorDataset(torch.randn(513, 8, generator=g), torch.randint(0, 3, (513,), generator=g))
+    scope = {"model": model, "train_set": train_set, "loss_fn": nn.functional.cross_entropy, "epochs": 2,
+             "torch": torch}
+    exec(code, scope)
+    assert scope["prepared"].module is model and len(scope["loader"]) == 513 // 32
