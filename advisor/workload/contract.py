@@ -204,7 +204,12 @@ def build_model(workload: Workload) -> Any:
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(f"{workload.where('model')} must return a torch.nn.Module, found {type(model).__name__}")
     if not any(p.requires_grad for p in model.parameters()):
-        raise WorkloadError(f"{workload.where('model')} returned a module with no trainable parameters")
+        raise WorkloadError(
+            f"{workload.where('model')} returned a module with no trainable parameters (requires_grad is False "
+            "for every one); expected a model as training builds it: advisor runs one training step to check "
+            "model.py, and even for --workload inference its trials build what model() returns; leave its "
+            "parameters trainable there (an inference trial measures under torch.inference_mode, no gradients "
+            "are kept)")
     return model
 
 

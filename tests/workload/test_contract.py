@@ -46,6 +46,8 @@ VIOLATIONS = [
     ("no-datasets", "import torch\n" + GOOD_MODEL, "datasets() is missing"),
     ("model-not-module", GOOD_DATA + "def model():\n    return 42\n", "must return a torch.nn.Module, found int"),
     ("model-no-params", GOOD_DATA + "def model():\n    return torch.nn.ReLU()\n", "no trainable parameters"),
+    ("model-frozen", GOOD_DATA + "def model():\n    return torch.nn.Linear(4, 2).requires_grad_(False)\n",
+     "no trainable parameters (requires_grad is False for every one); expected a model as training builds it"),
     ("model-raises", GOOD_DATA + "def model():\n    raise ValueError('bad init')\n", "model() raised ValueError: bad init"),
     ("datasets-single", "import torch\n" + GOOD_MODEL + "def datasets():\n    return [1, 2, 3]\n",
      "must return (train, validation)"),
