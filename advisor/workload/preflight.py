@@ -78,10 +78,21 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     if workload.start_trial is not None:
         workload.start_trial(batch_size=len(target), accumulation=1, rank=0, world=1, precision="fp32",
                              train_samples=len(target))
-    opt = call(workload, "optimizer", model.parameters())  # first, as trials (and Lightning) do
+    try:
+        opt = call(workload, "optimizer", model.parameters())  # first, as trials (and Lightning) do
+    except WorkloadError as exc:  # optimizer(model) written for the model: say what it is given
+        first, _, frames = str(exc).partition("\n")
+        if "'generator' object has no attribute" not in first:
+            raise
+        raise WorkloadError(f"{first} (optimizer(parameters) is given model.parameters(), a generator of the "
+                            f"tensors to train, not the model)\n{frames}".rstrip()) from None
     if not isinstance(opt, torch.optim.Optimizer):
+        scheduled = isinstance(opt, (tuple, list)) and any(isinstance(o, torch.optim.Optimizer) for o in opt)
         raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, "
-                            f"found {type(opt).__name__}")
+                            f"found {type(opt).__name__}"
+                            + (" holding one: return the optimizer alone (a model.py has no learning-rate "
+                               "scheduler; a Lightning file's configure_optimizers() may return one, "
+                               "docs/workloads.md)" if scheduled else ""))
     model.train()
     seen = _SeenCalls()
     listed = "" if workload.collate is not None or stream else _listed_inputs(train[0])  # a stream: not read again

@@ -77,6 +77,12 @@ VIOLATIONS = [
     ("metric-not-number", GOOD_DATA + GOOD_MODEL + "def metric(o, t):\n    return 'high'\n", "must return a number, found str"),
     ("metric-nan", GOOD_DATA + GOOD_MODEL + "def metric(o, t):\n    return float('nan')\n", "expected a finite number"),
     ("optimizer-wrong", GOOD_DATA + GOOD_MODEL + "def optimizer(p):\n    return None\n", "must return a torch.optim.Optimizer"),
+    ("optimizer-with-a-scheduler", GOOD_DATA + GOOD_MODEL + "def optimizer(p):\n    o = torch.optim.SGD(p, lr=0.1)\n"
+     "    return o, torch.optim.lr_scheduler.StepLR(o, 10)\n",
+     "optimizer() must return a torch.optim.Optimizer, found tuple holding one: return the optimizer alone"),
+    ("optimizer-given-the-model", GOOD_DATA + GOOD_MODEL + "def optimizer(model):\n"
+     "    return torch.optim.SGD(model.parameters(), lr=0.1)\n",
+     "(optimizer(parameters) is given model.parameters(), a generator of the tensors to train, not the model)"),
     ("loss-not-callable", GOOD_DATA + GOOD_MODEL + "loss = 3\n", "loss must be a function"),
     ("exit-at-import", "import sys\nsys.exit(3)\n", "importing it called sys.exit(3): model.py must not end the process"),
     ("exit-in-datasets", "import sys, torch\n" + GOOD_MODEL + "def datasets():\n    sys.exit('no data')\n",
