@@ -40,6 +40,26 @@ def test_gp_with_scipy_is_accepted_and_built():
     assert isinstance(make_sampler("gp", 0), optuna.samplers.GPSampler)
 
 
+def test_gp_says_nothing_of_the_knobs_a_condition_leaves_out(capsys):
+    """A knob that only some trials have (pp_schedule under pp) is sampled apart from the
+    GP; Optuna's warning of it, with Optuna's trial numbers, reached a review's stderr."""
+    pytest.importorskip("scipy")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=make_sampler("gp", 0), directions=["maximize"])
+
+    def objective(trial):
+        kind = trial.suggest_categorical("parallelism", ["single", "pp"])
+        x = trial.suggest_float("x", 0, 1)
+        if kind == "pp":
+            x += trial.suggest_categorical("pp_schedule", ["1f1b", "gpipe"]) == "gpipe"
+        return x
+
+    study.optimize(objective, n_trials=11)
+    assert "independently" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", [s for s in SAMPLERS if s not in NEEDS])
 def test_every_other_sampler_needs_nothing_optional(name, no_scipy):
     """Each runs a study like advisor's (three objectives, a constraint) with scipy absent."""
