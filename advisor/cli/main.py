@@ -46,12 +46,15 @@ def parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=module.HELP, description=module.HELP, epilog=module.EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
+    p.commands = sub.choices  # type: ignore[attr-defined]  # each command's parser, for its own errors
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    if extra:  # said by the command's parser: `advisor measure: error: ...`, its usage above it
+        p.commands.get(args.command, p).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         p.print_help()
         return 2

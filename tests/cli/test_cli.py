@@ -150,3 +150,20 @@ def test_parse_size():
     assert parse_size("1000") == 1000
     with pytest.raises(StudyError):
         parse_size("-1GiB")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["measure", "model.py", "--config", "best.yaml", "--no-tui"], "advisor measure: error: unrecognized arguments: --no-tui"),
+    (["tune", "model.py", "--fast", "yes"], "advisor tune: error: unrecognized arguments: --fast yes"),
+    (["--fast"], "advisor: error: unrecognized arguments: --fast"),
+])
+def test_an_unknown_flag_is_named_by_its_command(argv, said, tmp_path, monkeypatch, capsys):
+    """A review met `advisor: error: unrecognized arguments` from `advisor measure`: the
+    command's own parser says it, with that command's usage; exit status 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.rstrip().endswith(said), err
+    assert err.startswith(f"usage: {' '.join(['advisor', *argv[:1]]) if argv[0] != '--fast' else 'advisor'} ")
+    assert list(tmp_path.iterdir()) == []
