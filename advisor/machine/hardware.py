@@ -7,6 +7,7 @@ techniques' business (``advisor.techniques.rules.capability_table``).
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -106,6 +107,26 @@ def detect() -> Hardware:
         triton=has_triton,
         notes=tuple(notes),
     )
+
+
+@functools.lru_cache(maxsize=4)
+def on_device(device_type: str) -> Hardware:
+    """This machine as a process that runs on ``device_type`` ("cpu", "cuda") sees it,
+    read cheaply (``advisor.apply`` checks a configuration with it in every trial): no NVML
+    (no driver version), triton found rather than imported; a "cpu" process sees no GPU,
+    so what only a GPU runs is refused as a CPU trial refuses it. Once per process."""
+    import importlib.util
+
+    import torch
+
+    gpus: tuple[GpuInfo, ...] = ()
+    if device_type == "cuda" and torch.cuda.is_available():
+        gpus = tuple(GpuInfo(i, p.name, (p.major, p.minor), int(p.total_memory))
+                     for i in range(torch.cuda.device_count()) for p in [torch.cuda.get_device_properties(i)])
+    return Hardware(cpu=_cpu_info(), gpus=gpus, torch_version=torch.__version__, cuda_version=torch.version.cuda,
+                    torchao=_package_version("torchao"),
+                    compiler=shutil.which("c++") or shutil.which("g++") or shutil.which("clang++"),
+                    triton=bool(gpus) and importlib.util.find_spec("triton") is not None)
 
 
 def _package_version(name: str) -> str | None:

@@ -116,13 +116,9 @@ def _device_refusal(config: TrialConfig, device: Any) -> str | None:
     with TF32 and fp8 training to a CPU model without a word: TF32 did nothing and fp8 ran
     its emulated path. apply() warns (UserWarning) and goes on: such a configuration's CPU
     side still runs (module swaps, masks), which is how a GPU export is tried out on a laptop."""
-    from dataclasses import replace
+    from advisor.machine.hardware import on_device
 
-    from advisor.machine.hardware import detect
-
-    hw = detect()
-    if device.type != "cuda":  # a CPU model on a GPU machine: what a CPU trial could run
-        hw = replace(hw, gpus=())
+    hw = on_device("cuda" if device.type == "cuda" else "cpu")  # a CPU model on a GPU machine: as a CPU trial
     for key, technique in TECHNIQUES.items():
         if key in _LAYOUT:
             continue

@@ -32,6 +32,21 @@ def test_detect_reads_this_machine():
     assert hw.device == ("cuda" if hw.gpus else "cpu")
 
 
+def test_a_process_on_a_device_sees_the_machine_as_a_trial_there_does():
+    """``on_device`` (apply()'s check, once per process): what detect() reads but NVML's
+    driver version; a CPU process sees no GPU, a CUDA one the GPUs torch sees."""
+    from advisor.machine.hardware import on_device
+
+    full = detect()
+    cpu, cuda = on_device("cpu"), on_device("cuda")
+    assert cpu.gpus == () and cpu.device == "cpu" and cpu.driver_version is None
+    assert cuda.gpus == full.gpus and cuda.triton == full.triton
+    for seen in (cpu, cuda):
+        assert (seen.cpu, seen.compiler, seen.torchao, seen.torch_version) == (full.cpu, full.compiler, full.torchao,
+                                                                              full.torch_version)
+    assert on_device("cpu") is cpu  # read once
+
+
 def test_detect_cpu_flags_match_proc_cpuinfo():
     """Reads the REAL machine's /proc/cpuinfo and compares the flags advisor cares about."""
     try:
