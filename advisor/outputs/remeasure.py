@@ -127,7 +127,7 @@ def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAI
         reason = refusal(c, kind)
         if reason:
             raise ConfigError(f"{config_path}: this {what} cannot run as a {kind} workload: {reason}")
-    facts = preflight(workload)
+    facts = preflight(workload, kind)
     result = Remeasured(config, baseline, document, metric=workload.metric_spec)
     if base_note:
         result.notes.append(base_note)

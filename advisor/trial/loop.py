@@ -67,7 +67,7 @@ def run_configuration(payload: TrialPayload, workload: Workload, phases: dict[st
     phases["memory_baseline"] = time.perf_counter() - t
     t = time.perf_counter()
     torch.manual_seed(settings.seed)
-    model = build_model(workload)
+    model = build_model(workload, trained=settings.workload == "train")
     prepared = apply(model, config, device, workload=settings.workload, **model_hints(workload, model, config, train))
     del model  # a pipeline stage keeps only its own layers
     if workload.start_trial is not None:  # a Lightning module's trainer, for configure_optimizers

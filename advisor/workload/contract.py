@@ -194,7 +194,9 @@ def call(workload: Workload, func: str, *args: Any) -> Any:
         return getattr(workload, func)(*args)
 
 
-def build_model(workload: Workload) -> Any:
+def build_model(workload: Workload, trained: bool = True) -> Any:
+    """model()'s module, checked; ``trained``: it is to be trained, so it needs a parameter
+    that takes gradients (a model frozen for serving is built for an inference study)."""
     import torch
 
     model = call(workload, "model")
@@ -203,13 +205,11 @@ def build_model(workload: Workload) -> Any:
                             f"{model.__name__} itself: return {model.__name__}(...), an instance")
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(f"{workload.where('model')} must return a torch.nn.Module, found {type(model).__name__}")
-    if not any(p.requires_grad for p in model.parameters()):
+    if trained and not any(p.requires_grad for p in model.parameters()):
         raise WorkloadError(
             f"{workload.where('model')} returned a module with no trainable parameters (requires_grad is False "
-            "for every one); expected a model as training builds it: advisor runs one training step to check "
-            "model.py, and even for --workload inference its trials build what model() returns; leave its "
-            "parameters trainable there (an inference trial measures under torch.inference_mode, no gradients "
-            "are kept)")
+            "for every one); expected a model to train: advisor runs one training step to check "
+            "model.py and trials train it; a model frozen for serving is measured with --workload inference")
     return model
 
 

@@ -34,7 +34,7 @@ from advisor.workload.structure import (
 from advisor.workload.user_code import preflight_limit, time_limit, user_code
 
 
-def preflight(workload: Workload) -> dict[str, Any]:
+def preflight(workload: Workload, kind: str = "train") -> dict[str, Any]:
     """Run the contract end to end on a two-sample batch, on CPU, in this process.
 
     Builds the model and datasets, collates two training samples, runs forward, loss,
@@ -45,7 +45,7 @@ def preflight(workload: Workload) -> dict[str, Any]:
     """
     with captured_here(None) as output:
         try:
-            return _preflight(workload)
+            return _preflight(workload, kind)
         except WorkloadError as exc:
             failure = exc
     summary = output.summary()
@@ -54,7 +54,7 @@ def preflight(workload: Workload) -> dict[str, Any]:
     raise failure
 
 
-def _preflight(workload: Workload) -> dict[str, Any]:
+def _preflight(workload: Workload, kind: str = "train") -> dict[str, Any]:
     import torch
     from torch.utils.data import default_collate
 
@@ -63,7 +63,7 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     # not by the draw of its initial weights (a metric dividing by a count of positive predictions did both)
     torch.manual_seed(0)
     with time_limit(limit, workload.where("model"), PREFLIGHT_HINT):
-        model = build_model(workload)
+        model = build_model(workload, trained=kind == "train")
     splits = user_splits(workload, model)  # model.py's tp_plan() / pipeline_split(), checked
     facts = split_facts(workload, model, splits)
     with time_limit(limit, workload.where("datasets"), PREFLIGHT_HINT):
@@ -78,15 +78,17 @@ def _preflight(workload: Workload) -> dict[str, Any]:
     if workload.start_trial is not None:
         workload.start_trial(batch_size=len(target), accumulation=1, rank=0, world=1, precision="fp32",
                              train_samples=len(target))
+    # a model frozen for serving (an inference study only, build_model says): no optimizer, no backward
+    trains = any(p.requires_grad for p in model.parameters())
     try:
-        opt = call(workload, "optimizer", model.parameters())  # first, as trials (and Lightning) do
+        opt = call(workload, "optimizer", model.parameters()) if trains else None  # first, as trials (and Lightning) do
     except WorkloadError as exc:  # optimizer(model) written for the model: say what it is given
         first, _, frames = str(exc).partition("\n")
         if "'generator' object has no attribute" not in first:
             raise
         raise WorkloadError(f"{first} (optimizer(parameters) is given model.parameters(), a generator of the "
                             f"tensors to train, not the model)\n{frames}".rstrip()) from None
-    if not isinstance(opt, torch.optim.Optimizer):
+    if trains and not isinstance(opt, torch.optim.Optimizer):
         scheduled = isinstance(opt, (tuple, list)) and any(isinstance(o, torch.optim.Optimizer) for o in opt)
         raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, "
                             f"found {type(opt).__name__}"
@@ -106,10 +108,11 @@ def _preflight(workload: Workload) -> dict[str, Any]:
             raise
         first, _, frames = str(exc).partition("\n")
         raise WorkloadError(f"{first} ({hint})\n{frames}".rstrip()) from None
-    value = call(workload, "loss", output, target)
-    check_loss(workload, value)
-    value.backward()
-    opt.step()
+    if trains:
+        value = call(workload, "loss", output, target)
+        check_loss(workload, value)
+        value.backward()
+        opt.step()
     model.eval()
     with torch.no_grad():
         if workload.validate is None:  # the metric on validation items, as every trial's evaluation computes it

@@ -191,9 +191,9 @@ def test_confirm_runs_the_preflight_then_its_trials_read_the_caches_offline(conf
     seen: list[tuple] = []
     real_preflight = preflight_module.preflight
 
-    def recorded_preflight(workload):
+    def recorded_preflight(workload, kind="train"):
         seen.append(("preflight",))
-        return real_preflight(workload)
+        return real_preflight(workload, kind)
 
     monkeypatch.setattr(preflight_module, "preflight", recorded_preflight)
 

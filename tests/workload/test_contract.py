@@ -47,7 +47,7 @@ VIOLATIONS = [
     ("model-not-module", GOOD_DATA + "def model():\n    return 42\n", "must return a torch.nn.Module, found int"),
     ("model-no-params", GOOD_DATA + "def model():\n    return torch.nn.ReLU()\n", "no trainable parameters"),
     ("model-frozen", GOOD_DATA + "def model():\n    return torch.nn.Linear(4, 2).requires_grad_(False)\n",
-     "no trainable parameters (requires_grad is False for every one); expected a model as training builds it"),
+     "no trainable parameters (requires_grad is False for every one); expected a model to train"),
     ("model-raises", GOOD_DATA + "def model():\n    raise ValueError('bad init')\n", "model() raised ValueError: bad init"),
     ("datasets-single", "import torch\n" + GOOD_MODEL + "def datasets():\n    return [1, 2, 3]\n",
      "must return (train, validation)"),
@@ -377,3 +377,41 @@ def test_the_check_is_seeded_so_a_file_passes_or_fails_it_on_every_run(tmp_path)
         except WorkloadError as exc:
             outcomes.add(str(exc).splitlines()[0])
     assert len(outcomes) == 1, outcomes
+
+
+FROZEN = """
+import torch
+from torch.utils.data import TensorDataset
+
+BASELINE = {"batch_size": 16}
+
+
+def datasets():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 4, generator=g)
+    return TensorDataset(x[:64], (x[:64, 0] > 0).long()), TensorDataset(x[64:], (x[64:, 0] > 0).long())
+
+
+def model():
+    return torch.nn.Linear(4, 2).requires_grad_(False)  # frozen for serving
+"""
+
+
+def test_a_model_frozen_for_serving_is_measured_for_inference_and_refused_for_training(tmp_path):
+    """Freezing a loaded model is how it is served: an inference study takes it (the preflight
+    runs no backward, its trials build it as model() returns it); training refuses it, saying
+    what to do. A review's frozen model was refused for --workload inference too."""
+    from advisor.core.config import TrialConfig
+    from advisor.core.results import TrialPayload, TrialSettings
+
+    from conftest import run_as_trial
+
+    workload = load_workload(write_model(tmp_path, FROZEN))
+    facts = preflight(workload, "inference")
+    assert facts["parameters"] == 10 and facts["val_size"] == 32
+    with pytest.raises(WorkloadError, match="a model frozen for serving is measured with --workload inference"):
+        preflight(workload)
+    result = run_as_trial(TrialPayload.of(workload, TrialConfig(batch_size=16),
+                                          TrialSettings(train_samples=64, workload="inference", max_timing_s=0.2)))
+    assert result.ok, result.failure_message
+    assert 0.0 <= result.score <= 1.0 and result.throughput > 0

@@ -281,7 +281,7 @@ def confirm_study(study: Any, options: ConfirmOptions, ray_address: str | None =
         on_event(Note(f"study {stored.name!r}: no configuration besides the baseline is on the feasible front; "
                       "nothing to confirm"))
         return {}
-    preflight(workload)
+    preflight(workload, settings.workload)
     ahead = preloads(item for r in candidates(stored, options.top) for item in r.config.to_dict().items())
     executor = RayExecutor(settings.device, ray_address, env=trial_switches(ray_address), preload=ahead).start()
     try:

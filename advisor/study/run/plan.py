@@ -97,7 +97,7 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     writes nothing."""
     options.check()
     workload = load_workload(options.workload_path)
-    facts = {"workload": options.workload} | ({} if options.skip_preflight else preflight(workload))
+    facts = {"workload": options.workload} | ({} if options.skip_preflight else preflight(workload, options.workload))
     space = load_space(options.space_name)
     hardware = detect() if not options.ray_address else cluster_hardware(options.ray_address)
     filtered = filter_space(space, hardware, facts)
