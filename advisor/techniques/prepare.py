@@ -80,11 +80,11 @@ def apply(model: Any, config: TrialConfig | dict[str, Any], device: Any = None, 
     reason = refusal(config, workload, device.type)
     if reason:
         raise UnsupportedError(reason)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedError(f"apply(): device {str(device)!r}, but torch sees no CUDA device here")
     unfit = _device_refusal(config, device)
     if unfit:  # applied all the same: a GPU's export tried on a CPU, the CPU-side of a GPU path
         warnings.warn(f"{unfit}; applied all the same, but what runs here is not what was measured", stacklevel=2)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedError(f"apply(): device {str(device)!r}, but torch sees no CUDA device here")
     values = config.to_dict()
     hints = {"tp_plan": tp_plan, "pipeline_split": pipeline_split, "example_inputs": example_inputs}
     prepared = Prepared(model=model, module=model, device=device, config=config, workload=workload, hints=hints)
