@@ -102,3 +102,20 @@ def test_unwritable_directory_is_refused(workdir, capsys):
     ro.mkdir(mode=0o500)
     code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--storage", "sqlite:///ro/x.db"])
     assert code == 2 and "is not writable" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_directory_that_refuses_a_new_file_is_refused_before_anything_runs(workdir, capsys, monkeypatch):
+    """/proc refuses a new file even to root, whom os.access lets write anywhere: the review
+    that ran as root met a traceback and exit status 1, after the preflight."""
+    import advisor.study.run.plan as plan_module
+
+    def no_preflight(*args, **kwargs):
+        raise AssertionError("the preflight ran before the storage was checked")
+
+    monkeypatch.setattr(plan_module, "preflight", no_preflight)
+    code = main(["tune", str(EXAMPLES / "digits_mlp.py"), "--no-tui", "--storage", "sqlite:////proc/advisor-x.db"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "storage 'sqlite:////proc/advisor-x.db': /proc/advisor-x.db cannot be created in /proc (" in err
+    assert "Traceback" not in err and list(workdir.iterdir()) == []

@@ -96,6 +96,8 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     baseline and the storage. Raises an AdvisorError (exit status 2) naming what is wrong;
     writes nothing."""
     options.check()
+    url = stores.storage_url(options.storage)
+    stores.check_storage(url)  # first, as cheap checks go; opened (a SQLite file created) when the study runs
     workload = load_workload(options.workload_path)
     facts = {"workload": options.workload} | ({} if options.skip_preflight else preflight(workload, options.workload))
     space = load_space(options.space_name)
@@ -115,8 +117,6 @@ def plan_study(options: TuneOptions) -> StudyPlan:
     fixed = {} if options.timing_tolerance is None else {"timing_tolerance": options.timing_tolerance}
     settings = TrialSettings(train_samples=train_samples, seed=options.seed, device=hardware.device,
                              workload=options.workload, eval_batch_size=baseline.batch_size, **fixed)
-    url = stores.storage_url(options.storage)
-    stores.check_storage(url)  # checked now; opened (and a SQLite file created) when the study runs
     return StudyPlan(options, workload, facts, hardware, filtered, baseline, settings, study_name, url)
 
 

@@ -142,7 +142,12 @@ def open_storage(url: str, must_exist: bool = False, wait_s: float | None = None
     sqlite = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
     new = sqlite is not None and not sqlite.exists()
     if new:  # studies may name private paths: readable by the user only (its -wal and -shm files too,
-        os.close(os.open(sqlite, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # which SQLite makes alike)
+        try:  # which SQLite makes alike)
+            os.close(os.open(sqlite, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            new = False  # another driver made it meanwhile
+        except OSError as exc:
+            raise StudyError(f"storage {shown_url(url)!r}: {sqlite} cannot be created ({exc.strerror or exc})") from None
     try:
         # waits for a database that restarts; the driver (not must_exist) puts SQLite in WAL mode,
         # readers leave the file as they found it (advisor.study.storage.guard)
@@ -168,6 +173,15 @@ def _check_file(path: Path, url: str, must_exist: bool) -> None:
         raise StudyError(f"storage {shown_url(url)!r}: {parent} is not a directory")
     if not os.access(parent if not path.exists() else path, os.W_OK):
         raise StudyError(f"storage {shown_url(url)!r}: {path if path.exists() else parent} is not writable")
+    if not must_exist and not path.exists():  # tried, not asked: root passes os.access where /sys or a
+        try:  # read-only mount refuses the file (a review met a traceback and exit 1 after the preflight)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return  # made meanwhile (another driver): opened as it is
+        except OSError as exc:
+            raise StudyError(f"storage {shown_url(url)!r}: {path} cannot be created in {parent} "
+                             f"({exc.strerror or exc})") from None
+        path.unlink(missing_ok=True)
 
 
 def is_advisor_study(study: Any) -> bool:
