@@ -130,6 +130,13 @@ def hf_section(document: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("--format hf: this study's workload is a Lightning file, which Lightning's Trainer trains, "
                           "not transformers' (use --format python: a Lightning script with these settings)")
     section = training_arguments(TrialConfig.from_dict(document["config"]))
+    if not (document.get("hardware") or {}).get("gpus"):  # measured on a CPU: Trainer refuses bf16 there
+        section["training_arguments"]["use_cpu"] = True  # without it, and would take any GPU it finds
+        section["notes"].append("use_cpu: the study measured on a CPU (a review's bf16 export was refused by "
+                                "TrainingArguments without it)")
+    section["notes"].append("the optimizer is not set here: Trainer builds AdamW with its own learning_rate "
+                            "(5e-05) and a linear decay; the trials used model.py's optimizer(): pass its "
+                            "learning_rate (and weight_decay) in args=, or Trainer(optimizers=(optimizer, None))")
     if not _is_transformers(source.get("workload")):
         section["notes"].insert(0, "the study's model is not a transformers model: these are the arguments that "
                                    "reproduce the measured setup if you train it with transformers' Trainer "

@@ -75,7 +75,7 @@ def test_trainer_runs_with_the_exported_arguments_and_they_take_effect(tmp_path,
     steps, threads = 2, torch.get_num_threads()
     try:
         trainer, prepared = exported.trainer(model, Tokens(), args={
-            "output_dir": str(tmp_path / "out"), "use_cpu": True, "max_steps": steps, "report_to": "none",
+            "output_dir": str(tmp_path / "out"), "max_steps": steps, "report_to": "none",
             "save_strategy": "no", "logging_strategy": "no", "disable_tqdm": True})
         # threads has no TrainingArguments keyword: the module's advisor.apply() set it
         assert exported.ADVISOR_APPLY == {"threads": 1} and prepared.module is model
@@ -103,8 +103,9 @@ def test_the_json_export_builds_the_same_training_arguments(tmp_path, capsys):
     study.set_user_attr("workload_path", str(EXAMPLES / "hf_gpt2.py"))
     assert main(["export", "--storage", url, "--trial", "1", "--format", "hf", "--json"]) == 0
     section = json.loads(capsys.readouterr().out)["transformers"]
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, **section["training_arguments"])
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), **section["training_arguments"])
     assert (args.bf16, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (True, 4, 2)
+    assert args.use_cpu and any("the optimizer is not set here" in n for n in section["notes"])  # a CPU study
     assert args.optim == "adamw_torch_fused" and args.gradient_checkpointing is True
     assert [e["knob"] for e in section["not_covered"]] == ["threads"] and section["advisor_apply"] == {"threads": 1}
 
