@@ -82,6 +82,8 @@ class BaselineWatch:
         trial0 = [base.figures.throughput] if base and base.figures and not (
             usable and self.base_disturbed) else []  # reads it
         self.references: list[float] = trial0 + [m["throughput"] for m in usable]
+        # trial 0's own figure: what a re-measurement is weighed against while nothing else stands
+        self.first_throughput = base.figures.throughput if base and base.figures else None
         self.counted_at_last = sum(r.counted for r in records)
         self.reruns: dict[int, int] = {}  # by trial number
         self.runs: dict[int, list[TrialResult]] = {}  # a trial's disturbed runs so far, by trial number
@@ -236,7 +238,7 @@ class BaselineWatch:
         self.counted_at_last = counted  # also when it fails: try again only after more trials
         tries: list[TrialResult] = []
         why: str | None = None
-        far_seen = False
+        far_seen: TrialResult | None = None  # a clean try too far off the reference
         for _ in range(2):
             result = self._run(self.baseline, probe_settings(self.settings), timeout)
             if self.stop.halted:
@@ -250,7 +252,7 @@ class BaselineWatch:
             tries.append(result)
             far = self._far_off(result) if why is None and not far_seen else None
             if far:  # twice in a row, the machine changed; once, a run disturbed beyond its readings
-                far_seen = True
+                far_seen = result
                 self.emit(Note(f"measuring the baseline again: {far}; running it once more"))
                 why = far
                 continue
@@ -262,17 +264,30 @@ class BaselineWatch:
         entry = {"at": time.time(), "after_trial": last_trial, "throughput": result.throughput,
                  "peak_memory_bytes": result.peak_memory_bytes, "sentinel_s": reading,
                  "sentinel_median_s": self.judge.median, "reason": reason, "host": result.host}
-        if why is not None and self.base_throughput:  # on record, not the reference (a review's 0.08x run was)
+        if why is not None:  # on record, not the reference (a review's 0.08x run was)
             self.base_reading = self.judge.median
             self.measurements = self.attrs.add_baseline_measurement(entry | {"disturbed": why})
+            # with nothing standing yet (trial 0 disturbed too), trial 0's own run stays the reference: a
+            # review's disturbed re-measurement at 0.03x became it, and every ratio read 30x
+            stays = (f"{self.base_throughput:,.0f} samples/s" if self.base_throughput else
+                     f"trial 0's own run, {self.first_throughput:,.0f} samples/s, until a measurement stands"
+                     if self.first_throughput else "trial 0's own run until a measurement stands")
             self.emit(Note(f"baseline measured again ({reason}): no try could stand (the last: {why}); "
-                           f"kept on record, not as a reference: ratios stay to {self.base_throughput:,.0f} samples/s"))
+                           f"kept on record, not as a reference: ratios stay to {stays}"))
             return
         trial0 = (self.judge.disturbed(self.base_reading) if self.base_reading is not None and
                   self.judge.median is not None and not self.measurements else None)
         if trial0:  # trial 0's own sentinel was off: it is no reference
             self.attrs.set_baseline_disturbed(trial0)
             self.base_disturbed = True
+        if far_seen is not None and off_by(result.throughput, far_seen.throughput) <= OUTLIER_FACTOR:
+            # two clean tries in a row agree far off the reference: the machine changed, and both are
+            # its measurements (a review's median held two stale readings against one new one, 30x off)
+            first = reading_of(far_seen.telemetry)
+            self.attrs.add_baseline_measurement(entry | {"at": entry["at"] - 1e-3, "throughput": far_seen.throughput,
+                                                         "peak_memory_bytes": far_seen.peak_memory_bytes,
+                                                         "sentinel_s": first})
+            self.references.append(far_seen.throughput)
         self.measurements = self.attrs.add_baseline_measurement(entry)  # with any another driver added
         # the machine's state it was measured in: the median of the recent readings (its own
         # included), not its one reading, which a swing can put off that median at once
@@ -286,7 +301,7 @@ class BaselineWatch:
     def _far_off(self, result: TrialResult) -> str | None:
         """Why a clean re-measurement is too far off the reference to stand alone (more than
         ``OUTLIER_FACTOR`` either way), or None."""
-        previous = self.base_throughput
+        previous = self.base_throughput or self.first_throughput  # nothing stands yet: trial 0's own run
         if not previous or not result.throughput:
             return None
         factor = off_by(result.throughput, previous)
