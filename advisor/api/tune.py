@@ -5,6 +5,7 @@ does (rich renders it in a notebook too); the live explorer never opens. Returns
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from typing import Any, Callable
 
 from advisor.api.callables import write_workload
 from advisor.api.result import TuneResult
-from advisor.core.errors import ConfigError, StudyError, WorkloadError
+from advisor.core.errors import AdvisorError, WorkloadError
 from advisor.core.noise import NOISE_SEEDS
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, DEFAULT_TOP
 from advisor.core.stored import read_study
@@ -74,6 +75,8 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     from advisor.study.run.tuner import Tuner
 
     options = TuneOptions.given("", given, python=True).check(python=True)
+    folder = Path(workdir).expanduser().resolve()
+    folder_was_there = folder.exists()
     path, label, created = _workload_path(model, datasets, loss, metric, optimizer, baseline, name, Path(workdir))
     options = replace(options, workload_path=str(path))
     if study is None and label is not None:  # named after the model function, not the written file
@@ -81,15 +84,18 @@ def tune(model: Callable[[], Any] | str | Path, datasets: Callable[[], Any] | No
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         plan = plan_study(options)
-    except (WorkloadError, ConfigError, StudyError) as exc:
+        trackers = open_trackers(plan, python=True)
+    except AdvisorError as exc:  # any refusal (a space, a tracker, the storage): nothing left behind
         if label is not None:  # the model.py written for the callables: say it in the call's terms
             if created:
-                path.unlink(missing_ok=True)  # written by this call, refused: nothing left behind
+                path.unlink(missing_ok=True)  # written by this call, refused
+                if not folder_was_there:
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()  # made by this call, empty again
             text = str(exc).replace(f"{path}: BASELINE", "advisor.tune(baseline=...)")
             text = text.replace("BASELINE.", "baseline.").replace(str(path), "the model.py tune() writes for them")
             exc.args = (text,)
         raise
-    trackers = open_trackers(plan, python=True)
     output = TuneOutput(quiet=not progress)
     output.planned(plan)
     notes = DashboardNotes(plan.storage_url, plan.study_name)  # optuna-dashboard's notes, when it is installed

@@ -90,6 +90,12 @@ def test_a_refused_baseline_names_the_argument_and_leaves_no_file(workdir, user_
             advisor.tune(user_module.make_model, user_module.make_data, baseline=bad, trials=1)
         assert expected in str(info.value) and ".advisor" not in str(info.value), str(info.value)
     assert not list((workdir / ".advisor").glob("*.py")) and not (workdir / "advisor.db").exists()
+    # refused later (a space, a tracker: a review found the file left by those): nothing, not even the folder
+    for bad, expected in (({"space": "nope"}, "search space nope is invalid"),
+                          ({"log_to": ["nosuch"]}, "unknown tracker 'nosuch'")):
+        with pytest.raises(AdvisorError, match=expected):
+            advisor.tune(user_module.make_model, user_module.make_data, trials=1, **bad)
+        assert sorted(p.name for p in workdir.iterdir()) == ["project"]  # the user's module alone
 
 
 def test_options_are_named_as_arguments(workdir, user_module):
