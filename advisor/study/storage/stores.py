@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -174,14 +175,15 @@ def _check_file(path: Path, url: str, must_exist: bool) -> None:
     if not os.access(parent if not path.exists() else path, os.W_OK):
         raise StudyError(f"storage {shown_url(url)!r}: {path if path.exists() else parent} is not writable")
     if not must_exist and not path.exists():  # tried, not asked: root passes os.access where /sys or a
-        try:  # read-only mount refuses the file (a review met a traceback and exit 1 after the preflight)
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        except FileExistsError:
-            return  # made meanwhile (another driver): opened as it is
+        # read-only mount refuses a new file (a review met a traceback and exit 1 after the preflight); a
+        # file of its own is tried, never the study's path, which another driver may be creating now
+        probe = parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.probe"
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except OSError as exc:
             raise StudyError(f"storage {shown_url(url)!r}: {path} cannot be created in {parent} "
                              f"({exc.strerror or exc})") from None
-        path.unlink(missing_ok=True)
+        probe.unlink(missing_ok=True)
 
 
 def is_advisor_study(study: Any) -> bool:
