@@ -82,11 +82,7 @@ def detect() -> Hardware:
     import torch
 
     notes: list[str] = []
-    gpus: list[GpuInfo] = []
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            gpus.append(GpuInfo(i, props.name, (props.major, props.minor), int(props.total_memory)))
+    gpus = _gpus()
     driver = _nvml_driver(notes)
     has_triton = False
     if gpus:
@@ -103,7 +99,7 @@ def detect() -> Hardware:
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,
         driver_version=driver,
-        compiler=shutil.which("c++") or shutil.which("g++") or shutil.which("clang++"),
+        compiler=_compiler(),
         triton=has_triton,
         notes=tuple(notes),
     )
@@ -119,14 +115,25 @@ def on_device(device_type: str) -> Hardware:
 
     import torch
 
-    gpus: tuple[GpuInfo, ...] = ()
-    if device_type == "cuda" and torch.cuda.is_available():
-        gpus = tuple(GpuInfo(i, p.name, (p.major, p.minor), int(p.total_memory))
-                     for i in range(torch.cuda.device_count()) for p in [torch.cuda.get_device_properties(i)])
+    gpus = tuple(_gpus()) if device_type == "cuda" else ()
     return Hardware(cpu=_cpu_info(), gpus=gpus, torch_version=torch.__version__, cuda_version=torch.version.cuda,
-                    torchao=_package_version("torchao"),
-                    compiler=shutil.which("c++") or shutil.which("g++") or shutil.which("clang++"),
+                    torchao=_package_version("torchao"), compiler=_compiler(),
                     triton=bool(gpus) and importlib.util.find_spec("triton") is not None)
+
+
+def _gpus() -> list[GpuInfo]:
+    """The CUDA devices torch sees."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [GpuInfo(i, p.name, (p.major, p.minor), int(p.total_memory))
+            for i in range(torch.cuda.device_count()) for p in [torch.cuda.get_device_properties(i)]]
+
+
+def _compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend needs."""
+    return shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
 
 def _package_version(name: str) -> str | None:

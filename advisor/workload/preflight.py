@@ -83,11 +83,10 @@ def _preflight(workload: Workload, kind: str = "train") -> dict[str, Any]:
     try:
         opt = call(workload, "optimizer", model.parameters()) if trains else None  # first, as trials (and Lightning) do
     except WorkloadError as exc:  # optimizer(model) written for the model: say what it is given
-        first, _, frames = str(exc).partition("\n")
-        if "'generator' object has no attribute" not in first:
+        if "'generator' object has no attribute" not in str(exc).partition("\n")[0]:
             raise
-        raise WorkloadError(f"{first} (optimizer(parameters) is given model.parameters(), a generator of the "
-                            f"tensors to train, not the model)\n{frames}".rstrip()) from None
+        raise _hinted(exc, "optimizer(parameters) is given model.parameters(), a generator of the tensors to "
+                           "train, not the model") from None
     if trains and not isinstance(opt, torch.optim.Optimizer):
         scheduled = isinstance(opt, (tuple, list)) and any(isinstance(o, torch.optim.Optimizer) for o in opt)
         raise WorkloadError(f"{workload.where('optimizer')} must return a torch.optim.Optimizer, "
@@ -106,8 +105,7 @@ def _preflight(workload: Workload, kind: str = "train") -> dict[str, Any]:
         hint = _dtype_hint(model, inputs)
         if hint is None:
             raise
-        first, _, frames = str(exc).partition("\n")
-        raise WorkloadError(f"{first} ({hint})\n{frames}".rstrip()) from None
+        raise _hinted(exc, hint) from None
     if trains:
         value = call(workload, "loss", output, target)
         check_loss(workload, value)
@@ -124,8 +122,7 @@ def _preflight(workload: Workload, kind: str = "train") -> dict[str, Any]:
                 hint = _splits_hint(workload, inputs, val_inputs)
                 if hint is None:
                     raise
-                first, _, frames = str(exc).partition("\n")
-                raise WorkloadError(f"{first} ({hint})\n{frames}".rstrip()) from None
+                raise _hinted(exc, hint) from None
         check_metric(workload, call(workload, "metric", output, val_target) if workload.validate is None
                      else _validate(workload, model, val_inputs, val_target))
     return {
@@ -166,6 +163,12 @@ def _dtype_hint(model: Any, inputs: Any) -> str | None:
     shown = dtype_name(found)
     return (f"the batch's inputs are {shown} and the model's weights {weights}: have datasets() return {weights} "
             f"inputs (a numpy float64 array: torch.from_numpy(x).float()), or build the model in {shown}")
+
+
+def _hinted(exc: WorkloadError, hint: str) -> WorkloadError:
+    """``exc`` with ``hint`` in brackets at the end of its first line (the user's frames after)."""
+    first, _, frames = str(exc).partition("\n")
+    return WorkloadError(f"{first} ({hint})\n{frames}".rstrip())
 
 
 def _splits_hint(workload: Workload, train: Any, val: Any) -> str | None:
