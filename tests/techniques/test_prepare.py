@@ -253,9 +253,16 @@ def test_a_value_this_device_cannot_run_is_applied_with_a_warning_naming_it():
         assert text.endswith("applied all the same, but what runs here is not what was measured")
         assert caught[0].filename == __file__  # the caller's line
         assert getattr(prepared.config, knob) == value
+    from advisor.machine.hardware import on_device
+
+    native_bf16 = on_device("cpu").cpu.native_bf16  # an AMD EPYC here has none: bf16 is then refused too
+    runs = {"batch_size": 32, "threads": 1} | ({"precision": "bf16"} if native_bf16 else {})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # what a CPU runs: not a word
-        apply(mlp(), {"batch_size": 32, "precision": "bf16", "threads": 1}, device="cpu")
+        apply(mlp(), runs, device="cpu")
+    if not native_bf16:
+        with pytest.warns(UserWarning, match="no native bf16 instructions"):
+            apply(mlp(), {"batch_size": 32, "precision": "bf16"}, device="cpu")
 
 
 def test_apply_defaults_to_the_current_device():
