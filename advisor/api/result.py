@@ -11,7 +11,7 @@ from advisor.core.errors import StudyError
 from advisor.core.metric import MetricSpec
 from advisor.core.picks import OLDER_PICKS, PICKS, pick
 from advisor.core.stored import SCORE_OUT, StoredStudy
-from advisor.outputs.export import FORMATS, export_document, trial_by_number, write_export
+from advisor.outputs.export import export_document, output_format, trial_by_number, write_export
 from advisor.outputs.summary import counts, front_rows
 
 
@@ -51,12 +51,14 @@ class TuneResult:
         return self._document(pick, trial)["config"]
 
     def export(self, path: str | Path | None = None, pick: str = "balanced", trial: int | None = None,
-               format: str = "yaml") -> str:
-        """The export document of a pick (or of trial ``trial``) as yaml, json or a runnable
-        python script; written to ``path`` (atomically) when given. Returns the text."""
-        if format not in FORMATS:
-            raise StudyError(f"export(format={format!r}): expected one of {', '.join(FORMATS)}")
-        return write_export(self._document(pick, trial), path, format)
+               format: str | None = None) -> str:
+        """The export document of a pick (or of trial ``trial``) as yaml, json, a runnable
+        python script, or in transformers' (hf), accelerate's or torchrun's terms; written to
+        ``path`` (atomically) when given. Returns the text. ``format`` None: the one ``path``'s
+        suffix names (.yaml, .json, .py, .sh), else yaml; a format the name contradicts
+        (``"best.yaml"`` with hf) is refused (ConfigError) before anything is written."""
+        fmt = output_format(path, format, f"export(format={format!r})")
+        return write_export(self._document(pick, trial), path, fmt)
 
     def _document(self, how: str, trial: int | None) -> dict[str, Any]:
         assert self._study is not None

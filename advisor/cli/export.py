@@ -35,8 +35,9 @@ def add_arguments(e: argparse.ArgumentParser) -> None:
     which = e.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="trial number")
     which.add_argument("--pick", default=None, help="fastest, smallest, best-metric or balanced (default)")
-    e.add_argument("--format", default="yaml", choices=("yaml", "json", "python", "hf", "accelerate", "torchrun"),
-                   help="yaml (default) or json: the config file advisor.load_config reads; python: a runnable "
+    e.add_argument("--format", default=None, choices=("yaml", "json", "python", "hf", "accelerate", "torchrun"),
+                   help="yaml or json: the config file advisor.load_config reads (default: the one -o's name "
+                        "says, .json or .yaml; .py: python, .sh: torchrun; else yaml); python: a runnable "
                         "script that applies it with advisor.apply(), plus the plain-PyTorch equivalent; hf: "
                         "transformers TrainingArguments keywords (a Python module; with --json, JSON); accelerate: "
                         "the config YAML accelerate launch reads; torchrun: a shell script with the environment and "
@@ -63,12 +64,15 @@ def _say_what_it_is(study: Any, record: Any, how: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from advisor.core.picks import pick
-    from advisor.outputs.export import export_document, trial_by_number, with_target, write_export
+    from advisor.outputs.export import export_document, output_format, trial_by_number, with_target, write_export
 
     study, _ = open_stored_study(args)
     record = trial_by_number(study, args.trial) if args.trial is not None else pick(study, args.pick or "balanced")
-    document = with_target(export_document(study, record), args.format)  # refuses what that tool cannot take
-    fmt = "json" if args.json else args.format
+    if args.json:  # JSON whatever --format says (its section included): the name must allow JSON
+        chosen, fmt = args.format or "yaml", output_format(args.output, "json", "--json")
+    else:  # refuses a format the file's name contradicts
+        chosen = fmt = output_format(args.output, args.format)
+    document = with_target(export_document(study, record), chosen)  # refuses what that tool cannot take
     if args.json:  # the whole document, tagged like every --json output (advisor.load_config reads it too)
         from advisor.outputs.json_output import json_document
 

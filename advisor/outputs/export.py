@@ -24,6 +24,33 @@ from advisor.core.stored import (
 FORMATS = ("yaml", "json", "python", "hf", "accelerate", "torchrun")
 # a format in another tool's terms -> the export document's key for its section
 TARGETS = {"hf": "transformers", "accelerate": "accelerate", "torchrun": "torchrun"}
+# what each format writes, and the file names that say so
+_WRITES = {"yaml": "a YAML config", "json": "a JSON config", "python": "a Python script", "hf": "a Python module",
+           "accelerate": "accelerate's YAML config", "torchrun": "a shell script"}
+_SUFFIX_FORMAT = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".py": "python", ".sh": "torchrun"}
+_SUFFIX_KIND = {".yaml": "YAML", ".yml": "YAML", ".json": "JSON", ".py": "Python", ".sh": "shell"}
+_KIND_OF = {"yaml": "YAML", "json": "JSON", "python": "Python", "hf": "Python", "accelerate": "YAML", "torchrun": "shell"}
+
+
+def output_format(path: str | Path | None, fmt: str | None, said: str | None = None) -> str:
+    """The format to write: ``fmt`` when given, else the one ``path``'s suffix names (.yaml,
+    .yml, .json, .py, .sh), else yaml. Refuses (ConfigError) a format whose file kind the
+    name contradicts: a review's ``export("best.yaml", format="hf")`` wrote Python into a
+    .yaml that load_config then failed on. Other suffixes (none, .txt, .cfg) take any format.
+    ``said``: how the caller asked for ``fmt``, for the error (default ``--format FMT``)."""
+    said = said or f"--format {fmt}"
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"{said} is unknown (expected one of {', '.join(FORMATS)})")
+    suffix = Path(path).suffix.lower() if path is not None else ""
+    if fmt is None:
+        return _SUFFIX_FORMAT.get(suffix, "yaml")
+    if suffix in _SUFFIX_KIND and _SUFFIX_KIND[suffix] != _KIND_OF[fmt]:
+        fits = sorted(f for f, kind in _KIND_OF.items() if kind == _SUFFIX_KIND[suffix])
+        ext = {"YAML": ".yaml", "JSON": ".json", "Python": ".py", "shell": ".sh"}[_KIND_OF[fmt]]
+        raise ConfigError(f"{said} writes {_WRITES[fmt]}, but {str(path)!r} is named as a "
+                          f"{_SUFFIX_KIND[suffix]} file: name it {Path(path).with_suffix(ext).name!r}, or write "
+                          f"{' or '.join(fits)} to that name")
+    return fmt
 
 
 def trial_by_number(study: StoredStudy, number: int) -> TrialRecord:

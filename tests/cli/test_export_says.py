@@ -7,6 +7,10 @@ as such), with trials 1 and 2 confirmed in pairs that overlap."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from advisor.cli.main import main
 from advisor.core.pairs import Confirmation, Pair
 from advisor.core.stored import CONFIRMATION
@@ -48,3 +52,47 @@ def test_the_picks_line_names_each_pick_and_its_tie(tmp_path):
     line = picks_line(read_study(st.load(st.open_storage(url, must_exist=True), NAME, url)))
     assert line.startswith("fastest trial 1 (a tie: trial 2 reads better within the noise), smallest trial ")
     assert ", best-metric trial " in line and ", balanced trial " in line
+
+
+def test_the_format_follows_the_files_name_and_a_name_that_contradicts_it_is_refused(tmp_path, capsys, monkeypatch):
+    """`-o best.json` writes JSON and `-o train.py` a script without --format; `--format hf -o
+    best.yaml` (a review wrote Python into a .yaml that load_config then failed on) is refused
+    with exit 2 before anything is written. The Python API does the same."""
+    import json
+
+    import yaml
+
+    from advisor.api.result import TuneResult
+    from advisor.core.errors import ConfigError
+    from advisor.core.stored import read_study
+    from advisor.study.storage import stores as st
+
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    write_recorded_study(url)
+    base = ["export", "--storage", url, "--study", NAME, "--trial", "1"]
+    assert main([*base, "-o", "a.json"]) == 0 and json.loads(Path("a.json").read_text())["config"]["batch_size"]
+    assert main([*base, "-o", "a.yml"]) == 0 and yaml.safe_load(Path("a.yml").read_text())["config"]
+    assert main([*base, "-o", "a.py"]) == 0 and "advisor.apply(" in Path("a.py").read_text()
+    assert main([*base, "-o", "a.cfg"]) == 0 and yaml.safe_load(Path("a.cfg").read_text())["config"]  # yaml
+    assert main([*base, "--format", "accelerate", "-o", "acc.yaml"]) == 0
+    assert main([*base, "--format", "hf", "--json", "-o", "hf.json"]) == 0 and "transformers" in json.loads(
+        Path("hf.json").read_text())
+    capsys.readouterr()
+    for flags, said in [(["--format", "hf", "-o", "best.yaml"], "--format hf writes a Python module, but 'best.yaml' "
+                         "is named as a YAML file: name it 'best.py', or write accelerate or yaml to that name"),
+                        (["--format", "json", "-o", "best.py"], "--format json writes a JSON config, but 'best.py'"),
+                        (["-o", "run.sh", "--format", "python"], "name it 'run.py'"),
+                        (["--json", "-o", "best.yaml"], "--json writes a JSON config, but 'best.yaml'")]:
+        assert main([*base, *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert said in err, err
+        assert not Path(flags[flags.index("-o") + 1]).exists()
+    study = read_study(st.load(st.open_storage(url, must_exist=True), NAME, url))
+    result = TuneResult.of(study, url, "model.py", None)
+    with pytest.raises(ConfigError, match=r"export\(format='hf'\) writes a Python module, but 'x.yaml'"):
+        result.export("x.yaml", trial=1, format="hf")
+    assert not Path("x.yaml").exists()
+    assert json.loads(result.export("x.json", trial=1))["config"] == yaml.safe_load(result.export(trial=1))["config"]
+    with pytest.raises(ConfigError, match="export\\(format='toml'\\) is unknown"):
+        result.export(trial=1, format="toml")
