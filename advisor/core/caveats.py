@@ -46,6 +46,11 @@ def speed_caveats(telemetry: dict[str, Any] | None) -> list[Caveat]:
         found.append(Caveat(BUSY, f"timed on a busy machine: its timed blocks lost a median "
                                   f"{100 * disturbance(telemetry)[1]:.0f}% of their time to other work (over "
                                   f"{100 * CEILING:.0f}% reads slow by an unknown amount)"))
+    latency = (telemetry or {}).get("latency")
+    if not found and isinstance(latency, dict) and latency.get("busy"):
+        found.append(Caveat(BUSY, f"its latency was timed on a busy machine: the windows of its calls lost a median "
+                                  f"over {100 * CEILING:.0f}% of their time to other work, so it reads slow by an "
+                                  "unknown amount"))
     timing = (telemetry or {}).get("timing")
     if isinstance(timing, dict) and timing.get("converged") is False and timing.get("median_s"):
         said = _unsettled_text(timing)

@@ -121,8 +121,13 @@ def summary_of(telemetry: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def rerun_reason(telemetry: dict[str, Any] | None) -> str | None:
-    """Why a trial must run again (too few clean blocks), or None (also when not measured)."""
+    """Why a trial must run again (too few clean blocks, or too few clean windows of its
+    latency calls), or None (also when not measured)."""
     s = summary_of(telemetry)
+    latency = (telemetry or {}).get("latency")
+    if isinstance(latency, dict) and latency.get("too_few_clean") and not (s or {}).get("too_few_clean"):
+        return (f"interference disturbed {latency.get('disturbed_windows')} of the {latency.get('windows')} windows "
+                "of its latency calls: too few clean calls remain")
     if s is None or not s.get("too_few_clean"):
         return None
     limit = s.get("limit")

@@ -45,16 +45,31 @@ class Latency:
     batch1_p99_ms: float | None = None
     batch1_calls: int = 0
     batch1_note: str | None = None
+    # interference (``advisor.trial.latency``): the calls dropped because other work disturbed their
+    # window, the windows at the batch size and how many were disturbed, whether too few stayed clean
+    # (the calls are then all kept, and the trial runs again), and whether the windows lost over
+    # ``interference.CEILING`` of their time at the median (``busy``: the figures read slow)
+    dropped_calls: int = 0
+    windows: int = 0
+    disturbed_windows: int = 0
+    too_few_clean: bool = False
+    busy: bool = False
 
     @classmethod
     def measured(cls, batch_size: int, seconds: Sequence[float], batch1: Sequence[float] = (),
-                 batch1_note: str | None = None) -> Latency:
-        """From call times in seconds (``batch1``: the batch-1 calls', possibly none)."""
+                 batch1_note: str | None = None, **interference: Any) -> Latency:
+        """From call times in seconds (``batch1``: the batch-1 calls', possibly none), with
+        the interference fields as keywords."""
         ms = [1e3 * s for s in seconds]
         one = [1e3 * s for s in batch1]
         return cls(batch_size, len(ms), percentile(ms, 50), percentile(ms, 95), percentile(ms, 99),
                    percentile(one, 50) if one else None, percentile(one, 99) if one else None, len(one),
-                   None if one else batch1_note)
+                   None if one else batch1_note, **interference)
+
+    @property
+    def mark(self) -> str:
+        """' (busy)' after a figure timed on a busy machine, else ''."""
+        return " (busy)" if self.busy else ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +113,8 @@ def fmt_ms(ms: float | None) -> str:
     return f"{ms:,.0f} ms"
 
 
-def over_limit_text(p99_ms: float, limit_ms: float) -> str:
-    """The infeasible reason: 'p99 latency 12.3 ms over --max-latency-ms 10'."""
-    return f"p99 latency {fmt_ms(p99_ms)} over --max-latency-ms {limit_ms:g}"
+def over_limit_text(p99_ms: float, limit_ms: float, busy: bool = False) -> str:
+    """The infeasible reason: 'p99 latency 12.3 ms over --max-latency-ms 10' (and, for a
+    latency timed on a busy machine, that it may read slow)."""
+    return (f"p99 latency {fmt_ms(p99_ms)} over --max-latency-ms {limit_ms:g}"
+            + (" (timed on a busy machine: it may read slow)" if busy else ""))

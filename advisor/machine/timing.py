@@ -165,7 +165,7 @@ class StepTimer:
         if self._clean[0] != key:
             scores, limit = self._scores_and_limit()
             near = overlapping(self.block_windows, self.elsewhere)
-            self._clean = (key, disturbed_blocks(self.samples, scores, limit, self._self_contended(), near), limit)
+            self._clean = (key, disturbed_blocks(self.samples, scores, limit, self.contended(), near), limit)
         return self._clean[1], self._clean[2]
 
     def _scores_and_limit(self) -> tuple[list[float | None], float | None]:
@@ -176,7 +176,7 @@ class StepTimer:
         """When this process's disturbed blocks ran, by its own counters alone (for the
         other ranks of its trial)."""
         scores, limit = self._scores_and_limit()
-        own = disturbed_blocks(self.samples, scores, limit, self._self_contended())
+        own = disturbed_blocks(self.samples, scores, limit, self.contended())
         return [w for i in own if (w := self.block_windows[i]) is not None]
 
     def note_elsewhere(self, windows: Sequence[Sequence[float]]) -> None:
@@ -184,7 +184,7 @@ class StepTimer:
         ranks of this trial found disturbed (they waited for that rank in their collectives)."""
         self.elsewhere = list(windows)
 
-    def _self_contended(self) -> bool:
+    def contended(self) -> bool:
         """Whether this trial waits for a CPU in every block whatever the neighbours do: its
         ranks share the machine (a data-parallel trial), or its compute threads and loader
         workers outnumber its CPUs (``self_contended``, from its configuration: a thread
@@ -256,7 +256,7 @@ class StepTimer:
                 "scores": [round(s, 4) if s is not None else None for s in scores], "why": why,
                 "nivcsw": total.get("nivcsw"), "threads": total.get("threads"),
                 "cpu_per_wall": round(total["cpu_s"] / wall, 3) if wall and "cpu_s" in total else None,
-                "self_contended": self._self_contended()}  # its blocks wait for a CPU of its own doing
+                "self_contended": self.contended()}  # its blocks wait for a CPU of its own doing
 
 
 class _TimedStep:

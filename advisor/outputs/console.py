@@ -312,7 +312,7 @@ def infeasible_text(constraints: dict[str, float], vs: Versus | None, metric: Me
         why.append("peak memory over --memory-cap")
     over = constraints.get(LATENCY_CONSTRAINT, 0)
     if over > 0:  # stored as p99 minus the limit
-        why.append(over_limit_text(latency.p99_ms, latency.p99_ms - over) if latency is not None
+        why.append(over_limit_text(latency.p99_ms, latency.p99_ms - over, latency.busy) if latency is not None
                    else "p99 latency over --max-latency-ms")
     if undecided and len(why) == 1:  # the noise cannot tell yet: more seeds may put it on the front
         return "counted infeasible for now: " + why[0]
@@ -365,7 +365,7 @@ def front_table(study: StoredStudy) -> Any:
                  metric.value_text(f.score), vs.metric_text(metric)]
         if latency:
             lat = r.latency
-            cells += [f"{fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p99_ms)}" if lat is not None else "-",
+            cells += [f"{fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p99_ms)}{lat.mark}" if lat is not None else "-",
                       fmt_ms(lat.batch1_ms) if lat is not None else "-"]
         table.add_row(*cells)
     return table

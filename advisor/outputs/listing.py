@@ -224,7 +224,7 @@ def trials_table(study: StoredStudy, lines: list[TrialLine]) -> Any:
             cells += [thr, mem, line.versus.metric_text(metric)]
         if latency:
             lat = r.latency
-            cells += [f"{fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p99_ms)}" if lat is not None else "-",
+            cells += [f"{fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p99_ms)}{lat.mark}" if lat is not None else "-",
                       fmt_ms(lat.batch1_ms) if lat is not None else "-"]
         failure = ""
         if r.failure_class or r.failure_message:

@@ -91,7 +91,7 @@ def _latency_cells(r: TrialRecord) -> str:
     lat = r.latency
     if lat is None:
         return " - | - |"
-    return f" {fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p95_ms)} / {fmt_ms(lat.p99_ms)} | {fmt_ms(lat.batch1_ms)} |"
+    return f" {fmt_ms(lat.p50_ms)} / {fmt_ms(lat.p95_ms)} / {fmt_ms(lat.p99_ms)}{lat.mark} | {fmt_ms(lat.batch1_ms)} |"
 
 
 def _markdown(study: StoredStudy, base: TrialRecord, effects: list[KnobEffect],

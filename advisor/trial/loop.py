@@ -289,7 +289,7 @@ def _inference(prepared: Any, workload: Any, val: Any, settings: Any, timer: Any
         latency = None
         if settings.part != "probe":  # per-request latency (advisor.trial.latency); a re-measurement needs none
             t = time.perf_counter()
-            latency = measure_latency(prepared, batches, val, workload.collate)
+            latency = measure_latency(prepared, batches, val, workload.collate, timer.limit, timer.contended())
             phases["latency"] = time.perf_counter() - t
     score = None
     if settings.part != "probe":
