@@ -183,7 +183,7 @@ def parse_space(data: Any, name: str, source: str) -> SearchSpace:
         knob = _parse_knob(str(key), spec, problems)
         if knob is not None:
             knobs.append(knob)
-    names = {k.name for k in knobs}
+    names = {k.name: k for k in knobs}
     for knob in knobs:
         for other, value in knob.when:
             if other not in known:
@@ -193,8 +193,15 @@ def parse_space(data: Any, name: str, source: str) -> SearchSpace:
             elif other == knob.name:
                 problems.append(f"{knob.name}.when: a knob cannot depend on itself")
             else:
-                for v in value if isinstance(value, tuple) else (value,):
-                    problems.extend(validate_values({other: v}, f"{knob.name}.when"))
+                wanted = value if isinstance(value, tuple) else (value,)
+                bad = [p for v in wanted for p in validate_values({other: v}, f"{knob.name}.when")]
+                problems.extend(bad)
+                choices = names[other].choices
+                if not bad and not set(map(repr, wanted)) & set(map(repr, choices)):
+                    # else filtering blamed the machine: "only used when ..., which cannot run here"
+                    shown = list(wanted) if len(wanted) > 1 else wanted[0]
+                    problems.append(f"{knob.name}.when: {other} is {shown!r}, which {other}'s choices "
+                                    f"{list(choices)} never take: {knob.name} would never be tried")
     if problems:
         raise SpaceError(source, problems)
     return SearchSpace(name, tuple(_order_by_dependencies(knobs)))

@@ -230,6 +230,22 @@ precision: {choices: [fp32], when: {precision: fp32}}
     assert any("precision.when" in p and "itself" in p for p in problems)
 
 
+def test_a_when_value_the_other_knobs_choices_never_take_is_said_as_such_not_blamed_on_the_machine():
+    """A review's `compile_mode: {when: {compile: true}}` beside `compile: {choices: [false]}`
+    was refused later as "only used when compile is True, which cannot run here"."""
+    with pytest.raises(SpaceError) as info:
+        space_of("compile: {choices: [false]}\n"
+                 "compile_mode: {choices: [default, max-autotune], when: {compile: true}}\n"
+                 "batch_size: {choices: [32, 64]}\n"
+                 "precision: {choices: [fp32, bf16], when: {batch_size: [128, 256]}}\n"
+                 "channels_last: {choices: [false, true], when: {batch_size: [64, 256]}}")
+    assert info.value.problems == [
+        "compile_mode.when: compile is True, which compile's choices [False] never take: compile_mode would never "
+        "be tried",
+        "precision.when: batch_size is [128, 256], which batch_size's choices [32, 64] never take: precision would "
+        "never be tried"]  # channels_last: 64 is a choice, so it stands
+
+
 def test_conditional_knob_sampled_after_the_knob_it_depends_on():
     space = space_of("compile_mode: {choices: [default, max-autotune], when: {compile: true}}\n"
                      "compile: {choices: [false, true]}")
