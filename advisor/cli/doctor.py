@@ -48,6 +48,10 @@ def add_arguments(d: argparse.ArgumentParser) -> None:
     d.add_argument("--json", action="store_true", help="print the findings as JSON (for bug reports)")
 
 
+def _probed(serving: bool) -> str:
+    return "a few timed forward passes (frozen for serving: inference only)" if serving else "a few probed steps"
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -78,12 +82,12 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda text: None) if args.json else (lambda text: print(text, flush=True))
     with tempfile.TemporaryDirectory(prefix="advisor-doctor-") as directory:
         subjects = [builtin_subject(directory, hw, tolerance)] + ([user_part] if user_part is not None else [])
-        options = [plan_options(hw, s.base, s.facts, args.knob) for s in subjects]
+        options = [plan_options(hw, s.base, s.facts, args.knob, s.serving) for s in subjects]
         say(f"hardware  {describe_fingerprint(fp)}; trials run on {hw.device}")
         for s, opts in zip(subjects, options):
             ran = sum(o.config is not None for o in opts)
             say(f"doctor    {ran} option(s) to run on {_name(s.label)} "
-                f"({'a short training run and evaluation' if s.sha256 is None else 'a few probed steps'} each, "
+                f"({'a short training run and evaluation' if s.sha256 is None else _probed(s.serving)} each, "
                 f"beside its reference: {_describe(s.base.to_dict())})")
         # each run as it ends: on stdout, or with --json on stderr (stdout holds the JSON alone)
         outcomes = run_doctor(hw, subjects, options, args.trial_timeout,

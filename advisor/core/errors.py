@@ -27,6 +27,11 @@ class WorkloadError(AdvisorError):
     """Raised when model.py is missing, does not import, or breaks the model.py contract."""
 
 
+class FrozenModelError(WorkloadError):
+    """Raised where model() is to be trained but returned a module with no trainable
+    parameter (a model frozen for serving: an inference study measures it)."""
+
+
 class SpaceError(AdvisorError):
     """Raised when a search space file is missing, not YAML, or invalid.
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from advisor.core.errors import WorkloadError
+from advisor.core.errors import FrozenModelError, WorkloadError
 from advisor.core.metric import MetricSpec
 from advisor.workload.defaults import OUTPUT_LOSS, default_loss, default_metric, default_optimizer, output_loss
 from advisor.workload.stream import check_stream, first_items, is_stream
@@ -206,7 +206,7 @@ def build_model(workload: Workload, trained: bool = True) -> Any:
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(f"{workload.where('model')} must return a torch.nn.Module, found {type(model).__name__}")
     if trained and not any(p.requires_grad for p in model.parameters()):
-        raise WorkloadError(
+        raise FrozenModelError(
             f"{workload.where('model')} returned a module with no trainable parameters (requires_grad is False "
             "for every one); expected a model to train: advisor runs one training step to check "
             "model.py and trials train it; a model frozen for serving is measured with --workload inference")

@@ -200,3 +200,20 @@ def test_help_ends_with_examples(capsys):
         main(["doctor", "--help"])
     out = capsys.readouterr().out.rstrip()
     assert "examples:" in out and out.splitlines()[-1].strip().startswith("advisor doctor")
+
+
+@pytest.mark.ray
+def test_a_model_frozen_for_serving_is_examined_for_inference_only(ray_session, home, capsys, tmp_path):
+    """A review's `advisor doctor` on a model frozen for serving was refused ("measured with
+    --workload inference"): its options run for inference now, training-only ones say why not."""
+    from tests.workload.test_contract import FROZEN
+
+    frozen = str(write_model(tmp_path, FROZEN, "frozen.py"))
+    report = doctor_json(capsys, frozen, "--knob", "grad_accumulation", "--knob", "threads", "--no-save")
+    builtin, user = report["models"]
+    assert {o["workload"] for o in builtin["options"] if o["knob"] == "grad_accumulation"} == {"train"}
+    assert user["model"] == frozen and not user["problem"]
+    options = {o["knob"]: o for o in user["options"]}
+    assert options["threads"]["workload"] == "inference" and options["threads"]["status"] == "works"
+    assert options["grad_accumulation"]["status"] == "not run"
+    assert "a training option, and this model is frozen for serving" in options["grad_accumulation"]["note"]

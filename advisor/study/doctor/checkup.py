@@ -46,6 +46,7 @@ class Subject:
     base: TrialConfig  # the reference: fp32 defaults, or the model's BASELINE
     sha256: str | None  # None for the built-in model
     settings: TrialSettings  # for training runs (inference runs: the same, workload changed)
+    serving: bool = False  # model() is frozen for serving (no trainable parameter): inference runs only
 
 
 @dataclass
@@ -245,15 +246,20 @@ def builtin_subject(directory: str, hw: Hardware, tolerance: float = TOLERANCE) 
 def user_subject(workload: Workload, hw: Hardware, tolerance: float = TOLERANCE) -> Subject:
     """A user's model.py (loaded), checked as ``advisor tune`` checks it (preflight,
     BASELINE; a WorkloadError, exit status 2, before anything runs), then probed: a few
-    training steps and about a second timed, no evaluation."""
-    from advisor.core.errors import WorkloadError
+    training steps and about a second timed, no evaluation. A model frozen for serving is
+    checked as an inference study checks it, and its options run for inference only (a
+    review's doctor refused it, saying to tune it with --workload inference)."""
+    from advisor.core.errors import FrozenModelError, WorkloadError
     from advisor.workload.preflight import preflight
 
-    facts = preflight(workload)
+    try:
+        facts, serving = preflight(workload), False
+    except FrozenModelError:
+        facts, serving = preflight(workload, "inference"), True
     base = TrialConfig.from_dict(workload.baseline, where="BASELINE", source=str(workload.path))
-    reason = refusal(base, "train", hw.device)
+    reason = refusal(base, "inference" if serving else "train", hw.device)
     if reason:
         raise WorkloadError(f"{workload.path}: BASELINE: {reason}")
     settings = TrialSettings(train_samples=base.batch_size, warmup_steps=2, min_steps=3, max_timing_s=1.0,
                              warmup_s=0.1, device=hw.device, part="probe", timing_tolerance=tolerance)
-    return Subject(str(workload.path), workload, facts, base, workload.sha256, settings)
+    return Subject(str(workload.path), workload, facts, base, workload.sha256, settings, serving)

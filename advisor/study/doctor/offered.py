@@ -63,9 +63,11 @@ def _presets() -> tuple[dict[str, Any], dict[str, list[Any]]]:
     return when, chosen
 
 
-def plan_options(hw: Hardware, base: TrialConfig, facts: dict[str, Any], knobs: list[str] | None = None) -> list[Option]:
+def plan_options(hw: Hardware, base: TrialConfig, facts: dict[str, Any], knobs: list[str] | None = None,
+                 serving: bool = False) -> list[Option]:
     """Every option ``hw`` offers (of ``knobs``, or all), except the reference's own
-    values, with its run: as a training run, unless the option is for inference only.
+    values, with its run: as a training run, unless the option is for inference only
+    or the model is ``serving`` (frozen: inference runs only, training options not run).
     ``facts`` (the model's preflight) rule out the options pointless for the model."""
     rows = capability_table(hw)
     offered: dict[str, list[Any]] = {}
@@ -79,9 +81,13 @@ def plan_options(hw: Hardware, base: TrialConfig, facts: dict[str, Any], knobs: 
             continue
         if getattr(base, r.key) == r.value:
             continue  # the reference itself
-        if r.workloads:
-            out.append(_option(r.key, r.value, r.workloads.split(", ")[0], base, facts, hw.device, offered, when,
-                               chosen))
+        kinds = r.workloads.split(", ") if r.workloads else []
+        if serving and kinds and "inference" not in kinds:
+            out.append(Option(r.key, r.value, kinds[0], None, note="not run: a training option, and this model is "
+                              "frozen for serving (no trainable parameter)"))
+        elif kinds:
+            out.append(_option(r.key, r.value, "inference" if serving else kinds[0], base, facts, hw.device, offered,
+                               when, chosen))
     return out
 
 
