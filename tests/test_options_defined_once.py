@@ -208,7 +208,7 @@ def test_older_names_still_work_hidden_and_said_deprecated(monkeypatch, capsys):
     ["--train-samples", "256", "--budget", "90s", "--max-metric-drop", "1%", "--memory-cap", "2GiB", "--no-confirm",
      "--seed", "3", "--space", "cpu", "--timing-tolerance", "0.1", "--metric-seeds", "5", "--train", "all"],
     ["--workload", "inference", "--max-latency-ms", "2.5", "--max-metric-drop", "0.02", "--pairs", "4",
-     "--confirm-top", "2", "--sampler", "tpe", "--skip-preflight", "--train-samples", "64", "--ignore-doctor"],
+     "--confirm-top", "2", "--sampler", "tpe", "--skip-preflight", "--ignore-doctor"],
 ])
 def test_the_resume_line_gives_back_every_option_that_was_set(argv, monkeypatch):
     """`advisor tune`'s resume hint is the command again: parsed, its flags make the same

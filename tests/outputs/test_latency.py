@@ -160,6 +160,14 @@ def test_max_latency_ms_is_for_inference_studies_only(workdir, capsys):
     # --train all means nothing to an inference study (it was accepted without a word)
     assert exit_status(["tune", str(MODEL), "--workload", "inference", "--train", "all"]) == 2
     assert "--train all applies to training studies: an inference study trains nothing" in capsys.readouterr().err
+    # nor --train-samples (accepted, and a resume with it was refused over an internal "train_samples 1")
+    assert exit_status(["tune", str(MODEL), "--workload", "inference", "--train-samples", "64"]) == 2
+    assert ("--train-samples applies to training studies: an inference study trains nothing"
+            in capsys.readouterr().err)
+    import advisor
+
+    with pytest.raises(advisor.StudyError, match="^train_samples= applies to training studies"):
+        advisor.tune(str(MODEL), workload="inference", train_samples=64)
     assert not (workdir / "advisor.db").exists()
 
 

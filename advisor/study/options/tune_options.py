@@ -356,6 +356,11 @@ class TuneOptions:
         check_sampler(self.sampler, name("sampler"))
         if self.train_samples is not None and self.train_samples < 1:
             raise StudyError(f"{name('train_samples')} must be at least 1, found {self.train_samples}")
+        if self.train_samples is not None and self.workload == "inference":  # accepted, it meant nothing, and a
+            # resume with it was refused for "train_samples 1 then, 64 now", a value the user never gave
+            raise StudyError(f"{name('train_samples')} applies to training studies: an inference study trains "
+                             "nothing (each trial times its forward passes and evaluates, in one run); leave "
+                             f"{name('train_samples')} out")
         check_confirm_options(self.confirm_options, name)
         if self.metric_seeds < 1:
             raise StudyError(f"{name('metric_seeds')} must be at least 1 (1: no noise estimate), "
