@@ -15,6 +15,8 @@ from advisor.core.errors import ConfigError, TrialFailed
 from advisor.core.events import Listener, Note, ignore
 from advisor.core.export_format import edited_since_export, read_export
 from advisor.core.intervals import ratio_end
+from advisor.core.latency import KEY as LATENCY
+from advisor.core.latency import Latency, fmt_ms
 from advisor.core.metric import DEFAULT_METRIC, MetricSpec
 from advisor.core.noise import SentinelJudge
 from advisor.core.pairs import DEFAULT_MAX_PAIRS, DEFAULT_TARGET, Confirmation, Interval
@@ -79,6 +81,21 @@ class Remeasured:
             out["difference"] = now - stored
         return out
 
+    def latency_figures(self) -> dict[str, Any] | None:
+        """An inference config's p99 latency at its batch size as exported and as the full run
+        measured it now (one run each: no interval), with their ratio; None when neither
+        has one (a training config, or --no-metric). A review's `advisor measure` of an
+        inference export showed no latency at all."""
+        stored = Latency.from_dict(self.stored.get("latency"))
+        run = self.full_run
+        now = Latency.from_dict(run.telemetry.get(LATENCY)) if run is not None and run.ok else None
+        if stored is None and now is None:
+            return None
+        out: dict[str, Any] = {"stored": stored.to_dict() if stored else None, "now": now.to_dict() if now else None}
+        if stored is not None and now is not None and stored.p99_ms > 0:
+            out["p99_ratio"] = now.p99_ms / stored.p99_ms
+        return out
+
     def too_noisy(self) -> str | None:
         """What to say when today's throughput interval is too wide to tell the config from
         the baseline (wider than +-50%, or with its ends either side of 1.0 by more than a
@@ -96,7 +113,8 @@ class Remeasured:
                 "confirmation": self.confirmation.to_dict(),
                 "full_run": self.full_run.to_dict() if self.full_run is not None else None,  # its "score", as documents say it
                 "figures": {"throughput_ratio": self.ratio("throughput_ratio"),
-                            "memory_ratio": self.ratio("memory_ratio"), SCORE_OUT: self.metric_figures()}}
+                            "memory_ratio": self.ratio("memory_ratio"), SCORE_OUT: self.metric_figures()}
+                | ({"latency": lat} if (lat := self.latency_figures()) is not None else {})}
 
 
 def remeasure(workload_path: str, config_path: str, pairs: int = DEFAULT_MAX_PAIRS, target: float = DEFAULT_TARGET,
@@ -209,10 +227,17 @@ def comparison_table(result: Remeasured) -> Any:
         if diff and isinstance(noise, (int, float)) and noise > 0:  # what a difference of seeds would be
             diff += f" (the study's seed-to-seed noise: {metric.noise_text(noise)})"
         table.add_row(metric.name, stored_acc, metric.value_text(acc["now"]), diff)
+    if (lat := result.latency_figures()) is not None:
+        then, now = Latency.from_dict(lat["stored"]), Latency.from_dict(lat["now"])
+        table.add_row(f"p99 latency at batch {(now or then).batch_size}",  # type: ignore[union-attr]
+                      fmt_ms(then.p99_ms) + then.mark if then else "-", fmt_ms(now.p99_ms) + now.mark if now else "-",
+                      f"{lat['p99_ratio']:.2f}x the stored (one run each)" if "p99_ratio" in lat else "")
     return table
 
 
 def describe_run(r: TrialResult, metric: MetricSpec = DEFAULT_METRIC) -> str:
     """One line for a full run."""
+    latency = Latency.from_dict(r.telemetry.get(LATENCY))  # an inference run's
     return (f"{fmt_rate(r.throughput)} samples/s, {fmt_bytes(r.peak_memory_bytes)}, "
-            f"{metric.name} {metric.value_text(r.score)}")  # type: ignore[arg-type]
+            f"{metric.name} {metric.value_text(r.score)}"  # type: ignore[arg-type]
+            + (f", latency {latency.text()}{latency.mark}" if latency is not None else ""))

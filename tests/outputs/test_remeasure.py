@@ -166,3 +166,29 @@ def test_an_interval_too_wide_to_decide_says_so():
     assert "more --pairs" in wild.too_noisy() and wild.to_dict()["too_noisy"] == wild.too_noisy()
     assert measured(1.50, 1.52, 1.49).too_noisy() is None  # tight: nothing to say
     assert measured(1.12).too_noisy() is None  # one pair: unbounded, which the table says
+
+
+def test_an_inference_configs_latency_is_compared_with_the_stored_one():
+    """A review's `advisor measure` of an inference export showed no latency: the full run's
+    p99 now stands beside the exported one (one run each, their ratio), marked where busy."""
+    from rich.console import Console
+
+    from advisor.core.config import TrialConfig
+    from advisor.core.latency import Latency
+    from advisor.core.results import TrialResult
+    from advisor.outputs.remeasure import Remeasured, comparison_table, describe_run
+
+    then = Latency(64, 200, 3.1, 5.0, 5.76)
+    now = Latency(64, 180, 3.2, 5.4, 6.0, 0.25, 0.4, 50, busy=True)
+    run = TrialResult(ok=True, throughput=47000.0, peak_memory_bytes=11 << 20, score=0.92,
+                      telemetry={"latency": now.to_dict()})
+    result = Remeasured(TrialConfig(batch_size=64), TrialConfig(), {"measured": {"latency": then.to_dict()}},
+                        full_run=run)
+    console = Console(width=300, record=True)
+    console.print(comparison_table(result))
+    text = " ".join(console.export_text().split())
+    assert "│ p99 latency at batch 64 │ 5.76 ms │ 6.00 ms (busy) │ 1.04x the stored (one run each) │" in text
+    assert result.to_dict()["figures"]["latency"]["p99_ratio"] == pytest.approx(6.0 / 5.76)
+    assert describe_run(run).endswith(", latency p50 3.20 ms p99 6.00 ms at batch 64, batch 1 0.250 ms (busy)")
+    training = Remeasured(TrialConfig(), TrialConfig(), {"measured": {}}, full_run=TrialResult(ok=True, score=0.9))
+    assert training.latency_figures() is None and "latency" not in training.to_dict()["figures"]
