@@ -26,8 +26,8 @@ EPILOG = """examples:
 
 
 _RUN = {"hf": ("use it:  ", "from {stem} import trainer; t, prepared = trainer(model, train_set); t.train()"),
-        "accelerate": ("run it:  ", "accelerate launch --config_file {path} train.py"),
-        "torchrun": ("run it:  ", "sh {path} train.py   (train.py: advisor export --format python writes one)")}
+        "accelerate": ("run it:  ", "accelerate launch --config_file {path} {script}"),
+        "torchrun": ("run it:  ", "sh {path} {script}   ({script}: advisor export --format python writes one)")}
 
 
 def add_arguments(e: argparse.ArgumentParser) -> None:
@@ -91,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote trial {record.number} of study {study.name!r} to {args.output}")
     _say_what_it_is(study, record, None if args.trial is not None else (args.pick or "balanced"))
     if fmt in _RUN:
-        print(f"{_RUN[fmt][0]}  {_RUN[fmt][1].format(path=shlex.quote(args.output), stem=Path(args.output).stem)}")
+        from advisor.outputs.launch_export import script_name
+
+        print(f"{_RUN[fmt][0]}  " + _RUN[fmt][1].format(path=shlex.quote(args.output), stem=Path(args.output).stem,
+                                                          script=script_name(document)))
     elif fmt == "python":
         from advisor.outputs.python_script import launch_command
 

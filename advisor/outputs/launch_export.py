@@ -67,7 +67,8 @@ def accelerate_section(document: dict[str, Any]) -> dict[str, Any]:
     if config.precision in ("tf32", "bf16_full"):
         covered.discard("precision")
     per_process = config.batch_size // (config.grad_accumulation * config.data_ranks())
-    ddp = ("in train.py: Accelerator(kwargs_handlers=[DistributedDataParallelKwargs("
+    script = script_name(document)
+    ddp = (f"in {script}: Accelerator(kwargs_handlers=[DistributedDataParallelKwargs("
            + ", ".join(f"{k}={v}" for k, v in _ddp_kwargs(config).items()) + ")]) (from accelerate.utils)")
     how = {
         "comm_hook": ddp, "bucket_mb": ddp, "ddp_bucket_view": ddp, "ddp_static_graph": ddp,
@@ -91,7 +92,7 @@ def accelerate_section(document: dict[str, Any]) -> dict[str, Any]:
     missing = not_covered(config, covered, "accelerate config", how)
     in_code = {"grad_accumulation", "batch_size", "expandable_segments"}  # said above: not advisor.apply's
     return {"config": out, "not_covered": missing, "advisor_apply": kept_for_apply(config, covered | in_code),
-            "launch": "accelerate launch --config_file accelerate.yaml train.py"}
+            "launch": f"accelerate launch --config_file accelerate.yaml {script}"}
 
 
 def _ddp_kwargs(config: TrialConfig) -> dict[str, Any]:
@@ -106,12 +107,17 @@ def _ddp_kwargs(config: TrialConfig) -> dict[str, Any]:
     return kwargs
 
 
+def script_name(document: dict[str, Any]) -> str:
+    """The script a launch runs by default: serve.py for an inference study's trial, else train.py."""
+    return "serve.py" if (document.get("source") or {}).get("workload_kind") == "inference" else "train.py"
+
+
 def accelerate_yaml(document: dict[str, Any]) -> str:
     section = document.get("accelerate") or accelerate_section(document)
     head = [_title(document, "accelerate config"), f"# Run it:  {section['launch']}"]
     tail = ["#"] + comment_lines(section["not_covered"])
     if section["advisor_apply"]:
-        tail.append(f"# in train.py: advisor.apply(model, {section['advisor_apply']!r}, device='cpu') "
+        tail.append(f"# in {script_name(document)}: advisor.apply(model, {section['advisor_apply']!r}, device='cpu') "
                     "before accelerator.prepare(model, ...)")
     return "\n".join(head) + "\n" + yaml.safe_dump(section["config"], sort_keys=False) + "\n".join(tail) + "\n"
 
@@ -125,7 +131,7 @@ def torchrun_section(document: dict[str, Any]) -> dict[str, Any]:
     if config.expandable_segments:
         env["PYTORCH_CUDA_ALLOC_CONF"] = _ALLOC
     processes = config.devices if config.parallelism != "single" else 1
-    command = ["torchrun", "--standalone", "--nproc_per_node", str(processes), "train.py"]
+    command = ["torchrun", "--standalone", "--nproc_per_node", str(processes), script_name(document)]
     notes = []
     if processes > 1 and config.threads is None:
         notes.append("torchrun sets OMP_NUM_THREADS=1 in each process when it is unset; the trials ran with "
@@ -141,11 +147,11 @@ def torchrun_section(document: dict[str, Any]) -> dict[str, Any]:
 
 def torchrun_script(document: dict[str, Any]) -> str:
     """A POSIX shell script: its environment, then torchrun on the script named as its
-    first argument (train.py when none), the other arguments passed on to that script."""
+    first argument (train.py when none; serve.py for inference), the other arguments passed on to that script."""
     section = document.get("torchrun") or torchrun_section(document)
     lines = ["#!/bin/sh", _title(document, "The launch"),
              "# Run it:  sh THIS_FILE [your_script.py [its arguments]]",
-             "#          (advisor export --format python -o train.py writes one)"]
+             f"#          (advisor export --format python -o {section['command'][-1]} writes one)"]
     lines += [f"# {n}" for n in section["notes"]]
     lines += comment_lines(section["not_covered"])
     lines += [f"export {k}={v}" for k, v in section["env"].items()]

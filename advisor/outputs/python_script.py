@@ -31,9 +31,8 @@ import advisor
 from advisor.workload.defaults import OUTPUT_LOSS, batch_len, default_loss, default_metric, output_loss  # the trials'
 
 WORKLOAD = {workload!r}  # your model.py (the advisor contract)
-TRAIN_SAMPLES = {train_samples}  # what each trial trained on before evaluation (counted in full batches)
-EVAL_BATCH = {eval_batch}  # the batch the trials' validation ran in (the baseline's; None: the config's own)
-SEED = {seed}  # the trials' seed: the model's initial weights and the training set's shuffle
+{train_samples}EVAL_BATCH = {eval_batch}  # the batch the trials' validation ran in (the baseline's; None: the config's own)
+SEED = {seed}  # the trials' seed: {seeded}
 CONFIG = {config}
 
 
@@ -127,11 +126,14 @@ def python_script(document: dict[str, Any], name: str = "this_file.py") -> str:
     script = _SCRIPT.format(
         title=f"Trial {source['trial']} of study {source['study']!r}, exported by advisor {source['exported']}.",
         measured=_measured_line(document), run=launch_command(config, name),
-        workload=source.get("workload") or "model.py", train_samples=samples,
+        workload=source.get("workload") or "model.py",
+        train_samples="" if kind == "inference" else (f"TRAIN_SAMPLES = {samples}  # what each trial trained on before "
+                                                      "evaluation (counted in full batches)\n"),
+        seeded="the model's initial weights" + ("" if kind == "inference" else " and the training set's shuffle"),
         eval_batch=source.get("eval_batch_size"), seed=source.get("seed", 0),
         config=pprint.pformat(config.to_dict(), sort_dicts=False, width=100), workload_kind=kind,
         train="" if kind == "inference" else _TRAIN)
-    return script + "\n" + plain_pytorch(config)
+    return script + "\n" + plain_pytorch(config, kind)
 
 
 def launch_command(config: TrialConfig, name: str) -> str:
@@ -177,12 +179,16 @@ def _why_infeasible(vs: dict[str, Any]) -> str:
     return "outside the study's limits (--max-metric-drop, --memory-cap or --max-latency-ms; advisor trials says which)"
 
 
-def plain_pytorch(config: TrialConfig) -> str:
-    """Each non-default knob's plain-PyTorch lines, as a commented block."""
+def plain_pytorch(config: TrialConfig, kind: str = "train") -> str:
+    """Each non-default knob's plain-PyTorch lines, as a commented block (``kind``
+    inference: the model served, its batches read in order from the validation set)."""
     values = config.to_dict()
     default = TrialConfig().to_dict()
+    serving = kind == "inference"
     lines = ["# ---- The same setup in plain PyTorch, knob by knob (what advisor.apply does) ----",
-             f"# launch: {launch_command(config, 'train.py')}"]
+             f"# launch: {launch_command(config, 'serve.py' if serving else 'train.py')}"]
+    if serving:
+        lines.append("#\n# inference: model.eval(), and every forward pass under torch.inference_mode()")
     for key, technique in TECHNIQUES.items():
         value = values[key]
         if value == default[key] and key != "compile_mode":
@@ -198,10 +204,11 @@ def plain_pytorch(config: TrialConfig) -> str:
         lines.append(f"#\n# {key} = {value!r}")
         lines.extend(f"#   {line}" for line in snippet.splitlines())
     ranks = config.data_ranks()
-    lines.append(f"#\n# batch_size = {config.batch_size}\n#   loader = DataLoader(train_set, batch_size="
-                 f"{config.batch_size // ranks}, shuffle=True)"
+    lines.append(f"#\n# batch_size = {config.batch_size}\n#   loader = DataLoader("
+                 + (f"val_set, batch_size={config.batch_size // ranks})" if serving else
+                    f"train_set, batch_size={config.batch_size // ranks}, shuffle=True)")
                  + (f"  # per rank: {config.batch_size} / {ranks} data-parallel ranks" if ranks > 1 else ""))
-    if ranks > 1:
+    if ranks > 1 and not serving:
         lines.append(f"#   (a training stream, an IterableDataset, has no sampler: rank r keeps items r, r+{ranks}, "
                      f"r+{2 * ranks}, ... of it, as advisor's loader does)")
     return "\n".join(lines) + "\n"

@@ -185,3 +185,26 @@ def test_hf_names_follow_the_installed_transformers():
     assert new["training_arguments"]["fsdp_config"] == {"version": 2, "reshard_after_forward": True,
                                                         "activation_checkpointing": True}
     assert new["training_arguments"]["fsdp"] is True and new["launch"] == "torchrun --nproc_per_node 2 train.py"
+
+
+def test_an_inference_trials_exports_read_as_serving_not_training(tmp_path, capsys, monkeypatch):
+    """A review's inference exports read like training scripts: TRAIN_SAMPLES, 'the training
+    set's shuffle', a shuffled training loader and train.py to launch. They say serving now."""
+    monkeypatch.chdir(tmp_path)
+    url = _study(tmp_path, model_file=EXAMPLES / "digits_inference.py", workload="inference",
+                 settings={"workload": "inference", "train_samples": 1, "seed": 0})
+    assert main(["export", "--storage", url, "--trial", "0", "--format", "python", "-o", "serve.py"]) == 0
+    script = (tmp_path / "serve.py").read_text()
+    ast.parse(script)
+    assert "TRAIN_SAMPLES" not in script and "shuffle" not in script and "train.py" not in script
+    assert "workload='inference'" in script and "# launch: python serve.py" in script
+    assert "#   loader = DataLoader(val_set, batch_size=" in script and "torch.inference_mode()" in script
+    capsys.readouterr()
+    for fmt, name in (("accelerate", "acc.yaml"), ("torchrun", "launch.sh")):
+        assert main(["export", "--storage", url, "--trial", "1", "--format", fmt, "-o", name]) == 0
+        said = capsys.readouterr().out
+        assert f"{name} serve.py" in said and "train.py" not in said + (tmp_path / name).read_text()
+    (tmp_path / "t").mkdir()
+    training = _study(tmp_path / "t", model_file=EXAMPLES / "digits_mlp.py")
+    assert main(["export", "--storage", training, "--trial", "1", "--format", "torchrun", "-o", "t.sh"]) == 0
+    assert 'script="${1:-train.py}"' in (tmp_path / "t.sh").read_text()
