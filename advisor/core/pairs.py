@@ -48,6 +48,7 @@ RESIDENT_FLOOR = 1.96 * RESIDENT_LOG_SD  # the log half-width: about +-16%
 # 2 is over 4 SDs; a review's pair read 0.15x among 0.57-0.72x with its sentinel at its median
 OUTLIER_FACTOR = 2.0
 OUTLIER_MIN_PAIRS = 3  # the counted pairs a median needs before it judges another pair
+DISTURBED_ALLOWANCE = 2  # pairs left out as disturbed do not count toward the cap; all pairs stop at twice it
 # the caption's word on a pair count marked * (a review read "8 pairs" of eight disturbed pairs)
 DISTURBED_PAIRS_NOTE = ("* after a pair count: pairs with a disturbed run were left out of that row's figures (the "
                         "count is of those kept), or every one of its pairs had one and none could be left out")
@@ -234,7 +235,10 @@ class Confirmation:
     def settle(self, target: float, max_pairs: int, sitting: int | None = None) -> None:
         """Stop pairing once ``sitting`` (default: the latest) has the pairs Stein's rule
         asks for, or the pair cap (over all sittings) is reached; a stop decided earlier
-        (dominated, failed) stands, and so does ``settled`` within the sitting that settled it."""
+        (dominated, failed) stands, and so does ``settled`` within the sitting that settled it.
+        The cap counts the pairs the figures count: a disturbed pair left out of them is not
+        one of ``--pairs N`` (a review's `--pairs 6` gave 5), up to ``DISTURBED_ALLOWANCE``
+        times the cap in all."""
         if self.status not in ("running", "confirmed", "capped", "wide", "settled"):
             return
         if self.status == "settled" and self._mine(sitting):
@@ -246,7 +250,7 @@ class Confirmation:
             within = (thr.halfwidth <= target + _SLACK
                       and mem.halfwidth <= self.target_of("memory_ratio", target) + _SLACK)
             self.status = "confirmed" if within else "wide"
-        elif len(self.pairs) >= max_pairs:
+        elif len(self.counted) >= max_pairs or len(self.pairs) >= DISTURBED_ALLOWANCE * max_pairs:
             self.status = "capped"
         else:
             self.status = "running"
@@ -271,8 +275,8 @@ class Confirmation:
 
     def _room(self, max_pairs: int, sitting: int | None) -> int:
         """The pairs ``sitting`` (default: the latest) may count: the cap less the other
-        sittings' pairs and this sitting's disturbed ones."""
-        return max_pairs - (len(self.pairs) - len(self._mine(sitting)))
+        sittings' counted pairs (disturbed ones count toward no cap)."""
+        return max_pairs - (len(self.counted) - len(self._mine(sitting)))
 
     def log_halfwidth_at_cap(self, figure: str, max_pairs: int) -> float | None:
         """The half-width (natural log) that the latest sitting's interval of ``figure``

@@ -50,7 +50,7 @@ def test_a_budget_is_planned_from_the_baselines_times_and_kept(tmp_path, ray_ses
     planned = re.match(r"confirmation planned for at most (\d+) candidate\(s\), up to (\d+) pairs each: up to "
                        r"~.*, within a quarter of --budget 15 s, cut from --confirm-top 6 and --pairs 8", sized[0])
     if planned:
-        assert len(confirmed) <= int(planned[1]) and all(len(c.pairs) <= int(planned[2]) for c in confirmed.values())
+        assert len(confirmed) <= int(planned[1]) and all(len(c.counted) <= int(planned[2]) for c in confirmed.values())
     else:
         assert "a --budget of" in sized[0] and confirmed == {} and not any(n.startswith("confirming") for n in notes)
     # the summary's resume line runs the trials left, not 20 more than --trials

@@ -120,15 +120,37 @@ def test_pairs_carry_their_sitting_and_the_out_of_reach_word_comes_once_after_th
 def test_a_pair_far_off_the_others_is_kept_marked_and_left_out_of_the_figures():
     """A review's pair read 0.15x among 0.57-0.72x with its sentinel at its median: one run
     disturbed beyond what the readings showed. Kept in the stored pairs, marked, and left
-    out of the figures (so the pairing goes on for the pairs it needs)."""
-    executor = Scripted({32: 1000.0, 64: [650.0, 640.0, 660.0, 150.0, 655.0]})
+    out of the figures (so the pairing goes on for the pairs it needs: the cap of 5 counts the
+    pairs the figures count, so a sixth is run)."""
+    executor = Scripted({32: 1000.0, 64: [650.0, 640.0, 660.0, 150.0, 655.0, 645.0]})
     c = Candidate("c64", BASE.replace(batch_size=64), Confirmation(64))
     r, notes, _ = rounds(executor, max_pairs=5)
     r.run(BASE, [c])
     pairs = c.confirmation.pairs
-    assert len(pairs) == 5 and [bool(p.disturbed) for p in pairs] == [False, False, False, True, False]
+    assert len(pairs) == 6 and [bool(p.disturbed) for p in pairs] == [False, False, False, True, False, False]
     assert pairs[3].disturbed.startswith("far off its other pairs: its throughput ratio 0.15x is 4.3x off the "
                                          "median 0.65x of its 3 other pairs")
-    assert c.confirmation.left_out == 1 and c.confirmation.throughput.n == 4
-    assert c.confirmation.throughput.center == pytest.approx(0.651, abs=0.005)
+    assert c.confirmation.left_out == 1 and c.confirmation.throughput.n == 5
+    assert c.confirmation.throughput.center == pytest.approx(0.65, abs=0.005)
     assert any(n.startswith("pairing c64: a pair left out of its figures: its throughput ratio 0.15x") for n in notes)
+    assert c.confirmation.status in ("confirmed", "capped")  # on 5 counted pairs
+
+
+def test_pairs_left_out_as_disturbed_stop_at_twice_the_cap():
+    """A machine that disturbs every other pair cannot keep a confirmation going: the pairs
+    the figures leave out count toward no cap, but all pairs stop at twice it."""
+    from advisor.core.pairs import DISTURBED_ALLOWANCE, Pair
+
+    c = Confirmation(1, [Pair(0.5, 1000.0, 1500.0, 1.0, 1.0, disturbed="busy" if i % 2 else "") for i in range(5)])
+    c.settle(0.0001, 3)
+    assert len(c.counted) == 3 and c.status == "capped"
+    busy = Confirmation(1, [Pair(0.5, 1000.0, 1500.0, 1.0, 1.0, disturbed="busy") for _ in range(3)])
+    busy.settle(0.0001, 3)  # every pair disturbed: all of them are counted (nothing cleaner), so the cap holds
+    assert busy.status == "capped"
+    mixed = Confirmation(1, [Pair(0.5, 1000.0, 1500.0, 1.0, 1.0, disturbed="" if i == 0 else "busy")
+                             for i in range(DISTURBED_ALLOWANCE * 3)])
+    mixed.settle(0.0001, 3)
+    assert len(mixed.counted) == 1 and mixed.status == "capped"
+    mixed.pairs.pop()
+    mixed.settle(0.0001, 3)
+    assert mixed.status == "running"

@@ -177,16 +177,16 @@ class Confirmer:
                                f"{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))} (`advisor confirm "
                                f"--study {stored.name}` adds a sitting of pairs, pooled with those)"))
             if not due:
-                full = sorted(n for n, c in chosen.items() if len(c.confirmation.pairs) >= cap and n not in kept)
+                full = sorted(n for n, c in chosen.items() if len(c.confirmation.counted) >= cap and n not in kept)
                 if full and not rounds_run:  # `advisor confirm --pairs 3` on candidates that have 5 pairs
                     who = f"trials {', '.join(map(str, full))} have" if len(full) > 1 else f"trial {full[0]} has"
                     self.emit(Note(f"no pairs to add: {who} {cap} or more pairs "
                                    f"already, and --pairs {cap} counts the pairs of every sitting (raise it to add "
                                    "a sitting's pairs)"))
                 break
-            stored_pairs = max(len(c.confirmation.pairs) for c in due)
+            stored_pairs = max(len(c.confirmation.counted) for c in due)
             if stored_pairs:  # a later sitting: the cap counts the stored pairs too
-                room = max(cap - len(c.confirmation.pairs) for c in due)
+                room = max(cap - len(c.confirmation.counted) for c in due)
                 plan = (f"up to {plural(room, 'more pair')} each: --pairs {cap} counts the pairs of every sitting, "
                         f"and these have up to {stored_pairs} stored")
             else:
