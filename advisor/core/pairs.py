@@ -368,7 +368,7 @@ def settled(mine: Confirmation, others: Sequence[Confirmation], min_pairs: int =
     if not ties:
         return f"settled after {n} pairs: {decided}"
     assert max_pairs is not None  # a tie is only called against the cap
-    left = max_pairs - len(mine.pairs)
+    left = max_pairs - len(mine.counted)  # the cap counts the counted pairs
     why = f"the {left} pairs left cannot part them" if left > 0 else "no pairs are left to part them"
     return f"settled after {n} pairs: {'; '.join([*ties, *([decided] if decided else [])])} ({why})"
 
