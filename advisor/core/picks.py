@@ -67,7 +67,7 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         top = max(pool, key=lambda r: figures[r.number].score)
         ties = [r for r in pool if study.metric_tie(top, r)]
         return min(ties, key=tie_break(memory_first=False))
-    scale = _Scale(list(figures.values()), study.epsilon)
+    scale = _Scale(list(figures.values()), study.epsilon, _resident_floor(study))
     best = _nearest(pool, figures, scale, changed)
     reach = {r.number: scale.reach(figures[r.number], versus[r.number]) for r in pool}
     ties = [r for r in pool if reach[r.number][0] <= reach[best.number][1]]
@@ -102,7 +102,7 @@ def tie_rival(study: StoredStudy, how: str, chosen: TrialRecord) -> tuple[TrialR
     if chosen.number not in figures:
         return None
     if how == "balanced":
-        best = _nearest(pool, figures, _Scale(list(figures.values()), study.epsilon), _changed_knobs(study))
+        best = _nearest(pool, figures, _Scale(list(figures.values()), study.epsilon, _resident_floor(study)), _changed_knobs(study))
         if best.number == chosen.number:
             return None
         vs = versus[best.number]
@@ -123,6 +123,7 @@ def tie_rival(study: StoredStudy, how: str, chosen: TrialRecord) -> tuple[TrialR
 
 
 _INDEX = {"fastest": 0, "smallest": 1, "best-metric": 2}  # the pick's own figure in Figures
+_MEMORY = _INDEX["smallest"]
 
 
 def _pool(study: StoredStudy) -> tuple[list[TrialRecord], dict[int, Versus], dict[int, Figures]]:
@@ -172,14 +173,19 @@ def _nearest(pool: list[TrialRecord], figures: dict[int, Figures], scale: _Scale
 
 class _Scale:
     """Each objective scaled to [0, 1] over the pooled trials' figures, 1 the best; the
-    metric only where it spreads more than its noise (``epsilon``)."""
+    metric only where it spreads more than its noise (``epsilon``), the peak memory only
+    where it spreads more than a CPU's resident peaks move between processes
+    (``memory_floor``, a log half-width: min-max scaling gave a spread within that noise the
+    full weight, and the balanced pick went to a 0.77x configuration for it)."""
 
-    def __init__(self, points: list[Figures], epsilon: float = 0.0) -> None:
+    def __init__(self, points: list[Figures], epsilon: float = 0.0, memory_floor: float = 0.0) -> None:
         self.ranges: dict[int, tuple[float, float]] = {}
         for i in range(len(DIRECTIONS)):
             values = [p[i] for p in points]
             lo, hi = min(values), max(values)
-            if hi > lo and not (i == METRIC and hi - lo <= epsilon):
+            noise = (i == METRIC and hi - lo <= epsilon) or (
+                i == _MEMORY and memory_floor > 0 and lo > 0 and math.log(hi / lo) <= memory_floor)
+            if hi > lo and not noise:
                 self.ranges[i] = (lo, hi)
 
     def score(self, i: int, value: float) -> float:
