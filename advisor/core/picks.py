@@ -176,7 +176,8 @@ class _Scale:
     metric only where it spreads more than its noise (``epsilon``), the peak memory only
     where it spreads more than a CPU's resident peaks move between processes
     (``memory_floor``, a log half-width: min-max scaling gave a spread within that noise the
-    full weight, and the balanced pick went to a 0.77x configuration for it)."""
+    full weight; trust.py's second study's balanced pick was a 0.77x configuration chosen on
+    its lower memory, by how much not recorded)."""
 
     def __init__(self, points: list[Figures], epsilon: float = 0.0, memory_floor: float = 0.0) -> None:
         self.ranges: dict[int, tuple[float, float]] = {}

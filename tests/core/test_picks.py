@@ -232,7 +232,8 @@ def test_a_cpu_memory_reading_within_the_resident_noise_ties_for_the_smallest():
 
 def test_balanced_weighs_memory_only_where_it_spreads_beyond_a_cpus_resident_noise():
     """trust.py's second study picked `balanced` = grad_accumulation=2 at 0.77x beside bf16 at
-    1.19x: min-max scaling gave a memory spread the full weight whatever its size. On a CPU
+    1.19x, on its lower memory: min-max scaling gives a memory spread the full weight whatever
+    its size (the figures below are made up, named as such). On a CPU
     resident peaks move about +-16% between processes, so a spread within that is no
     difference; a GPU's allocator peaks are exact, and there it counts."""
     records = [record(0, 1000, 100, 0.95, 0.0), record(1, 1190, 100, 0.95, 10.0, precision="bf16"),
