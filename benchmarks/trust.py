@@ -113,6 +113,7 @@ def study_figures(url: str, name: str) -> dict[str, Any]:
         trials[r.config.key()] = {
             "trial": r.number, "config": r.description, "raw_ratio": r.figures.throughput / base.figures.throughput,
             "shown_ratio": vs.throughput_ratio, "confirmed": vs.confirmed, "interval": vs.throughput_interval,
+            "memory_ratio": vs.memory_ratio, "memory_interval": vs.memory_interval,  # what balanced weighs too
             "pairs": vs.pairs}
     picks = {}
     for how in ("fastest", "balanced"):
