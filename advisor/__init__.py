@@ -31,6 +31,7 @@ _PUBLIC = {
     "AdvisorError": "advisor.core.errors",
     "BaselineFailed": "advisor.core.errors",
     "ConfigError": "advisor.core.errors",
+    "FrozenModelError": "advisor.core.errors",
     "SchedulerError": "advisor.core.errors",
     "SpaceError": "advisor.core.errors",
     "StorageError": "advisor.core.errors",
@@ -41,7 +42,7 @@ _PUBLIC = {
 }
 
 __all__ = [
-    "AdvisorError", "BaselineFailed", "ConfigError", "Prepared", "SchedulerError", "SpaceError", "StorageError",
+    "AdvisorError", "BaselineFailed", "ConfigError", "FrozenModelError", "Prepared", "SchedulerError", "SpaceError", "StorageError",
     "StudyError", "TrialConfig", "TrialFailed", "TrialResult", "TuneResult", "UnsupportedError", "WorkloadError",
     "__version__", "apply", "load_config", "tune",
 ]
