@@ -274,9 +274,15 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
     assert paired[:4] == ["c0", "c1", "c1", "c0"]
     # the cap counts the pairs the figures count: a pair left out as disturbed (now and then, under the
     # suite's two workers) is paired again in a round of its own
-    assert [len(c.confirmation.counted) for c in candidates] == [2, 2], [(c.confirmation.status, [(round(p.throughput_ratio, 3), p.disturbed) for p in c.confirmation.pairs]) for c in candidates]
-    assert [len(c.confirmation.pairs) for c in candidates] == [2 + c.confirmation.left_out for c in candidates]
-    assert len(paired) == 4 + sum(c.confirmation.left_out for c in candidates)
+    from advisor.core.pairs import DISTURBED_ALLOWANCE
+
+    seen = [(c.confirmation.status, [(round(p.throughput_ratio, 3), p.disturbed[:40]) for p in c.confirmation.pairs])
+            for c in candidates]
+    for c in candidates:  # 2 counted pairs, or the pairs' allowance (twice the cap) reached on a busy machine
+        conf = c.confirmation
+        assert len(conf.counted) == 2 or len(conf.pairs) == DISTURBED_ALLOWANCE * 2, seen
+        assert len(conf.pairs) == min(2 + conf.left_out, DISTURBED_ALLOWANCE * 2), seen
+    assert len(paired) == sum(len(c.confirmation.pairs) for c in candidates), seen
     assert all(c.confirmation.status == "capped" for c in candidates)
 
 
