@@ -133,6 +133,7 @@ def _preflight(workload: Workload, kind: str = "train") -> dict[str, Any]:
                                                              "started as DataLoader worker 0 of 2,")}
            if stream else {}),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "trainable": trains,  # False: frozen for serving (an inference study only)
         "weights_dtype": weights_dtype(model),  # as model() builds them: apply() refuses the model cast
         "has_conv2d": any(isinstance(m, torch.nn.Conv2d) for m in model.modules()),
         "has_batchnorm": any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()),

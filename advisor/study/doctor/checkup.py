@@ -249,13 +249,12 @@ def user_subject(workload: Workload, hw: Hardware, tolerance: float = TOLERANCE)
     training steps and about a second timed, no evaluation. A model frozen for serving is
     checked as an inference study checks it, and its options run for inference only (a
     review's doctor refused it, saying to tune it with --workload inference)."""
-    from advisor.core.errors import FrozenModelError, WorkloadError
+    from advisor.core.errors import WorkloadError
     from advisor.workload.preflight import preflight
 
-    try:
-        facts, serving = preflight(workload), False
-    except FrozenModelError:
-        facts, serving = preflight(workload, "inference"), True
+    # once, as inference: a trainable model is checked through its training step all the same
+    facts = preflight(workload, "inference")
+    serving = not facts["trainable"]
     base = TrialConfig.from_dict(workload.baseline, where="BASELINE", source=str(workload.path))
     reason = refusal(base, "inference" if serving else "train", hw.device)
     if reason:
