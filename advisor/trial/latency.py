@@ -27,6 +27,7 @@ median. A review's busy machine put a p99 against ``--max-latency-ms`` with no m
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -84,8 +85,8 @@ class _Windows:
                                        self_contended))
         clean = [s for i, (a, b) in enumerate(self.spans) if i not in dropped for s in seconds[a:b]]
         few = bool(dropped) and too_few_clean(len(self.spans), len(self.spans) - len(dropped))
-        known = sorted(x for x in scores if x is not None)
-        busy = not self_contended and bool(known) and known[len(known) // 2] > CEILING
+        known = [x for x in scores if x is not None]
+        busy = not self_contended and bool(known) and statistics.median(known) > CEILING  # as interference.busy
         kept = seconds if few or not clean else clean
         return kept, {"dropped_calls": len(seconds) - len(kept), "windows": len(self.spans),
                       "disturbed_windows": len(dropped), "too_few_clean": few, "busy": busy}
