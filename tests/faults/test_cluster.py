@@ -87,7 +87,7 @@ def _run_cluster_scripts(tmp_path_factory) -> ClusterRun:
     for name, space in spaces.items():
         (root / name).mkdir()
         (root / name / "s.yaml").write_text(space)
-    args = ["node_loss", str(root / "node_loss"), str(EXAMPLES / "digits_mlp.py"), "s.yaml", "1.5",
+    args = ["node_loss", str(root / "node_loss"), str(EXAMPLES / "digits_mlp.py"), "s.yaml", "0.3",
             str(NODE_LOSS_TRIALS),
             "--", "spanning", str(root / "spanning"), str(WORKLOADS / "announcing.py"), "s.yaml", "4", "2"]
     if NO_CUDA:
