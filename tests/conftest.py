@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -39,6 +40,7 @@ def ray_session():
     executor.start()
     yield ray
     executor.shutdown()  # Ray, and the temp folders its workers' fork servers leave (runner/leftovers.py)
+    shutil.rmtree(state, ignore_errors=True)
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
 
 
@@ -149,6 +151,20 @@ def kill_processes_of(state_dir: str) -> None:
                     os.kill(int(pid), signal.SIGKILL)
         except OSError:
             pass
+
+
+def torchrun_env(folder: Path) -> dict[str, str]:
+    """The environment for torchrun in a test: its temp folder in ``folder`` (torchrun leaves a
+    torchelastic_* folder behind in the temp folder at every run)."""
+    return {**os.environ, "TMPDIR": str(folder)}
+
+
+def end_private_ray(state_dir: str) -> None:
+    """End a subprocess's own embedded Ray (``kill_processes_of``) and remove its folder
+    (its logs and sockets, about 15 MB; the temp files of a killed driver's workers too, where
+    the test gave the subprocess TMPDIR=state_dir): a test leaves nothing in the temp folder."""
+    kill_processes_of(state_dir)
+    shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,12 +10,14 @@ process of its own (it needs its own Ray, not the test session's):
 
 A script (node_loss.py, spanning.py, gpu_resource.py) defines WORKER (its worker node's
 resources), run(cluster, worker, args) -> exit status and, optionally, env() (variables set
-before the cluster starts, so that its nodes' workers inherit them). Each part's output lies
+before the cluster starts, so that its nodes' workers inherit them) and cleanup() (called once
+the cluster is shut down; the cluster's own temp folder is removed then too). Each part's output lies
 between the lines `== SCRIPT` and `== SCRIPT exit STATUS`; the process exits with the first
 non-zero status."""
 import importlib
 import os
 import secrets
+import shutil
 import sys
 import tempfile
 import traceback
@@ -30,7 +32,8 @@ def start_cluster(prefix: str, env: dict[str, str] | None = None, **worker: int)
     token = state / "token"
     token.write_text(secrets.token_hex(32))
     os.chmod(token, 0o600)
-    os.environ.update(env or {}, RAY_AUTH_TOKEN_PATH=str(token), RAY_TMPDIR=str(state))
+    # TMPDIR: the nodes' processes (the trials' fork servers) leave their temp files with its state
+    os.environ.update(env or {}, RAY_AUTH_TOKEN_PATH=str(token), RAY_TMPDIR=str(state), TMPDIR=str(state))
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -62,7 +65,7 @@ def run_parts(argv: list[str]) -> int:
     env: dict[str, str] = {}
     for module in modules:
         env |= module.env() if hasattr(module, "env") else {}
-    cluster, worker, _ = start_cluster("advc-", env, **modules[0].WORKER)
+    cluster, worker, state = start_cluster("advc-", env, **modules[0].WORKER)
     print("cluster", cluster.address, flush=True)
     status = 0
     for i, (module, (name, folder, *args)) in enumerate(zip(modules, parts)):
@@ -83,6 +86,10 @@ def run_parts(argv: list[str]) -> int:
 
     ray.shutdown()
     cluster.shutdown()
+    for module in modules:  # what a script made for its run (spanning.py's folder of announcements)
+        if hasattr(module, "cleanup"):
+            module.cleanup()
+    shutil.rmtree(state, ignore_errors=True)  # the cluster's logs and sockets
     return status
 
 

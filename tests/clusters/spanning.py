@@ -4,6 +4,7 @@ With REMOVE_AT, the worker node is removed while the REMOVE_AT-th placed trial r
 by tests/faults/test_cluster.py through local_cluster.py, or alone (a cluster of its own):
 
     python tests/clusters/spanning.py MODEL SPACE TRIALS [REMOVE_AT]"""
+import shutil
 import sys
 import tempfile
 import threading
@@ -19,6 +20,12 @@ def env() -> dict[str, str]:
     global announced
     announced = Path(tempfile.mkdtemp(prefix="advc-ranks-"))
     return {"ADVISOR_TEST_ANNOUNCE": str(announced)}
+
+
+def cleanup() -> None:
+    """After the cluster is shut down: the folder env() made (none when it did not run)."""
+    if announced != Path():
+        shutil.rmtree(announced, ignore_errors=True)
 
 
 def run(cluster, worker, args: list[str]) -> int:

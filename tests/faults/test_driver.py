@@ -18,7 +18,7 @@ import pytest
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES, WORKLOADS, kill_processes_of
+from conftest import EXAMPLES, WORKLOADS, end_private_ray
 from peek import peek_trials
 
 pytestmark = pytest.mark.ray
@@ -32,7 +32,7 @@ TOTAL = 4
 @pytest.mark.timeout(300)
 def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
     state = tempfile.mkdtemp(prefix="advk-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state}
+    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *ARGS, "--trials", str(TOTAL)], cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -44,7 +44,7 @@ def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
         proc.wait(timeout=30)
     finally:
         proc.kill()
-        kill_processes_of(state)
+        end_private_ray(state)
     assert proc.returncode == -signal.SIGKILL
 
     storage = "sqlite:///advisor.db"
@@ -121,8 +121,16 @@ def test_sigint_and_sigterm_stop_gracefully(workdir, signum):
     """Ctrl-C to a real `advisor tune` process (SIGTERM takes the same handler, above): the
     running trial is cancelled and recorded, the front so far is printed, exit status 130,
     no RUNNING trial left."""
-    env = {**os.environ, "ADVISOR_RAY_DIR": tempfile.mkdtemp(prefix="advs-")}
+    state = tempfile.mkdtemp(prefix="advs-")
+    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    try:
+        _interrupt(workdir, signum, env)
+    finally:
+        end_private_ray(state)
+
+
+def _interrupt(workdir, signum: int, env: dict[str, str]) -> None:
     space = workdir / "bs.yaml"
     space.write_text("batch_size: {choices: [16, 32, 64]}\n")
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "tune", str(WORKLOADS / "slow_steps.py"), "--space",
@@ -155,7 +163,7 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
     while its training run runs. The same command again adopts the trial: the probe is
     kept (not measured again), the training run runs, the study reaches its total."""
     state = tempfile.mkdtemp(prefix="advk2-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state}
+    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)
     args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "30000",
             "--metric-seeds", "1", "--trials", "2"]  # the training run trains ~1,000 steps: a second or more
@@ -171,7 +179,7 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
         proc.wait(timeout=30)
     finally:
         proc.kill()
-        kill_processes_of(state)
+        end_private_ray(state)
     assert probed.number == 0 and "accuracy" not in probed.user_attrs
 
     assert main(args) == 0  # the same command again

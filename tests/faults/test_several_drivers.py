@@ -16,7 +16,7 @@ import time
 import optuna
 import pytest
 
-from conftest import EXAMPLES, kill_processes_of
+from conftest import EXAMPLES, end_private_ray
 from peek import peek_trials
 from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtures)
 
@@ -30,7 +30,7 @@ TRIALS = 7
 
 def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
     state = tempfile.mkdtemp(prefix="adv2-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state}
+    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
     env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
     log = open(workdir / f"driver-{os.path.basename(state)}.log", "w")  # noqa: SIM115 - closed with the test's tmp dir
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "tune", str(EXAMPLES / "digits_mlp.py"), "--space",
@@ -42,7 +42,7 @@ def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
 
 def _end(proc: subprocess.Popen, state: str) -> None:
     proc.kill()
-    kill_processes_of(state)
+    end_private_ray(state)
 
 
 def _trials(url: str) -> list:
@@ -81,20 +81,23 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
             if started == set(drivers) and running:
                 victim = _stopped_mid_trial(drivers[running[0]], storage)
             time.sleep(0.1)
-        if victim is None:  # the whole of each driver's output, not pytest's shortened repr
-            logs = "\n".join(f"--- {p.name} (exit {d[0].poll()}):\n{p.read_text()[-4000:]}" for p, d in
-                             ((workdir / f"driver-{os.path.basename(d[1])}.log", d) for d in (a, b)))
-            pytest.fail(f"the two drivers did not both start a trial with one still running; seen {seen}\n{logs}")
+        if victim is None:
+            pytest.fail(f"the two drivers did not both start a trial with one still running; seen {seen}\n"
+                        f"{_logs(workdir, a, b)}")
         survivor = b if victim is a else a
         victim[0].send_signal(signal.SIGKILL)  # stopped, with a trial of its own still running
         victim[0].wait(timeout=30)
         _end(*victim)
-        assert survivor[0].wait(timeout=400) == 0
+        code = survivor[0].wait(timeout=400)
+        assert code == 0, _logs(workdir, a, b)
     finally:
         _end(*a)
         _end(*b)
     logs = {p.name: p.read_text() for p in workdir.glob("driver-*.log")}
-    trials = _check_the_study(storage)
+    try:
+        trials = _check_the_study(storage)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_logs(workdir, a, b)}") from None
     study = optuna.load_study(study_name=STUDY, storage=storage)
     assert len(study.user_attrs["accuracy_noise"]["seeds"]) == 2, logs  # measured once, by one driver
     assert sum("waiting for it" in text for text in logs.values()) >= 1, logs  # the other waited for the baseline
@@ -103,6 +106,12 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
     # (a trial with no driver, older than the grace, is a gone driver's: trial_writes.fail_stale)
     assert {_pid(t) for t in interrupted if "driver" in t.user_attrs} == {str(victim[0].pid)}, logs
     assert "the driver running it is gone" in logs[f"driver-{os.path.basename(survivor[1])}.log"]
+
+
+def _logs(workdir, *drivers: tuple[subprocess.Popen, str]) -> str:
+    """The end of each driver's output, with its exit status (not pytest's shortened repr)."""
+    return "\n".join(f"--- {p.name} (exit {d[0].poll()}):\n{p.read_text()[-4000:]}" for p, d in
+                     ((workdir / f"driver-{os.path.basename(d[1])}.log", d) for d in drivers))
 
 
 def _stopped_mid_trial(driver: tuple[subprocess.Popen, str], storage: str) -> tuple[subprocess.Popen, str] | None:

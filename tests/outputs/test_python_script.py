@@ -13,7 +13,7 @@ from advisor.cli.main import main
 from advisor.core.config import TrialConfig
 from advisor.outputs.python_script import plain_pytorch
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, torchrun_env
 from recorded_study import write_recorded_study
 
 
@@ -52,7 +52,7 @@ def test_python_export_of_ddp_runs_under_torchrun(study_url, tmp_path, capsys):
     text = path.read_text()
     assert "DistributedDataParallel" in text and "fp16_compress_hook" in text
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", str(path)],
-                         capture_output=True, text=True, timeout=300)
+                         env=torchrun_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.count("validation metric") == 1  # printed by rank 0 only
 
@@ -72,7 +72,7 @@ def test_python_export_of_model_parallelism_runs_under_torchrun(tmp_path, capsys
     assert f"torchrun --nproc-per-node=2 {path}" in _export(url, 1, path, capsys)
     assert needle in path.read_text()
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", str(path)],
-                         capture_output=True, text=True, timeout=300)
+                         env=torchrun_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.count("validation metric") == 1
     assert float(run.stdout.split("validation metric ")[1].split()[0]) > 0.5  # an epoch of the MLP (chance: 0.1)

@@ -14,7 +14,7 @@ import pytest
 from advisor.cli.main import main
 from advisor.core.stored import read_study
 
-from conftest import WORKLOADS
+from conftest import WORKLOADS, torchrun_env
 from recorded_study import write_recorded_study
 
 
@@ -59,7 +59,7 @@ def test_the_exported_script_of_ddp_splits_the_stream_between_ranks_under_torchr
     assert "rank r keeps items r, r+2, r+4, ... of it" in script.read_text()
     capsys.readouterr()
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", str(script)],
-                         capture_output=True, text=True, timeout=240)
+                         env=torchrun_env(tmp_path), capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.count("validation metric") == 1
     assert float(run.stdout.split("validation metric ")[1].split()[0]) > 0.4  # learnt the rule (chance: 0.25)

@@ -327,7 +327,7 @@ def test_from_pretrained_fetches_once_from_a_stand_in_hub_and_trials_read_the_ca
     pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from conftest import kill_processes_of
+    from conftest import end_private_ray
 
     GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
                                eos_token_id=0)).save_pretrained(workdir / "repo")
@@ -335,14 +335,14 @@ def test_from_pretrained_fetches_once_from_a_stand_in_hub_and_trials_read_the_ca
     path = write_model(workdir, PRETRAINED.format(cache=workdir / "hf-cache"))
     state = tempfile.mkdtemp(prefix="advh-")
     env = {k: v for k, v in os.environ.items() if k not in OFFLINE_SWITCHES and k != "RAY_AUTH_TOKEN_PATH"}
-    env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(workdir / "hf-home"), "ADVISOR_RAY_DIR": state}
+    env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(workdir / "hf-home"), "ADVISOR_RAY_DIR": state, "TMPDIR": state}
     try:
         run = subprocess.run([sys.executable, "-m", "advisor", "tune", str(path), "--trials", "2", "--space", "quick",
                               "--train-samples", "256", "--no-tui"], cwd=workdir, env=env, capture_output=True,
                              text=True, timeout=500)
     finally:
         hub.close()
-        kill_processes_of(state)
+        end_private_ray(state)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     files = {k: n for k, n in hub.requests.items() if "/resolve/" in k}
     names = ("config.json", "model.safetensors", "generation_config.json")
