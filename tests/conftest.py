@@ -159,10 +159,19 @@ def torchrun_env(folder: Path) -> dict[str, str]:
     return {**os.environ, "TMPDIR": str(folder)}
 
 
+def private_ray(prefix: str, base: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    """A short temp folder for a subprocess's own embedded Ray, and the subprocess's
+    environment (``base``, or this one's): ADVISOR_RAY_DIR and TMPDIR there (its workers'
+    temp files go with it), not the session's Ray token. End it with ``end_private_ray``."""
+    state = tempfile.mkdtemp(prefix=prefix)  # short: Ray's unix sockets live there
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k != "RAY_AUTH_TOKEN_PATH"}
+    return state, env | {"ADVISOR_RAY_DIR": state, "TMPDIR": state}
+
+
 def end_private_ray(state_dir: str) -> None:
     """End a subprocess's own embedded Ray (``kill_processes_of``) and remove its folder
-    (its logs and sockets, about 15 MB; the temp files of a killed driver's workers too, where
-    the test gave the subprocess TMPDIR=state_dir): a test leaves nothing in the temp folder."""
+    (its logs and sockets, about 15 MB; its workers' temp files, ``private_ray``'s TMPDIR): a
+    test leaves nothing in the temp folder."""
     kill_processes_of(state_dir)
     shutil.rmtree(state_dir, ignore_errors=True)
 

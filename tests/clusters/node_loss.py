@@ -40,10 +40,9 @@ def run(cluster, worker, args: list[str]) -> int:
         while time.monotonic() < deadline and not done.is_set():
             trial = trial_on(worker)
             if trial is not None and time.time() - trial.create_time() >= float(delay):
-                if trial.is_running():
-                    print(f"removing worker node (trial process {trial.pid} runs there)", flush=True)
-                    cluster.remove_node(worker)
-                    return
+                print(f"removing worker node (trial process {trial.pid} runs there)", flush=True)
+                cluster.remove_node(worker)
+                return
             time.sleep(0.05)
         print("worker node kept: no trial ran there long enough", flush=True)
 

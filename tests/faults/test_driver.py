@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 
 from advisor.cli.main import main
 
-from conftest import EXAMPLES, WORKLOADS, end_private_ray
+from conftest import EXAMPLES, WORKLOADS, end_private_ray, private_ray
 from peek import peek_trials
 
 pytestmark = pytest.mark.ray
@@ -31,9 +30,7 @@ TOTAL = 4
 
 @pytest.mark.timeout(300)
 def test_sigkill_of_the_driver_then_resume(ray_session, workdir, capsys):
-    state = tempfile.mkdtemp(prefix="advk-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
-    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    state, env = private_ray("advk-")
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *ARGS, "--trials", str(TOTAL)], cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # killed as soon as two trials are stored and another is under way (its config decided)
@@ -121,9 +118,7 @@ def test_sigint_and_sigterm_stop_gracefully(workdir, signum):
     """Ctrl-C to a real `advisor tune` process (SIGTERM takes the same handler, above): the
     running trial is cancelled and recorded, the front so far is printed, exit status 130,
     no RUNNING trial left."""
-    state = tempfile.mkdtemp(prefix="advs-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
-    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    state, env = private_ray("advs-")
     try:
         _interrupt(workdir, signum, env)
     finally:
@@ -162,9 +157,7 @@ def test_sigkill_between_the_two_parts_then_resume(ray_session, workdir, capsys)
     """Two-stage evaluation: the driver is killed after the baseline's probe is stored and
     while its training run runs. The same command again adopts the trial: the probe is
     kept (not measured again), the training run runs, the study reaches its total."""
-    state = tempfile.mkdtemp(prefix="advk2-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
-    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    state, env = private_ray("advk2-")
     args = ["tune", str(EXAMPLES / "digits_mlp.py"), "--space", "eager", "--train-samples", "30000",
             "--metric-seeds", "1", "--trials", "2"]  # the training run trains ~1,000 steps: a second or more
     proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], cwd=workdir, env=env,

@@ -10,13 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import optuna
 import pytest
 
-from conftest import EXAMPLES, end_private_ray
+from conftest import EXAMPLES, end_private_ray, private_ray
 from peek import peek_trials
 from pg_server import pg_database, pg_server, read_trials  # noqa: F401  (fixtures)
 
@@ -29,9 +28,7 @@ TRIALS = 7
 
 
 def _driver(workdir, storage: str, *extra: str) -> tuple[subprocess.Popen, str]:
-    state = tempfile.mkdtemp(prefix="adv2-")
-    env = {**os.environ, "ADVISOR_RAY_DIR": state, "TMPDIR": state}
-    env.pop("RAY_AUTH_TOKEN_PATH", None)  # its own embedded Ray, not the session's
+    state, env = private_ray("adv2-")
     log = open(workdir / f"driver-{os.path.basename(state)}.log", "w")  # noqa: SIM115 - closed with the test's tmp dir
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "tune", str(EXAMPLES / "digits_mlp.py"), "--space",
                              "eager", "--train-samples", "300", "--trials", str(TRIALS), "--study", STUDY,
@@ -53,14 +50,14 @@ def _trials(url: str) -> list:
         return []
 
 
-def _check_the_study(storage: str) -> list:
-    """The study's invariants across drivers; its trials."""
+def _check_the_study(storage: str, logs: str = "") -> list:
+    """The study's invariants across drivers (``logs`` shown when one fails); its trials."""
     trials = _trials(storage)
     measured = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED") and "duplicate_of" not in t.user_attrs]
     keys = [t.user_attrs["config_key"] for t in measured]
-    assert len(keys) == len(set(keys)) == TRIALS, keys  # the total across drivers, each configuration once
-    assert sum(1 for t in trials if t.user_attrs.get("baseline") and t.state.name == "COMPLETE") == 1
-    assert not [t.number for t in trials if t.state.name == "RUNNING"]
+    assert len(keys) == len(set(keys)) == TRIALS, (keys, logs)  # the total across drivers, each configuration once
+    assert sum(1 for t in trials if t.user_attrs.get("baseline") and t.state.name == "COMPLETE") == 1, logs
+    assert not [t.number for t in trials if t.state.name == "RUNNING"], logs
     return trials
 
 
@@ -94,10 +91,7 @@ def test_two_drivers_share_one_study_and_one_killed_leaves_the_other_finishing_i
         _end(*a)
         _end(*b)
     logs = {p.name: p.read_text() for p in workdir.glob("driver-*.log")}
-    try:
-        trials = _check_the_study(storage)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{_logs(workdir, a, b)}") from None
+    trials = _check_the_study(storage, _logs(workdir, a, b))
     study = optuna.load_study(study_name=STUDY, storage=storage)
     assert len(study.user_attrs["accuracy_noise"]["seeds"]) == 2, logs  # measured once, by one driver
     assert sum("waiting for it" in text for text in logs.values()) >= 1, logs  # the other waited for the baseline

@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from advisor.cli.main import main
-from advisor.core.pairs import RESIDENT_FLOOR, Confirmation
+from advisor.core.pairs import DISTURBED_ALLOWANCE, RESIDENT_FLOOR, Confirmation
 from advisor.core.stop import Stop
 from advisor.core.stored import CONFIRMATION, METRIC_NOISE, read_study
 from advisor.study.confirmation.confirm import Confirmer, ConfirmOptions
@@ -274,8 +274,6 @@ def test_rounds_run_the_baseline_around_the_candidates_in_alternating_order(conf
     assert paired[:4] == ["c0", "c1", "c1", "c0"]
     # the cap counts the pairs the figures count: a pair left out as disturbed (now and then, under the
     # suite's two workers) is paired again in a round of its own
-    from advisor.core.pairs import DISTURBED_ALLOWANCE
-
     seen = [(c.confirmation.status, [(round(p.throughput_ratio, 3), p.disturbed[:40]) for p in c.confirmation.pairs])
             for c in candidates]
     for c in candidates:  # 2 counted pairs, or the pairs' allowance (twice the cap) reached on a busy machine

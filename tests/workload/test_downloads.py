@@ -16,7 +16,6 @@ import io
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -327,15 +326,14 @@ def test_from_pretrained_fetches_once_from_a_stand_in_hub_and_trials_read_the_ca
     pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from conftest import end_private_ray
+    from conftest import end_private_ray, private_ray
 
     GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
                                eos_token_id=0)).save_pretrained(workdir / "repo")
     hub = StandInHub(workdir / "repo", "tiny/gpt2")
     path = write_model(workdir, PRETRAINED.format(cache=workdir / "hf-cache"))
-    state = tempfile.mkdtemp(prefix="advh-")
-    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_SWITCHES and k != "RAY_AUTH_TOKEN_PATH"}
-    env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(workdir / "hf-home"), "ADVISOR_RAY_DIR": state, "TMPDIR": state}
+    state, env = private_ray("advh-", {k: v for k, v in os.environ.items() if k not in OFFLINE_SWITCHES})
+    env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(workdir / "hf-home")}
     try:
         run = subprocess.run([sys.executable, "-m", "advisor", "tune", str(path), "--trials", "2", "--space", "quick",
                               "--train-samples", "256", "--no-tui"], cwd=workdir, env=env, capture_output=True,
