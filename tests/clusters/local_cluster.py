@@ -18,6 +18,7 @@ import importlib
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -68,30 +69,36 @@ def run_parts(argv: list[str]) -> int:
     cluster, worker, state = start_cluster("advc-", env, **modules[0].WORKER)
     print("cluster", cluster.address, flush=True)
     status = 0
-    for i, (module, (name, folder, *args)) in enumerate(zip(modules, parts)):
-        print(f"== {name}", flush=True)
-        try:
-            if i:
-                worker = replace_worker(cluster, worker, **module.WORKER)
-            os.chdir(folder)
-            code = module.run(cluster, worker, args)
-        except SystemExit as exc:  # argparse's
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-        except Exception:
-            traceback.print_exc()
-            code = 1
-        print(f"== {name} exit {code}", flush=True)
-        status = status or code
-    import ray
+    try:
+        for i, (module, (name, folder, *args)) in enumerate(zip(modules, parts)):
+            print(f"== {name}", flush=True)
+            try:
+                if i:
+                    worker = replace_worker(cluster, worker, **module.WORKER)
+                os.chdir(folder)
+                code = module.run(cluster, worker, args)
+            except SystemExit as exc:  # argparse's
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+            print(f"== {name} exit {code}", flush=True)
+            status = status or code
+    finally:  # also when the test stops it (SIGTERM: _stopped) at its time limit
+        import ray
 
-    ray.shutdown()
-    cluster.shutdown()
-    for module in modules:  # what a script made for its run (spanning.py's folder of announcements)
-        if hasattr(module, "cleanup"):
-            module.cleanup()
-    shutil.rmtree(state, ignore_errors=True)  # the cluster's logs and sockets
+        ray.shutdown()
+        cluster.shutdown()
+        for module in modules:  # what a script made for its run (spanning.py's folder of announcements)
+            if hasattr(module, "cleanup"):
+                module.cleanup()
+        shutil.rmtree(state, ignore_errors=True)  # the cluster's logs and sockets
     return status
 
 
+def _stopped(signum, frame):
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stopped)
     sys.exit(run_parts(sys.argv[1:]))

@@ -26,6 +26,10 @@ pytestmark = pytest.mark.ray
 CLUSTERS = Path(__file__).resolve().parents[1] / "clusters"
 NO_CUDA = not __import__("torch").cuda.is_available()
 NODE_LOSS_TRIALS = 4  # the baseline, then two at once (one on each node: the worker's is lost), then the rest
+# the scripts take about 170 s on an idle 2-core machine, over 540 s beside two busy loops and another test worker:
+# the limits only catch a hang
+RUN_LIMIT_S = 900
+TEST_LIMIT_S = RUN_LIMIT_S + 200  # the first of these tests on a worker waits for the whole of cluster_run
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -92,13 +96,23 @@ def _run_cluster_scripts(tmp_path_factory) -> ClusterRun:
             "--", "spanning", str(root / "spanning"), str(WORKLOADS / "announcing.py"), "s.yaml", "4", "2"]
     if NO_CUDA:
         args += ["--", "gpu_resource", str(root / "gpu_resource"), str(EXAMPLES / "digits_mlp.py"), "s.yaml"]
-    proc = subprocess.run([sys.executable, str(CLUSTERS / "local_cluster.py"), *args], cwd=root,
-                          env=_env(tmp_path_factory.mktemp("advisor-home")), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=540)
-    return ClusterRun(root, proc.stdout)
+    proc = subprocess.Popen([sys.executable, str(CLUSTERS / "local_cluster.py"), *args], cwd=root,
+                            env=_env(tmp_path_factory.mktemp("advisor-home")), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=RUN_LIMIT_S)
+    except subprocess.TimeoutExpired:  # a hang: stopped (it shuts its cluster down), and each part says how far it got
+        proc.terminate()
+        try:
+            output, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        output += f"\n(the cluster's scripts were stopped after {RUN_LIMIT_S} s)\n"
+    return ClusterRun(root, output)
 
 
-@pytest.mark.timeout(600)  # the first of these tests on a worker waits for the whole of cluster_run
+@pytest.mark.timeout(TEST_LIMIT_S)
 def test_node_loss_mid_study(cluster_run):
     code, out = cluster_run.part("node_loss")
     assert code == 0, out[-3000:]
@@ -113,7 +127,7 @@ def test_node_loss_mid_study(cluster_run):
     assert len(measured) == NODE_LOSS_TRIALS and sum(t.state.name == "COMPLETE" for t in measured) >= 1
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(TEST_LIMIT_S)
 @pytest.mark.skipif(not NO_CUDA, reason="the cluster's GPU is a stand-in resource")
 def test_the_hardware_is_read_on_the_cluster_not_on_the_driver(cluster_run):
     """With --ray-address the space and the trials' device come from a node of the cluster:
@@ -125,7 +139,7 @@ def test_the_hardware_is_read_on_the_cluster_not_on_the_driver(cluster_run):
     assert "the Ray cluster offers GPUs, but torch on the node given one sees no CUDA device" in out
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(TEST_LIMIT_S)
 def test_a_trial_wider_than_a_node_spans_two_and_a_lost_node_fails_it(cluster_run):
     """A 2-node local cluster, one CPU each: a DDP trial of 2 ranks cannot fit on a node, so
     its ranks are placed one on each (a Ray placement group) and it trains; the next one
