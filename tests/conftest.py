@@ -33,6 +33,7 @@ def ray_session():
     """
     import ray
 
+    from advisor.runner import leftovers
     from advisor.runner.ray_executor import RayExecutor
 
     state = Path(tempfile.mkdtemp(prefix="advr-"))  # short: Ray puts unix sockets there
@@ -40,6 +41,9 @@ def ray_session():
     executor.start()
     yield ray
     executor.shutdown()  # Ray, and the temp folders its workers' fork servers leave (runner/leftovers.py)
+    # a worker still exiting after the product's 3 s keeps its pymp-* folder for the next sweep, which reads
+    # the notes in this folder: the last sweep of a test session waits longer, as the folder goes with it
+    leftovers.sweep(executor.started_dir, wait_s=30.0)
     shutil.rmtree(state, ignore_errors=True)
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
 
