@@ -132,8 +132,10 @@ def test_confirm_extends_without_losing_or_repeating_a_pair(confirmed, tmp_path,
         assert c.pairs[: len(pairs)] == pairs  # kept as they were
         assert all(p.sitting == 1 for p in c.pairs[len(pairs):])  # hours later: a sitting of its own
         if c.status in ("capped", "confirmed"):
-            # one more where the cap allowed it (the cap counts the pairs the figures count), never a repeat
-            assert len(c.counted) == 3 or len(c.pairs) == len(pairs)
+            # one more where the cap allowed it (the cap counts the pairs the figures count, up to
+            # DISTURBED_ALLOWANCE times the cap in all: on a busy machine most pairs are disturbed), never a repeat
+            assert len(c.counted) == 3 or len(c.pairs) in (len(pairs), DISTURBED_ALLOWANCE * 3), c.pairs
+        assert len(c.pairs) <= max(len(pairs), DISTURBED_ALLOWANCE * 3)
 
 
 def test_the_same_tune_command_again_keeps_the_confirmed_pairs(confirmed, tmp_path, capsys, monkeypatch):
