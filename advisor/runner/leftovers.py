@@ -9,6 +9,10 @@ Where the trials run on this machine (the executor's private ``started`` folder 
 the worker notes its folder there (``mp-<pid>``, holding the path); the executor removes
 the folders of workers that have exited when it starts and when it shuts down. A worker
 still alive (a Ray shared with other studies) keeps its folder until a later sweep.
+
+A trial process's own scratch folders (``advisor.trial.process.scratch_dir``: the memory
+estimate's, the ranks') are removed when it ends, but not when it is killed inside one (a
+timed-out trial): ``sweep_scratch`` removes those whose process is gone, at the same times.
 """
 
 from __future__ import annotations
@@ -62,6 +66,31 @@ def sweep(folder: Path | None, wait_s: float = 0.0) -> int:
                 removed += 1
         with contextlib.suppress(OSError):
             note.unlink()
+    return removed
+
+
+def sweep_scratch(folder: Path | None = None) -> int:
+    """Remove the trial processes' scratch folders (``advisor-<kind>-<pid>-*``, ``kind`` one
+    of ``SCRATCH_KINDS``) in ``folder``
+    (default: the temp folder) whose process no longer runs: real directories of this user
+    only; returns how many."""
+    import tempfile
+
+    from advisor.trial.process import SCRATCH_KINDS, SCRATCH_PREFIX
+
+    removed = 0
+    with contextlib.suppress(OSError):
+        for target in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*-*"):
+            parts = target.name[len(SCRATCH_PREFIX):].split("-")
+            if len(parts) < 3 or parts[0] not in SCRATCH_KINDS \
+                    or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) < 10):
+                continue
+            with contextlib.suppress(OSError):
+                st = target.lstat()
+                if target.is_dir() and not target.is_symlink() and st.st_uid == os.getuid() \
+                        and not _alive(int(parts[1])):
+                    shutil.rmtree(target, ignore_errors=True)
+                    removed += 1
     return removed
 
 

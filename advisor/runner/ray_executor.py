@@ -111,6 +111,7 @@ class RayExecutor:
         if not self.address and len(alive) == 1 and alive[0].get("NodeID") == ray.get_runtime_context().get_node_id():
             self.started_dir = self._private_dir("started")
             leftovers.sweep(self.started_dir)  # the temp folders of an earlier run's workers
+            leftovers.sweep_scratch()  # and of its killed trial processes
         self.started = True
         return self
 
@@ -306,6 +307,7 @@ class RayExecutor:
         if self.started_here and ray.is_initialized():
             ray.shutdown()
             leftovers.sweep(self.started_dir, wait_s=3.0)  # its workers' temp folders, once they have exited
+            leftovers.sweep_scratch()
 
 
 def _forget_start(running: Any) -> None:

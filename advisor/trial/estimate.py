@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,10 +50,10 @@ def estimate_memory(payload: TrialPayload, timeout_s: float = TIMEOUT_S, loaded:
     """Each estimated rank's peak memory, in a child process: ``{"peak_bytes", "ranks",
     "by_kind", "seconds", "method"}``, or ``{"unavailable": reason}``. ``loaded``: model.py
     and its datasets, already loaded in this process (a forked child uses them)."""
-    from advisor.trial.process import can_fork
+    from advisor.trial.process import can_fork, scratch_dir
 
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="advisor-estimate-") as tmp:
+    with scratch_dir("estimate") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
         forked = can_fork()

@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 _FORKED = False  # True in a trial process forked from the warm fork server
 
@@ -144,3 +145,20 @@ class ForkedChild:
         while self.poll() is None:
             time.sleep(0.01)
         return self.returncode  # type: ignore[return-value]
+
+
+SCRATCH_PREFIX = "advisor-"  # + kind + "-" + the owning process's pid + "-": a trial process's scratch folder
+SCRATCH_KINDS = ("estimate", "ranks")  # the only kinds: the sweep removes no other folder
+
+
+def scratch_dir(kind: str) -> Any:
+    """A temporary folder of this trial process's (``tempfile.TemporaryDirectory``), named
+    ``advisor-<kind>-<pid>-*`` so that, when the process is killed inside it (a timed-out or
+    cancelled trial), the executor can tell it is nobody's any more and remove it
+    (``advisor.runner.leftovers.sweep_scratch``)."""
+    import tempfile
+
+    if kind not in SCRATCH_KINDS:
+        raise ValueError(f"scratch folder kind {kind!r}: expected one of {SCRATCH_KINDS}")
+    return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{kind}-{os.getpid()}-")
+

@@ -19,14 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from advisor.core.results import TrialPayload, TrialResult
 from advisor.trial.output import OutputDrain, describe_tail, redirect_into, trial_drain
-from advisor.trial.process import ForkedChild, adopt_environment, can_fork, die_with_parent
+from advisor.trial.process import ForkedChild, adopt_environment, can_fork, die_with_parent, scratch_dir
 from advisor.trial.single import run_in_this_process
 
 RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result says why)
@@ -35,7 +34,7 @@ RANK_FAILED = 3  # exit status of a rank whose configuration failed (its result 
 def run_ranks(payload: TrialPayload, world: int, poll_s: float = 0.05) -> TrialResult:
     """Run ``world`` ranks of the trial described by ``payload``; aggregate their results."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="advisor-ranks-") as tmp:
+    with scratch_dir("ranks") as tmp:
         directory = Path(tmp)
         (directory / "payload.json").write_text(json.dumps(payload.to_dict()))
         procs, drains = _launch(directory, world, payload.settings.device)

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from advisor.runner import leftovers
 
 
@@ -73,3 +75,32 @@ def test_a_worker_notes_its_folder_once_before_its_trial(tmp_path, monkeypatch):
     leftovers.note_tempdir(tmp_path)
     assert not note.exists()  # once per folder
     leftovers.note_tempdir(tmp_path / "missing")  # no folder (not this machine's Ray): nothing, no error
+
+
+def test_a_killed_trial_processs_scratch_folder_is_removed_and_a_running_ones_kept(tmp_path, monkeypatch):
+    """The memory estimate's and the ranks' folders (trial/process.py scratch_dir) outlive a
+    trial process killed inside them (a timed-out trial): swept once that process is gone."""
+    import tempfile
+
+    from advisor.trial.process import scratch_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = _gone_pid()
+    killed = tmp_path / f"advisor-estimate-{gone}-abc"
+    (killed / "sub").mkdir(parents=True)
+    (killed / "payload.json").write_text("{}")
+    others = [tmp_path / f"advisor-ranks-{gone}", tmp_path / "advisor-estimate-x-abc", tmp_path / f"other-{gone}-x",
+              tmp_path / f"advisor-mine-{gone}-x"]
+    for folder in others:  # not a scratch folder's name: never touched
+        folder.mkdir()
+    (tmp_path / f"advisor-ranks-{gone}-file").write_text("")  # a file, not a folder
+    os.symlink(tmp_path / "other", tmp_path / f"advisor-ranks-{gone}-link")
+    with scratch_dir("estimate") as mine:  # this process runs: its folder is kept
+        assert os.path.basename(mine).startswith(f"advisor-estimate-{os.getpid()}-")
+        assert leftovers.sweep_scratch() == 1
+        assert os.path.isdir(mine)
+    assert not killed.exists() and all(folder.is_dir() for folder in others)
+    assert (tmp_path / f"advisor-ranks-{gone}-file").exists() and os.path.islink(tmp_path / f"advisor-ranks-{gone}-link")
+    assert leftovers.sweep_scratch(tmp_path / "missing") == 0
+    with pytest.raises(ValueError, match="scratch folder kind 'x'"):
+        scratch_dir("x")

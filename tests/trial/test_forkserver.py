@@ -3,6 +3,7 @@ already imported torch and model.py's libraries. Real Ray, real SQLite, real tri
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import optuna
 import pytest
 
 from advisor.cli.main import main
+from advisor.runner import leftovers
 from advisor.trial.forkserver import preload_list, workload_imports
 from advisor.trial.process import describe_exit
 
@@ -142,6 +144,11 @@ def test_a_timed_out_trial_process_does_not_outlive_its_trial(ray_session, workd
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(pid), f"the hung trial process {pid} is still running"
+    # killed inside its memory estimate, it left that folder: the executor's sweep removes it
+    leftovers.sweep_scratch()
+    left = [p for p in Path(tempfile.gettempdir()).glob("advisor-*-*-*")
+            if (p / "payload.json").is_file() and str(model) in (p / "payload.json").read_text(errors="replace")]
+    assert not left, left
 
 
 @pytest.mark.ray
