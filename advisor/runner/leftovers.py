@@ -48,20 +48,17 @@ def sweep(folder: Path | None, wait_s: float = 0.0) -> int:
         return 0
     deadline, removed = time.monotonic() + wait_s, 0
     for note in sorted(folder.glob(f"{PREFIX}*")):
-        name = note.name[len(PREFIX):]
-        if not (name.isascii() and name.isdigit() and len(name) < 10):
+        pid = _pid(note.name[len(PREFIX):])
+        if pid is None:
             continue
-        pid = int(name)
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if _alive(pid):
             continue
         with contextlib.suppress(OSError):
             target = Path(note.read_text().strip())
-            st = target.lstat()
             # alive again: the pid was reused by a new worker, which noted its own folder meanwhile
-            if target.is_absolute() and target.name.startswith("pymp-") and target.is_dir() \
-                    and not target.is_symlink() and st.st_uid == os.getuid() and not _alive(pid):
+            if target.is_absolute() and target.name.startswith("pymp-") and _own_folder(target) and not _alive(pid):
                 shutil.rmtree(target, ignore_errors=True)
                 removed += 1
         with contextlib.suppress(OSError):
@@ -71,27 +68,33 @@ def sweep(folder: Path | None, wait_s: float = 0.0) -> int:
 
 def sweep_scratch(folder: Path | None = None) -> int:
     """Remove the trial processes' scratch folders (``advisor-<kind>-<pid>-*``, ``kind`` one
-    of ``SCRATCH_KINDS``) in ``folder``
-    (default: the temp folder) whose process no longer runs: real directories of this user
-    only; returns how many."""
+    of ``SCRATCH_KINDS``) in ``folder`` (default: the temp folder) whose process no longer
+    runs: real directories of this user only; returns how many."""
     import tempfile
 
     from advisor.trial.process import SCRATCH_KINDS, SCRATCH_PREFIX
 
     removed = 0
-    with contextlib.suppress(OSError):
-        for target in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*-*"):
-            parts = target.name[len(SCRATCH_PREFIX):].split("-")
-            if len(parts) < 3 or parts[0] not in SCRATCH_KINDS \
-                    or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) < 10):
-                continue
-            with contextlib.suppress(OSError):
-                st = target.lstat()
-                if target.is_dir() and not target.is_symlink() and st.st_uid == os.getuid() \
-                        and not _alive(int(parts[1])):
-                    shutil.rmtree(target, ignore_errors=True)
-                    removed += 1
+    for target in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*-*"):
+        kind, pid_text, _ = target.name[len(SCRATCH_PREFIX):].split("-", 2)
+        pid = _pid(pid_text)
+        if kind in SCRATCH_KINDS and pid is not None and _own_folder(target) and not _alive(pid):
+            shutil.rmtree(target, ignore_errors=True)
+            removed += 1
     return removed
+
+
+def _pid(text: str) -> int | None:
+    """``text`` as a process id, or None when it is not one."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
+
+
+def _own_folder(target: Path) -> bool:
+    """Whether ``target`` is a real directory (not a link) of this user."""
+    try:
+        return target.is_dir() and not target.is_symlink() and target.lstat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:

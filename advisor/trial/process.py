@@ -8,7 +8,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tempfile import TemporaryDirectory
 
 _FORKED = False  # True in a trial process forked from the warm fork server
 
@@ -151,7 +154,7 @@ SCRATCH_PREFIX = "advisor-"  # + kind + "-" + the owning process's pid + "-": a 
 SCRATCH_KINDS = ("estimate", "ranks")  # the only kinds: the sweep removes no other folder
 
 
-def scratch_dir(kind: str) -> Any:
+def scratch_dir(kind: str) -> TemporaryDirectory[str]:
     """A temporary folder of this trial process's (``tempfile.TemporaryDirectory``), named
     ``advisor-<kind>-<pid>-*`` so that, when the process is killed inside it (a timed-out or
     cancelled trial), the executor can tell it is nobody's any more and remove it
@@ -161,4 +164,3 @@ def scratch_dir(kind: str) -> Any:
     if kind not in SCRATCH_KINDS:
         raise ValueError(f"scratch folder kind {kind!r}: expected one of {SCRATCH_KINDS}")
     return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{kind}-{os.getpid()}-")
-

@@ -149,19 +149,21 @@ def _log(workdir, driver: tuple[subprocess.Popen, str]) -> str:
     return (workdir / f"driver-{os.path.basename(driver[1])}.log").read_text()
 
 
+def _tagged(storage: str, baseline: bool) -> list:
+    """The study's trials that a driver has started and tagged: the baseline, or those after it."""
+    return [t for t in peek_trials(storage, STUDY)  # light: polled ten times a second
+            if "config" in t.user_attrs and "driver" in t.user_attrs and bool(t.user_attrs.get("baseline")) == baseline]
+
+
 def _driver_of(storage: str, drivers: dict, baseline: bool) -> tuple[subprocess.Popen, str] | None:
     """The driver running a trial of the study now: the baseline, or one after it."""
-    for t in peek_trials(storage, STUDY):  # light: polled ten times a second
-        if (t.state.name == "RUNNING" and "config" in t.user_attrs and "driver" in t.user_attrs
-                and bool(t.user_attrs.get("baseline")) == baseline):
-            return drivers.get(_pid(t))
-    return None
+    running = [t for t in _tagged(storage, baseline) if t.state.name == "RUNNING"]
+    return drivers.get(_pid(running[0])) if running else None
 
 
 def _starters(storage: str) -> set[str]:
     """The pids of the drivers that have started a trial after the baseline."""
-    return {_pid(t) for t in peek_trials(storage, STUDY)
-            if "config" in t.user_attrs and "driver" in t.user_attrs and not t.user_attrs.get("baseline")}
+    return {_pid(t) for t in _tagged(storage, baseline=False)}
 
 
 def _logs(workdir, *drivers: tuple[subprocess.Popen, str]) -> str:
@@ -179,9 +181,7 @@ def _stopped_mid_trial(driver: tuple[subprocess.Popen, str] | None, storage: str
         return None
     proc = driver[0]
     proc.send_signal(signal.SIGSTOP)
-    if any(t.state.name == "RUNNING" and "driver" in t.user_attrs and _pid(t) == str(proc.pid)
-           and not t.user_attrs.get("baseline")
-           for t in peek_trials(storage, STUDY)):
+    if any(t.state.name == "RUNNING" and _pid(t) == str(proc.pid) for t in _tagged(storage, baseline=False)):
         return driver
     proc.send_signal(signal.SIGCONT)
     return None
