@@ -5,7 +5,8 @@ Picks are made on confirmed figures: once any trial of the front is confirmed in
 only the confirmed ones (and the baseline) are picked from, so an unconfirmed single
 reading never beats a confirmed interval. Figures that the noise cannot tell apart are
 ties: confirmed intervals that overlap the best one's (a CPU's single memory reading spans
-the resident floor, as a confirmed interval does), balanced distances within the
+the resident floor, as a confirmed interval does) unless another trial, or the baseline,
+beats them beyond the noise, balanced distances within the
 intervals' reach, and metrics whose difference from the best one's the verdicts' bounds do
 not tell from 0 (``StoredStudy.metric_tie``). A tie goes to the configuration that changes
 fewer knobs from the baseline, then to the one with less memory (the faster one, for
@@ -55,14 +56,14 @@ def pick(study: StoredStudy, how: str) -> TrialRecord:
         span = {r.number: _span(versus[r.number].throughput_interval, figures[r.number].throughput) for r in pool}
         best = max(pool, key=lambda r: figures[r.number].throughput)
         ties = [r for r in pool if span[r.number][1] >= span[best.number][0]]
-        return min(ties, key=tie_break(memory_first=True))
+        return min(_unbeaten(ties, span, pool, higher=True), key=tie_break(memory_first=True))
     if how == "smallest":
         floor = _resident_floor(study)
         span = {r.number: _span(versus[r.number].memory_interval, figures[r.number].peak_memory_bytes,
                                 0.0 if r.baseline else floor) for r in pool}
         best = min(pool, key=lambda r: figures[r.number].peak_memory_bytes)
         ties = [r for r in pool if span[r.number][0] <= span[best.number][1]]
-        return min(ties, key=tie_break(memory_first=False))
+        return min(_unbeaten(ties, span, pool, higher=False), key=tie_break(memory_first=False))
     if how == "best-metric":
         top = max(pool, key=lambda r: figures[r.number].score)
         ties = [r for r in pool if study.metric_tie(top, r)]
@@ -136,6 +137,22 @@ def _pool(study: StoredStudy) -> tuple[list[TrialRecord], dict[int, Versus], dic
     if not any(versus[r.number].confirmed for r in pool):
         pool = front  # nothing confirmed yet: the single readings are all there is
     return pool, versus, {r.number: study.relative_figures(r) for r in pool}
+
+
+def _unbeaten(ties: list[TrialRecord], span: dict[int, tuple[float, float]], pool: list[TrialRecord],
+              higher: bool) -> list[TrialRecord]:
+    """The tied trials that no pooled trial, nor the baseline, beats beyond the noise: a tie is
+    with the best reading, but a trial whose whole interval lies below another's (or below the
+    baseline's 1.00x, on the front or not: the pairs' ratios are to it) is not among the
+    best, as confirmation's settling says (``Confirmation.settled``: "not the fastest"). A
+    review's README command 1 picked, as fastest, a 0.86x (0.78-0.95) configuration: it
+    reached the 1.14x (0.92-1.41) one's interval and held less memory. ``higher``: higher is
+    better (throughput), else lower (memory). The best reading is never beaten by the pool; where
+    the baseline beats every tied trial, the tie stands as it is."""
+    sign = 1.0 if higher else -1.0
+    bar = max([sign * (span[r.number][0] if higher else span[r.number][1]) for r in pool] + [sign * 1.0])
+    kept = [r for r in ties if sign * (span[r.number][1] if higher else span[r.number][0]) >= bar]
+    return kept or ties
 
 
 def _span(interval: tuple[float, float] | None, value: float, floor: float = 0.0) -> tuple[float, float]:

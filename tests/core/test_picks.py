@@ -248,3 +248,55 @@ def test_balanced_weighs_memory_only_where_it_spreads_beyond_a_cpus_resident_noi
     halved = StoredStudy("s", {f"{CONFIRMATION}1": attrs[f"{CONFIRMATION}1"], "settings": {"device": "cpu"},
                                f"{CONFIRMATION}2": confirmed_at(2, [0.76, 0.77, 0.78, 0.77, 0.77], memory=0.5)}, far)
     assert pick(halved, "balanced").number == 2  # half the memory: beyond any resident noise
+
+
+def test_a_trial_slower_than_the_baseline_beyond_the_noise_is_never_the_fastest():
+    """README command 1 on a fresh clone (2026-12-07) printed `fastest trial 5 (a tie: trial 2
+    reads better within the noise)`, trial 5 confirmed at 0.86x (0.78-0.95): its interval
+    reached the 1.14x (0.92-1.41) one's, and as many knobs and less memory won the tie; yet
+    the baseline it is compared with beats it beyond the noise, off the front or not.
+    (Figures made up in that run's shape, named as such.)"""
+    records = [record(0, 1000, 100, 0.95, 0.0), record(1, 1070, 92, 0.95, 10.0, channels_last=True),
+               record(2, 1140, 355, 0.95, 20.0, compile=True), record(5, 860, 71, 0.95, 30.0, grad_accumulation=2)]
+    attrs = {"settings": {"device": "cuda"},  # memory exact: only throughput's intervals matter here
+             f"{CONFIRMATION}1": confirmed_at(1, [0.88, 1.22, 1.07, 0.95, 1.25], memory=0.92),
+             f"{CONFIRMATION}2": confirmed_at(2, [0.90, 1.40, 1.14, 0.98, 1.35], memory=3.55),
+             f"{CONFIRMATION}5": confirmed_at(5, [0.84, 0.93, 0.86, 0.81, 0.89], memory=0.71)}
+    study = StoredStudy("s", attrs, records)
+    assert [r.number for r in study.front()] == [1, 2, 5]  # the baseline is off the front (trial 1 beats it)
+    slow, fast = study.versus_baseline(records[3]), study.versus_baseline(records[2])
+    assert slow.throughput_interval[1] < 1.0 <= fast.throughput_interval[1]  # below the baseline beyond the noise,
+    assert slow.throughput_interval[1] >= fast.throughput_interval[0]  # though within reach of the best reading
+    chosen = pick(study, "fastest")
+    assert chosen.number == 1  # ties with trial 2, as many knobs changed, less memory
+    assert tie_note(study, "fastest", chosen).startswith("trial 2 reads faster (throughput 1.1")
+    # beaten beyond the noise by another pooled trial (not the best reading) likewise
+    attrs[f"{CONFIRMATION}5"] = confirmed_at(5, [1.02, 1.05, 1.04, 1.03, 1.06], memory=0.71)
+    attrs[f"{CONFIRMATION}1"] = confirmed_at(1, [1.10, 1.12, 1.11, 1.13, 1.11], memory=0.92)
+    between = StoredStudy("s", attrs, records)
+    assert between.versus_baseline(records[3]).throughput_interval[1] < between.versus_baseline(records[1]).throughput_interval[0]
+    assert pick(between, "fastest").number == 1
+    # every confirmed trial slower than the baseline: the confirmed figures put it back on the front, the fastest
+    slower = {k: (confirmed_at(int(k.split(":")[1]), [0.80, 0.82, 0.81, 0.83, 0.80], memory=m)
+                  if k.startswith(CONFIRMATION) else v) for (k, v), m in zip(attrs.items(), (0, 0.92, 3.55, 0.71))}
+    assert pick(StoredStudy("s", slower, records), "fastest").number == 0
+
+
+def test_a_trial_bigger_than_the_baseline_beyond_the_noise_is_never_the_smallest():
+    """The same for the smallest pick: compile's 1.20x memory ties with the smallest reading's
+    wide interval and changes fewer knobs, but the baseline is smaller beyond the noise.
+    (Figures made up, named as such; a GPU's exact peaks, so no resident floor.)"""
+    records = [record(0, 1000, 100, 0.95, 0.0), record(2, 1200, 90, 0.95, 10.0, precision="bf16", grad_accumulation=4),
+               record(3, 1600, 120, 0.95, 20.0, compile=True)]
+
+    def confirmed(trial: int, throughput: float, memory: list[float]) -> dict:
+        return Confirmation(trial, [Pair(0.5, 1000.0, 1000.0 * throughput, 100.0, 100.0 * m) for m in memory],
+                            "confirmed").to_dict()
+
+    attrs = {"settings": {"device": "cuda"}, f"{CONFIRMATION}2": confirmed(2, 1.2, [0.6, 1.3, 0.9, 0.7, 1.2]),
+             f"{CONFIRMATION}3": confirmed(3, 1.6, [1.18, 1.22, 1.2, 1.19, 1.21])}
+    study = StoredStudy("s", attrs, records)
+    assert [r.number for r in study.front()] == [2, 3]
+    big, small = study.versus_baseline(records[2]), study.versus_baseline(records[1])
+    assert 1.0 < big.memory_interval[0] <= small.memory_interval[1]  # bigger beyond the noise, within reach
+    assert pick(study, "smallest").number == 2
