@@ -389,15 +389,16 @@ def _tied(mine: Confirmation, figure: str, centre: float, blocking: list[tuple[f
     own_h = at_cap(mine)
     if own_h is None:
         return ""
+    floor = max(a for a, _, _, _ in blocking)  # one below this is beaten beyond the intervals: out of the race
     inseparable = []
-    for _, _, theirs, other in blocking:
+    for _, b, theirs, other in blocking:
         h = 0.0 if other is None else at_cap(other)
         if h is None:
             return ""
         apart = abs(math.log(abs(centre)) - math.log(abs(theirs))) >= own_h + h
         if apart and theirs > centre:
             return ""  # it could still be shown to be above: not the best place, decided by more pairs
-        if not apart:
+        if not apart and b >= floor:  # README command 1 listed, as tied for the fastest, trials below 1.00x
             inseparable.append("the baseline" if other is None else f"trial {other.trial}")
     return ", ".join(inseparable)
 

@@ -396,3 +396,16 @@ def test_a_later_sitting_that_disagrees_as_a_whole_is_not_thrown_out_pair_by_pai
     assert c.left_out == 0 and c.throughput.n == 10 and c.throughput.low < 0.55 < 1.25 < c.throughput.high
     odd = Pair(0.5, 1000.0, 150.0, 100.0, 100.0, sitting=1)
     assert c.outlier(odd).endswith("is 8.3x off the median 1.25x of its 5 other pairs in this sitting")
+
+
+def test_a_tie_names_only_those_still_in_the_race_for_the_place():
+    """README command 1 (2026-12-07) settled a 0.90x (0.78-1.03) candidate as "tied for the
+    fastest with the baseline, trial 1, trial 9, trial 2, trial 5, trial 15, trial 13", though
+    trials 9, 5 and 13 lay below the baseline's 1.00x beyond their intervals: a tie is named
+    with those no interval beats, the place decided as before."""
+    mine, slow = Confirmation(17, wide(0.96, 0.84)), Confirmation(5, wide(0.90, 0.71))
+    assert slow.throughput.high < 1.0 <= mine.throughput.high and slow.throughput.high > mine.throughput.low
+    why = settled(mine, [mine, slow], max_pairs=8)
+    assert why is not None, why
+    fastest = next(part for part in why.split("; ") if "for the fastest" in part)
+    assert fastest.endswith("tied for the fastest with the baseline"), why  # not trial 5
