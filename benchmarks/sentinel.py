@@ -54,7 +54,7 @@ def neighbour(burn: tuple[int, float, float] | None) -> list[subprocess.Popen]:
 def phase(name: str, base: int, trials: int, executor, workload, config, settings, watch, old_judge,
           burn: tuple[int, float, float] | None, cap_s: float) -> dict:
     from advisor.core.interference import summary_of
-    from advisor.core.noise import DISTURBED_AT, off_by, reading_of
+    from advisor.core.noise import DISTURBED_AT, off_by, reading_of, sentinel_moved
     from advisor.core.results import TrialPayload
     from advisor.runner.executor import run_one
 
@@ -79,7 +79,7 @@ def phase(name: str, base: int, trials: int, executor, workload, config, setting
                 scores += [x for x in (summary_of(r.telemetry) or {}).get("scores") or [] if x is not None]
                 s = {k: v for k, v in (summary_of(r.telemetry) or {}).items() if k not in ("scores", "why")}
                 runs.append({"throughput": r.throughput, "sentinel_s": reading, "old_rule_disturbed": old,
-                             "why": why, "interference": s})
+                             "sentinel_moved": sentinel_moved(r.telemetry), "why": why, "interference": s})
                 if why is None:
                     break
             rows.append({"runs": runs, "kept_cleanest": "kept" in kept.telemetry, "throughput": kept.throughput})
@@ -101,12 +101,25 @@ def phase(name: str, base: int, trials: int, executor, workload, config, setting
             "runs": sum(len(t["runs"]) for t in rows), "kept_cleanest": sum(t["kept_cleanest"] for t in rows),
             "blocks": blocks, "dropped_block_share": dropped / blocks if blocks else None,
             "old_rule_rerun_share": sum(x["old_rule_disturbed"] for x in first) / trials,
+            **moved_summary([x for t in rows for x in t["runs"]]),
             "block_score_median": median,
             "block_score_mad": statistics.median(abs(x - median) for x in scores) if scores else None,
             "throughput_median": statistics.median(thr),
             "throughput_cv": statistics.stdev(thr) / statistics.fmean(thr) if len(thr) > 1 else None,
             "limit_at_end": watch.limit, "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
             "wall_s": time.perf_counter() - started, "rows": rows}
+
+
+def moved_summary(runs: list[dict]) -> dict:
+    """What confirmation's other rule (``sentinel_moved``: the sentinel read more than
+    ``DISTURBED_AT`` apart before and after the timed steps) says of these runs, and whether
+    the runs it calls moved measured differently: the median throughput of those it calls
+    moved over that of the others (1.0: no different)."""
+    moved = [x["throughput"] for x in runs if x["sentinel_moved"]]
+    still = [x["throughput"] for x in runs if not x["sentinel_moved"]]
+    return {"sentinel_moved_share": len(moved) / len(runs) if runs else None,
+            "sentinel_moved_throughput_vs_others": (statistics.median(moved) / statistics.median(still)
+                                                    if moved and still else None)}
 
 
 def main() -> int:

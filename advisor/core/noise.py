@@ -7,8 +7,9 @@ keeps the study's recent readings: a reading slower than their median by more th
 itself moves that far (either way) from where it was at the last baseline measurement,
 the machine drifted and the baseline is measured again. Whether a *trial* runs again is
 decided from the interference inside its timed blocks (``advisor.core.interference``);
-the sentinel decides only where those counters cannot be read, and judges confirmation's
-runs (``advisor.study.confirmation.pairing``).
+the sentinel's own before-and-after readings decide only where those counters cannot be
+read (``moved_unscored``), and its reading against the study's median judges
+confirmation's runs beside them (``advisor.study.confirmation.pairing``).
 
 **The baseline's reference.** Each ratio is to the median of the baseline's ``RECENT``
 latest measurements (trial 0 and its re-measurements) taken by the time the figure was
@@ -75,20 +76,38 @@ def sentinel_moved(telemetry: dict[str, Any] | None) -> str | None:
     return None
 
 
+def moved_unscored(telemetry: dict[str, Any] | None) -> str | None:
+    """``sentinel_moved``, for a run whose timed blocks were not scored (no interference
+    counters): where they were, they say what disturbed the timed steps themselves, and the
+    sentinel's readings at either end say less. On a quiet 2-core machine 6 of 40 probes of
+    digits_cnn read 1.30-1.43x apart, every one slower *before* its steps (a fresh process
+    warming up), at a median 1.06x the others' throughput; beside a bursty neighbour, 2.7x
+    and 6.3x apart with every block clean and throughput at the median
+    (``benchmarks/sentinel.py``, ``results/sentinel_cnn.json``). Confirmation ran each such
+    run again: 9-12 in each README command 1."""
+    return sentinel_moved(telemetry) if _scores(telemetry) is None else None
+
+
+def _scores(telemetry: dict[str, Any] | None) -> list[float] | None:
+    """The run's block scores (interference per timed block), None when none was scored."""
+    scores = [x for x in (summary_of(telemetry) or {}).get("scores") or [] if isinstance(x, (int, float))]
+    return scores or None
+
+
 def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
     """Why one run shows a disturbed machine by its own readings, with nothing of the study
-    to compare it with (the study's first run: its baseline): its sentinel read more than
-    ``DISTURBED_AT`` apart before and after its timed steps (the machine changed while it
-    ran), or its timed blocks lost a median of over ``BUSY_SCORE`` of their time waiting for
-    a CPU or stolen (unless its own threads and workers outnumber its CPUs: then it waits of
-    its own doing); None otherwise, and when not measured. (A baseline run beside another
-    busy process read 655 samples/s, 190x slower than the same configuration a minute later:
-    its sentinel read 1,792 ms before and 10.6 ms after, and every block lost half its time.)"""
-    moved = sentinel_moved(telemetry)
+    to compare it with (the study's first run: its baseline): its timed blocks lost a median
+    of over ``BUSY_SCORE`` of their time waiting for a CPU or stolen (unless its own threads
+    and workers outnumber its CPUs: then it waits of its own doing), or, where no block was
+    scored, its sentinel read more than ``DISTURBED_AT`` apart before and after its timed
+    steps (``moved_unscored``); None otherwise, and when not measured. (A baseline run beside
+    another busy process read 655 samples/s, 190x slower than the same configuration a minute
+    later: every block lost half its time, and its sentinel read 1,792 ms before and 10.6 ms after.)"""
+    moved = moved_unscored(telemetry)
     if moved:
         return moved
     summary = summary_of(telemetry) or {}
-    scores = [x for x in summary.get("scores") or [] if isinstance(x, (int, float))]
+    scores = _scores(telemetry)
     median = statistics.median(scores) if scores else 0.0
     if median > BUSY_SCORE and not summary.get("self_contended"):
         return (f"its timed blocks lost a median {100 * median:.0f}% of their time to other "

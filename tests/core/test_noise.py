@@ -87,3 +87,19 @@ def test_epsilon_dominance_on_the_metric():
     assert pareto_front([fast, really_better], lambda p: p, epsilon=0.02) == [fast, really_better]
     same = (1.0, 1.0, 0.95)
     assert pareto_front([same, (1.0, 1.0, 0.951)], lambda p: p, epsilon=0.02) == [same, (1.0, 1.0, 0.951)]
+
+
+def test_the_sentinels_two_readings_decide_only_where_no_timed_block_was_scored():
+    """On a quiet 2-core machine 6 of 40 probes read their sentinel 1.30-1.43x apart, every
+    one slower before the timed steps (a fresh process warming up) and no slower in its
+    throughput; confirmation ran each again. Where the blocks were scored they decide."""
+    from advisor.core.noise import moved_unscored
+
+    sentinel = {"before_s": 0.0112, "after_s": 0.0077}
+    scored = {"sentinel": sentinel, "interference": {"blocks": 3, "clean": 3, "scores": [0.01, 0.02, None]}}
+    assert moved_unscored(scored) is None
+    said = moved_unscored({"sentinel": sentinel})
+    assert said is not None and "11.2 ms before its timed steps and 7.7 ms after (1.5x apart" in said
+    unscored = {"sentinel": sentinel, "interference": {"blocks": 3, "clean": 3, "scores": [None, None, None]}}
+    assert moved_unscored(unscored) == said  # counters that could not be read score nothing
+    assert moved_unscored({"sentinel": {"before_s": 0.0080, "after_s": 0.0077}}) is None  # within 1.30x

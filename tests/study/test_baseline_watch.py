@@ -168,7 +168,12 @@ def test_a_baseline_whose_own_readings_show_a_busy_machine_is_measured_again_bef
     busy = _base_run(1.7916, 0.010586, [0.5085, 0.5087, 0.5059, 0.5232, 0.0, 0.5127], 655.0)
     steady_busy = _base_run(0.0037, 0.0038, [0.4983, 0.5086, 0.5086, 0.5093, 0.5079], 553.0)
     assert disturbed_alone(quiet.get("telemetry")) is None
-    assert "1791.6 ms before its timed steps and 10.6 ms after (169.2x apart" in disturbed_alone(busy.get("telemetry"))
+    assert "lost a median 51% of their time" in disturbed_alone(busy.get("telemetry"))  # its blocks say it
+    unscored = {"sentinel": busy.get("telemetry")["sentinel"]}  # no counters: the sentinel's two readings do
+    assert "1791.6 ms before its timed steps and 10.6 ms after (169.2x apart" in disturbed_alone(unscored)
+    warming = _base_run(0.0112, 0.0077, [0.0076, 0.0065, 0.0257, 0.0169, 0.0028], 2_326.0)  # README command 1's
+    assert disturbed_alone(warming.get("telemetry")) is None  # 1.5x apart, slower before: a process warming up
+    assert "1.5x apart" in disturbed_alone({"sentinel": warming.get("telemetry")["sentinel"]})
     assert "lost a median 51% of their time" in disturbed_alone(steady_busy.get("telemetry"))
     own_doing = steady_busy.get("telemetry") | {"interference": steady_busy.get("telemetry")["interference"]
                                                  | {"self_contended": True}}

@@ -32,7 +32,7 @@ from advisor.core.config import TrialConfig
 from advisor.core.errors import TrialFailed
 from advisor.core.events import Listener, Note
 from advisor.core.interference import rerun_reason
-from advisor.core.noise import SentinelJudge, off_by, reading_of, sentinel_moved
+from advisor.core.noise import SentinelJudge, moved_unscored, off_by, reading_of
 from advisor.core.pairs import Confirmation, Pair, interpolate
 from advisor.core.results import TrialPayload, TrialResult, TrialSettings
 from advisor.core.stop import Stop
@@ -166,12 +166,14 @@ class Rounds:
                 return _Run(result, (started + time.monotonic()) / 2)
             reading, median = reading_of(result.telemetry), self.judge.median
             # the sentinel against the study's readings, or the run's own evidence relative to itself and the
-            # study: its sentinel moved while it ran, or too few of its blocks were clean by the study's limit (a
-            # review's pair read 0.06x with the sentinel at its median: kept, it made the interval 0.12-4.60).
-            # Not a busy machine as such: on one busy throughout, the baseline around it is as busy, the ratio
-            # holds, and a run again is as busy (the suite's two workers made every pair run three times)
-            why = (self.judge.disturbed(reading) or sentinel_moved(result.telemetry)
-                   or rerun_reason(result.telemetry))
+            # study: too few of its blocks were clean by the study's limit (a review's pair read 0.06x with the
+            # sentinel at its median: kept, it made the interval 0.12-4.60), or, where no block was scored, its
+            # sentinel moved while it ran (noise.moved_unscored: where they were, the ends' readings only
+            # discarded good runs). Not a busy machine as such: on one busy throughout, the baseline around it
+            # is as busy, the ratio holds, and a run again is as busy (the suite's two workers made every pair
+            # run three times)
+            why = (self.judge.disturbed(reading) or rerun_reason(result.telemetry)
+                   or moved_unscored(result.telemetry))
             self.judge.add(reading)
             run = _Run(result, (started + time.monotonic()) / 2, why or "")
             if why is None:
