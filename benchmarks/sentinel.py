@@ -111,8 +111,9 @@ def phase(name: str, base: int, trials: int, executor, workload, config, setting
 
 
 def moved_summary(runs: list[dict]) -> dict:
-    """What confirmation's other rule (``sentinel_moved``: the sentinel read more than
-    ``DISTURBED_AT`` apart before and after the timed steps) says of these runs, and whether
+    """What ``sentinel_moved`` (the sentinel read more than ``DISTURBED_AT`` apart before and
+    after the timed steps; confirmation's rule for every run until ba38779, now only where no
+    block was scored: ``noise.moved_unscored``) says of these runs, and whether
     the runs it calls moved measured differently: the median throughput of those it calls
     moved over that of the others (1.0: no different)."""
     moved = [x["throughput"] for x in runs if x["sentinel_moved"]]

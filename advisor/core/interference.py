@@ -120,6 +120,11 @@ def summary_of(telemetry: dict[str, Any] | None) -> dict[str, Any] | None:
     return found if isinstance(found, dict) and isinstance(found.get("blocks"), int) else None
 
 
+def block_scores(telemetry: dict[str, Any] | None) -> list[float]:
+    """A trial's scored timed blocks' scores ([] when none was scored or not measured)."""
+    return [x for x in (summary_of(telemetry) or {}).get("scores") or [] if isinstance(x, (int, float))]
+
+
 def rerun_reason(telemetry: dict[str, Any] | None) -> str | None:
     """Why a trial must run again (too few clean blocks, or too few clean windows of its
     latency calls), or None (also when not measured)."""
@@ -152,7 +157,7 @@ def disturbance(telemetry: dict[str, Any] | None) -> tuple[float, float]:
     s = summary_of(telemetry)
     if s is None or not s["blocks"]:
         return math.inf, math.inf
-    scores = [x for x in s.get("scores") or [] if isinstance(x, (int, float))]
+    scores = block_scores(telemetry)
     return (s["blocks"] - s["clean"]) / s["blocks"], statistics.median(scores) if scores else math.inf
 
 
@@ -165,9 +170,7 @@ class InterferencePool:
             self.add(t)
 
     def add(self, telemetry: dict[str, Any] | None) -> None:
-        s = summary_of(telemetry)
-        if s is not None:
-            self.scores.extend(x for x in s.get("scores") or [] if isinstance(x, (int, float)))
+        self.scores.extend(block_scores(telemetry))
 
     @property
     def limit(self) -> float | None:

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.core.interference import summary_of
+from advisor.core.interference import block_scores, summary_of
 
 DISTURBED_AT = 1.3  # a sentinel reading 30% off the study's median: a disturbed machine
 WINDOW = 15  # the median is over the last WINDOW readings (a lasting change moves it)
@@ -85,13 +85,7 @@ def moved_unscored(telemetry: dict[str, Any] | None) -> str | None:
     and 6.3x apart with every block clean and throughput at the median
     (``benchmarks/sentinel.py``, ``results/sentinel_cnn.json``). Confirmation ran each such
     run again: 9-12 in each README command 1."""
-    return sentinel_moved(telemetry) if _scores(telemetry) is None else None
-
-
-def _scores(telemetry: dict[str, Any] | None) -> list[float] | None:
-    """The run's block scores (interference per timed block), None when none was scored."""
-    scores = [x for x in (summary_of(telemetry) or {}).get("scores") or [] if isinstance(x, (int, float))]
-    return scores or None
+    return None if block_scores(telemetry) else sentinel_moved(telemetry)
 
 
 def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
@@ -107,7 +101,7 @@ def disturbed_alone(telemetry: dict[str, Any] | None) -> str | None:
     if moved:
         return moved
     summary = summary_of(telemetry) or {}
-    scores = _scores(telemetry)
+    scores = block_scores(telemetry)
     median = statistics.median(scores) if scores else 0.0
     if median > BUSY_SCORE and not summary.get("self_contended"):
         return (f"its timed blocks lost a median {100 * median:.0f}% of their time to other "

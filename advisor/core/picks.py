@@ -150,9 +150,9 @@ def _unbeaten(ties: list[TrialRecord], span: dict[int, tuple[float, float]], poo
     better (throughput), else lower (memory). The best reading is never beaten by the pool; where
     the baseline beats every tied trial, the tie stands as it is."""
     sign = 1.0 if higher else -1.0
-    bar = max([sign * (span[r.number][0] if higher else span[r.number][1]) for r in pool] + [sign * 1.0])
-    kept = [r for r in ties if sign * (span[r.number][1] if higher else span[r.number][0]) >= bar]
-    return kept or ties
+    signed = {r.number: sorted(sign * x for x in span[r.number]) for r in pool}  # [worst, best], higher better
+    bar = max([low for low, _ in signed.values()] + [sign])
+    return [r for r in ties if signed[r.number][1] >= bar] or ties
 
 
 def _span(interval: tuple[float, float] | None, value: float, floor: float = 0.0) -> tuple[float, float]:
